@@ -1,0 +1,110 @@
+// Package cloudprovider defines what the autoscaler core needs from a cloud:
+// node groups that can be resized, the instances behind them, and a template
+// node for scale-from-zero. Implementations live in sub-packages (vmss for
+// Azure, inmemory for tests); none of them may import core.
+package cloudprovider
+
+import (
+	"context"
+	"time"
+
+	apiv1 "k8s.io/api/core/v1"
+)
+
+// CloudProvider is the cloud as the core sees it.
+type CloudProvider interface {
+	// Name is a short identifier such as "azure".
+	Name() string
+	// NodeGroups returns every node group the autoscaler manages. It reads the
+	// provider's cache and never calls the cloud.
+	NodeGroups() []NodeGroup
+	// NodeGroupForNode returns the group a node belongs to, looked up by its
+	// providerID in O(1). It returns (nil, nil) for nodes the autoscaler does
+	// not manage.
+	NodeGroupForNode(node *apiv1.Node) (NodeGroup, error)
+	// Refresh brings the provider's cache up to date. It is called once per
+	// loop; a provider decides itself when its cache is stale.
+	Refresh(ctx context.Context) error
+}
+
+// NodeGroup is a set of identical machines that scale together (a scale set).
+type NodeGroup interface {
+	// ID identifies the group in logs, metrics, events and flags.
+	ID() string
+	MinSize() int
+	MaxSize() int
+	// TargetSize is the size the cloud was last asked for. It returns an error
+	// matched by IsSizeUnknown when the provider cannot tell; the core then
+	// leaves the group alone for the loop.
+	TargetSize() (int, error)
+	// IncreaseSize asks the cloud for delta more machines. It must not block
+	// on the machines being created.
+	IncreaseSize(ctx context.Context, delta int) error
+	// DeleteNodes deletes the machines with the given provider IDs and lowers
+	// the target accordingly. The IDs may belong to machines that never
+	// registered as Kubernetes nodes.
+	DeleteNodes(ctx context.Context, providerIDs []string) error
+	// DecreaseTargetSize lowers the target by delta (a negative number) for
+	// machines that were requested but not created. It never deletes a
+	// running machine.
+	DecreaseTargetSize(ctx context.Context, delta int) error
+	// Instances lists the group's machines from the provider's cache.
+	Instances() ([]Instance, error)
+	// TemplateNode describes a node the group would create, for scaling from
+	// zero. Its labels, taints, capacity and allocatable must be those of a
+	// real node of the group.
+	TemplateNode() (*apiv1.Node, error)
+	// Options returns the group's overrides of the given defaults.
+	Options(defaults GroupOptions) GroupOptions
+}
+
+// InstanceState is the life-cycle stage of a machine.
+type InstanceState int
+
+const (
+	// InstanceRunning is a machine that exists and is running.
+	InstanceRunning InstanceState = iota + 1
+	// InstanceCreating is a machine being created.
+	InstanceCreating
+	// InstanceDeleting is a machine being deleted.
+	InstanceDeleting
+)
+
+func (s InstanceState) String() string {
+	switch s {
+	case InstanceRunning:
+		return "running"
+	case InstanceCreating:
+		return "creating"
+	case InstanceDeleting:
+		return "deleting"
+	default:
+		return "unknown"
+	}
+}
+
+// Instance is one machine of a node group.
+type Instance struct {
+	// ProviderID is the ID the machine's Node object carries in spec.providerID.
+	ProviderID string
+	State      InstanceState
+	// Error is set when the cloud reports that the machine failed (for example
+	// its creation ran out of quota).
+	Error *InstanceError
+}
+
+// InstanceError is a failure the cloud reported for one machine.
+type InstanceError struct {
+	Class   ErrorClass
+	Code    string
+	Message string
+}
+
+// GroupOptions are the per-group settings a group may override.
+type GroupOptions struct {
+	ScaleDownUtilizationThreshold    float64
+	ScaleDownGPUUtilizationThreshold float64
+	ScaleDownUnneededTime            time.Duration
+	ScaleDownUnreadyTime             time.Duration
+	MaxNodeProvisionTime             time.Duration
+}

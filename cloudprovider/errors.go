@@ -1,0 +1,98 @@
+package cloudprovider
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrorClass says what the core should do about a cloud error.
+type ErrorClass int
+
+const (
+	// ClassOther is any error without a more specific class.
+	ClassOther ErrorClass = iota
+	// ClassSizeUnknown means the provider does not know a group's size; act on nothing.
+	ClassSizeUnknown
+	// ClassQuota means a quota (vCPU family, regional) stopped the request; back off long.
+	ClassQuota
+	// ClassOutOfCapacity means the cloud has no capacity for the SKU or zone now; back off shorter.
+	ClassOutOfCapacity
+	// ClassThrottled means the cloud throttled the caller; retry after the given time, no backoff.
+	ClassThrottled
+	// ClassConflict means a concurrent write; retry later, no backoff.
+	ClassConflict
+)
+
+func (c ErrorClass) String() string {
+	switch c {
+	case ClassSizeUnknown:
+		return "size-unknown"
+	case ClassQuota:
+		return "quota"
+	case ClassOutOfCapacity:
+		return "out-of-capacity"
+	case ClassThrottled:
+		return "throttled"
+	case ClassConflict:
+		return "conflict"
+	default:
+		return "other"
+	}
+}
+
+// Error is a classified cloud error. Code is the cloud's own error code
+// (e.g. ARM's "QuotaExceeded"); Err is the underlying error, if any.
+type Error struct {
+	Class ErrorClass
+	Code  string
+	Msg   string
+	Err   error
+}
+
+// NewError returns a classified error.
+func NewError(class ErrorClass, code, msg string, err error) *Error {
+	return &Error{Class: class, Code: code, Msg: msg, Err: err}
+}
+
+func (e *Error) Error() string {
+	s := e.Class.String()
+	if e.Code != "" {
+		s += " (" + e.Code + ")"
+	}
+	if e.Msg != "" {
+		s += ": " + e.Msg
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// ClassOf returns the class of the first classified error in err's chain, or
+// ClassOther.
+func ClassOf(err error) ErrorClass {
+	var ce *Error
+	if errors.As(err, &ce) {
+		return ce.Class
+	}
+	return ClassOther
+}
+
+// IsSizeUnknown reports whether err says a group's size is unknown.
+func IsSizeUnknown(err error) bool { return err != nil && ClassOf(err) == ClassSizeUnknown }
+
+// IsQuota reports whether err is a quota error.
+func IsQuota(err error) bool { return err != nil && ClassOf(err) == ClassQuota }
+
+// IsOutOfCapacity reports whether err says the cloud has no capacity.
+func IsOutOfCapacity(err error) bool { return err != nil && ClassOf(err) == ClassOutOfCapacity }
+
+// IsThrottled reports whether err is a throttling error.
+func IsThrottled(err error) bool { return err != nil && ClassOf(err) == ClassThrottled }
+
+// ErrSizeUnknown builds a size-unknown error for a group.
+func ErrSizeUnknown(group string, cause error) error {
+	return NewError(ClassSizeUnknown, "", fmt.Sprintf("size of node group %s is unknown", group), cause)
+}

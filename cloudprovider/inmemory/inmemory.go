@@ -1,0 +1,320 @@
+// Package inmemory is a cloud provider held in memory, for tests of the core
+// where the cloud is not the subject. It creates instances on IncreaseSize
+// and lets a test inject the failures a real cloud reports.
+package inmemory
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	apiv1 "k8s.io/api/core/v1"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+)
+
+// Provider is an in-memory CloudProvider. It is safe for concurrent use.
+type Provider struct {
+	mu     sync.Mutex
+	groups map[string]*Group
+	order  []string
+	// byProviderID maps an instance's provider ID to its group.
+	byProviderID map[string]*Group
+	nextID       int
+}
+
+// New returns an empty provider.
+func New() *Provider {
+	return &Provider{groups: map[string]*Group{}, byProviderID: map[string]*Group{}}
+}
+
+// GroupOption configures a group created by AddGroup.
+type GroupOption func(*Group)
+
+// WithTarget sets the group's initial target size; instances are created running.
+func WithTarget(n int) GroupOption { return func(g *Group) { g.initial = n } }
+
+// WithOptions sets the group's per-group option overrides.
+func WithOptions(f func(*cloudprovider.GroupOptions)) GroupOption {
+	return func(g *Group) { g.options = f }
+}
+
+// AddGroup adds a node group built from a template node.
+func (p *Provider) AddGroup(id string, minSize, maxSize int, template *apiv1.Node, opts ...GroupOption) *Group {
+	g := &Group{p: p, id: id, min: minSize, max: maxSize, template: template}
+	for _, o := range opts {
+		o(g)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.groups[id] = g
+	p.order = append(p.order, id)
+	for i := 0; i < g.initial; i++ {
+		p.addInstanceLocked(g, cloudprovider.InstanceRunning)
+	}
+	g.target = g.initial
+	return g
+}
+
+func (p *Provider) addInstanceLocked(g *Group, state cloudprovider.InstanceState) *instance {
+	p.nextID++
+	in := &instance{Instance: cloudprovider.Instance{
+		ProviderID: fmt.Sprintf("inmemory://%s/%d", g.id, p.nextID),
+		State:      state,
+	}}
+	g.instances = append(g.instances, in)
+	p.byProviderID[in.ProviderID] = g
+	return in
+}
+
+// Name implements cloudprovider.CloudProvider.
+func (p *Provider) Name() string { return "inmemory" }
+
+// NodeGroups implements cloudprovider.CloudProvider.
+func (p *Provider) NodeGroups() []cloudprovider.NodeGroup {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]cloudprovider.NodeGroup, 0, len(p.order))
+	for _, id := range p.order {
+		out = append(out, p.groups[id])
+	}
+	return out
+}
+
+// NodeGroupForNode implements cloudprovider.CloudProvider.
+func (p *Provider) NodeGroupForNode(node *apiv1.Node) (cloudprovider.NodeGroup, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if g, ok := p.byProviderID[node.Spec.ProviderID]; ok {
+		return g, nil
+	}
+	return nil, nil
+}
+
+// Refresh implements cloudprovider.CloudProvider; it counts calls.
+func (p *Provider) Refresh(context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, g := range p.groups {
+		g.refreshes++
+	}
+	return nil
+}
+
+// Group is an in-memory node group.
+type Group struct {
+	p        *Provider
+	id       string
+	min, max int
+	initial  int
+	target   int
+	template *apiv1.Node
+	options  func(*cloudprovider.GroupOptions)
+
+	instances []*instance
+	// failNext, when set, makes instances created by the next IncreaseSize fail.
+	failNext *cloudprovider.InstanceError
+	// increaseErr, when set, is returned by IncreaseSize.
+	increaseErr error
+	// sizeUnknown makes TargetSize fail.
+	sizeUnknown bool
+	// noInstances makes IncreaseSize raise the target without creating instances.
+	noInstances bool
+
+	increases []int
+	deleted   []string
+	refreshes int
+}
+
+type instance struct {
+	cloudprovider.Instance
+}
+
+// ID implements cloudprovider.NodeGroup.
+func (g *Group) ID() string { return g.id }
+
+// MinSize implements cloudprovider.NodeGroup.
+func (g *Group) MinSize() int { return g.min }
+
+// MaxSize implements cloudprovider.NodeGroup.
+func (g *Group) MaxSize() int { return g.max }
+
+// TargetSize implements cloudprovider.NodeGroup.
+func (g *Group) TargetSize() (int, error) {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	if g.sizeUnknown {
+		return 0, cloudprovider.ErrSizeUnknown(g.id, nil)
+	}
+	return g.target, nil
+}
+
+// IncreaseSize implements cloudprovider.NodeGroup.
+func (g *Group) IncreaseSize(_ context.Context, delta int) error {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	if delta <= 0 {
+		return fmt.Errorf("increase of node group %s must be positive, got %d", g.id, delta)
+	}
+	if g.increaseErr != nil {
+		return g.increaseErr
+	}
+	if g.target+delta > g.max {
+		return fmt.Errorf("increase of node group %s by %d exceeds max %d (target %d)", g.id, delta, g.max, g.target)
+	}
+	g.target += delta
+	g.increases = append(g.increases, delta)
+	if g.noInstances {
+		return nil
+	}
+	for i := 0; i < delta; i++ {
+		in := g.p.addInstanceLocked(g, cloudprovider.InstanceCreating)
+		if g.failNext != nil {
+			e := *g.failNext
+			in.Error = &e
+		}
+	}
+	g.failNext = nil
+	return nil
+}
+
+// DeleteNodes implements cloudprovider.NodeGroup.
+func (g *Group) DeleteNodes(_ context.Context, providerIDs []string) error {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	want := map[string]bool{}
+	for _, id := range providerIDs {
+		if g.p.byProviderID[id] != g {
+			return fmt.Errorf("instance %s is not in node group %s", id, g.id)
+		}
+		want[id] = true
+	}
+	kept := g.instances[:0]
+	for _, in := range g.instances {
+		if want[in.ProviderID] {
+			delete(g.p.byProviderID, in.ProviderID)
+			g.deleted = append(g.deleted, in.ProviderID)
+			g.target--
+			continue
+		}
+		kept = append(kept, in)
+	}
+	g.instances = kept
+	return nil
+}
+
+// DecreaseTargetSize implements cloudprovider.NodeGroup.
+func (g *Group) DecreaseTargetSize(_ context.Context, delta int) error {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	if delta >= 0 {
+		return fmt.Errorf("decrease of node group %s must be negative, got %d", g.id, delta)
+	}
+	if g.target+delta < len(g.instances) {
+		return fmt.Errorf("decrease of node group %s by %d would delete existing instances (target %d, instances %d)", g.id, -delta, g.target, len(g.instances))
+	}
+	g.target += delta
+	return nil
+}
+
+// Instances implements cloudprovider.NodeGroup.
+func (g *Group) Instances() ([]cloudprovider.Instance, error) {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	out := make([]cloudprovider.Instance, 0, len(g.instances))
+	for _, in := range g.instances {
+		c := in.Instance
+		if in.Error != nil {
+			e := *in.Error
+			c.Error = &e
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// TemplateNode implements cloudprovider.NodeGroup.
+func (g *Group) TemplateNode() (*apiv1.Node, error) {
+	if g.template == nil {
+		return nil, fmt.Errorf("node group %s has no template", g.id)
+	}
+	return g.template.DeepCopy(), nil
+}
+
+// Options implements cloudprovider.NodeGroup.
+func (g *Group) Options(defaults cloudprovider.GroupOptions) cloudprovider.GroupOptions {
+	if g.options != nil {
+		g.options(&defaults)
+	}
+	return defaults
+}
+
+// --- test controls ---
+
+// FailNextCreation makes the instances created by the next IncreaseSize report err.
+func (g *Group) FailNextCreation(class cloudprovider.ErrorClass, code, msg string) {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	g.failNext = &cloudprovider.InstanceError{Class: class, Code: code, Message: msg}
+}
+
+// SetIncreaseError makes IncreaseSize return err (nil to clear).
+func (g *Group) SetIncreaseError(err error) {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	g.increaseErr = err
+}
+
+// SetSizeUnknown makes TargetSize fail with a size-unknown error.
+func (g *Group) SetSizeUnknown(v bool) {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	g.sizeUnknown = v
+}
+
+// SetNoInstances makes IncreaseSize raise the target without creating instances,
+// as a cloud that accepted a request but never started the machines.
+func (g *Group) SetNoInstances(v bool) {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	g.noInstances = v
+}
+
+// MarkRunning moves every creating instance without error to running.
+func (g *Group) MarkRunning() {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	for _, in := range g.instances {
+		if in.State == cloudprovider.InstanceCreating && in.Error == nil {
+			in.State = cloudprovider.InstanceRunning
+		}
+	}
+}
+
+// Increases returns the deltas IncreaseSize accepted, in order.
+func (g *Group) Increases() []int {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	return append([]int(nil), g.increases...)
+}
+
+// Deleted returns the provider IDs DeleteNodes removed, sorted.
+func (g *Group) Deleted() []string {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	out := append([]string(nil), g.deleted...)
+	sort.Strings(out)
+	return out
+}
+
+// ProviderIDs returns the provider IDs of the group's current instances.
+func (g *Group) ProviderIDs() []string {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	out := make([]string, 0, len(g.instances))
+	for _, in := range g.instances {
+		out = append(out, in.ProviderID)
+	}
+	return out
+}
