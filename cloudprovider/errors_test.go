@@ -9,8 +9,8 @@ import (
 func TestErrorClassHelpers(t *testing.T) {
 	base := errors.New("boom")
 	tests := []struct {
-		name                                     string
-		err                                      error
+		name                                    string
+		err                                     error
 		sizeUnknown, quota, capacity, throttled bool
 	}{
 		{name: "nil", err: nil},

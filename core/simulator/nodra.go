@@ -41,9 +41,9 @@ func (noClaims) SignalClaimPendingAllocation(types.UID, *resourceapi.ResourceCla
 	return nil
 }
 func (noClaims) GetPendingAllocation(types.UID) *resourceapi.AllocationResult { return nil }
-func (noClaims) MaybeRemoveClaimPendingAllocation(types.UID, bool) bool     { return false }
-func (noClaims) AssumeClaimAfterAPICall(*resourceapi.ResourceClaim) error   { return nil }
-func (noClaims) AssumedClaimRestore(string, string)                         {}
+func (noClaims) MaybeRemoveClaimPendingAllocation(types.UID, bool) bool       { return false }
+func (noClaims) AssumeClaimAfterAPICall(*resourceapi.ResourceClaim) error     { return nil }
+func (noClaims) AssumedClaimRestore(string, string)                           {}
 
 type noSlices struct{}
 

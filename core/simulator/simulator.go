@@ -29,14 +29,14 @@ import (
 // model persistent volumes.
 func FilterPlugins() []string {
 	return []string{
-	names.NodeUnschedulable,
-	names.NodeName,
-	names.TaintToleration,
-	names.NodeAffinity,
-	names.NodePorts,
-	names.NodeResourcesFit,
-	names.PodTopologySpread,
-	names.InterPodAffinity,
+		names.NodeUnschedulable,
+		names.NodeName,
+		names.TaintToleration,
+		names.NodeAffinity,
+		names.NodePorts,
+		names.NodeResourcesFit,
+		names.PodTopologySpread,
+		names.InterPodAffinity,
 	}
 }
 
@@ -57,8 +57,8 @@ type Simulator struct {
 // simulated now.
 type switchLister struct{ fork *snapshot.Fork }
 
-func (l *switchLister) NodeInfos() fwk.NodeInfoLister         { return l.fork.NodeInfos() }
-func (l *switchLister) StorageInfos() fwk.StorageInfoLister   { return l.fork.StorageInfos() }
+func (l *switchLister) NodeInfos() fwk.NodeInfoLister           { return l.fork.NodeInfos() }
+func (l *switchLister) StorageInfos() fwk.StorageInfoLister     { return l.fork.StorageInfos() }
 func (l *switchLister) PodGroupStates() fwk.PodGroupStateLister { return l.fork.PodGroupStates() }
 
 // initMetricsOnce guards the scheduler package's own metric globals, which

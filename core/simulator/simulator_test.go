@@ -56,17 +56,17 @@ func pods(n int, prefix string, opts ...to.PodOption) []*apiv1.Pod {
 func TestFitOnNodes(t *testing.T) {
 	sim := newSim(t)
 	tests := []struct {
-		name     string
-		nodes    []*apiv1.Node
-		bound    []*apiv1.Pod
-		pending  []*apiv1.Pod
-		want     int
-		wantWhy  string // reason from CheckPod on node 0 when want == 0
+		name    string
+		nodes   []*apiv1.Node
+		bound   []*apiv1.Pod
+		pending []*apiv1.Pod
+		want    int
+		wantWhy string // reason from CheckPod on node 0 when want == 0
 	}{
 		{name: "fits by resources", nodes: []*apiv1.Node{to.Node("n1", "4", "8Gi")},
 			pending: pods(3, "web", to.Requests("1", "1Gi")), want: 3},
 		{name: "partially fits", nodes: []*apiv1.Node{to.Node("n1", "4", "8Gi")},
-			bound: []*apiv1.Pod{to.Pod("old", to.Requests("3", "1Gi"), to.OnNode("n1"))},
+			bound:   []*apiv1.Pod{to.Pod("old", to.Requests("3", "1Gi"), to.OnNode("n1"))},
 			pending: pods(3, "web", to.Requests("1", "1Gi")), want: 1},
 		{name: "gpu pod on cpu node", nodes: []*apiv1.Node{to.Node("n1", "64", "256Gi")},
 			pending: pods(1, "train", to.Requests("1", "1Gi"), to.GPUs(8)), want: 0, wantWhy: "Insufficient nvidia.com/gpu"},
