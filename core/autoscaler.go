@@ -1,0 +1,201 @@
+// Package core is the autoscaler's loop: it reads the informer caches and
+// the cloud provider's cache, simulates scheduling with the kube-scheduler
+// framework, and decides which node groups to scale.
+package core
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	apiv1 "k8s.io/api/core/v1"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/snapshot"
+)
+
+// Listers are the informer caches the loop reads. The loop never lists
+// from the API server.
+type Listers struct {
+	Nodes      corelisters.NodeLister
+	Pods       corelisters.PodLister
+	DaemonSets appslisters.DaemonSetLister
+	// ConfigMaps lists ConfigMaps in the autoscaler's namespace (priority
+	// expander); nil when not watched.
+	ConfigMaps corelisters.ConfigMapNamespaceLister
+}
+
+// Deps are what the autoscaler is built from.
+type Deps struct {
+	Options   Options
+	Provider  cloudprovider.CloudProvider
+	Listers   Listers
+	Simulator *simulator.Simulator
+	Recorder  record.EventRecorder
+	Status    StatusWriter // nil: no status ConfigMap
+	Metrics   *Metrics
+	Clock     clock.Clock
+	Rand      *rand.Rand
+}
+
+// Autoscaler runs the loop. RunOnce must not be called concurrently.
+type Autoscaler struct {
+	opts      Options
+	provider  cloudprovider.CloudProvider
+	listers   Listers
+	sim       *simulator.Simulator
+	rec       record.EventRecorder
+	status    StatusWriter
+	metrics   *Metrics
+	clock     clock.Clock
+	builder   *snapshot.Builder
+	registry  *clusterstate.Registry
+	planner   *scaleup.Planner
+	templates *templates
+	events    *podEvents
+	priority  priorityCache
+	epoch     uint64
+
+	lastStatus string
+
+	mu          sync.Mutex
+	lastSuccess time.Time
+	lastRun     time.Time
+}
+
+// New builds an autoscaler.
+func New(d Deps) (*Autoscaler, error) {
+	if err := d.Options.Validate(); err != nil {
+		return nil, err
+	}
+	if d.Clock == nil {
+		d.Clock = clock.RealClock{}
+	}
+	if d.Rand == nil {
+		d.Rand = rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	}
+	a := &Autoscaler{
+		opts:      d.Options,
+		provider:  d.Provider,
+		listers:   d.Listers,
+		sim:       d.Simulator,
+		rec:       d.Recorder,
+		status:    d.Status,
+		metrics:   d.Metrics,
+		clock:     d.Clock,
+		builder:   snapshot.NewBuilder(d.Options.GPUResourceName),
+		templates: newTemplates(),
+		events:    newPodEvents(d.Recorder, d.Options.MaxPodEventsPerLoop, d.Options.PodEventInterval),
+	}
+	a.registry = clusterstate.NewRegistry(clusterstate.Options{
+		MaxNodeProvisionTime: d.Options.MaxNodeProvisionTime,
+		MaxNodeStartupTime:   d.Options.MaxNodeStartupTime,
+		Backoff: clusterstate.BackoffOptions{
+			Initial: d.Options.InitialNodeGroupBackoffDuration,
+			Max:     d.Options.MaxNodeGroupBackoffDuration,
+			Reset:   d.Options.NodeGroupBackoffResetTimeout,
+		},
+		GroupDefaults: cloudprovider.GroupOptions{MaxNodeProvisionTime: d.Options.MaxNodeProvisionTime},
+	})
+	chain, err := scaleup.NewChain(d.Options.Expanders, d.Options.GPUResourceName, a.priorities, d.Rand)
+	if err != nil {
+		return nil, err
+	}
+	a.planner = &scaleup.Planner{Estimator: &scaleup.Estimator{Sim: d.Simulator}, Expander: chain}
+	return a, nil
+}
+
+// loop is the state of one RunOnce, handed from phase to phase.
+type loop struct {
+	now     time.Time
+	epoch   uint64
+	nodes   []*apiv1.Node
+	snap    *snapshot.Snapshot
+	unbound []*apiv1.Pod
+	groupOf map[string]cloudprovider.NodeGroup // node name → group
+	groups  []cloudprovider.NodeGroup
+	actions clusterstate.Actions
+	// results for status and metrics
+	unschedulable int
+	awaiting      int
+	scaleUp       scaleup.Result
+}
+
+type phase struct {
+	name string
+	run  func(context.Context, *loop) error
+}
+
+// RunOnce runs one loop: read the cloud and the cluster, update the
+// cluster state and act on failures, scale up, write the status.
+func (a *Autoscaler) RunOnce(ctx context.Context) error {
+	start := a.clock.Now()
+	a.epoch++
+	l := &loop{now: start, epoch: a.epoch}
+	phases := []phase{
+		{"cloud-refresh", a.refreshCloud},
+		{"snapshot", a.takeSnapshot},
+		{"cluster-state", a.updateClusterState},
+		{"scale-up", a.scaleUp},
+		{"status", a.writeStatus},
+	}
+	for _, p := range phases {
+		t := a.clock.Now()
+		err := p.run(ctx, l)
+		a.metrics.PhaseDuration.WithLabelValues(p.name).Observe(a.clock.Since(t).Seconds())
+		if err != nil {
+			a.metrics.LoopErrors.WithLabelValues(p.name).Inc()
+			a.recordRun(start, false)
+			return fmt.Errorf("phase %s: %w", p.name, err)
+		}
+	}
+	a.metrics.LoopDuration.Observe(a.clock.Since(start).Seconds())
+	a.recordRun(start, true)
+	return nil
+}
+
+func (a *Autoscaler) recordRun(t time.Time, ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.lastRun = t
+	if ok {
+		a.lastSuccess = t
+		a.metrics.LastSuccessfulLoop.Set(float64(t.Unix()))
+	}
+}
+
+// LastSuccess is the start time of the last loop that completed.
+func (a *Autoscaler) LastSuccess() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastSuccess
+}
+
+// Run calls RunOnce every ScanInterval until ctx ends.
+func (a *Autoscaler) Run(ctx context.Context) {
+	t := clock.RealClock{}.NewTicker(a.opts.ScanInterval)
+	if wt, ok := a.clock.(clock.WithTicker); ok {
+		t = wt.NewTicker(a.opts.ScanInterval)
+	}
+	defer t.Stop()
+	for {
+		if err := a.RunOnce(ctx); err != nil {
+			klog.FromContext(ctx).Error(err, "Autoscaler loop failed")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+	}
+}

@@ -1,0 +1,73 @@
+package core
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the autoscaler's Prometheus metrics, all prefixed
+// vmss_autoscaler_. They are registered on the registry given to
+// NewMetrics, never on a global one.
+type Metrics struct {
+	LoopDuration       prometheus.Histogram
+	PhaseDuration      *prometheus.HistogramVec
+	LoopErrors         *prometheus.CounterVec
+	LastSuccessfulLoop prometheus.Gauge
+	UnschedulablePods  prometheus.Gauge
+	PodsAwaitingNodes  prometheus.Gauge
+	Nodes              *prometheus.GaugeVec
+	TargetSize         *prometheus.GaugeVec
+	MinSize            *prometheus.GaugeVec
+	MaxSize            *prometheus.GaugeVec
+	ScaleUps           *prometheus.CounterVec
+	ScaledUpNodes      *prometheus.CounterVec
+	FailedScaleUps     *prometheus.CounterVec
+	Backoff            *prometheus.GaugeVec
+	SizeUnknown        *prometheus.CounterVec
+	SnapshotRebuilt    prometheus.Gauge
+}
+
+// NewMetrics creates the metrics and registers them on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	const ns = "vmss_autoscaler"
+	loopBuckets := []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30}
+	m := &Metrics{
+		LoopDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "loop_duration_seconds",
+			Help: "Duration of one autoscaler loop.", Buckets: loopBuckets}),
+		PhaseDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "phase_duration_seconds",
+			Help: "Duration of each phase of the loop.", Buckets: loopBuckets}, []string{"phase"}),
+		LoopErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "loop_errors_total",
+			Help: "Loops that ended in error, by the phase that failed."}, []string{"phase"}),
+		LastSuccessfulLoop: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "last_successful_loop_timestamp_seconds",
+			Help: "Unix time of the last loop that completed without error."}),
+		UnschedulablePods: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "unschedulable_pods",
+			Help: "Pods the scheduler marked unschedulable, past the scale-up delay."}),
+		PodsAwaitingNodes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "pods_awaiting_upcoming_nodes",
+			Help: "Unschedulable pods that fit on nodes already requested."}),
+		Nodes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "nodes",
+			Help: "Nodes and machines per node group by state (ready, unready, not_started, unregistered, long_unregistered, in_error, deleting, upcoming)."},
+			[]string{"node_group", "state"}),
+		TargetSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "node_group_target_size",
+			Help: "Target size of each node group; absent while unknown."}, []string{"node_group"}),
+		MinSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "node_group_min_size",
+			Help: "Minimum size of each node group."}, []string{"node_group"}),
+		MaxSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "node_group_max_size",
+			Help: "Maximum size of each node group."}, []string{"node_group"}),
+		ScaleUps: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "scale_ups_total",
+			Help: "Successful scale-up requests per node group."}, []string{"node_group"}),
+		ScaledUpNodes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "scaled_up_nodes_total",
+			Help: "Nodes requested by successful scale-ups per node group."}, []string{"node_group"}),
+		FailedScaleUps: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "failed_scale_ups_total",
+			Help: "Failed scale-ups per node group and reason (quota, out-of-capacity, provision-timeout, instance-error, throttled, conflict, other)."},
+			[]string{"node_group", "reason"}),
+		Backoff: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "node_group_backoff",
+			Help: "1 while a node group is backed off after a failed scale-up."}, []string{"node_group"}),
+		SizeUnknown: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "node_group_size_unknown_total",
+			Help: "Loops that skipped a node group because its size was unknown."}, []string{"node_group"}),
+		SnapshotRebuilt: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "snapshot_rebuilt_nodes",
+			Help: "Nodes whose scheduler view was rebuilt in the last loop (the rest were unchanged)."}),
+	}
+	reg.MustRegister(m.LoopDuration, m.PhaseDuration, m.LoopErrors, m.LastSuccessfulLoop, m.UnschedulablePods,
+		m.PodsAwaitingNodes, m.Nodes, m.TargetSize, m.MinSize, m.MaxSize, m.ScaleUps, m.ScaledUpNodes,
+		m.FailedScaleUps, m.Backoff, m.SizeUnknown, m.SnapshotRebuilt)
+	return m
+}

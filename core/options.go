@@ -1,0 +1,112 @@
+package core
+
+import (
+	"fmt"
+	"time"
+
+	apiv1 "k8s.io/api/core/v1"
+)
+
+// Options are the autoscaler's settings. Flag names (in main) follow
+// cluster-autoscaler's where the meaning is the same.
+type Options struct {
+	// ScanInterval is the time between loops (--scan-interval).
+	ScanInterval time.Duration
+	// MaxNodesTotal caps the cluster's node count, 0 for no cap (--max-nodes-total).
+	MaxNodesTotal int
+	// Expanders is the expander chain (--expander=priority,least-waste).
+	Expanders []string
+	// NewPodScaleUpDelay is how long a pod must have existed before it may
+	// trigger a scale-up (--new-pod-scale-up-delay): it lets a burst of pods
+	// (a gang, a Job) arrive so one scale-up covers them all.
+	NewPodScaleUpDelay time.Duration
+	// MaxNodeProvisionTime is how long a new machine may take to register
+	// before its scale-up counts as failed (--max-node-provision-time).
+	MaxNodeProvisionTime time.Duration
+	// MaxNodeStartupTime is how long a registered node may stay not ready
+	// and still count as starting (--max-node-startup-time).
+	MaxNodeStartupTime time.Duration
+	// Backoff of groups whose scale-up failed.
+	InitialNodeGroupBackoffDuration time.Duration
+	MaxNodeGroupBackoffDuration     time.Duration
+	NodeGroupBackoffResetTimeout    time.Duration
+	// GPUResourceName is the extended resource counted as GPUs.
+	GPUResourceName apiv1.ResourceName
+	// GPUGroupsForGPUPodsOnly keeps pods that request no GPU from scaling up
+	// groups of GPU machines (--gpu-groups-for-gpu-pods-only).
+	GPUGroupsForGPUPodsOnly bool
+	// Namespace holds the status and priority ConfigMaps.
+	Namespace string
+	// StatusConfigMapName is the status ConfigMap; WriteStatusConfigMap turns it on.
+	StatusConfigMapName  string
+	WriteStatusConfigMap bool
+	// PriorityConfigMapName is the priority expander's ConfigMap.
+	PriorityConfigMapName string
+	// MaxPodEventsPerLoop caps pod events (TriggeredScaleUp,
+	// NotTriggerScaleUp) written per loop; an unchanged event for a pod is
+	// repeated at most every PodEventInterval.
+	MaxPodEventsPerLoop int
+	PodEventInterval    time.Duration
+}
+
+// DefaultOptions returns the defaults, safe for a 7,500-node cluster.
+func DefaultOptions() Options {
+	return Options{
+		ScanInterval:                    10 * time.Second,
+		Expanders:                       []string{"least-waste"},
+		NewPodScaleUpDelay:              5 * time.Second,
+		MaxNodeProvisionTime:            15 * time.Minute,
+		MaxNodeStartupTime:              15 * time.Minute,
+		InitialNodeGroupBackoffDuration: 5 * time.Minute,
+		MaxNodeGroupBackoffDuration:     30 * time.Minute,
+		NodeGroupBackoffResetTimeout:    3 * time.Hour,
+		GPUResourceName:                 "nvidia.com/gpu",
+		GPUGroupsForGPUPodsOnly:         true,
+		Namespace:                       "kube-system",
+		StatusConfigMapName:             "vmss-autoscaler-status",
+		WriteStatusConfigMap:            true,
+		PriorityConfigMapName:           "vmss-autoscaler-priority-expander",
+		MaxPodEventsPerLoop:             200,
+		PodEventInterval:                10 * time.Minute,
+	}
+}
+
+// Validate checks the options and names the flag at fault.
+func (o Options) Validate() error {
+	pos := []struct {
+		flag string
+		v    time.Duration
+	}{
+		{"--scan-interval", o.ScanInterval},
+		{"--max-node-provision-time", o.MaxNodeProvisionTime},
+		{"--max-node-startup-time", o.MaxNodeStartupTime},
+		{"--initial-node-group-backoff-duration", o.InitialNodeGroupBackoffDuration},
+		{"--max-node-group-backoff-duration", o.MaxNodeGroupBackoffDuration},
+		{"--node-group-backoff-reset-timeout", o.NodeGroupBackoffResetTimeout},
+	}
+	for _, p := range pos {
+		if p.v <= 0 {
+			return fmt.Errorf("%s: must be positive, got %s", p.flag, p.v)
+		}
+	}
+	if o.NewPodScaleUpDelay < 0 {
+		return fmt.Errorf("--new-pod-scale-up-delay: must not be negative, got %s", o.NewPodScaleUpDelay)
+	}
+	if o.MaxNodeGroupBackoffDuration < o.InitialNodeGroupBackoffDuration {
+		return fmt.Errorf("--max-node-group-backoff-duration: %s is shorter than --initial-node-group-backoff-duration %s",
+			o.MaxNodeGroupBackoffDuration, o.InitialNodeGroupBackoffDuration)
+	}
+	if o.MaxNodesTotal < 0 {
+		return fmt.Errorf("--max-nodes-total: must not be negative, got %d", o.MaxNodesTotal)
+	}
+	if o.MaxPodEventsPerLoop < 0 {
+		return fmt.Errorf("--max-pod-events-per-loop: must not be negative, got %d", o.MaxPodEventsPerLoop)
+	}
+	if o.GPUResourceName == "" {
+		return fmt.Errorf("--gpu-resource-name: must not be empty")
+	}
+	if o.Namespace == "" {
+		return fmt.Errorf("--namespace: must not be empty")
+	}
+	return nil
+}

@@ -1,0 +1,100 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
+)
+
+// updateClusterState recomputes each group's readiness, then removes what
+// failed: machines whose creation failed, machines that never registered,
+// and requested machines the cloud never created. Their groups are backed
+// off by the registry, so the scale-up phase of this same loop sends the
+// pods elsewhere.
+func (a *Autoscaler) updateClusterState(ctx context.Context, l *loop) error {
+	logger := klog.FromContext(ctx)
+	act := a.registry.Update(l.now, l.groups, l.nodes, func(n *apiv1.Node) cloudprovider.NodeGroup { return l.groupOf[n.Name] })
+	l.actions = act
+	byID := make(map[string]cloudprovider.NodeGroup, len(l.groups))
+	for _, g := range l.groups {
+		byID[g.ID()] = g
+	}
+	for _, f := range act.Failures {
+		a.metrics.FailedScaleUps.WithLabelValues(f.Group, f.Reason).Inc()
+		logger.Info("Scale-up failed", "nodeGroup", f.Group, "reason", f.Reason, "class", f.Class.String(), "message", f.Message)
+		a.groupEvent(apiv1.EventTypeWarning, EventFailedScaleUp, fmt.Sprintf("node group %s: %s", f.Group, f.Message))
+	}
+	for _, id := range sortedKeys(act.Delete) {
+		ids := act.Delete[id]
+		if err := byID[id].DeleteNodes(ctx, ids); err != nil {
+			// Retried next loop; the group's backoff is not extended again.
+			a.registry.RetryDelete(ids)
+			logger.Error(err, "Deleting failed machines", "nodeGroup", id, "count", len(ids))
+			continue
+		}
+		logger.Info("Deleted failed machines", "nodeGroup", id, "count", len(ids))
+	}
+	for _, id := range sortedKeys(act.DecreaseTarget) {
+		delta := act.DecreaseTarget[id]
+		if err := byID[id].DecreaseTargetSize(ctx, delta); err != nil {
+			logger.Error(err, "Lowering target for machines never created", "nodeGroup", id, "delta", delta)
+			continue
+		}
+		logger.Info("Lowered target for machines never created", "nodeGroup", id, "delta", delta)
+	}
+	for _, gs := range a.registry.Groups() {
+		a.publishGroupMetrics(gs)
+		if gs.SizeError != nil {
+			a.metrics.SizeUnknown.WithLabelValues(gs.ID).Inc()
+			logger.Info("Skipping node group with unknown size", "nodeGroup", gs.ID, "err", gs.SizeError.Error())
+		}
+	}
+	return nil
+}
+
+func (a *Autoscaler) publishGroupMetrics(gs *clusterstate.GroupState) {
+	r := gs.Readiness
+	for state, v := range map[string]int{
+		"ready": r.Ready, "unready": r.Unready, "not_started": r.NotStarted, "unregistered": r.Unregistered,
+		"long_unregistered": r.LongUnregistered, "in_error": r.InError, "deleting": r.Deleting, "upcoming": r.Upcoming,
+	} {
+		a.metrics.Nodes.WithLabelValues(gs.ID, state).Set(float64(v))
+	}
+	if r.TargetKnown {
+		a.metrics.TargetSize.WithLabelValues(gs.ID).Set(float64(r.Target))
+	} else {
+		a.metrics.TargetSize.DeleteLabelValues(gs.ID)
+	}
+	a.metrics.MinSize.WithLabelValues(gs.ID).Set(float64(gs.Min))
+	a.metrics.MaxSize.WithLabelValues(gs.ID).Set(float64(gs.Max))
+	b := 0.0
+	if gs.Backoff.Active {
+		b = 1
+	}
+	a.metrics.Backoff.WithLabelValues(gs.ID).Set(b)
+}
+
+// groupEvent records an event on the status ConfigMap, where CA also puts
+// its node-group events.
+func (a *Autoscaler) groupEvent(eventType, reason, msg string) {
+	if a.rec == nil {
+		return
+	}
+	ref := &apiv1.ObjectReference{APIVersion: "v1", Kind: "ConfigMap", Namespace: a.opts.Namespace, Name: a.opts.StatusConfigMapName}
+	a.rec.Event(ref, eventType, reason, msg)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

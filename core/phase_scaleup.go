@@ -1,0 +1,233 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
+)
+
+// scaleUp finds the unschedulable pods that fit neither on ready nodes nor
+// on nodes already coming, and asks node groups for the nodes they need.
+func (a *Autoscaler) scaleUp(ctx context.Context, l *loop) error {
+	logger := klog.FromContext(ctx)
+	a.events.startLoop()
+	defer a.events.forget(l.epoch)
+	pending := a.pendingPods(l)
+	l.unschedulable = len(pending)
+	a.metrics.UnschedulablePods.Set(float64(len(pending)))
+	if len(pending) == 0 {
+		a.metrics.PodsAwaitingNodes.Set(0)
+		return nil
+	}
+	dss, err := a.listers.DaemonSets.List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("listing DaemonSets from cache: %w", err)
+	}
+	groups := simulator.GroupPods(pending, a.opts.GPUResourceName)
+	fork := l.snap.Fork()
+	cands := make([]scaleup.Candidate, 0, len(l.groups))
+	var candidates []int
+	for i := 0; i < l.snap.Len(); i++ {
+		if clusterstate.IsReady(l.snap.NodeInfo(i).Node()) {
+			candidates = append(candidates, i)
+		}
+	}
+	upcomingTotal := 0
+	for _, g := range l.groups {
+		c, tmpl := a.candidate(ctx, g, dss, l.now)
+		cands = append(cands, c)
+		gs := a.registry.Group(g.ID())
+		if gs == nil || tmpl == nil {
+			continue
+		}
+		upcomingTotal += gs.Readiness.Upcoming
+		for i := 0; i < gs.Readiness.Upcoming; i++ {
+			idx, err := fork.AddNode(scaleup.CloneTemplate(tmpl, "upcoming-"+g.ID()+"-"+strconv.Itoa(i)))
+			if err != nil {
+				return fmt.Errorf("adding upcoming node of group %s: %w", g.ID(), err)
+			}
+			candidates = append(candidates, idx)
+		}
+	}
+	// Existing and coming nodes first: what fits there needs no new node.
+	var rest []scaleup.Pending
+	awaiting := 0
+	for _, g := range groups {
+		placed := a.sim.FitOnNodes(ctx, fork, g, 0, candidates, func(_, node int) {
+			if node >= l.snap.Len() {
+				awaiting++
+			}
+		})
+		if placed < len(g.Pods) {
+			rest = append(rest, scaleup.Pending{G: g, From: placed})
+		}
+	}
+	l.awaiting = awaiting
+	a.metrics.PodsAwaitingNodes.Set(float64(awaiting))
+	if len(rest) == 0 {
+		logger.V(2).Info("All unschedulable pods fit on existing or upcoming nodes", "pods", len(pending), "awaitingUpcoming", awaiting)
+		return nil
+	}
+	maxNew := int(^uint(0) >> 1)
+	if a.opts.MaxNodesTotal > 0 {
+		maxNew = a.opts.MaxNodesTotal - len(l.nodes) - upcomingTotal
+	}
+	res := a.planner.Plan(ctx, fork, rest, cands, maxNew, increaser{a: a, l: l})
+	l.scaleUp = res
+	a.reportScaleUp(ctx, l, res)
+	return nil
+}
+
+// pendingPods are the unbound pods the scheduler marked unschedulable,
+// older than the scale-up delay, not being deleted, and not waiting for a
+// node the scheduler nominated after preempting.
+func (a *Autoscaler) pendingPods(l *loop) []*apiv1.Pod {
+	var out []*apiv1.Pod
+	for _, p := range l.unbound {
+		if p.DeletionTimestamp != nil || !isUnschedulable(p) {
+			continue
+		}
+		if l.now.Sub(p.CreationTimestamp.Time) < a.opts.NewPodScaleUpDelay {
+			continue
+		}
+		if n := p.Status.NominatedNodeName; n != "" {
+			if _, ok := l.snap.Index(n); ok {
+				continue
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func isUnschedulable(p *apiv1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == apiv1.PodScheduled {
+			return c.Status == apiv1.ConditionFalse && c.Reason == apiv1.PodReasonUnschedulable
+		}
+	}
+	return false
+}
+
+// candidate describes a group to the planner, or why it is skipped.
+func (a *Autoscaler) candidate(ctx context.Context, g cloudprovider.NodeGroup, dss []*appsv1.DaemonSet, now time.Time) (scaleup.Candidate, fwk.NodeInfo) {
+	c := scaleup.Candidate{Group: g.ID()}
+	gs := a.registry.Group(g.ID())
+	switch {
+	case gs == nil:
+		c.Skip = "node group not known to the cluster state yet"
+		return c, nil
+	case gs.SizeError != nil || !gs.Readiness.TargetKnown:
+		c.Skip = "node group size unknown"
+		return c, nil
+	}
+	tmpl, err := a.templates.build(ctx, a, g, dss)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Skipping node group without template", "nodeGroup", g.ID())
+		c.Skip = "no template node: " + err.Error()
+		return c, nil
+	}
+	switch {
+	case gs.Backoff.Active:
+		c.Skip = fmt.Sprintf("node group in backoff until %s after %s", gs.Backoff.Until.UTC().Format(time.RFC3339), backoffWhy(gs.Backoff))
+		return c, tmpl
+	case gs.Readiness.Target >= gs.Max:
+		c.Skip = fmt.Sprintf("node group %s at max size %d", g.ID(), gs.Max)
+		return c, tmpl
+	}
+	c.Template = tmpl
+	c.Limit = gs.Max - gs.Readiness.Target
+	c.GPUPodsOnly = a.opts.GPUGroupsForGPUPodsOnly && tmpl.GetAllocatable().GetScalarResources()[a.opts.GPUResourceName] > 0
+	return c, tmpl
+}
+
+func backoffWhy(b clusterstate.BackoffStatus) string {
+	switch b.Class {
+	case cloudprovider.ClassQuota:
+		return "quota error"
+	case cloudprovider.ClassOutOfCapacity:
+		return "out-of-capacity error"
+	default:
+		return "failed scale-up"
+	}
+}
+
+// increaser is the loop's only cloud write for scale-up.
+type increaser struct {
+	a *Autoscaler
+	l *loop
+}
+
+func (in increaser) IncreaseSize(ctx context.Context, group string, delta int) error {
+	var g cloudprovider.NodeGroup
+	for _, x := range in.l.groups {
+		if x.ID() == group {
+			g = x
+		}
+	}
+	if g == nil {
+		return fmt.Errorf("node group %s not found", group)
+	}
+	logger := klog.FromContext(ctx)
+	if err := g.IncreaseSize(ctx, delta); err != nil {
+		class := cloudprovider.ClassOf(err)
+		reason := class.String()
+		switch class {
+		case cloudprovider.ClassThrottled, cloudprovider.ClassConflict:
+			// Retry next loop; a throttled or busy cloud is not the group's fault.
+		default:
+			in.a.registry.RegisterFailedScaleUp(group, class, err.Error(), in.l.now)
+		}
+		in.a.metrics.FailedScaleUps.WithLabelValues(group, reason).Inc()
+		logger.Error(err, "Scale-up failed", "nodeGroup", group, "delta", delta, "class", reason)
+		in.a.groupEvent(apiv1.EventTypeWarning, EventFailedScaleUp, fmt.Sprintf("node group %s: increase by %d failed: %v", group, delta, err))
+		return fmt.Errorf("increasing node group %s by %d: %w", group, delta, err)
+	}
+	in.a.registry.RegisterScaleUp(group, delta, in.l.now)
+	in.a.metrics.ScaleUps.WithLabelValues(group).Inc()
+	in.a.metrics.ScaledUpNodes.WithLabelValues(group).Add(float64(delta))
+	gs := in.a.registry.Group(group)
+	logger.Info("Scaled up node group", "nodeGroup", group, "delta", delta, "target", gs.Readiness.Target, "max", gs.Max)
+	in.a.groupEvent(apiv1.EventTypeNormal, EventScaledUpGroup,
+		fmt.Sprintf("Scale-up: node group %s size set to %d instead of %d (max: %d)", group, gs.Readiness.Target, gs.Readiness.Target-delta, gs.Max))
+	return nil
+}
+
+// reportScaleUp writes the pod events and the summary log line.
+func (a *Autoscaler) reportScaleUp(ctx context.Context, l *loop, res scaleup.Result) {
+	for _, su := range res.ScaleUps {
+		gs := a.registry.Group(su.Group)
+		msg := fmt.Sprintf("pod triggered scale-up: [{%s %d->%d (max: %d)}]", su.Group, gs.Readiness.Target-su.Delta, gs.Readiness.Target, gs.Max)
+		for _, p := range su.Pods {
+			a.events.emit(p, l.now, l.epoch, apiv1.EventTypeNormal, EventTriggeredScaleUp, msg)
+		}
+	}
+	noScale := 0
+	for _, ns := range res.NoScale {
+		noScale += len(ns.Pods)
+		msg := "pod didn't trigger scale-up: " + ns.Reason
+		for _, p := range ns.Pods {
+			a.events.emit(p, l.now, l.epoch, apiv1.EventTypeNormal, EventNotTriggerScaleUp, msg)
+		}
+	}
+	var groups []string
+	for _, su := range res.ScaleUps {
+		groups = append(groups, su.Group+"+"+strconv.Itoa(su.Delta))
+	}
+	klog.FromContext(ctx).Info("Scale-up decision", "unschedulablePods", l.unschedulable, "awaitingUpcoming", l.awaiting,
+		"scaleUps", strings.Join(groups, ","), "failed", len(res.Failed), "podsWithoutScaleUp", noScale,
+		"podEventsDropped", a.events.dropped)
+}

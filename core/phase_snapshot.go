@@ -1,0 +1,50 @@
+package core
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+)
+
+// refreshCloud brings the provider's cache up to date. A failed refresh
+// fails the loop: nothing is decided on a cloud view that may be stale.
+func (a *Autoscaler) refreshCloud(ctx context.Context, l *loop) error {
+	if err := a.provider.Refresh(ctx); err != nil {
+		return fmt.Errorf("refreshing cloud provider %s: %w", a.provider.Name(), err)
+	}
+	l.groups = a.provider.NodeGroups()
+	return nil
+}
+
+// takeSnapshot reads nodes and pods from the informer caches and brings the
+// scheduler's view of them up to date.
+func (a *Autoscaler) takeSnapshot(ctx context.Context, l *loop) error {
+	nodes, err := a.listers.Nodes.List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("listing nodes from cache: %w", err)
+	}
+	pods, err := a.listers.Pods.List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("listing pods from cache: %w", err)
+	}
+	snap, unbound, st := a.builder.Build(nodes, pods)
+	l.nodes, l.snap, l.unbound = nodes, snap, unbound
+	a.metrics.SnapshotRebuilt.Set(float64(st.RebuiltNodes))
+	l.groupOf = make(map[string]cloudprovider.NodeGroup, len(nodes))
+	for _, n := range nodes {
+		g, err := a.provider.NodeGroupForNode(n)
+		if err != nil {
+			return fmt.Errorf("finding node group of node %s: %w", n.Name, err)
+		}
+		if g != nil {
+			l.groupOf[n.Name] = g
+		}
+	}
+	klog.FromContext(ctx).V(4).Info("Snapshot taken", "nodes", st.Nodes, "boundPods", st.Pods,
+		"rebuiltNodes", st.RebuiltNodes, "unboundPods", len(unbound))
+	return nil
+}

@@ -1,0 +1,61 @@
+package core
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
+)
+
+// writeStatus renders the per-group state and writes it when it changed.
+func (a *Autoscaler) writeStatus(ctx context.Context, l *loop) error {
+	if a.status == nil {
+		return nil
+	}
+	st := Status{Nodes: len(l.nodes), UnschedulablePods: l.unschedulable, PodsAwaitingNodes: l.awaiting}
+	for _, n := range l.nodes {
+		if clusterstate.IsReady(n) {
+			st.ReadyNodes++
+		}
+	}
+	for _, gs := range a.registry.Groups() {
+		st.NodeGroups = append(st.NodeGroups, groupStatus(gs))
+	}
+	st.LastChange = l.now.UTC()
+	cmp, full, err := renderStatus(st)
+	if err != nil {
+		return err
+	}
+	if cmp == a.lastStatus {
+		return nil
+	}
+	if err := a.status.WriteStatus(ctx, full); err != nil {
+		return fmt.Errorf("writing status: %w", err)
+	}
+	a.lastStatus = cmp
+	return nil
+}
+
+func groupStatus(gs *clusterstate.GroupState) GroupStatus {
+	r := gs.Readiness
+	out := GroupStatus{
+		Name: gs.ID, Min: gs.Min, Max: gs.Max,
+		Ready: r.Ready, Unready: r.Unready, NotStarted: r.NotStarted, Unregistered: r.Unregistered,
+		LongUnregistered: r.LongUnregistered, InError: r.InError, Deleting: r.Deleting, Upcoming: r.Upcoming,
+	}
+	if r.TargetKnown {
+		t := r.Target
+		out.Target = &t
+	}
+	if gs.SizeError != nil {
+		out.SizeError = gs.SizeError.Error()
+	}
+	if gs.Backoff.Active {
+		out.Backoff = &BackoffStatus{Until: gs.Backoff.Until.UTC(), Reason: gs.Backoff.Reason}
+	}
+	if !gs.LastScaleUp.IsZero() {
+		t := gs.LastScaleUp.UTC()
+		out.LastScaleUp = &t
+	}
+	return out
+}

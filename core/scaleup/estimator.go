@@ -1,0 +1,167 @@
+// Package scaleup plans scale-ups: it estimates, per node group, how many
+// new nodes the pending pods need (binpacking on template nodes with the
+// scheduler framework), picks a group with an expander chain, and says why
+// for the pods no group can take.
+package scaleup
+
+import (
+	"context"
+	"strconv"
+
+	apiv1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/snapshot"
+)
+
+// Pending is an equivalence group whose pods from From on have no node.
+type Pending struct {
+	G    *simulator.Group
+	From int
+}
+
+// Left is how many of the group's pods still need a node.
+func (p Pending) Left() int { return len(p.G.Pods) - p.From }
+
+// Estimate is what one node group would need for the pending pods.
+type Estimate struct {
+	Group    string
+	NewNodes int
+	// Placed[i] pods of pending group i (from its From) fit on the new nodes.
+	Placed []int
+	// Reasons[i], when set, says why the rest of pending group i did not fit.
+	Reasons []string
+	// Nodes are the new template nodes with the pods placed on them.
+	Nodes []fwk.NodeInfo
+	fork  *snapshot.Fork
+}
+
+// PodsPlaced is the number of pods the estimate gives a node.
+func (e *Estimate) PodsPlaced() int {
+	n := 0
+	for _, c := range e.Placed {
+		n += c
+	}
+	return n
+}
+
+// Estimator binpacks pending pods onto copies of a node group's template.
+type Estimator struct {
+	Sim *simulator.Simulator
+}
+
+// Estimate places the pending pods, largest first, onto new copies of tmpl
+// added to a child of base, at most limit of them. A group whose
+// representative does not fit an empty template is skipped with the
+// framework's reason.
+//
+// With gpuPodsOnly, pods that request no GPU are not placed (the group's
+// nodes are GPU machines kept for GPU work).
+func (e *Estimator) Estimate(ctx context.Context, base *snapshot.Fork, pending []Pending, groupID string, tmpl fwk.NodeInfo, limit int, gpuPodsOnly bool) *Estimate {
+	fork := base.Fork()
+	est := &Estimate{Group: groupID, Placed: make([]int, len(pending)), Reasons: make([]string, len(pending)), fork: fork}
+	var newNodes []int
+	for pi, p := range pending {
+		g := p.G
+		if p.Left() <= 0 {
+			continue
+		}
+		if gpuPodsOnly && g.Req.GPU == 0 {
+			est.Reasons[pi] = "GPU node group, pod requests no GPU"
+			continue
+		}
+		ss := e.Sim.NewSession(ctx, fork, g)
+		if st := ss.Failed(); st != nil {
+			est.Reasons[pi] = statusReason(st)
+			continue
+		}
+		pos := 0
+		for i := p.From; i < len(g.Pods); i++ {
+			if !g.Simple {
+				pos = 0
+			}
+			placed := false
+			for ; pos < len(newNodes); pos++ {
+				if ss.TryNode(ctx, i, newNodes[pos]) == nil {
+					ss.Commit(ctx, i, newNodes[pos])
+					placed = true
+					break
+				}
+			}
+			if placed {
+				est.Placed[pi]++
+				continue
+			}
+			if len(newNodes) >= limit {
+				est.Reasons[pi] = "max-size"
+				break
+			}
+			idx, err := fork.AddNode(newTemplateNode(tmpl, groupID, len(newNodes)))
+			if err != nil {
+				est.Reasons[pi] = err.Error()
+				break
+			}
+			if !g.Simple {
+				// Spreading and affinity count topology domains at PreFilter:
+				// a new node is a new domain.
+				ss = e.Sim.NewSession(ctx, fork, g)
+			}
+			if st := ss.TryNode(ctx, i, idx); st != nil {
+				fork.RemoveLastNode()
+				est.Reasons[pi] = statusReason(st)
+				break
+			}
+			ss.Commit(ctx, i, idx)
+			newNodes = append(newNodes, idx)
+			pos = len(newNodes) - 1
+			est.Placed[pi]++
+		}
+	}
+	est.NewNodes = len(newNodes)
+	for _, idx := range newNodes {
+		est.Nodes = append(est.Nodes, fork.NodeInfo(idx))
+	}
+	return est
+}
+
+// Fork is the simulated cluster with the estimate's nodes and pods.
+func (e *Estimate) Fork() *snapshot.Fork { return e.fork }
+
+// newTemplateNode copies a template NodeInfo under a unique name and
+// hostname (topology plugins must see each new node as its own domain).
+// The node object is copied shallowly: only its name and labels change.
+func newTemplateNode(tmpl fwk.NodeInfo, group string, i int) fwk.NodeInfo {
+	return CloneTemplate(tmpl, "template-"+group+"-"+strconv.Itoa(i))
+}
+
+// CloneTemplate copies a template NodeInfo as a node called name.
+func CloneTemplate(tmpl fwk.NodeInfo, name string) fwk.NodeInfo {
+	ni := tmpl.Snapshot()
+	src := tmpl.Node()
+	n := *src
+	n.ObjectMeta = *src.ObjectMeta.DeepCopy()
+	n.Name = name
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	n.Labels[apiv1.LabelHostname] = name
+	ni.SetNode(&n)
+	return ni
+}
+
+// statusReason turns a framework status into one line.
+func statusReason(st *fwk.Status) string {
+	r := st.Reasons()
+	switch len(r) {
+	case 0:
+		return st.Message()
+	case 1:
+		return r[0]
+	}
+	s := r[0]
+	for _, x := range r[1:] {
+		s += ", " + x
+	}
+	return s
+}

@@ -1,0 +1,253 @@
+package scaleup
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	apiv1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/snapshot"
+)
+
+// Candidate is a node group the planner may scale.
+type Candidate struct {
+	Group string
+	// Template is the group's template node with its DaemonSet pods; nil
+	// when the group cannot be used (Skip says why).
+	Template fwk.NodeInfo
+	// Limit is how many nodes the group may still add (max − target).
+	Limit int
+	// Skip, when set, is why the group is not considered this loop
+	// ("in backoff until 10:42 after quota error", "size unknown").
+	Skip string
+	// GPUPodsOnly keeps pods that request no GPU from growing this group:
+	// a CPU pod must never buy an 8-GPU machine.
+	GPUPodsOnly bool
+}
+
+// Increaser is what the planner needs from the loop: ask a group for more
+// nodes. It is the only cloud write of a scale-up.
+type Increaser interface {
+	IncreaseSize(ctx context.Context, group string, delta int) error
+}
+
+// ScaleUp is a group the planner asked for nodes.
+type ScaleUp struct {
+	Group string
+	Delta int
+	Pods  []*apiv1.Pod
+}
+
+// Failed is a scale-up the cloud refused.
+type Failed struct {
+	Group string
+	Delta int
+	Err   error
+	Pods  []*apiv1.Pod
+}
+
+// NoScaleUp is a set of pods no group was asked for, and why.
+type NoScaleUp struct {
+	Pods   []*apiv1.Pod
+	Reason string
+}
+
+// Result is the outcome of a planning round.
+type Result struct {
+	ScaleUps []ScaleUp
+	Failed   []Failed
+	NoScale  []NoScaleUp
+	// Fork holds the simulated cluster with the new nodes and their pods.
+	Fork *snapshot.Fork
+}
+
+// Planner runs the estimator and expander over the candidates.
+type Planner struct {
+	Estimator *Estimator
+	Expander  *Chain
+}
+
+// Plan estimates every usable group for the pending pods, asks the
+// expander's choice for nodes, and repeats for the pods that choice does
+// not help, each group at most once per loop. A group whose increase fails
+// is dropped and the next best is tried at once. maxNew caps the nodes
+// added in total (--max-nodes-total minus the cluster's current size).
+func (p *Planner) Plan(ctx context.Context, fork *snapshot.Fork, pending []Pending, cands []Candidate, maxNew int, inc Increaser) Result {
+	res := Result{Fork: fork}
+	pending = append([]Pending(nil), pending...)
+	// reasons[i][group] is why node group `group` cannot take pending group i.
+	reasons := make([]map[string]string, len(pending))
+	for i := range reasons {
+		reasons[i] = map[string]string{}
+	}
+	usable := make([]Candidate, 0, len(cands))
+	for _, c := range cands {
+		if c.Skip != "" || c.Template == nil {
+			for i := range reasons {
+				reasons[i][c.Group] = c.Skip
+			}
+			continue
+		}
+		usable = append(usable, c)
+	}
+	for len(usable) > 0 && anyLeft(pending) {
+		var options []*Option
+		for _, c := range usable {
+			limit := c.Limit
+			if limit > maxNew {
+				limit = maxNew
+			}
+			if limit <= 0 {
+				why := fmt.Sprintf("max size %s reached", c.Group)
+				if maxNew <= 0 {
+					why = "max-nodes-total reached"
+				}
+				for i := range pending {
+					if pending[i].Left() > 0 {
+						reasons[i][c.Group] = why
+					}
+				}
+				continue
+			}
+			est := p.Estimator.Estimate(ctx, fork, pending, c.Group, c.Template, limit, c.GPUPodsOnly)
+			for i, r := range est.Reasons {
+				if r == "max-size" {
+					r = fmt.Sprintf("node group %s would exceed its max size", c.Group)
+					if limit < c.Limit {
+						r = "max-nodes-total reached"
+					}
+				}
+				if r != "" && est.Placed[i] < pending[i].Left() {
+					reasons[i][c.Group] = r
+				}
+			}
+			if est.NewNodes > 0 {
+				options = append(options, &Option{Group: c.Group, Estimate: est})
+			}
+		}
+		if len(options) == 0 {
+			break
+		}
+		// Try options best first; a failed increase drops its group and
+		// the next best is tried in the same loop.
+		var chosen *Option
+		for len(options) > 0 {
+			best := p.Expander.Pick(options)
+			pods := placedPods(pending, best.Estimate)
+			if err := inc.IncreaseSize(ctx, best.Group, best.Estimate.NewNodes); err != nil {
+				res.Failed = append(res.Failed, Failed{Group: best.Group, Delta: best.Estimate.NewNodes, Err: err, Pods: pods})
+				for i := range pending {
+					if best.Estimate.Placed[i] > 0 {
+						reasons[i][best.Group] = "scale-up failed: " + err.Error()
+					}
+				}
+				options = removeOption(options, best)
+				usable = removeCandidate(usable, best.Group)
+				continue
+			}
+			res.ScaleUps = append(res.ScaleUps, ScaleUp{Group: best.Group, Delta: best.Estimate.NewNodes, Pods: pods})
+			chosen = best
+			break
+		}
+		if chosen == nil {
+			continue
+		}
+		fork = chosen.Estimate.Fork()
+		res.Fork = fork
+		maxNew -= chosen.Estimate.NewNodes
+		for i := range pending {
+			pending[i].From += chosen.Estimate.Placed[i]
+		}
+		usable = removeCandidate(usable, chosen.Group)
+	}
+	for i, pg := range pending {
+		if pg.Left() <= 0 {
+			continue
+		}
+		res.NoScale = append(res.NoScale, NoScaleUp{Pods: pg.G.Pods[pg.From:], Reason: summarize(reasons[i], len(cands))})
+	}
+	return res
+}
+
+func anyLeft(p []Pending) bool {
+	for _, x := range p {
+		if x.Left() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func placedPods(pending []Pending, est *Estimate) []*apiv1.Pod {
+	var out []*apiv1.Pod
+	for i, n := range est.Placed {
+		if n > 0 {
+			out = append(out, pending[i].G.Pods[pending[i].From:pending[i].From+n]...)
+		}
+	}
+	return out
+}
+
+func removeOption(opts []*Option, o *Option) []*Option {
+	out := opts[:0]
+	for _, x := range opts {
+		if x != o {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func removeCandidate(cs []Candidate, group string) []Candidate {
+	out := make([]Candidate, 0, len(cs))
+	for _, c := range cs {
+		if c.Group != group {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// summarize folds per-group reasons into one message, most common first:
+// "2 node groups: Insufficient nvidia.com/gpu; 1 node group: node(s) had untolerated taint(s)".
+func summarize(byGroup map[string]string, total int) string {
+	if total == 0 {
+		return "no node groups"
+	}
+	count := map[string]int{}
+	for _, r := range byGroup {
+		if r == "" {
+			r = "pod does not fit"
+		}
+		count[r]++
+	}
+	if len(count) == 0 {
+		return "no node group can take the pod"
+	}
+	type rc struct {
+		r string
+		n int
+	}
+	var list []rc
+	for r, n := range count {
+		list = append(list, rc{r, n})
+	}
+	sort.Slice(list, func(i, j int) bool {
+		if list[i].n != list[j].n {
+			return list[i].n > list[j].n
+		}
+		return list[i].r < list[j].r
+	})
+	parts := make([]string, 0, len(list))
+	for _, x := range list {
+		noun := "node groups"
+		if x.n == 1 {
+			noun = "node group"
+		}
+		parts = append(parts, fmt.Sprintf("%d %s: %s", x.n, noun, x.r))
+	}
+	return strings.Join(parts, "; ")
+}

@@ -1,0 +1,105 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apiv1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// Status is what the status ConfigMap holds, under the key "status".
+type Status struct {
+	// LastChange is when the content below last changed.
+	LastChange        time.Time     `json:"lastChange"`
+	Nodes             int           `json:"nodes"`
+	ReadyNodes        int           `json:"readyNodes"`
+	UnschedulablePods int           `json:"unschedulablePods"`
+	PodsAwaitingNodes int           `json:"podsAwaitingUpcomingNodes"`
+	NodeGroups        []GroupStatus `json:"nodeGroups"`
+}
+
+// GroupStatus is one node group in the status ConfigMap.
+type GroupStatus struct {
+	Name             string         `json:"name"`
+	Min              int            `json:"min"`
+	Max              int            `json:"max"`
+	Target           *int           `json:"target,omitempty"`
+	SizeError        string         `json:"sizeError,omitempty"`
+	Ready            int            `json:"ready"`
+	Unready          int            `json:"unready"`
+	NotStarted       int            `json:"notStarted"`
+	Unregistered     int            `json:"unregistered"`
+	LongUnregistered int            `json:"longUnregistered"`
+	InError          int            `json:"instancesInError"`
+	Deleting         int            `json:"deleting"`
+	Upcoming         int            `json:"upcoming"`
+	Backoff          *BackoffStatus `json:"backoff,omitempty"`
+	LastScaleUp      *time.Time     `json:"lastScaleUp,omitempty"`
+}
+
+// BackoffStatus is a group's backoff in the status ConfigMap.
+type BackoffStatus struct {
+	Until  time.Time `json:"until"`
+	Reason string    `json:"reason"`
+}
+
+// StatusWriter stores the rendered status.
+type StatusWriter interface {
+	WriteStatus(ctx context.Context, status string) error
+}
+
+// ConfigMapStatusWriter writes the status into a ConfigMap through the API.
+type ConfigMapStatusWriter struct {
+	Client    corev1client.ConfigMapsGetter
+	Namespace string
+	Name      string
+}
+
+// WriteStatus creates or updates the ConfigMap.
+func (w *ConfigMapStatusWriter) WriteStatus(ctx context.Context, status string) error {
+	cms := w.Client.ConfigMaps(w.Namespace)
+	cm, err := cms.Get(ctx, w.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = cms.Create(ctx, &apiv1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: w.Name, Namespace: w.Namespace,
+				Labels: map[string]string{"app.kubernetes.io/managed-by": "vmss-autoscaler"}},
+			Data: map[string]string{"status": status},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("creating status ConfigMap %s/%s: %w", w.Namespace, w.Name, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading status ConfigMap %s/%s: %w", w.Namespace, w.Name, err)
+	}
+	if cm.Data == nil {
+		cm.Data = map[string]string{}
+	}
+	cm.Data["status"] = status
+	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("updating status ConfigMap %s/%s: %w", w.Namespace, w.Name, err)
+	}
+	return nil
+}
+
+// renderStatus renders a status without its LastChange, for comparison,
+// and with it, for writing.
+func renderStatus(s Status) (cmp string, full string, err error) {
+	c := s
+	c.LastChange = time.Time{}
+	a, err := yaml.Marshal(c)
+	if err != nil {
+		return "", "", fmt.Errorf("rendering status: %w", err)
+	}
+	b, err := yaml.Marshal(s)
+	if err != nil {
+		return "", "", fmt.Errorf("rendering status: %w", err)
+	}
+	return string(a), string(b), nil
+}
