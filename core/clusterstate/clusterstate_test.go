@@ -1,0 +1,160 @@
+package clusterstate
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	apiv1 "k8s.io/api/core/v1"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
+	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func opts() Options {
+	return Options{
+		MaxNodeProvisionTime: 15 * time.Minute,
+		MaxNodeStartupTime:   10 * time.Minute,
+		Backoff:              BackoffOptions{Initial: 5 * time.Minute, Max: 30 * time.Minute, Reset: 3 * time.Hour},
+	}
+}
+
+func update(r *Registry, p *inmemory.Provider, now time.Time, nodes ...*apiv1.Node) Actions {
+	return r.Update(now, p.NodeGroups(), nodes, func(n *apiv1.Node) cloudprovider.NodeGroup {
+		g, _ := p.NodeGroupForNode(n)
+		return g
+	})
+}
+
+func TestReadinessTransitions(t *testing.T) {
+	p := inmemory.New()
+	g := p.AddGroup("g", 0, 10, to.Node("t", "1", "1Gi"))
+	r := NewRegistry(opts())
+	ctx := context.Background()
+	update(r, p, t0)
+	if err := g.IncreaseSize(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	r.RegisterScaleUp("g", 3, t0)
+	ids := g.ProviderIDs()
+	node := func(i int, ready bool, created time.Time) *apiv1.Node {
+		o := []to.NodeOption{to.ProviderID(ids[i]), to.NodeCreatedAt(created)}
+		if !ready {
+			o = append(o, to.NotReady())
+		}
+		return to.Node("n"+ids[i], "1", "1Gi", o...)
+	}
+	steps := []struct {
+		name  string
+		at    time.Duration
+		nodes []*apiv1.Node
+		want  Readiness
+	}{
+		{name: "just requested", at: time.Minute,
+			want: Readiness{Target: 3, TargetKnown: true, Unregistered: 3, Upcoming: 3}},
+		{name: "one registered, not ready yet", at: 2 * time.Minute, nodes: []*apiv1.Node{node(0, false, t0.Add(2*time.Minute))},
+			want: Readiness{Target: 3, TargetKnown: true, Registered: 1, NotStarted: 1, Unregistered: 2, Upcoming: 3}},
+		{name: "one ready, one starting", at: 4 * time.Minute, nodes: []*apiv1.Node{node(0, true, t0.Add(2*time.Minute)), node(1, false, t0.Add(4*time.Minute))},
+			want: Readiness{Target: 3, TargetKnown: true, Registered: 2, Ready: 1, NotStarted: 1, Unregistered: 1, Upcoming: 2}},
+		{name: "starting node turns unready after startup time", at: 15 * time.Minute, nodes: []*apiv1.Node{node(0, true, t0.Add(2*time.Minute)), node(1, false, t0.Add(4*time.Minute))},
+			want: Readiness{Target: 3, TargetKnown: true, Registered: 2, Ready: 1, Unready: 1, Unregistered: 1, Upcoming: 1}},
+		{name: "never-registered machine passes provision time", at: 16 * time.Minute, nodes: []*apiv1.Node{node(0, true, t0.Add(2*time.Minute)), node(1, false, t0.Add(4*time.Minute))},
+			want: Readiness{Target: 3, TargetKnown: true, Registered: 2, Ready: 1, Unready: 1, LongUnregistered: 1, Upcoming: 0}},
+	}
+	for _, s := range steps {
+		act := update(r, p, t0.Add(s.at), s.nodes...)
+		if got := r.Group("g").Readiness; got != s.want {
+			t.Fatalf("%s: readiness\n got %+v\nwant %+v", s.name, got, s.want)
+		}
+		if s.want.LongUnregistered > 0 {
+			if len(act.Delete["g"]) != 1 || act.Delete["g"][0] != ids[2] || len(act.Failures) != 1 || act.Failures[0].Reason != "provision-timeout" {
+				t.Fatalf("%s: actions %+v, want delete of %s with a provision-timeout failure", s.name, act, ids[2])
+			}
+			if !r.Group("g").Backoff.Active {
+				t.Fatalf("%s: group not backed off", s.name)
+			}
+		} else if len(act.Delete) != 0 || len(act.Failures) != 0 {
+			t.Fatalf("%s: unexpected actions %+v", s.name, act)
+		}
+	}
+	// The same machine is not reported twice.
+	act := update(r, p, t0.Add(17*time.Minute))
+	if len(act.Failures) != 0 {
+		t.Fatalf("failure reported again: %+v", act.Failures)
+	}
+}
+
+func TestInstanceErrorsBackOffOnce(t *testing.T) {
+	p := inmemory.New()
+	g := p.AddGroup("g", 0, 10, to.Node("t", "1", "1Gi"))
+	r := NewRegistry(opts())
+	g.FailNextCreation(cloudprovider.ClassOutOfCapacity, "AllocationFailed", "no capacity")
+	if err := g.IncreaseSize(context.Background(), 2); err != nil {
+		t.Fatal(err)
+	}
+	act := update(r, p, t0)
+	if len(act.Delete["g"]) != 2 || len(act.Failures) != 2 || act.Failures[0].Reason != "out-of-capacity" {
+		t.Fatalf("actions %+v", act)
+	}
+	rd := r.Group("g").Readiness
+	if rd.InError != 2 || rd.Upcoming != 0 {
+		t.Fatalf("readiness %+v, want 2 in error and nothing upcoming", rd)
+	}
+	// Deletion failed: asked again, without a new failure.
+	r.RetryDelete(act.Delete["g"])
+	act = update(r, p, t0.Add(time.Minute))
+	if len(act.Delete["g"]) != 2 || len(act.Failures) != 0 {
+		t.Fatalf("retry actions %+v, want the 2 deletions and no failure", act)
+	}
+	act = update(r, p, t0.Add(2*time.Minute))
+	if len(act.Delete) != 0 {
+		t.Fatalf("deleted again without a retry: %+v", act)
+	}
+}
+
+func TestSizeUnknown(t *testing.T) {
+	p := inmemory.New()
+	g := p.AddGroup("g", 0, 10, to.Node("t", "1", "1Gi"), inmemory.WithTarget(2))
+	g.SetSizeUnknown(true)
+	r := NewRegistry(opts())
+	act := update(r, p, t0)
+	gs := r.Group("g")
+	if !cloudprovider.IsSizeUnknown(gs.SizeError) || gs.Readiness.TargetKnown || gs.Readiness.Upcoming != 0 {
+		t.Fatalf("group state %+v, want size unknown and nothing upcoming", gs)
+	}
+	if len(act.Delete)+len(act.DecreaseTarget)+len(act.Failures) != 0 {
+		t.Fatalf("acted on an unknown size: %+v", act)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	b := NewBackoff(BackoffOptions{Initial: 5 * time.Minute, Max: 30 * time.Minute, Reset: 3 * time.Hour})
+	steps := []struct {
+		at    time.Duration
+		class cloudprovider.ErrorClass
+		want  time.Duration
+	}{
+		{0, cloudprovider.ClassOther, 5 * time.Minute},
+		{10 * time.Minute, cloudprovider.ClassOutOfCapacity, 10 * time.Minute},
+		{30 * time.Minute, cloudprovider.ClassOther, 20 * time.Minute},
+		{60 * time.Minute, cloudprovider.ClassOther, 30 * time.Minute}, // capped
+		{70 * time.Minute, cloudprovider.ClassOther, 30 * time.Minute},
+		{5 * time.Hour, cloudprovider.ClassOther, 5 * time.Minute}, // reset after 3h without failure
+		{5*time.Hour + time.Minute, cloudprovider.ClassQuota, 30 * time.Minute},
+	}
+	for _, s := range steps {
+		if got := b.Fail("g", s.class, "x", t0.Add(s.at)); got != s.want {
+			t.Fatalf("at %s: backoff %s, want %s", s.at, got, s.want)
+		}
+		st := b.Status("g", t0.Add(s.at).Add(s.want-time.Second))
+		if !st.Active {
+			t.Fatalf("at %s: not active just before the end", s.at)
+		}
+		if b.Status("g", t0.Add(s.at).Add(s.want+time.Second)).Active {
+			t.Fatalf("at %s: still active after the end", s.at)
+		}
+	}
+}
