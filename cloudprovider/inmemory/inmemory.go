@@ -281,6 +281,19 @@ func (g *Group) SetNoInstances(v bool) {
 	g.noInstances = v
 }
 
+// Reset removes every instance created since the group was added and
+// restores its initial target; benchmarks use it to replay a loop.
+func (g *Group) Reset() {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	for _, in := range g.instances[g.initial:] {
+		delete(g.p.byProviderID, in.ProviderID)
+	}
+	g.instances = g.instances[:g.initial]
+	g.target = g.initial
+	g.increases, g.deleted = nil, nil
+}
+
 // MarkRunning moves every creating instance without error to running.
 func (g *Group) MarkRunning() {
 	g.p.mu.Lock()

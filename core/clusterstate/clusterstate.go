@@ -112,6 +112,9 @@ func NewRegistry(opts Options) *Registry {
 	}
 }
 
+// Options returns the registry's options.
+func (r *Registry) Options() Options { return r.opts }
+
 // NodeGroupForNode maps a node to its group; nil for unmanaged nodes.
 type NodeGroupForNode func(*apiv1.Node) cloudprovider.NodeGroup
 

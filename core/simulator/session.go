@@ -43,7 +43,7 @@ func (ss *Session) TryNode(ctx context.Context, i, n int) *fwk.Status {
 		return ss.failed
 	}
 	if !ss.g.Req.Fits(ss.fork.Free(n)) {
-		return insufficient(ss.g.Req, ss.fork.Free(n), ss.sim.gpu)
+		return ss.sim.insufficient(ss.g.Req, ss.fork.Free(n))
 	}
 	if ss.g.Simple && ss.lastPassed == n {
 		return nil
@@ -73,20 +73,36 @@ func (ss *Session) Commit(ctx context.Context, i, n int) {
 	ss.lastPassed = n
 }
 
-// insufficient says which resource the pre-check found short, in the
-// scheduler's own words ("Insufficient cpu").
-func insufficient(r Request, f snapshot.Free, gpu apiv1.ResourceName) *fwk.Status {
+// insufficientStatuses are the pre-check's answers, in the scheduler's own
+// words ("Insufficient cpu"); built once per simulator because the
+// pre-check fails millions of times per loop on a full cluster.
+type insufficientStatuses struct {
+	pods, gpu, cpu, memory, storage *fwk.Status
+}
+
+func newInsufficientStatuses(gpu apiv1.ResourceName) insufficientStatuses {
+	return insufficientStatuses{
+		pods:    fwk.NewStatus(fwk.Unschedulable, "Too many pods"),
+		gpu:     fwk.NewStatus(fwk.Unschedulable, "Insufficient "+string(gpu)),
+		cpu:     fwk.NewStatus(fwk.Unschedulable, "Insufficient cpu"),
+		memory:  fwk.NewStatus(fwk.Unschedulable, "Insufficient memory"),
+		storage: fwk.NewStatus(fwk.Unschedulable, "Insufficient ephemeral-storage"),
+	}
+}
+
+// insufficient says which resource the pre-check found short.
+func (s *Simulator) insufficient(r Request, f snapshot.Free) *fwk.Status {
 	switch {
 	case f.Pods < 1:
-		return fwk.NewStatus(fwk.Unschedulable, "Too many pods")
+		return s.short.pods
 	case r.GPU > 0 && r.GPU > f.GPU:
-		return fwk.NewStatus(fwk.Unschedulable, "Insufficient "+string(gpu))
+		return s.short.gpu
 	case r.MilliCPU > f.MilliCPU:
-		return fwk.NewStatus(fwk.Unschedulable, "Insufficient cpu")
+		return s.short.cpu
 	case r.Memory > f.Memory:
-		return fwk.NewStatus(fwk.Unschedulable, "Insufficient memory")
+		return s.short.memory
 	default:
-		return fwk.NewStatus(fwk.Unschedulable, "Insufficient ephemeral-storage")
+		return s.short.storage
 	}
 }
 

@@ -51,6 +51,7 @@ type Simulator struct {
 	fw     schedframework.Framework
 	lister *switchLister
 	gpu    apiv1.ResourceName
+	short  insufficientStatuses
 }
 
 // switchLister lets one framework instance read whichever fork is being
@@ -103,7 +104,7 @@ func New(ctx context.Context, factory informers.SharedInformerFactory, gpu apiv1
 	if err != nil {
 		return nil, fmt.Errorf("building scheduler framework: %w", err)
 	}
-	return &Simulator{fw: f, lister: lister, gpu: gpu}, nil
+	return &Simulator{fw: f, lister: lister, gpu: gpu, short: newInsufficientStatuses(gpu)}, nil
 }
 
 // Close releases the framework.
