@@ -181,6 +181,13 @@ func (a *Autoscaler) LastSuccess() time.Time {
 	return a.lastSuccess
 }
 
+// LastRun is the start time of the last loop, successful or not.
+func (a *Autoscaler) LastRun() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastRun
+}
+
 // Run calls RunOnce every ScanInterval until ctx ends.
 func (a *Autoscaler) Run(ctx context.Context) {
 	t := clock.RealClock{}.NewTicker(a.opts.ScanInterval)

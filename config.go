@@ -1,0 +1,197 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	apiv1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
+)
+
+// config is everything the binary is configured with.
+type config struct {
+	core core.Options
+
+	kubeconfig      string
+	configFile      string
+	cloudProvider   string
+	nodes           []string
+	nodeGroupSpecs  []cloudprovider.NodeGroupSpec
+	expander        string
+	gpuResourceName string
+	kubeClientQPS   float32
+	kubeClientBurst int
+
+	address        string
+	maxInactivity  time.Duration
+	maxFailingTime time.Duration
+
+	leaderElect         bool
+	leaseDuration       time.Duration
+	renewDeadline       time.Duration
+	retryPeriod         time.Duration
+	leaderElectResource string
+}
+
+// newFlagSet defines the flags. Names follow cluster-autoscaler's where the
+// meaning is the same.
+func newFlagSet(c *config) *pflag.FlagSet {
+	d := core.DefaultOptions()
+	c.core = d
+	fs := pflag.NewFlagSet("vmss-autoscaler", pflag.ContinueOnError)
+	fs.SortFlags = false
+	fs.StringVar(&c.configFile, "config", "", "YAML file whose keys are flag names (the Helm chart mounts its ConfigMap here); flags given on the command line win")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file; empty for in-cluster configuration")
+	fs.Float32Var(&c.kubeClientQPS, "kube-client-qps", 20, "QPS of the Kubernetes client")
+	fs.IntVar(&c.kubeClientBurst, "kube-client-burst", 40, "burst of the Kubernetes client")
+	fs.StringVar(&c.cloudProvider, "cloud-provider", "azure", "cloud provider (azure)")
+	fs.StringArrayVar(&c.nodes, "nodes", nil, "node group as min:max:<scale set>; repeat for each group")
+	fs.DurationVar(&c.core.ScanInterval, "scan-interval", d.ScanInterval, "time between loops")
+	fs.IntVar(&c.core.MaxNodesTotal, "max-nodes-total", d.MaxNodesTotal, "maximum number of nodes in the cluster, 0 for no limit")
+	fs.StringVar(&c.expander, "expander", strings.Join(d.Expanders, ","), "expander chain, comma-separated: "+strings.Join(scaleup.ValidExpanders(), ", "))
+	fs.DurationVar(&c.core.NewPodScaleUpDelay, "new-pod-scale-up-delay", d.NewPodScaleUpDelay, "pods younger than this do not trigger a scale-up yet (lets a gang or Job burst arrive)")
+	fs.DurationVar(&c.core.MaxNodeProvisionTime, "max-node-provision-time", d.MaxNodeProvisionTime, "time a new machine may take to register as a node")
+	fs.DurationVar(&c.core.MaxNodeStartupTime, "max-node-startup-time", d.MaxNodeStartupTime, "time a registered node may stay not ready before it counts as unready")
+	fs.DurationVar(&c.core.InitialNodeGroupBackoffDuration, "initial-node-group-backoff-duration", d.InitialNodeGroupBackoffDuration, "first backoff of a group after a failed scale-up")
+	fs.DurationVar(&c.core.MaxNodeGroupBackoffDuration, "max-node-group-backoff-duration", d.MaxNodeGroupBackoffDuration, "longest backoff of a group (quota errors go straight to it)")
+	fs.DurationVar(&c.core.NodeGroupBackoffResetTimeout, "node-group-backoff-reset-timeout", d.NodeGroupBackoffResetTimeout, "a group with no failure for this long starts its backoff afresh")
+	fs.StringVar(&c.gpuResourceName, "gpu-resource-name", string(d.GPUResourceName), "extended resource counted as GPUs")
+	fs.BoolVar(&c.core.GPUGroupsForGPUPodsOnly, "gpu-groups-for-gpu-pods-only", d.GPUGroupsForGPUPodsOnly, "pods that request no GPU never scale up groups of GPU machines")
+	fs.StringVar(&c.core.Namespace, "namespace", d.Namespace, "namespace of the status, priority and leader-election objects")
+	fs.StringVar(&c.core.StatusConfigMapName, "status-config-map-name", d.StatusConfigMapName, "name of the status ConfigMap")
+	fs.BoolVar(&c.core.WriteStatusConfigMap, "write-status-configmap", d.WriteStatusConfigMap, "write the status ConfigMap")
+	fs.StringVar(&c.core.PriorityConfigMapName, "priority-expander-configmap", d.PriorityConfigMapName, "ConfigMap of the priority expander (key \"priorities\", CA's format)")
+	fs.IntVar(&c.core.MaxPodEventsPerLoop, "max-pod-events-per-loop", d.MaxPodEventsPerLoop, "cap on pod events (TriggeredScaleUp, NotTriggerScaleUp) written per loop")
+	fs.DurationVar(&c.core.PodEventInterval, "pod-event-interval", d.PodEventInterval, "an unchanged event for the same pod is repeated at most this often")
+	fs.StringVar(&c.address, "address", ":8085", "address of /metrics and /healthz")
+	fs.DurationVar(&c.maxInactivity, "max-inactivity", 10*time.Minute, "/healthz fails when no loop has run for this long")
+	fs.DurationVar(&c.maxFailingTime, "max-failing-time", 15*time.Minute, "/healthz fails when no loop has succeeded for this long")
+	fs.BoolVar(&c.leaderElect, "leader-elect", true, "run leader election on a Lease; only the leader acts")
+	fs.DurationVar(&c.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "leader election lease duration")
+	fs.DurationVar(&c.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "leader election renew deadline")
+	fs.DurationVar(&c.retryPeriod, "leader-elect-retry-period", 2*time.Second, "leader election retry period")
+	fs.StringVar(&c.leaderElectResource, "leader-elect-resource-name", "vmss-autoscaler", "name of the leader election Lease")
+	return fs
+}
+
+// parseConfig parses the command line, then the --config file for flags the
+// command line did not set, then validates. Every error names the flag (or
+// config key) and the value.
+func parseConfig(args []string, extra func(*pflag.FlagSet)) (*config, error) {
+	c := &config{}
+	fs := newFlagSet(c)
+	if extra != nil {
+		extra(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if c.configFile != "" {
+		if err := applyConfigFile(fs, c.configFile); err != nil {
+			return nil, err
+		}
+	}
+	c.core.Expanders = splitList(c.expander)
+	c.core.GPUResourceName = apiv1.ResourceName(c.gpuResourceName)
+	if err := c.core.Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := scaleup.NewChain(c.core.Expanders, c.core.GPUResourceName, nil, nil); err != nil {
+		return nil, err
+	}
+	specs, err := cloudprovider.ParseNodeGroupSpecs(c.nodes)
+	if err != nil {
+		return nil, err
+	}
+	c.nodeGroupSpecs = specs
+	if c.leaderElect && !(c.leaseDuration > c.renewDeadline && c.renewDeadline > c.retryPeriod && c.retryPeriod > 0) {
+		return nil, fmt.Errorf("--leader-elect-lease-duration %s, --leader-elect-renew-deadline %s, --leader-elect-retry-period %s: want lease > renew > retry > 0",
+			c.leaseDuration, c.renewDeadline, c.retryPeriod)
+	}
+	if c.maxInactivity <= 0 || c.maxFailingTime <= 0 {
+		return nil, fmt.Errorf("--max-inactivity %s, --max-failing-time %s: must be positive", c.maxInactivity, c.maxFailingTime)
+	}
+	return c, nil
+}
+
+// applyConfigFile sets, from a YAML map of flag name to value (a list for
+// repeatable flags), every flag the command line left unset.
+func applyConfigFile(fs *pflag.FlagSet, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("--config=%s: %w", path, err)
+	}
+	raw := map[string]any{}
+	if err := yaml.Unmarshal(data, &raw); err != nil {
+		return fmt.Errorf("--config=%s: not a YAML map of flag names to values: %w", path, err)
+	}
+	keys := make([]string, 0, len(raw))
+	for k := range raw {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		name := strings.TrimPrefix(k, "--")
+		f := fs.Lookup(name)
+		if f == nil || name == "config" {
+			return fmt.Errorf("--config=%s: unknown key %q (keys are flag names)", path, k)
+		}
+		if f.Changed {
+			continue
+		}
+		var values []string
+		switch v := raw[k].(type) {
+		case []any:
+			for _, x := range v {
+				values = append(values, scalar(x))
+			}
+		case map[string]any:
+			return fmt.Errorf("--config=%s: key %q: want a value or a list, got a map", path, k)
+		default:
+			values = []string{scalar(v)}
+		}
+		if len(values) > 1 && !strings.HasSuffix(f.Value.Type(), "Array") && !strings.HasSuffix(f.Value.Type(), "Slice") {
+			return fmt.Errorf("--config=%s: key %q takes one value, got a list", path, k)
+		}
+		for _, v := range values {
+			if err := fs.Set(name, v); err != nil {
+				return fmt.Errorf("--config=%s: key %q value %q: %w", path, k, v, err)
+			}
+		}
+	}
+	return nil
+}
+
+func scalar(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	case bool:
+		return strconv.FormatBool(x)
+	case nil:
+		return ""
+	default:
+		return fmt.Sprint(x)
+	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

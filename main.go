@@ -1,0 +1,252 @@
+// Command vmss-autoscaler is a cluster autoscaler for Kubernetes on Azure
+// VM Scale Sets. This file is wiring only: configuration, clients,
+// informers, leader election, the metrics server and the loop.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
+	apiv1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
+		if !errors.Is(err, pflag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "vmss-autoscaler:", err)
+		}
+		klog.Flush()
+		os.Exit(1)
+	}
+	klog.Flush()
+}
+
+// run configures and runs the autoscaler until ctx ends or leadership is lost.
+func run(ctx context.Context, args []string) error {
+	var prov providerFlags
+	c, err := parseConfig(args, func(fs *pflag.FlagSet) {
+		prov.register(fs)
+		klogFlags := klogFlagSet()
+		fs.AddGoFlagSet(klogFlags)
+	})
+	if err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx)
+
+	restCfg, err := kubeConfig(c.kubeconfig)
+	if err != nil {
+		return err
+	}
+	restCfg.QPS, restCfg.Burst = c.kubeClientQPS, c.kubeClientBurst
+	restCfg.UserAgent = "vmss-autoscaler"
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("building Kubernetes client: %w", err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := core.NewMetrics(reg)
+
+	provider, err := newCloudProvider(ctx, c, &prov, reg)
+	if err != nil {
+		return err
+	}
+
+	// Informers: the loop reads only these caches. Managed fields are
+	// dropped to keep 200,000 pods in less memory.
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(stripManagedFields))
+	nsFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(c.core.Namespace))
+	sim, err := simulator.New(ctx, factory, c.core.GPUResourceName)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sim.Close() }()
+	listers := core.Listers{
+		Nodes:      factory.Core().V1().Nodes().Lister(),
+		Pods:       factory.Core().V1().Pods().Lister(),
+		DaemonSets: factory.Apps().V1().DaemonSets().Lister(),
+		ConfigMaps: nsFactory.Core().V1().ConfigMaps().Lister().ConfigMaps(c.core.Namespace),
+	}
+	factory.Start(ctx.Done())
+	nsFactory.Start(ctx.Done())
+	defer factory.Shutdown()
+	defer nsFactory.Shutdown()
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, apiv1.EventSource{Component: "vmss-autoscaler"})
+
+	var status core.StatusWriter
+	if c.core.WriteStatusConfigMap {
+		status = &core.ConfigMapStatusWriter{Client: client.CoreV1(), Namespace: c.core.Namespace, Name: c.core.StatusConfigMapName}
+	}
+	autoscaler, err := core.New(core.Deps{
+		Options: c.core, Provider: provider, Listers: listers, Simulator: sim,
+		Recorder: recorder, Status: status, Metrics: metrics,
+	})
+	if err != nil {
+		return err
+	}
+
+	health := newHealth(c.maxInactivity, c.maxFailingTime, autoscaler.LastSuccess, autoscaler.LastRun)
+	srvErr := serve(ctx, c.address, reg, health)
+
+	lead := func(ctx context.Context) {
+		health.setLeader(true)
+		logger.Info("Waiting for informer caches")
+		for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				logger.Error(nil, "Informer cache did not sync", "type", typ.String())
+				return
+			}
+		}
+		nsFactory.WaitForCacheSync(ctx.Done())
+		logger.Info("Starting autoscaler loop", "scanInterval", c.core.ScanInterval, "cloudProvider", provider.Name(),
+			"nodeGroups", len(provider.NodeGroups()))
+		autoscaler.Run(ctx)
+	}
+	if !c.leaderElect {
+		go func() { lead(ctx) }()
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-srvErr:
+			return err
+		}
+	}
+	id, err := os.Hostname()
+	if err != nil {
+		return fmt.Errorf("reading hostname for the leader election identity: %w", err)
+	}
+	id = fmt.Sprintf("%s_%d", id, os.Getpid())
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: c.core.Namespace, Name: c.leaderElectResource},
+		Client:     client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: id, EventRecorder: recorder},
+	}
+	lostLease := make(chan struct{})
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   c.leaseDuration,
+		RenewDeadline:   c.renewDeadline,
+		RetryPeriod:     c.retryPeriod,
+		ReleaseOnCancel: true,
+		Name:            c.leaderElectResource,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: lead,
+			OnStoppedLeading: func() { health.setLeader(false); close(lostLease) },
+			OnNewLeader: func(identity string) {
+				logger.Info("Leader elected", "leader", identity, "self", identity == id)
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("setting up leader election: %w", err)
+	}
+	logger.Info("Starting leader election", "lease", klog.KRef(c.core.Namespace, c.leaderElectResource), "identity", id)
+	go le.Run(ctx)
+	select {
+	case <-ctx.Done():
+		<-lostLease // released on cancel
+		return nil
+	case <-lostLease:
+		// A replica that lost its lease must stop acting at once; exiting
+		// lets the Deployment restart it as a clean standby.
+		return fmt.Errorf("lost leader election lease %s/%s", c.core.Namespace, c.leaderElectResource)
+	case err := <-srvErr:
+		return err
+	}
+}
+
+func kubeConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster configuration (set --kubeconfig outside a cluster): %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig=%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+func stripManagedFields(obj any) (any, error) {
+	if a, ok := obj.(metav1.ObjectMetaAccessor); ok {
+		a.GetObjectMeta().SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+var _ cache.TransformFunc = stripManagedFields
+
+// serve runs /metrics and /healthz until ctx ends; a listen error is sent.
+func serve(ctx context.Context, addr string, reg *prometheus.Registry, h *health) <-chan error {
+	errc := make(chan error, 1)
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("/healthz", h)
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		errc <- fmt.Errorf("--address=%s: %w", addr, err)
+		return errc
+	}
+	klog.FromContext(ctx).Info("Serving metrics and health", "address", ln.Addr().String())
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("metrics server: %w", err)
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	return errc
+}
+
+// providerFlags are the cloud provider's own flags.
+type providerFlags struct{}
+
+func (p *providerFlags) register(*pflag.FlagSet) {}
+
+func newCloudProvider(_ context.Context, c *config, _ *providerFlags, _ prometheus.Registerer) (cloudprovider.CloudProvider, error) {
+	return nil, fmt.Errorf("--cloud-provider=%s: not available in this build", c.cloudProvider)
+}
