@@ -1,0 +1,23 @@
+# The two commands of the README:
+#   make demo   run the autoscaler on a local control plane with the ARM simulator
+#   make test   run the whole test suite (what CI runs)
+GO ?= go
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.PHONY: test lint unit bench build
+
+test: lint unit
+
+lint:
+	@test -z "$$(gofmt -l . | tee /dev/stderr)" || { echo "gofmt: files above need formatting"; exit 1; }
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+unit:
+	$(GO) test -count=1 -timeout 30m ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 5x -timeout 60m ./core/...
+
+build:
+	$(GO) build -o bin/vmss-autoscaler .
