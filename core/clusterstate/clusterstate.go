@@ -183,6 +183,16 @@ func (r *Registry) Update(now time.Time, groups []cloudprovider.NodeGroup, nodes
 			gs.SizeError = cloudprovider.ErrSizeUnknown(g.ID(), fmt.Errorf("listing instances: %w", ierr))
 			rd.TargetKnown = false
 		}
+		if gs.SizeError != nil {
+			// Nothing is decided on a group whose cloud view is unknown or
+			// stale (CA #3240: a throttled read once led to deleting 197 of
+			// 200 nodes): its machines are neither counted nor acted on.
+			for _, in := range instances {
+				seen[in.ProviderID] = true
+			}
+			gs.Backoff = r.backoff.Status(g.ID(), now)
+			continue
+		}
 		live := 0
 		for _, in := range instances {
 			id := in.ProviderID

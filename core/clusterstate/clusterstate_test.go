@@ -118,6 +118,10 @@ func TestInstanceErrorsBackOffOnce(t *testing.T) {
 func TestSizeUnknown(t *testing.T) {
 	p := inmemory.New()
 	g := p.AddGroup("g", 0, 10, to.Node("t", "1", "1Gi"), inmemory.WithTarget(2))
+	g.FailNextCreation(cloudprovider.ClassQuota, "QuotaExceeded", "")
+	if err := g.IncreaseSize(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
 	g.SetSizeUnknown(true)
 	r := NewRegistry(opts())
 	act := update(r, p, t0)
@@ -127,6 +131,11 @@ func TestSizeUnknown(t *testing.T) {
 	}
 	if len(act.Delete)+len(act.DecreaseTarget)+len(act.Failures) != 0 {
 		t.Fatalf("acted on an unknown size: %+v", act)
+	}
+	// Hours later, with machines that never registered: still no action.
+	act = update(r, p, t0.Add(5*time.Hour))
+	if len(act.Delete)+len(act.DecreaseTarget)+len(act.Failures) != 0 {
+		t.Fatalf("acted on an unknown size after hours: %+v", act)
 	}
 }
 
