@@ -33,6 +33,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
 )
@@ -64,6 +65,18 @@ func run(ctx context.Context, args []string) error {
 	}
 	logger := klog.FromContext(ctx)
 
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := core.NewMetrics(reg)
+
+	provider, err := newCloudProvider(ctx, c, &prov, reg)
+	if err != nil {
+		return err
+	}
+	if closer, ok := provider.(interface{ Close() }); ok {
+		defer closer.Close()
+	}
+
 	restCfg, err := kubeConfig(c.kubeconfig)
 	if err != nil {
 		return err
@@ -73,15 +86,6 @@ func run(ctx context.Context, args []string) error {
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("building Kubernetes client: %w", err)
-	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := core.NewMetrics(reg)
-
-	provider, err := newCloudProvider(ctx, c, &prov, reg)
-	if err != nil {
-		return err
 	}
 
 	// Informers: the loop reads only these caches. Managed fields are
@@ -242,11 +246,44 @@ func serve(ctx context.Context, addr string, reg *prometheus.Registry, h *health
 	return errc
 }
 
-// providerFlags are the cloud provider's own flags.
-type providerFlags struct{}
+// providerFlags are the Azure provider's own flags.
+type providerFlags struct {
+	cfg           vmss.Config
+	resourceGroup []string
+	discovery     []string
+}
 
-func (p *providerFlags) register(*pflag.FlagSet) {}
+func (p *providerFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&p.cfg.SubscriptionID, "azure-subscription-id", os.Getenv("AZURE_SUBSCRIPTION_ID"), "subscription of the scale sets (default $AZURE_SUBSCRIPTION_ID)")
+	fs.StringSliceVar(&p.resourceGroup, "azure-resource-groups", nil, "resource groups holding the scale sets, comma-separated")
+	fs.StringArrayVar(&p.discovery, "node-group-auto-discovery", nil, "discover scale sets by tags, CA's form: label:k8s.io_cluster-autoscaler_enabled,k8s.io_cluster-autoscaler_<cluster> (min and max from the min/max tags); repeatable; --nodes wins")
+	fs.StringVar(&p.cfg.ARMEndpoint, "azure-arm-endpoint", vmss.PublicARMEndpoint, "Azure Resource Manager endpoint (sovereign clouds, the ARM simulator)")
+	fs.StringVar(&p.cfg.TokenAudience, "azure-token-audience", "", "token audience for ARM; default: the endpoint's")
+	fs.StringVar(&p.cfg.AuthorityHost, "azure-authority-host", "", "Entra ID authority host; default: public cloud")
+	fs.StringVar(&p.cfg.Auth, "azure-auth", vmss.AuthDefault, "credential: default (DefaultAzureCredential order), workload-identity, managed-identity, client-secret, token-file")
+	fs.StringVar(&p.cfg.TenantID, "azure-tenant-id", os.Getenv("AZURE_TENANT_ID"), "tenant ID (default $AZURE_TENANT_ID)")
+	fs.StringVar(&p.cfg.ClientID, "azure-client-id", os.Getenv("AZURE_CLIENT_ID"), "client ID of the identity (default $AZURE_CLIENT_ID)")
+	fs.StringVar(&p.cfg.ClientSecretFile, "azure-client-secret-file", "", "file holding the client secret (client-secret auth)")
+	fs.StringVar(&p.cfg.TokenFile, "azure-token-file", "", "file holding a bearer token (token-file auth)")
+	fs.StringVar(&p.cfg.CAFile, "azure-ca-file", "", "extra CA certificate (PEM) to trust for the ARM endpoint")
+	fs.DurationVar(&p.cfg.CacheTTL, "azure-cache-ttl", time.Minute, "scale-set cache lifetime (jittered ±10%); one List per resource group and one VM List per scale set per refresh")
+	fs.BoolVar(&p.cfg.ForceDelete, "azure-force-delete", false, "force-delete instances on scale-down")
+	fs.DurationVar(&p.cfg.LROPollInterval, "azure-operation-poll-interval", 10*time.Second, "how often long-running ARM operations are polled in the background")
+}
 
-func newCloudProvider(_ context.Context, c *config, _ *providerFlags, _ prometheus.Registerer) (cloudprovider.CloudProvider, error) {
-	return nil, fmt.Errorf("--cloud-provider=%s: not available in this build", c.cloudProvider)
+func newCloudProvider(_ context.Context, c *config, p *providerFlags, reg prometheus.Registerer) (cloudprovider.CloudProvider, error) {
+	if c.cloudProvider != "azure" {
+		return nil, fmt.Errorf("--cloud-provider=%q: only azure is supported", c.cloudProvider)
+	}
+	cfg := p.cfg
+	cfg.ResourceGroups = p.resourceGroup
+	cfg.AutoDiscovery = p.discovery
+	cfg.NodeGroups = c.nodeGroupSpecs
+	cfg.GPUResourceName = string(c.core.GPUResourceName)
+	cfg.Registerer = reg
+	prov, err := vmss.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return prov, nil
 }

@@ -1,0 +1,206 @@
+package vmss
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+)
+
+// Request kinds throttled together: ARM's subscription limits are counted
+// for reads and writes separately.
+const (
+	kindRead  = "read"
+	kindWrite = "write"
+)
+
+func kindOf(method string) string {
+	if method == http.MethodGet || method == http.MethodHead {
+		return kindRead
+	}
+	return kindWrite
+}
+
+// armMetrics are the provider's ARM metrics.
+type armMetrics struct {
+	requests       *prometheus.CounterVec
+	duration       *prometheus.HistogramVec
+	throttledUntil *prometheus.GaugeVec
+	cacheAge       prometheus.Gauge
+	lroFailures    *prometheus.CounterVec
+}
+
+func newARMMetrics(reg prometheus.Registerer) *armMetrics {
+	const ns = "vmss_autoscaler"
+	m := &armMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "arm_requests_total",
+			Help: "ARM requests sent, by SDK operation and HTTP status code (\"error\" when no response)."}, []string{"operation", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "arm_request_duration_seconds",
+			Help: "Duration of ARM requests by SDK operation.", Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}}, []string{"operation"}),
+		throttledUntil: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "arm_throttled_until_seconds",
+			Help: "Unix time until which ARM calls of a kind (read, write) are held back after a 429; 0 when not throttled."}, []string{"kind"}),
+		cacheAge: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "cloud_cache_age_seconds",
+			Help: "Age of the scale-set cache at the last loop."}),
+		lroFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "arm_operation_failures_total",
+			Help: "Long-running ARM operations that ended in failure, by scale set and error code."}, []string{"node_group", "code"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.duration, m.throttledUntil, m.cacheAge, m.lroFailures)
+	}
+	return m
+}
+
+// throttle remembers, per kind, until when ARM asked us to stay away.
+type throttle struct {
+	clock   clock.Clock
+	metrics *armMetrics
+	mu      sync.Mutex
+	until   map[string]time.Time
+}
+
+func newThrottle(c clock.Clock, m *armMetrics) *throttle {
+	return &throttle{clock: c, metrics: m, until: map[string]time.Time{}}
+}
+
+// blockedUntil returns when the kind may be called again, or zero.
+func (t *throttle) blockedUntil(kind string) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	u := t.until[kind]
+	if !u.IsZero() && !t.clock.Now().Before(u) {
+		delete(t.until, kind)
+		t.metrics.throttledUntil.WithLabelValues(kind).Set(0)
+		return time.Time{}
+	}
+	return u
+}
+
+func (t *throttle) set(kind string, d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	u := t.clock.Now().Add(d)
+	if u.After(t.until[kind]) {
+		t.until[kind] = u
+		t.metrics.throttledUntil.WithLabelValues(kind).Set(float64(u.Unix()))
+	}
+}
+
+// errThrottled is returned without sending a request while ARM's
+// Retry-After for the request's kind has not passed.
+type errThrottled struct {
+	kind  string
+	until time.Time
+}
+
+func (e *errThrottled) Error() string {
+	return fmt.Sprintf("ARM %s calls are throttled until %s (Retry-After)", e.kind, e.until.UTC().Format(time.RFC3339))
+}
+
+// armPolicy runs on every attempt: it holds requests back while their
+// kind is throttled, records metrics, and learns Retry-After from 429s.
+type armPolicy struct {
+	throttle *throttle
+	metrics  *armMetrics
+	clock    clock.Clock
+}
+
+func (p *armPolicy) Do(req *policy.Request) (*http.Response, error) {
+	raw := req.Raw()
+	kind := kindOf(raw.Method)
+	op, _ := raw.Context().Value(runtime.CtxAPINameKey{}).(string)
+	if op == "" {
+		op = "poll"
+	}
+	if u := p.throttle.blockedUntil(kind); !u.IsZero() {
+		p.metrics.requests.WithLabelValues(op, "held-back").Inc()
+		return nil, &errThrottled{kind: kind, until: u}
+	}
+	start := p.clock.Now()
+	resp, err := req.Next()
+	p.metrics.duration.WithLabelValues(op).Observe(p.clock.Since(start).Seconds())
+	if err != nil {
+		p.metrics.requests.WithLabelValues(op, "error").Inc()
+		return resp, err
+	}
+	p.metrics.requests.WithLabelValues(op, strconv.Itoa(resp.StatusCode)).Inc()
+	if resp.StatusCode == http.StatusTooManyRequests {
+		p.throttle.set(kind, retryAfter(resp.Header.Get("Retry-After")))
+	}
+	return resp, nil
+}
+
+// retryAfter parses seconds or an HTTP date; ARM sends seconds. Without a
+// usable value the provider stays away for a minute.
+func retryAfter(v string) time.Duration {
+	if s, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := time.Until(t); d > 0 {
+			return d
+		}
+	}
+	return time.Minute
+}
+
+// classify maps an ARM error to the core's error classes (see arm.md).
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var th *errThrottled
+	if errors.As(err, &th) {
+		return cloudprovider.NewError(cloudprovider.ClassThrottled, "TooManyRequests", "", err)
+	}
+	var re *azcore.ResponseError
+	if !errors.As(err, &re) {
+		return err
+	}
+	return cloudprovider.NewError(classOfCode(re.StatusCode, re.ErrorCode, re.Error()), re.ErrorCode, "", err)
+}
+
+// classOfCode maps an ARM status and error code to a class.
+func classOfCode(status int, code, msg string) cloudprovider.ErrorClass {
+	lc := strings.ToLower(code)
+	switch {
+	case status == http.StatusTooManyRequests || lc == "toomanyrequests":
+		return cloudprovider.ClassThrottled
+	case lc == "quotaexceeded" || (lc == "operationnotallowed" && strings.Contains(strings.ToLower(msg), "quota")):
+		return cloudprovider.ClassQuota
+	case lc == "allocationfailed" || lc == "zonalallocationfailed" || lc == "overconstrainedallocationrequest" ||
+		lc == "overconstrainedzonalallocationrequest" || lc == "skunotavailable":
+		return cloudprovider.ClassOutOfCapacity
+	case lc == "operationpreempted" || status == http.StatusConflict || lc == "conflict":
+		return cloudprovider.ClassConflict
+	default:
+		return cloudprovider.ClassOther
+	}
+}
+
+// retryOptions retries transient failures but never a 429: ARM asked us to
+// stay away, and retrying makes the whole subscription's throttling longer.
+func retryOptions() policy.RetryOptions {
+	return policy.RetryOptions{
+		MaxRetries:    3,
+		RetryDelay:    time.Second,
+		MaxRetryDelay: 10 * time.Second,
+		StatusCodes:   []int{http.StatusRequestTimeout, http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout},
+	}
+}
+
+// withTimeout bounds one ARM call.
+func withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, 2*time.Minute)
+}

@@ -1,0 +1,257 @@
+package vmss
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/cloud"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+)
+
+// Auth modes.
+const (
+	AuthDefault          = "default"           // DefaultAzureCredential: environment, workload identity, managed identity, Azure CLI
+	AuthWorkloadIdentity = "workload-identity" // federated token file (AKS workload identity)
+	AuthManagedIdentity  = "managed-identity"  // the VM's or pod's managed identity
+	AuthClientSecret     = "client-secret"     // a service principal's secret
+	AuthTokenFile        = "token-file"        // a bearer token read from a file (sovereign test clouds, the ARM simulator)
+)
+
+// PublicARMEndpoint is Azure public cloud's Resource Manager.
+const PublicARMEndpoint = "https://management.azure.com"
+
+// Config configures the provider. Zero values take the documented defaults.
+type Config struct {
+	SubscriptionID string
+	ResourceGroups []string
+	// ARMEndpoint is the Resource Manager endpoint (sovereign clouds, the simulator).
+	ARMEndpoint string
+	// TokenAudience is the audience tokens are requested for; defaults to
+	// the public cloud's when ARMEndpoint is the public one, else ARMEndpoint.
+	TokenAudience string
+	// AuthorityHost is the Entra ID authority; empty for the public cloud.
+	AuthorityHost string
+	Auth          string
+	TenantID      string
+	ClientID      string
+	// ClientSecretFile holds the service principal's secret (client-secret mode).
+	ClientSecretFile string
+	// TokenFile holds a bearer token (token-file mode).
+	TokenFile string
+	// CAFile adds a CA to trust for ARMEndpoint.
+	CAFile string
+
+	NodeGroups []cloudprovider.NodeGroupSpec
+	// AutoDiscovery specs in CA's form, "label:tag1,tag2=value".
+	AutoDiscovery []string
+	// CacheTTL is how long the scale-set cache is used before one List per
+	// resource group and one VM List per scale set refresh it (±10% jitter).
+	CacheTTL time.Duration
+	// SKUCacheTTL is how long the resource SKU list of a location is kept.
+	SKUCacheTTL time.Duration
+	// ForceDelete asks ARM to force-delete instances on scale-down.
+	ForceDelete bool
+	// LROPollInterval is how often a background watcher polls a long-running operation.
+	LROPollInterval time.Duration
+	// GPUResourceName is the resource GPUs are advertised as on template nodes.
+	GPUResourceName string
+
+	Clock      clock.Clock
+	Registerer prometheus.Registerer
+	// Credential and Transport override auth and HTTP (tests).
+	Credential azcore.TokenCredential
+	Transport  policy.Transporter
+}
+
+func (c *Config) defaults() {
+	if c.ARMEndpoint == "" {
+		c.ARMEndpoint = PublicARMEndpoint
+	}
+	c.ARMEndpoint = strings.TrimRight(c.ARMEndpoint, "/")
+	if c.TokenAudience == "" {
+		if c.ARMEndpoint == PublicARMEndpoint {
+			c.TokenAudience = PublicARMEndpoint
+		} else {
+			c.TokenAudience = c.ARMEndpoint
+		}
+	}
+	if c.Auth == "" {
+		c.Auth = AuthDefault
+	}
+	if c.CacheTTL == 0 {
+		c.CacheTTL = time.Minute
+	}
+	if c.SKUCacheTTL == 0 {
+		c.SKUCacheTTL = 12 * time.Hour
+	}
+	if c.LROPollInterval == 0 {
+		c.LROPollInterval = 10 * time.Second
+	}
+	if c.GPUResourceName == "" {
+		c.GPUResourceName = "nvidia.com/gpu"
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+}
+
+// Validate checks the configuration; errors name the flag.
+func (c *Config) Validate() error {
+	if c.SubscriptionID == "" {
+		return fmt.Errorf("--azure-subscription-id: required (or AZURE_SUBSCRIPTION_ID)")
+	}
+	if len(c.ResourceGroups) == 0 {
+		return fmt.Errorf("--azure-resource-groups: at least one resource group is required")
+	}
+	if len(c.NodeGroups) == 0 && len(c.AutoDiscovery) == 0 {
+		return fmt.Errorf("--nodes or --node-group-auto-discovery: no node groups configured")
+	}
+	for _, ng := range c.NodeGroups {
+		if err := validateName(ng.Name); err != nil {
+			return fmt.Errorf("--nodes: %w", err)
+		}
+	}
+	for _, d := range c.AutoDiscovery {
+		if _, err := parseAutoDiscovery(d); err != nil {
+			return err
+		}
+	}
+	if !strings.HasPrefix(c.ARMEndpoint, "https://") {
+		return fmt.Errorf("--azure-arm-endpoint=%q: must be an https:// URL", c.ARMEndpoint)
+	}
+	if c.CacheTTL < time.Second {
+		return fmt.Errorf("--azure-cache-ttl=%s: must be at least 1s", c.CacheTTL)
+	}
+	switch c.Auth {
+	case AuthDefault, AuthWorkloadIdentity, AuthManagedIdentity:
+	case AuthClientSecret:
+		if c.TenantID == "" || c.ClientID == "" || c.ClientSecretFile == "" {
+			return fmt.Errorf("--azure-auth=client-secret: needs --azure-tenant-id, --azure-client-id and --azure-client-secret-file")
+		}
+	case AuthTokenFile:
+		if c.TokenFile == "" && c.Credential == nil {
+			return fmt.Errorf("--azure-auth=token-file: needs --azure-token-file")
+		}
+	default:
+		return fmt.Errorf("--azure-auth=%q: want one of %s, %s, %s, %s, %s", c.Auth, AuthDefault, AuthWorkloadIdentity, AuthManagedIdentity, AuthClientSecret, AuthTokenFile)
+	}
+	return nil
+}
+
+func validateName(n string) error {
+	if n == "" || strings.ContainsAny(n, "/ ") {
+		return fmt.Errorf("scale set name %q is not valid", n)
+	}
+	return nil
+}
+
+// cloudConfig is the azcore cloud configuration for the endpoint.
+func (c *Config) cloudConfig() cloud.Configuration {
+	cc := cloud.AzurePublic
+	if c.AuthorityHost != "" {
+		cc.ActiveDirectoryAuthorityHost = c.AuthorityHost
+	}
+	cc.Services = map[cloud.ServiceName]cloud.ServiceConfiguration{
+		cloud.ResourceManager: {Endpoint: c.ARMEndpoint, Audience: c.TokenAudience},
+	}
+	return cc
+}
+
+// transport returns the HTTP transport, trusting CAFile when set.
+func (c *Config) transport() (policy.Transporter, error) {
+	if c.Transport != nil {
+		return c.Transport, nil
+	}
+	if c.CAFile == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(c.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("--azure-ca-file=%s: %w", c.CAFile, err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--azure-ca-file=%s: no PEM certificate found", c.CAFile)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return &http.Client{Transport: tr}, nil
+}
+
+// credential builds the token credential for the configured mode.
+func (c *Config) credential(tr policy.Transporter) (azcore.TokenCredential, error) {
+	if c.Credential != nil {
+		return c.Credential, nil
+	}
+	opts := azcore.ClientOptions{Cloud: c.cloudConfig(), Transport: tr}
+	switch c.Auth {
+	case AuthWorkloadIdentity:
+		cred, err := azidentity.NewWorkloadIdentityCredential(&azidentity.WorkloadIdentityCredentialOptions{
+			ClientOptions: opts, TenantID: c.TenantID, ClientID: c.ClientID})
+		if err != nil {
+			return nil, fmt.Errorf("--azure-auth=workload-identity: %w", err)
+		}
+		return cred, nil
+	case AuthManagedIdentity:
+		o := &azidentity.ManagedIdentityCredentialOptions{ClientOptions: opts}
+		if c.ClientID != "" {
+			o.ID = azidentity.ClientID(c.ClientID)
+		}
+		cred, err := azidentity.NewManagedIdentityCredential(o)
+		if err != nil {
+			return nil, fmt.Errorf("--azure-auth=managed-identity: %w", err)
+		}
+		return cred, nil
+	case AuthClientSecret:
+		secret, err := os.ReadFile(c.ClientSecretFile)
+		if err != nil {
+			return nil, fmt.Errorf("--azure-client-secret-file=%s: %w", c.ClientSecretFile, err)
+		}
+		cred, err := azidentity.NewClientSecretCredential(c.TenantID, c.ClientID, strings.TrimSpace(string(secret)),
+			&azidentity.ClientSecretCredentialOptions{ClientOptions: opts})
+		if err != nil {
+			return nil, fmt.Errorf("--azure-auth=client-secret: %w", err)
+		}
+		return cred, nil
+	case AuthTokenFile:
+		return &tokenFile{path: c.TokenFile}, nil
+	default:
+		cred, err := azidentity.NewDefaultAzureCredential(&azidentity.DefaultAzureCredentialOptions{
+			ClientOptions: opts, TenantID: c.TenantID})
+		if err != nil {
+			return nil, fmt.Errorf("--azure-auth=default: %w", err)
+		}
+		return cred, nil
+	}
+}
+
+// tokenFile is a credential that reads a bearer token from a file on each
+// request, so a rotated token is picked up.
+type tokenFile struct{ path string }
+
+func (t *tokenFile) GetToken(context.Context, policy.TokenRequestOptions) (azcore.AccessToken, error) {
+	b, err := os.ReadFile(t.path)
+	if err != nil {
+		return azcore.AccessToken{}, fmt.Errorf("reading token file %s: %w", t.path, err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return azcore.AccessToken{}, fmt.Errorf("token file %s is empty", t.path)
+	}
+	return azcore.AccessToken{Token: tok, ExpiresOn: time.Now().Add(5 * time.Minute)}, nil
+}

@@ -1,0 +1,157 @@
+package vmss
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	apiv1 "k8s.io/api/core/v1"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+)
+
+func TestParseProviderID(t *testing.T) {
+	tests := []struct {
+		in   string
+		ok   bool
+		want vmRef
+	}{
+		{"azure:///subscriptions/S/resourceGroups/RG-One/providers/Microsoft.Compute/virtualMachineScaleSets/gpu-A/virtualMachines/17", true,
+			vmRef{"s", "rg-one", "gpu-a", "17"}},
+		{"azure:///subscriptions/s/resourcegroups/rg/providers/microsoft.compute/virtualmachinescalesets/x/virtualmachines/0", true,
+			vmRef{"s", "rg", "x", "0"}},
+		{"azure:///subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/vm1", false, vmRef{}},
+		{"aws:///us-east-1a/i-123", false, vmRef{}},
+		{"", false, vmRef{}},
+	}
+	for _, tc := range tests {
+		got, ok := parseProviderID(tc.in)
+		if ok != tc.ok || got != tc.want {
+			t.Errorf("parseProviderID(%q) = %+v, %v; want %+v, %v", tc.in, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestClassOfCode(t *testing.T) {
+	tests := []struct {
+		status int
+		code   string
+		msg    string
+		want   cloudprovider.ErrorClass
+	}{
+		{409, "OperationNotAllowed", "Operation could not be completed as it results in exceeding approved standardNDSH100v5Family Cores quota", cloudprovider.ClassQuota},
+		{409, "QuotaExceeded", "", cloudprovider.ClassQuota},
+		{200, "AllocationFailed", "", cloudprovider.ClassOutOfCapacity},
+		{200, "ZonalAllocationFailed", "", cloudprovider.ClassOutOfCapacity},
+		{200, "OverconstrainedAllocationRequest", "", cloudprovider.ClassOutOfCapacity},
+		{409, "SkuNotAvailable", "", cloudprovider.ClassOutOfCapacity},
+		{409, "OperationPreempted", "", cloudprovider.ClassConflict},
+		{409, "Conflict", "another operation is in progress", cloudprovider.ClassConflict},
+		{429, "TooManyRequests", "", cloudprovider.ClassThrottled},
+		{500, "InternalServerError", "", cloudprovider.ClassOther},
+		{409, "OperationNotAllowed", "scale set is being deleted", cloudprovider.ClassConflict},
+	}
+	for _, tc := range tests {
+		if got := classOfCode(tc.status, tc.code, tc.msg); got != tc.want {
+			t.Errorf("classOfCode(%d, %s, %q) = %s, want %s", tc.status, tc.code, tc.msg, got, tc.want)
+		}
+	}
+	err := classify(&azcore.ResponseError{StatusCode: http.StatusConflict, ErrorCode: "QuotaExceeded"})
+	if !cloudprovider.IsQuota(err) {
+		t.Fatalf("classify(QuotaExceeded) = %v, not a quota error", err)
+	}
+	if !cloudprovider.IsThrottled(classify(&errThrottled{kind: kindRead, until: time.Now()})) {
+		t.Fatal("held-back request is not a throttled error")
+	}
+	if plain := errors.New("x"); classify(plain) != plain {
+		t.Fatal("unclassified error was wrapped")
+	}
+}
+
+func TestTemplateNodeFromSKUAndTags(t *testing.T) {
+	view := &scaleSetView{name: "gpu-h100", location: "eastus", zones: []string{"2"}, tags: map[string]string{
+		tagLabelPrefix + "nvidia.com__gpu.product": "H100",
+		tagTaintPrefix + "openai.com__team":        "rl:NoSchedule",
+		tagResourcesPrefix + "rdma__ib":             "8",
+		"unrelated":                                 "x",
+	}}
+	sku := skuInfo{name: "Standard_ND96isr_H100_v5", vcpus: 96, memoryGB: 1900, gpus: 8, arch: "amd64"}
+	n, err := templateNode(view, sku, "nvidia.com/gpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	alloc := n.Status.Allocatable
+	if got := alloc.Name("nvidia.com/gpu", "").Value(); got != 8 {
+		t.Errorf("gpus %d, want 8", got)
+	}
+	if got := alloc.Cpu().Value(); got != 96 {
+		t.Errorf("cpu %d, want 96", got)
+	}
+	if got := alloc.Memory().Value(); got != 1900*1024*1024*1024 {
+		t.Errorf("memory %d, want 1900Gi", got)
+	}
+	if got := alloc.Pods().Value(); got != DefaultMaxPods {
+		t.Errorf("pods %d", got)
+	}
+	if got := alloc.Name("rdma/ib", "").Value(); got != 8 {
+		t.Errorf("rdma/ib %d, want 8 from the resources tag", got)
+	}
+	wantLabels := map[string]string{
+		apiv1.LabelInstanceTypeStable: "Standard_ND96isr_H100_v5", apiv1.LabelTopologyRegion: "eastus",
+		apiv1.LabelTopologyZone: "eastus-2", apiv1.LabelArchStable: "amd64", apiv1.LabelOSStable: "linux",
+		AcceleratorLabel: "nvidia", NodeGroupLabel: "gpu-h100", "nvidia.com/gpu.product": "H100",
+	}
+	for k, v := range wantLabels {
+		if n.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, n.Labels[k], v)
+		}
+	}
+	if len(n.Spec.Taints) != 1 || n.Spec.Taints[0].Key != "openai.com/team" || n.Spec.Taints[0].Value != "rl" || n.Spec.Taints[0].Effect != apiv1.TaintEffectNoSchedule {
+		t.Errorf("taints %+v", n.Spec.Taints)
+	}
+	view.tags[tagTaintPrefix+"bad"] = "x:Sometimes"
+	if _, err := templateNode(view, sku, "nvidia.com/gpu"); err == nil || !strings.Contains(err.Error(), "unknown taint effect") {
+		t.Errorf("bad taint effect accepted: %v", err)
+	}
+}
+
+func TestAutoDiscovery(t *testing.T) {
+	d, err := parseAutoDiscovery("label:k8s.io_cluster-autoscaler_enabled,k8s.io_cluster-autoscaler_prod=owned")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		tags map[string]string
+		want bool
+	}{
+		{map[string]string{"k8s.io_cluster-autoscaler_enabled": "true", "k8s.io_cluster-autoscaler_prod": "owned"}, true},
+		{map[string]string{"K8S.IO_CLUSTER-AUTOSCALER_ENABLED": "1", "k8s.io_cluster-autoscaler_prod": "OWNED"}, true},
+		{map[string]string{"k8s.io_cluster-autoscaler_enabled": "true"}, false},
+		{map[string]string{"k8s.io_cluster-autoscaler_enabled": "true", "k8s.io_cluster-autoscaler_prod": "shared"}, false},
+	}
+	for _, tc := range tests {
+		if got := d.matches(tc.tags); got != tc.want {
+			t.Errorf("matches(%v) = %v, want %v", tc.tags, got, tc.want)
+		}
+	}
+	for _, bad := range []string{"asg:tag=x", "label:", "label:,x"} {
+		if _, err := parseAutoDiscovery(bad); err == nil {
+			t.Errorf("parseAutoDiscovery(%q) accepted", bad)
+		}
+	}
+}
+
+func TestGroupOptionsFromTags(t *testing.T) {
+	d := cloudprovider.GroupOptions{ScaleDownUtilizationThreshold: 0.5, MaxNodeProvisionTime: 15 * time.Minute}
+	got := groupOptions(map[string]string{
+		tagOptionsPrefix + "scaledownutilizationthreshold": "0.3",
+		tagOptionsPrefix + "maxnodeprovisiontime":          "25m",
+		tagOptionsPrefix + "scaledownunneededtime":         "soon",
+	}, d)
+	if got.ScaleDownUtilizationThreshold != 0.3 || got.MaxNodeProvisionTime != 25*time.Minute || got.ScaleDownUnneededTime != 0 {
+		t.Fatalf("options %+v", got)
+	}
+}

@@ -1,0 +1,474 @@
+package vmss
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
+	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+)
+
+// scaleSet is one VMSS node group. Its fields are guarded by mu.
+type scaleSet struct {
+	p    *Provider
+	rg   string
+	name string
+
+	mu       sync.Mutex
+	min, max int
+	view     scaleSetView
+	known    bool   // capacity was read successfully at least once
+	stale    string // why the cache cannot be trusted now ("" when fresh)
+	etag     string
+	sku      skuInfo
+	skuKnown bool
+	// instances from the last VM list, with local overrides applied.
+	instances []cloudprovider.Instance
+	// deleting holds provider IDs this process asked ARM to delete, until
+	// the VM list no longer shows them.
+	deleting map[string]bool
+	// failed are placeholder instances for machines a failed scale-up
+	// operation never created; the core deletes them like failed VMs.
+	failed []cloudprovider.Instance
+	opSeq  int
+}
+
+// scaleSetView is what a refresh read of the scale set.
+type scaleSetView struct {
+	name     string
+	location string
+	zones    []string
+	tags     map[string]string
+	capacity int
+	skuName  string
+}
+
+// update applies a refresh. Called without locks held.
+func (g *scaleSet) update(s *armcompute.VirtualMachineScaleSet, vms []*armcompute.VirtualMachineScaleSetVM, skus map[string]skuInfo, now time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	v := scaleSetView{name: g.name, location: deref(s.Location), tags: tagMap(s.Tags)}
+	for _, z := range s.Zones {
+		v.zones = append(v.zones, deref(z))
+	}
+	if s.SKU != nil {
+		v.skuName = deref(s.SKU.Name)
+		if s.SKU.Capacity != nil {
+			v.capacity = int(*s.SKU.Capacity)
+		}
+	}
+	g.view = v
+	g.known = s.SKU != nil && s.SKU.Capacity != nil
+	g.stale = ""
+	g.etag = deref(s.Etag)
+	if info, ok := skus[strings.ToLower(v.skuName)]; ok {
+		g.sku, g.skuKnown = info, true
+	} else if skus != nil {
+		g.skuKnown = false
+	}
+	listed := map[string]bool{}
+	g.instances = g.instances[:0]
+	for _, vm := range vms {
+		if vm == nil || vm.ID == nil {
+			continue
+		}
+		in := instanceOf(vm)
+		key := strings.ToLower(in.ProviderID)
+		listed[key] = true
+		if g.deleting[key] {
+			in.State = cloudprovider.InstanceDeleting
+			in.Error = nil
+		}
+		g.instances = append(g.instances, in)
+	}
+	for k := range g.deleting {
+		if !listed[k] {
+			delete(g.deleting, k)
+		}
+	}
+	g.instances = append(g.instances, g.failed...)
+}
+
+// instanceOf maps a VM's provisioning state and instance view to an instance.
+func instanceOf(vm *armcompute.VirtualMachineScaleSetVM) cloudprovider.Instance {
+	in := cloudprovider.Instance{ProviderID: "azure://" + *vm.ID, State: cloudprovider.InstanceRunning}
+	state := ""
+	if vm.Properties != nil {
+		state = strings.ToLower(deref(vm.Properties.ProvisioningState))
+	}
+	switch state {
+	case "creating", "updating":
+		in.State = cloudprovider.InstanceCreating
+	case "deleting":
+		in.State = cloudprovider.InstanceDeleting
+	case "failed":
+		code, msg := failureOf(vm)
+		in.Error = &cloudprovider.InstanceError{Class: classOfCode(0, code, msg), Code: code, Message: msg}
+	}
+	return in
+}
+
+// failureOf finds the error code of a failed VM in its instance view
+// ("ProvisioningState/failed/AllocationFailed").
+func failureOf(vm *armcompute.VirtualMachineScaleSetVM) (string, string) {
+	if vm.Properties == nil || vm.Properties.InstanceView == nil {
+		return "ProvisioningFailed", "provisioning failed (no instance view)"
+	}
+	for _, st := range vm.Properties.InstanceView.Statuses {
+		if st == nil || st.Code == nil {
+			continue
+		}
+		if rest, ok := strings.CutPrefix(*st.Code, "ProvisioningState/failed/"); ok {
+			return rest, deref(st.Message)
+		}
+	}
+	return "ProvisioningFailed", "provisioning failed"
+}
+
+func (g *scaleSet) markStale(why string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.stale = why
+}
+
+// ID implements cloudprovider.NodeGroup.
+func (g *scaleSet) ID() string { return g.name }
+
+// MinSize implements cloudprovider.NodeGroup.
+func (g *scaleSet) MinSize() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.min
+}
+
+// MaxSize implements cloudprovider.NodeGroup.
+func (g *scaleSet) MaxSize() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.max
+}
+
+// sizeLocked returns the capacity, or a size-unknown error when it was
+// never read or the cache is stale.
+func (g *scaleSet) sizeLocked() (int, error) {
+	switch {
+	case !g.known:
+		return 0, cloudprovider.ErrSizeUnknown(g.name, errors.New("capacity never read from ARM"))
+	case g.stale != "":
+		return 0, cloudprovider.ErrSizeUnknown(g.name, errors.New("stale cache: "+g.stale))
+	}
+	return g.view.capacity, nil
+}
+
+// TargetSize implements cloudprovider.NodeGroup.
+func (g *scaleSet) TargetSize() (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.sizeLocked()
+}
+
+// IncreaseSize implements cloudprovider.NodeGroup: a PATCH of sku.capacity
+// guarded by the scale set's ETag (on 412 the scale set is read again once
+// and the PATCH retried). The long-running operation is watched in the
+// background; its failure shows up as failed instances.
+func (g *scaleSet) IncreaseSize(ctx context.Context, delta int) error {
+	if delta <= 0 {
+		return fmt.Errorf("increase of scale set %s must be positive, got %d", g.name, delta)
+	}
+	g.mu.Lock()
+	size, err := g.sizeLocked()
+	etag, maxSize := g.etag, g.max
+	g.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	target := size + delta
+	if target > maxSize {
+		return fmt.Errorf("increase of scale set %s to %d exceeds its max %d", g.name, target, maxSize)
+	}
+	poller, err := g.patchCapacity(ctx, target, etag)
+	if isPreconditionFailed(err) {
+		fresh, ferr := g.reread(ctx)
+		if ferr != nil {
+			return fmt.Errorf("re-reading scale set %s after an ETag conflict: %w", g.name, ferr)
+		}
+		target = fresh + delta
+		if target > maxSize {
+			return fmt.Errorf("increase of scale set %s to %d exceeds its max %d (after re-read)", g.name, target, maxSize)
+		}
+		g.mu.Lock()
+		etag = g.etag
+		g.mu.Unlock()
+		poller, err = g.patchCapacity(ctx, target, etag)
+	}
+	if err != nil {
+		return fmt.Errorf("scaling scale set %s to %d: %w", g.name, target, classify(err))
+	}
+	g.mu.Lock()
+	g.view.capacity = target
+	g.opSeq++
+	op := g.opSeq
+	g.mu.Unlock()
+	g.watch(poller, "scale-up", op, delta)
+	return nil
+}
+
+func (g *scaleSet) patchCapacity(ctx context.Context, target int, etag string) (*runtime.Poller[armcompute.VirtualMachineScaleSetsClientUpdateResponse], error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	var opts *armcompute.VirtualMachineScaleSetsClientBeginUpdateOptions
+	if etag != "" {
+		opts = &armcompute.VirtualMachineScaleSetsClientBeginUpdateOptions{IfMatch: to.Ptr(etag)}
+	}
+	poller, err := g.p.vmss.BeginUpdate(ctx, g.rg, g.name, armcompute.VirtualMachineScaleSetUpdate{
+		SKU: &armcompute.SKU{Capacity: to.Ptr(int64(target))},
+	}, opts)
+	if err != nil {
+		return nil, err
+	}
+	return poller, nil
+}
+
+// reread GETs the scale set (one call) and returns its capacity.
+func (g *scaleSet) reread(ctx context.Context) (int, error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	resp, err := g.p.vmss.Get(ctx, g.rg, g.name, nil)
+	if err != nil {
+		return 0, classify(err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if resp.SKU == nil || resp.SKU.Capacity == nil {
+		g.known = false
+		return 0, cloudprovider.ErrSizeUnknown(g.name, errors.New("scale set has no sku.capacity"))
+	}
+	g.view.capacity = int(*resp.SKU.Capacity)
+	g.etag = deref(resp.Etag)
+	g.known, g.stale = true, ""
+	return g.view.capacity, nil
+}
+
+func isPreconditionFailed(err error) bool {
+	var re *azcore.ResponseError
+	return errors.As(err, &re) && re.StatusCode == http.StatusPreconditionFailed
+}
+
+// watch polls a long-running operation in the background. A failed
+// scale-up whose machines were never created becomes placeholder failed
+// instances, so the core backs the group off with the error's class.
+func watch[T any](g *scaleSet, poller *runtime.Poller[T], kind string, op, count int) {
+	p := g.p
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		_, err := poller.PollUntilDone(p.bg, &runtime.PollUntilDoneOptions{Frequency: p.cfg.LROPollInterval})
+		if err == nil || p.bg.Err() != nil {
+			return
+		}
+		cerr := classify(err)
+		code := "OperationFailed"
+		var re *azcore.ResponseError
+		if errors.As(err, &re) && re.ErrorCode != "" {
+			code = re.ErrorCode
+		}
+		p.metrics.lroFailures.WithLabelValues(g.name, code).Inc()
+		klog.ErrorS(err, "Scale set operation failed", "scaleSet", g.name, "operation", kind, "class", cloudprovider.ClassOf(cerr).String())
+		if kind != "scale-up" {
+			return
+		}
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		for i := 0; i < count; i++ {
+			g.failed = append(g.failed, cloudprovider.Instance{
+				ProviderID: fmt.Sprintf("azure:///subscriptions/%s/resourceGroups/%s/providers/Microsoft.Compute/virtualMachineScaleSets/%s/virtualMachines/failed-op%d-%d",
+					p.cfg.SubscriptionID, g.rg, g.name, op, i),
+				State: cloudprovider.InstanceCreating,
+				Error: &cloudprovider.InstanceError{Class: cloudprovider.ClassOf(cerr), Code: code, Message: err.Error()},
+			})
+		}
+	}()
+}
+
+func (g *scaleSet) watch(poller *runtime.Poller[armcompute.VirtualMachineScaleSetsClientUpdateResponse], kind string, op, count int) {
+	watch(g, poller, kind, op, count)
+}
+
+// DeleteNodes implements cloudprovider.NodeGroup: one batched
+// DeleteInstances call for the scale set; the instances are marked deleting
+// at once. Placeholders of failed operations are dropped without a call.
+func (g *scaleSet) DeleteNodes(ctx context.Context, providerIDs []string) error {
+	g.mu.Lock()
+	size, err := g.sizeLocked()
+	if err != nil {
+		g.mu.Unlock()
+		return err
+	}
+	byID := map[string]cloudprovider.Instance{}
+	for _, in := range g.instances {
+		byID[strings.ToLower(in.ProviderID)] = in
+	}
+	var ids []string
+	running := 0
+	dropFailed := map[string]bool{}
+	for _, pid := range providerIDs {
+		key := strings.ToLower(pid)
+		ref, ok := parseProviderID(key)
+		if !ok || ref.scaleSet != strings.ToLower(g.name) || ref.resourceGroup != strings.ToLower(g.rg) {
+			g.mu.Unlock()
+			return fmt.Errorf("deleting from scale set %s: instance %s does not belong to it", g.name, pid)
+		}
+		if strings.HasPrefix(ref.instanceID, "failed-op") {
+			dropFailed[key] = true
+			continue
+		}
+		in, known := byID[key]
+		if known && in.State == cloudprovider.InstanceDeleting {
+			continue
+		}
+		if !known || in.Error == nil {
+			running++ // unknown IDs count as running: the min size holds
+		}
+		ids = append(ids, ref.instanceID)
+	}
+	if size-running < g.min {
+		g.mu.Unlock()
+		return fmt.Errorf("deleting %d running instances from scale set %s would go below its min %d (size %d)", running, g.name, g.min, size)
+	}
+	if len(dropFailed) > 0 {
+		kept := g.failed[:0]
+		for _, f := range g.failed {
+			if !dropFailed[strings.ToLower(f.ProviderID)] {
+				kept = append(kept, f)
+			}
+		}
+		g.failed = kept
+		g.dropInstancesLocked(dropFailed)
+	}
+	g.mu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	sort.Strings(ids)
+	dctx, cancel := withTimeout(ctx)
+	defer cancel()
+	poller, err := g.p.vmss.BeginDeleteInstances(dctx, g.rg, g.name,
+		armcompute.VirtualMachineScaleSetVMInstanceRequiredIDs{InstanceIDs: to.SliceOfPtrs(ids...)},
+		&armcompute.VirtualMachineScaleSetsClientBeginDeleteInstancesOptions{ForceDeletion: to.Ptr(g.p.cfg.ForceDelete)})
+	if err != nil {
+		return fmt.Errorf("deleting %d instances of scale set %s: %w", len(ids), g.name, classify(err))
+	}
+	g.mu.Lock()
+	if g.deleting == nil {
+		g.deleting = map[string]bool{}
+	}
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	for i, in := range g.instances {
+		ref, _ := parseProviderID(in.ProviderID)
+		if want[ref.instanceID] {
+			g.deleting[strings.ToLower(in.ProviderID)] = true
+			if g.view.capacity > 0 {
+				g.view.capacity-- // ARM lowers the capacity with each deleted instance
+			}
+			g.instances[i].State = cloudprovider.InstanceDeleting
+			g.instances[i].Error = nil
+		}
+	}
+	g.opSeq++
+	op := g.opSeq
+	g.mu.Unlock()
+	watch(g, poller, "delete", op, len(ids))
+	return nil
+}
+
+func (g *scaleSet) dropInstancesLocked(drop map[string]bool) {
+	kept := g.instances[:0]
+	for _, in := range g.instances {
+		if !drop[strings.ToLower(in.ProviderID)] {
+			kept = append(kept, in)
+		}
+	}
+	g.instances = kept
+}
+
+// DecreaseTargetSize implements cloudprovider.NodeGroup. It only lowers the
+// capacity down to the number of existing VMs: lowering sku.capacity below
+// that would let ARM pick running VMs to delete, which this never does.
+func (g *scaleSet) DecreaseTargetSize(ctx context.Context, delta int) error {
+	if delta >= 0 {
+		return fmt.Errorf("decrease of scale set %s must be negative, got %d", g.name, delta)
+	}
+	g.mu.Lock()
+	size, err := g.sizeLocked()
+	etag := g.etag
+	live := 0
+	for _, in := range g.instances {
+		if in.State != cloudprovider.InstanceDeleting && !strings.Contains(in.ProviderID, "/virtualMachines/failed-op") {
+			live++
+		}
+	}
+	g.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	target := size + delta
+	if target < live {
+		return fmt.Errorf("decreasing scale set %s to %d would delete existing VMs (%d exist)", g.name, target, live)
+	}
+	poller, err := g.patchCapacity(ctx, target, etag)
+	if err != nil {
+		return fmt.Errorf("lowering scale set %s to %d: %w", g.name, target, classify(err))
+	}
+	g.mu.Lock()
+	g.view.capacity = target
+	g.opSeq++
+	op := g.opSeq
+	g.mu.Unlock()
+	g.watch(poller, "decrease", op, -delta)
+	return nil
+}
+
+// Instances implements cloudprovider.NodeGroup from the cache.
+func (g *scaleSet) Instances() ([]cloudprovider.Instance, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]cloudprovider.Instance, len(g.instances))
+	copy(out, g.instances)
+	return out, nil
+}
+
+// TemplateNode implements cloudprovider.NodeGroup from the SKU's
+// capabilities and the scale set's tags. A SKU missing from the resource
+// SKU list is an error: an unknown size means no scale-up, never a guess.
+func (g *scaleSet) TemplateNode() (*apiv1.Node, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.skuKnown {
+		return nil, fmt.Errorf("scale set %s: VM size %q not found in the resource SKU list of %s", g.name, g.view.skuName, g.view.location)
+	}
+	v := g.view
+	return templateNode(&v, g.sku, g.p.cfg.GPUResourceName)
+}
+
+// Options implements cloudprovider.NodeGroup from the scale set's
+// autoscaling-options tags.
+func (g *scaleSet) Options(defaults cloudprovider.GroupOptions) cloudprovider.GroupOptions {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return groupOptions(g.view.tags, defaults)
+}
