@@ -75,8 +75,8 @@ func TestTemplateNodeFromSKUAndTags(t *testing.T) {
 	view := &scaleSetView{name: "gpu-h100", location: "eastus", zones: []string{"2"}, tags: map[string]string{
 		tagLabelPrefix + "nvidia.com__gpu.product": "H100",
 		tagTaintPrefix + "openai.com__team":        "rl:NoSchedule",
-		tagResourcesPrefix + "rdma__ib":             "8",
-		"unrelated":                                 "x",
+		tagResourcesPrefix + "rdma__ib":            "8",
+		"unrelated":                                "x",
 	}}
 	sku := skuInfo{name: "Standard_ND96isr_H100_v5", vcpus: 96, memoryGB: 1900, gpus: 8, arch: "amd64"}
 	n, err := templateNode(view, sku, "nvidia.com/gpu")

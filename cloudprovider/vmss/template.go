@@ -84,7 +84,7 @@ func templateNode(ss *scaleSetView, sku skuInfo, gpuResource string) (*apiv1.Nod
 		capacity[apiv1.ResourceName(gpuResource)] = *resource.NewQuantity(sku.gpus, resource.DecimalSI)
 	}
 	labels := map[string]string{
-		apiv1.LabelHostname:          name,
+		apiv1.LabelHostname:           name,
 		apiv1.LabelInstanceTypeStable: sku.name,
 		apiv1.LabelTopologyRegion:     strings.ToLower(ss.location),
 		apiv1.LabelArchStable:         sku.arch,
