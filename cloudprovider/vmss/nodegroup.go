@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -39,10 +40,20 @@ type scaleSet struct {
 	// deleting holds provider IDs this process asked ARM to delete, until
 	// the VM list no longer shows them.
 	deleting map[string]bool
-	// failed are placeholder instances for machines a failed scale-up
-	// operation never created; the core deletes them like failed VMs.
-	failed []cloudprovider.Instance
-	opSeq  int
+	// failedOps are scale-ups whose operation failed; for the machines such
+	// an operation never created, update adds placeholder failed instances
+	// (the core deletes them like failed VMs, which drops them).
+	failedOps []failedOp
+	dropped   map[string]bool
+	opSeq     int
+	// maxInstanceID is the highest numeric instance ID seen.
+	maxInstanceID int
+}
+
+// failedOp is a scale-up operation that ARM reported failed.
+type failedOp struct {
+	op, delta, maxIDBefore int
+	err                    cloudprovider.InstanceError
 }
 
 // scaleSetView is what a refresh read of the scale set.
@@ -87,6 +98,9 @@ func (g *scaleSet) update(s *armcompute.VirtualMachineScaleSet, vms []*armcomput
 		in := instanceOf(vm)
 		key := strings.ToLower(in.ProviderID)
 		listed[key] = true
+		if id, ok := numericInstanceID(in.ProviderID); ok && id > g.maxInstanceID {
+			g.maxInstanceID = id
+		}
 		if g.deleting[key] {
 			in.State = cloudprovider.InstanceDeleting
 			in.Error = nil
@@ -98,7 +112,47 @@ func (g *scaleSet) update(s *armcompute.VirtualMachineScaleSet, vms []*armcomput
 			delete(g.deleting, k)
 		}
 	}
-	g.instances = append(g.instances, g.failed...)
+	g.instances = append(g.instances, g.placeholdersLocked()...)
+}
+
+// placeholdersLocked returns a failed instance for each machine a failed
+// scale-up never created: the operation's delta minus the VMs with a
+// higher instance ID than any seen before it started.
+func (g *scaleSet) placeholdersLocked() []cloudprovider.Instance {
+	var out []cloudprovider.Instance
+	kept := g.failedOps[:0]
+	for _, f := range g.failedOps {
+		created := 0
+		for _, in := range g.instances {
+			if id, ok := numericInstanceID(in.ProviderID); ok && id > f.maxIDBefore {
+				created++
+			}
+		}
+		live := 0
+		for i := created; i < f.delta; i++ {
+			pid := fmt.Sprintf("azure:///subscriptions/%s/resourceGroups/%s/providers/Microsoft.Compute/virtualMachineScaleSets/%s/virtualMachines/failed-op%d-%d",
+				g.p.cfg.SubscriptionID, g.rg, g.name, f.op, i)
+			if g.dropped[strings.ToLower(pid)] {
+				continue
+			}
+			e := f.err
+			out = append(out, cloudprovider.Instance{ProviderID: pid, State: cloudprovider.InstanceCreating, Error: &e})
+			live++
+		}
+		if live > 0 {
+			kept = append(kept, f)
+		}
+	}
+	g.failedOps = kept
+	return out
+}
+
+// numericInstanceID returns the instance ID of a VM's provider ID when it
+// is a number (placeholders are not).
+func numericInstanceID(providerID string) (int, bool) {
+	i := strings.LastIndex(providerID, "/")
+	n, err := strconv.Atoi(providerID[i+1:])
+	return n, err == nil
 }
 
 // instanceOf maps a VM's provisioning state and instance view to an instance.
@@ -219,9 +273,9 @@ func (g *scaleSet) IncreaseSize(ctx context.Context, delta int) error {
 	g.mu.Lock()
 	g.view.capacity = target
 	g.opSeq++
-	op := g.opSeq
+	op, maxID := g.opSeq, g.maxInstanceID
 	g.mu.Unlock()
-	g.watch(poller, "scale-up", op, delta)
+	watch(g, poller, "scale-up", op, delta, maxID)
 	return nil
 }
 
@@ -267,9 +321,9 @@ func isPreconditionFailed(err error) bool {
 }
 
 // watch polls a long-running operation in the background. A failed
-// scale-up whose machines were never created becomes placeholder failed
-// instances, so the core backs the group off with the error's class.
-func watch[T any](g *scaleSet, poller *runtime.Poller[T], kind string, op, count int) {
+// scale-up is recorded so the machines it never created show up as failed
+// instances (VMs it created in a failed state are reported by the VM list).
+func watch[T any](g *scaleSet, poller *runtime.Poller[T], kind string, op, count, maxIDBefore int) {
 	p := g.p
 	p.wg.Add(1)
 	go func() {
@@ -291,19 +345,9 @@ func watch[T any](g *scaleSet, poller *runtime.Poller[T], kind string, op, count
 		}
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		for i := 0; i < count; i++ {
-			g.failed = append(g.failed, cloudprovider.Instance{
-				ProviderID: fmt.Sprintf("azure:///subscriptions/%s/resourceGroups/%s/providers/Microsoft.Compute/virtualMachineScaleSets/%s/virtualMachines/failed-op%d-%d",
-					p.cfg.SubscriptionID, g.rg, g.name, op, i),
-				State: cloudprovider.InstanceCreating,
-				Error: &cloudprovider.InstanceError{Class: cloudprovider.ClassOf(cerr), Code: code, Message: err.Error()},
-			})
-		}
+		g.failedOps = append(g.failedOps, failedOp{op: op, delta: count, maxIDBefore: maxIDBefore,
+			err: cloudprovider.InstanceError{Class: cloudprovider.ClassOf(cerr), Code: code, Message: err.Error()}})
 	}()
-}
-
-func (g *scaleSet) watch(poller *runtime.Poller[armcompute.VirtualMachineScaleSetsClientUpdateResponse], kind string, op, count int) {
-	watch(g, poller, kind, op, count)
 }
 
 // DeleteNodes implements cloudprovider.NodeGroup: one batched
@@ -348,13 +392,12 @@ func (g *scaleSet) DeleteNodes(ctx context.Context, providerIDs []string) error 
 		return fmt.Errorf("deleting %d running instances from scale set %s would go below its min %d (size %d)", running, g.name, g.min, size)
 	}
 	if len(dropFailed) > 0 {
-		kept := g.failed[:0]
-		for _, f := range g.failed {
-			if !dropFailed[strings.ToLower(f.ProviderID)] {
-				kept = append(kept, f)
-			}
+		if g.dropped == nil {
+			g.dropped = map[string]bool{}
 		}
-		g.failed = kept
+		for k := range dropFailed {
+			g.dropped[k] = true
+		}
 		g.dropInstancesLocked(dropFailed)
 	}
 	g.mu.Unlock()
@@ -392,7 +435,7 @@ func (g *scaleSet) DeleteNodes(ctx context.Context, providerIDs []string) error 
 	g.opSeq++
 	op := g.opSeq
 	g.mu.Unlock()
-	watch(g, poller, "delete", op, len(ids))
+	watch(g, poller, "delete", op, len(ids), 0)
 	return nil
 }
 
@@ -439,7 +482,7 @@ func (g *scaleSet) DecreaseTargetSize(ctx context.Context, delta int) error {
 	g.opSeq++
 	op := g.opSeq
 	g.mu.Unlock()
-	g.watch(poller, "decrease", op, -delta)
+	watch(g, poller, "decrease", op, -delta, 0)
 	return nil
 }
 

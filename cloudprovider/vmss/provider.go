@@ -48,7 +48,7 @@ type Provider struct {
 	mu           sync.RWMutex
 	groups       map[string]*scaleSet // lower-case name
 	order        []string
-	byProviderID map[string]*scaleSet // lower-case provider ID
+	byProviderID map[string]*scaleSet // provider ID as listed, and lower-case
 	skuCache     map[string]skuCacheEntry
 	nextRefresh  time.Time
 	lastRefresh  time.Time
@@ -138,9 +138,14 @@ func (p *Provider) NodeGroupForNode(node *apiv1.Node) (cloudprovider.NodeGroup, 
 	if id == "" {
 		return nil, nil
 	}
-	key := strings.ToLower(id)
 	p.mu.RLock()
 	defer p.mu.RUnlock()
+	// Nodes carry the ID as ARM spells it: an exact match needs no
+	// allocation; other spellings fall back to the lower-case key.
+	if g, ok := p.byProviderID[id]; ok {
+		return g, nil
+	}
+	key := strings.ToLower(id)
 	if g, ok := p.byProviderID[key]; ok {
 		return g, nil
 	}
@@ -251,6 +256,7 @@ func (p *Provider) Refresh(ctx context.Context) error {
 	for _, k := range order {
 		g := p.groups[k]
 		for _, in := range g.instances {
+			p.byProviderID[in.ProviderID] = g
 			p.byProviderID[strings.ToLower(in.ProviderID)] = g
 		}
 	}
@@ -329,7 +335,7 @@ func (p *Provider) ensureGroup(rg, name string, minSize, maxSize int) *scaleSet 
 	k := strings.ToLower(name)
 	g, ok := p.groups[k]
 	if !ok {
-		g = &scaleSet{p: p, rg: rg, name: name}
+		g = &scaleSet{p: p, rg: rg, name: name, maxInstanceID: -1}
 		p.groups[k] = g
 	}
 	g.mu.Lock()

@@ -1,0 +1,78 @@
+package vmss
+
+import (
+	"fmt"
+	"testing"
+
+	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
+)
+
+// BenchmarkRefreshAndLookups: one cache refresh of 20 scale sets x 375 VMs
+// over HTTPS to the simulator, then a providerID lookup for each of the
+// 7,500 nodes. ARM calls per refresh are reported.
+func BenchmarkRefreshAndLookups(b *testing.B) {
+	klog.SetLogger(klog.Background().V(10))
+	var sets []armsim.ScaleSetSpec
+	for i := 0; i < 20; i++ {
+		sets = append(sets, gpuSet(fmt.Sprintf("gpu-%02d", i), 375, discoveredTags(0, 500)))
+	}
+	f := newFixture(b, sets, withDiscovery(discoverySpec))
+	f.refresh()
+	var nodes []*apiv1.Node
+	for _, g := range f.p.NodeGroups() {
+		ins, _ := g.Instances()
+		for _, in := range ins {
+			nodes = append(nodes, &apiv1.Node{Spec: apiv1.NodeSpec{ProviderID: in.ProviderID}})
+		}
+	}
+	if len(nodes) != 7500 {
+		b.Fatalf("%d nodes", len(nodes))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	calls := 0
+	for i := 0; i < b.N; i++ {
+		f.sim.ResetCalls()
+		f.expire()
+		f.refresh()
+		for _, c := range f.sim.Calls() {
+			calls += c
+		}
+		for _, n := range nodes {
+			if g, _ := f.p.NodeGroupForNode(n); g == nil {
+				b.Fatal("lookup failed")
+			}
+		}
+	}
+	b.ReportMetric(float64(calls)/float64(b.N), "arm-calls/refresh")
+}
+
+// BenchmarkLookups: 7,500 providerID lookups alone.
+func BenchmarkLookups(b *testing.B) {
+	klog.SetLogger(klog.Background().V(10))
+	var sets []armsim.ScaleSetSpec
+	for i := 0; i < 20; i++ {
+		sets = append(sets, gpuSet(fmt.Sprintf("gpu-%02d", i), 375, discoveredTags(0, 500)))
+	}
+	f := newFixture(b, sets, withDiscovery(discoverySpec))
+	f.refresh()
+	var nodes []*apiv1.Node
+	for _, g := range f.p.NodeGroups() {
+		ins, _ := g.Instances()
+		for _, in := range ins {
+			nodes = append(nodes, &apiv1.Node{Spec: apiv1.NodeSpec{ProviderID: in.ProviderID}})
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, n := range nodes {
+			if g, _ := f.p.NodeGroupForNode(n); g == nil {
+				b.Fatal("lookup failed")
+			}
+		}
+	}
+}
