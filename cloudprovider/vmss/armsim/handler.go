@@ -1,0 +1,486 @@
+package armsim
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
+	"k8s.io/klog/v2"
+)
+
+// Operation names counted by Server.Calls.
+const (
+	OpListScaleSets   = "ListScaleSets"
+	OpGetScaleSet     = "GetScaleSet"
+	OpUpdateScaleSet  = "UpdateScaleSet"
+	OpDeleteInstances = "DeleteInstances"
+	OpListVMs         = "ListVMs"
+	OpGetVM           = "GetVM"
+	OpListSKUs        = "ListSKUs"
+	OpPollOperation   = "PollOperation"
+	// OpThrottled counts requests answered with 429.
+	OpThrottled = "Throttled"
+)
+
+const (
+	// operationAPIVersion is the api-version put in operation URLs.
+	operationAPIVersion = "2025-04-01"
+	// maxBody bounds request bodies.
+	maxBody = 1 << 20
+	// highCostLimit and highCostWindow model the per-scale-set
+	// Microsoft.Compute/HighCostGetVMScaleSet30Min policy reported on VM
+	// lists (reported only, not enforced).
+	highCostLimit  = 900
+	highCostWindow = 30 * time.Minute
+)
+
+// response is an answer computed under the lock and written after it.
+type response struct {
+	status int
+	header http.Header
+	body   any // marshalled to JSON; nil for no body
+}
+
+func errorResponse(status int, code, format string, args ...any) response {
+	return response{status: status, body: envelope(code, fmt.Sprintf(format, args...))}
+}
+
+func (e *armError) response() response { return errorResponse(e.status, e.code, "%s", e.message) }
+
+func (r *response) set(key, value string) {
+	if r.header == nil {
+		r.header = http.Header{}
+	}
+	r.header.Set(key, value)
+}
+
+// route is a parsed request path.
+type route struct {
+	ops      map[string]string // HTTP method -> operation name
+	sub      string
+	rg, name string
+	instance string
+	opID     string
+}
+
+// parseRoute matches an escaped request path against the served ARM paths.
+// Literal segments match case-insensitively, as in ARM.
+func parseRoute(escapedPath string) (route, bool) {
+	segs := strings.Split(strings.Trim(escapedPath, "/"), "/")
+	for i, seg := range segs {
+		v, err := url.PathUnescape(seg)
+		if err != nil || v == "" {
+			return route{}, false
+		}
+		segs[i] = v
+	}
+	lit := func(i int, want string) bool { return i < len(segs) && strings.EqualFold(segs[i], want) }
+	if !lit(0, "subscriptions") || len(segs) < 2 {
+		return route{}, false
+	}
+	rt := route{sub: segs[1]}
+	switch {
+	case len(segs) == 5 && lit(2, "providers") && lit(3, "Microsoft.Compute") && lit(4, "skus"):
+		rt.ops = map[string]string{http.MethodGet: OpListSKUs}
+	case len(segs) == 8 && lit(2, "providers") && lit(3, "Microsoft.Compute") && lit(4, "locations") && lit(6, "operations"):
+		rt.ops = map[string]string{http.MethodGet: OpPollOperation}
+		rt.opID = segs[7]
+	case len(segs) >= 7 && len(segs) <= 10 && lit(2, "resourceGroups") && lit(4, "providers") &&
+		lit(5, "Microsoft.Compute") && lit(6, "virtualMachineScaleSets"):
+		rt.rg = segs[3]
+		if len(segs) >= 8 {
+			rt.name = segs[7]
+		}
+		switch {
+		case len(segs) == 7:
+			rt.ops = map[string]string{http.MethodGet: OpListScaleSets}
+		case len(segs) == 8:
+			rt.ops = map[string]string{http.MethodGet: OpGetScaleSet, http.MethodPatch: OpUpdateScaleSet}
+		case len(segs) == 9 && lit(8, "delete"):
+			rt.ops = map[string]string{http.MethodPost: OpDeleteInstances}
+		case len(segs) == 9 && lit(8, "virtualMachines"):
+			rt.ops = map[string]string{http.MethodGet: OpListVMs}
+		case len(segs) == 10 && lit(8, "virtualMachines"):
+			rt.ops = map[string]string{http.MethodGet: OpGetVM}
+			rt.instance = segs[9]
+		default:
+			return route{}, false
+		}
+	default:
+		return route{}, false
+	}
+	return rt, true
+}
+
+func kindOf(method string) string {
+	if method == http.MethodGet || method == http.MethodHead {
+		return kindRead
+	}
+	return kindWrite
+}
+
+// baseURL is the scheme and host the request was sent to, for URLs in
+// answers.
+func baseURL(r *http.Request) string {
+	scheme := "https"
+	if r.TLS == nil {
+		scheme = "http"
+	}
+	return scheme + "://" + r.Host
+}
+
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	resp := s.handle(r)
+	h := w.Header()
+	for k, vs := range resp.header {
+		h[k] = vs
+	}
+	requestID := newUUID()
+	h.Set("Content-Type", "application/json; charset=utf-8")
+	h.Set("x-ms-request-id", requestID)
+	h.Set("x-ms-correlation-request-id", requestID)
+	if id := r.Header.Get("x-ms-client-request-id"); id != "" {
+		h.Set("x-ms-client-request-id", id)
+	}
+	var body []byte
+	if resp.body != nil {
+		var err error
+		if body, err = json.Marshal(resp.body); err != nil {
+			klog.ErrorS(err, "Encoding ARM response failed", "method", r.Method, "path", r.URL.Path)
+			resp.status = http.StatusInternalServerError
+			body = []byte(`{"error":{"code":"InternalServerError","message":"encoding the response failed"}}`)
+		}
+	}
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(resp.status)
+	if _, err := w.Write(body); err != nil {
+		klog.V(4).InfoS("Writing ARM response failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	klog.V(4).InfoS("ARM request", "method", r.Method, "url", r.URL.String(), "status", resp.status, "requestID", requestID)
+}
+
+// handle answers a request.
+func (s *Server) handle(r *http.Request) response {
+	var body []byte
+	if r.Method == http.MethodPatch || r.Method == http.MethodPost || r.Method == http.MethodPut {
+		var err error
+		if body, err = io.ReadAll(io.LimitReader(r.Body, maxBody)); err != nil {
+			return errorResponse(http.StatusBadRequest, "InvalidRequestContent", "Reading the request body failed: %v", err)
+		}
+	}
+	kind := kindOf(r.Method)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	resp := s.route(r, kind, body, now)
+	header := "x-ms-ratelimit-remaining-subscription-reads"
+	if kind == kindWrite {
+		header = "x-ms-ratelimit-remaining-subscription-writes"
+	}
+	if resp.header.Get(header) == "" {
+		resp.set(header, strconv.Itoa(s.buckets[kind].peek(now)))
+	}
+	return resp
+}
+
+// route checks, throttles, counts and dispatches a request. Callers hold s.mu.
+func (s *Server) route(r *http.Request, kind string, body []byte, now time.Time) response {
+	if token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); !ok || strings.TrimSpace(token) == "" {
+		return errorResponse(http.StatusUnauthorized, "AuthenticationFailed",
+			"Authentication failed. The 'Authorization' header is missing or is not a bearer token.")
+	}
+	if r.URL.Query().Get("api-version") == "" {
+		return errorResponse(http.StatusBadRequest, "MissingApiVersionParameter",
+			"The api-version query parameter (?api-version=) is required for all requests.")
+	}
+	rt, ok := parseRoute(r.URL.EscapedPath())
+	if !ok {
+		return errorResponse(http.StatusNotFound, "NotFound", "The simulator does not serve the path '%s'.", r.URL.Path)
+	}
+	op, ok := rt.ops[r.Method]
+	if !ok {
+		return errorResponse(http.StatusMethodNotAllowed, "MethodNotAllowed",
+			"The requested method '%s' is not allowed on '%s'.", r.Method, r.URL.Path)
+	}
+	if !strings.EqualFold(rt.sub, s.opts.SubscriptionID) {
+		return errorResponse(http.StatusNotFound, "SubscriptionNotFound", "The subscription '%s' could not be found.", rt.sub)
+	}
+	if resp, throttled := s.admit(kind, now); throttled {
+		s.calls[OpThrottled]++
+		return resp
+	}
+	s.calls[op]++
+
+	switch op {
+	case OpListSKUs:
+		return s.listSKUs(r)
+	case OpPollOperation:
+		return s.pollOperation(r, rt, now)
+	case OpListScaleSets:
+		return s.listScaleSets(rt, now)
+	}
+	set, errResp := s.resolveSet(rt)
+	if errResp != nil {
+		return *errResp
+	}
+	switch op {
+	case OpGetScaleSet:
+		return response{status: http.StatusOK, body: s.scaleSetModel(set, set.provisioningState(now))}
+	case OpUpdateScaleSet:
+		return s.updateScaleSet(r, set, body, now)
+	case OpDeleteInstances:
+		return s.deleteScaleSetInstances(r, set, body, now)
+	case OpListVMs:
+		return s.listVMs(r, set, now)
+	case OpGetVM:
+		return s.getVM(r, set, rt.instance)
+	}
+	return errorResponse(http.StatusInternalServerError, "InternalServerError", "Unhandled operation %s.", op)
+}
+
+// admit takes a token from the kind's bucket, or answers 429 when there is
+// none or the kind is throttled. Callers hold s.mu.
+func (s *Server) admit(kind string, now time.Time) (response, bool) {
+	policy := readPolicy
+	if kind == kindWrite {
+		policy = writePolicy
+	}
+	var wait time.Duration
+	if until, ok := s.blocked[kind]; ok && now.Before(until) {
+		wait = until.Sub(now)
+	} else if ok, _, w := s.buckets[kind].take(now); !ok {
+		wait = w
+	} else {
+		return response{}, false
+	}
+	secs := retryAfterSeconds(wait)
+	resp := errorResponse(http.StatusTooManyRequests, "TooManyRequests",
+		"The request is throttled by policy %s. Please retry after %d seconds.", policy, secs)
+	resp.set("Retry-After", strconv.Itoa(secs))
+	resp.set("x-ms-ratelimit-remaining-subscription-"+kind+"s", "0")
+	return resp, true
+}
+
+// resolveSet finds the scale set a request is about and applies
+// FaultServerError. Callers hold s.mu.
+func (s *Server) resolveSet(rt route) (*scaleSet, *response) {
+	if !s.groupExists(rt.rg) {
+		resp := errorResponse(http.StatusNotFound, "ResourceGroupNotFound", "Resource group '%s' could not be found.", rt.rg)
+		return nil, &resp
+	}
+	set, ok := s.sets[setKey(rt.rg, rt.name)]
+	if !ok {
+		resp := errorResponse(http.StatusNotFound, "ResourceNotFound",
+			"The Resource 'Microsoft.Compute/virtualMachineScaleSets/%s' under resource group '%s' was not found. "+
+				"For more details please go to https://aka.ms/ARMResourceNotFoundFix", rt.name, rt.rg)
+		return nil, &resp
+	}
+	if _, ok := set.takeFault(FaultServerError); ok {
+		resp := errorResponse(http.StatusInternalServerError, "InternalServerError",
+			"Encountered internal server error. Diagnostic information: tracking id '%s'.", newUUID())
+		return nil, &resp
+	}
+	return set, nil
+}
+
+func (s *Server) listScaleSets(rt route, now time.Time) response {
+	if !s.groupExists(rt.rg) {
+		return errorResponse(http.StatusNotFound, "ResourceGroupNotFound", "Resource group '%s' could not be found.", rt.rg)
+	}
+	prefix := strings.ToLower(rt.rg) + "/"
+	list := armcompute.VirtualMachineScaleSetListResult{Value: []*armcompute.VirtualMachineScaleSet{}}
+	for key, set := range s.sets {
+		if strings.HasPrefix(key, prefix) {
+			list.Value = append(list.Value, s.scaleSetModel(set, set.provisioningState(now)))
+		}
+	}
+	slices.SortFunc(list.Value, func(a, b *armcompute.VirtualMachineScaleSet) int { return strings.Compare(*a.Name, *b.Name) })
+	return response{status: http.StatusOK, body: list}
+}
+
+// updateRequest is what a PATCH of a scale set asks for.
+type updateRequest struct {
+	ifMatch, ifNoneMatch string
+	skuName              string
+	capacity             *int
+	tags                 map[string]string // nil: unchanged
+}
+
+func (s *Server) updateScaleSet(r *http.Request, set *scaleSet, body []byte, now time.Time) response {
+	var upd armcompute.VirtualMachineScaleSetUpdate
+	if err := unmarshalBody(body, &upd); err != nil {
+		return errorResponse(http.StatusBadRequest, "InvalidRequestContent", "The request content was invalid and could not be deserialized: %v", err)
+	}
+	p := updateRequest{ifMatch: r.Header.Get("If-Match"), ifNoneMatch: r.Header.Get("If-None-Match")}
+	if upd.SKU != nil {
+		if upd.SKU.Name != nil {
+			p.skuName = *upd.SKU.Name
+		}
+		if c := upd.SKU.Capacity; c != nil {
+			if *c < 0 || *c > maxCapacity {
+				return errorResponse(http.StatusBadRequest, "InvalidParameter",
+					"The value %d of parameter 'sku.capacity' is out of range. The value must be between 0 and %d, inclusive.", *c, maxCapacity)
+			}
+			p.capacity = new(int(*c))
+		}
+	}
+	if upd.Tags != nil {
+		p.tags = make(map[string]string, len(upd.Tags))
+		for k, v := range upd.Tags {
+			if v != nil {
+				p.tags[k] = *v
+			} else {
+				p.tags[k] = ""
+			}
+		}
+	}
+	op, aerr := s.update(set, p, now)
+	if aerr != nil {
+		return aerr.response()
+	}
+	// ARM answers the PATCH while the update is under way.
+	resp := response{status: http.StatusOK, body: s.scaleSetModel(set, "Updating")}
+	resp.set("Azure-AsyncOperation", s.operationURL(r, op.id, false))
+	return resp
+}
+
+func (s *Server) deleteScaleSetInstances(r *http.Request, set *scaleSet, body []byte, now time.Time) response {
+	if v := r.URL.Query().Get("forceDeletion"); v != "" {
+		if _, err := strconv.ParseBool(v); err != nil {
+			return errorResponse(http.StatusBadRequest, "InvalidParameter", "The value '%s' of query parameter 'forceDeletion' is not a boolean.", v)
+		}
+	}
+	var req armcompute.VirtualMachineScaleSetVMInstanceRequiredIDs
+	if err := unmarshalBody(body, &req); err != nil {
+		return errorResponse(http.StatusBadRequest, "InvalidRequestContent", "The request content was invalid and could not be deserialized: %v", err)
+	}
+	var ids []string
+	for _, id := range req.InstanceIDs {
+		if id != nil {
+			ids = append(ids, *id)
+		}
+	}
+	op, aerr := s.deleteInstances(set, ids, now)
+	if aerr != nil {
+		return aerr.response()
+	}
+	resp := response{status: http.StatusAccepted}
+	resp.set("Location", s.operationURL(r, op.id, true))
+	resp.set("Azure-AsyncOperation", s.operationURL(r, op.id, false))
+	return resp
+}
+
+func unmarshalBody(body []byte, v any) error {
+	if len(body) == 0 {
+		return fmt.Errorf("the request body is empty")
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("decoding the request body: %w", err)
+	}
+	return nil
+}
+
+// operationURL is the URL of an operation: the Azure-AsyncOperation form, or
+// with monitor the Location form.
+func (s *Server) operationURL(r *http.Request, opID string, monitor bool) string {
+	q := "api-version=" + operationAPIVersion
+	if monitor {
+		q = "monitor=true&" + q
+	}
+	return fmt.Sprintf("%s/subscriptions/%s/providers/Microsoft.Compute/locations/%s/operations/%s?%s",
+		baseURL(r), url.PathEscape(s.opts.SubscriptionID), url.PathEscape(s.opts.Location), url.PathEscape(opID), q)
+}
+
+func (s *Server) pollOperation(r *http.Request, rt route, now time.Time) response {
+	op, ok := s.ops[rt.opID]
+	if !ok {
+		return errorResponse(http.StatusNotFound, "NotFound", "The operation '%s' was not found.", rt.opID)
+	}
+	if !strings.EqualFold(r.URL.Query().Get("monitor"), "true") {
+		return response{status: http.StatusOK, body: op.statusBody(now)}
+	}
+	switch {
+	case !op.done(now):
+		resp := response{status: http.StatusAccepted}
+		resp.set("Location", s.operationURL(r, op.id, true))
+		return resp
+	case op.errCode != "":
+		return errorResponse(http.StatusInternalServerError, op.errCode, "%s", op.errMessage)
+	}
+	return response{status: http.StatusOK}
+}
+
+func (s *Server) listVMs(r *http.Request, set *scaleSet, now time.Time) response {
+	q := r.URL.Query()
+	expand := strings.EqualFold(q.Get("$expand"), "instanceView")
+	offset := 0
+	if tok := q.Get("$skiptoken"); tok != "" {
+		n, err := strconv.Atoi(tok)
+		if err != nil || n < 0 {
+			return errorResponse(http.StatusBadRequest, "InvalidParameter", "The value '%s' of parameter '$skiptoken' is invalid.", tok)
+		}
+		offset = n
+	}
+	vms := set.sortedVMs()
+	offset = min(offset, len(vms))
+	end := min(offset+s.opts.PageSize, len(vms))
+	page := armcompute.VirtualMachineScaleSetVMListResult{Value: make([]*armcompute.VirtualMachineScaleSetVM, 0, end-offset)}
+	for _, vm := range vms[offset:end] {
+		page.Value = append(page.Value, s.vmModel(vm, expand))
+	}
+	if end < len(vms) {
+		q.Set("$skiptoken", strconv.Itoa(end))
+		next := baseURL(r) + r.URL.EscapedPath() + "?" + q.Encode()
+		page.NextLink = &next
+	}
+	if now.Sub(set.highCostStart) >= highCostWindow {
+		set.highCostStart, set.highCostCount = now, 0
+	}
+	set.highCostCount++
+	resp := response{status: http.StatusOK, body: page}
+	resp.set("x-ms-ratelimit-remaining-resource",
+		"Microsoft.Compute/HighCostGetVMScaleSet30Min;"+strconv.Itoa(max(0, highCostLimit-set.highCostCount)))
+	return resp
+}
+
+func (s *Server) getVM(r *http.Request, set *scaleSet, instance string) response {
+	n, err := strconv.Atoi(instance)
+	vm, ok := set.vms[n]
+	if err != nil || !ok || strconv.Itoa(n) != instance {
+		return errorResponse(http.StatusNotFound, "ResourceNotFound",
+			"The Resource 'Microsoft.Compute/virtualMachineScaleSets/%s/virtualMachines/%s' under resource group '%s' was not found.",
+			set.name, instance, set.rg)
+	}
+	expand := strings.EqualFold(r.URL.Query().Get("$expand"), "instanceView")
+	return response{status: http.StatusOK, body: s.vmModel(vm, expand)}
+}
+
+var locationFilter = regexp.MustCompile(`(?i)^\s*location\s+eq\s+'([^']*)'\s*$`)
+
+func (s *Server) listSKUs(r *http.Request) response {
+	location := ""
+	if f := r.URL.Query().Get("$filter"); f != "" {
+		m := locationFilter.FindStringSubmatch(f)
+		if m == nil {
+			return errorResponse(http.StatusBadRequest, "InvalidParameter",
+				"The filter '%s' is not supported; only \"location eq '<location>'\" is.", f)
+		}
+		location = m[1]
+	}
+	list := armcompute.ResourceSKUsResult{Value: []*armcompute.ResourceSKU{}}
+	if location == "" || strings.EqualFold(location, s.opts.Location) {
+		for _, k := range s.opts.SKUs {
+			list.Value = append(list.Value, k.resourceSKU(s.opts.Location))
+		}
+	}
+	return response{status: http.StatusOK, body: list}
+}

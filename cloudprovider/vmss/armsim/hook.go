@@ -1,0 +1,145 @@
+package armsim
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"k8s.io/klog/v2"
+)
+
+// VM describes a scale set VM to a NodeHook.
+type VM struct {
+	ResourceGroup, ScaleSet, InstanceID, ComputerName, ProviderID string
+	SKU                                                           SKU
+	Location                                                      string
+	Zone                                                          string            // "" or e.g. "1"
+	Tags                                                          map[string]string // the scale set's tags
+}
+
+// NodeHook is told when VMs start running and when they are gone, so that a
+// test environment can register and remove the matching Kubernetes nodes.
+// The server calls it from Advance, never while holding its lock; a call
+// that returns an error is retried at the next Advance.
+type NodeHook interface {
+	// VMRunning is called once a VM has booted.
+	VMRunning(ctx context.Context, vm VM) error
+	// VMDeleted is called once a VM that VMRunning was told about is gone.
+	VMDeleted(ctx context.Context, vm VM) error
+}
+
+// Advance applies every time-based transition due by Options.Clock (VMs
+// finishing booting or deleting) and then calls the hook for VMs that started
+// running or are gone, retrying calls that failed before.
+func (s *Server) Advance(ctx context.Context) {
+	s.hookMu.Lock()
+	defer s.hookMu.Unlock()
+
+	s.mu.Lock()
+	removed := s.transition(s.clock.Now())
+	if s.hook == nil {
+		s.gone = nil
+		s.mu.Unlock()
+		return
+	}
+	for _, vm := range removed {
+		if vm.notified { // nodes never told about need no removal
+			s.gone = append(s.gone, vm)
+		}
+	}
+	type call struct {
+		rec      *vmRecord
+		vm       VM
+		failures int // earlier failed calls for this VM
+	}
+	var running, deleted []call
+	for _, set := range s.sets {
+		for _, rec := range set.vms {
+			if rec.state == StateRunning && !rec.notified {
+				running = append(running, call{rec, s.hookVM(rec), rec.hookFailures})
+			}
+		}
+	}
+	slices.SortFunc(running, func(a, b call) int { return strings.Compare(a.vm.ProviderID, b.vm.ProviderID) })
+	for _, rec := range s.gone {
+		deleted = append(deleted, call{rec, s.hookVM(rec), rec.hookFailures})
+	}
+	s.mu.Unlock()
+
+	var ran, done, failed []*vmRecord
+	invoke := func(c call, name string, fn func(context.Context, VM) error) bool {
+		err := fn(ctx, c.vm)
+		if err == nil {
+			return true
+		}
+		failed = append(failed, c.rec)
+		// Log the first failure and every 50th retry (Run retries every
+		// tick); the rest at higher verbosity.
+		if c.failures%50 == 0 {
+			klog.ErrorS(err, "Node hook failed; retrying at the next Advance", "call", name,
+				"scaleSet", c.vm.ScaleSet, "instanceID", c.vm.InstanceID, "computerName", c.vm.ComputerName, "failures", c.failures+1)
+		} else {
+			klog.V(4).InfoS("Node hook failed again", "call", name, "computerName", c.vm.ComputerName, "failures", c.failures+1, "err", err)
+		}
+		return false
+	}
+	for _, c := range running {
+		if invoke(c, "VMRunning", s.hook.VMRunning) {
+			ran = append(ran, c.rec)
+		}
+	}
+	for _, c := range deleted {
+		if invoke(c, "VMDeleted", s.hook.VMDeleted) {
+			done = append(done, c.rec)
+		}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, rec := range ran {
+		rec.notified = true
+		rec.hookFailures = 0
+	}
+	for _, rec := range failed {
+		rec.hookFailures++
+	}
+	s.gone = slices.DeleteFunc(s.gone, func(rec *vmRecord) bool { return slices.Contains(done, rec) })
+}
+
+// hookVM describes a VM for the hook. Callers hold s.mu.
+func (s *Server) hookVM(rec *vmRecord) VM {
+	set := rec.set
+	return VM{
+		ResourceGroup: set.rg,
+		ScaleSet:      set.name,
+		InstanceID:    strconv.Itoa(rec.instanceID),
+		ComputerName:  rec.computerName(),
+		ProviderID:    "azure://" + s.vmResourceID(rec),
+		SKU:           set.sku,
+		Location:      s.opts.Location,
+		Zone:          rec.zone,
+		Tags:          maps.Clone(set.tags),
+	}
+}
+
+// computerName is the scale set name followed by the instance ID in base 36,
+// zero-padded to six digits, as Azure names scale set VMs.
+func (rec *vmRecord) computerName() string {
+	id := strconv.FormatInt(int64(rec.instanceID), 36)
+	if len(id) < 6 {
+		id = strings.Repeat("0", 6-len(id)) + id
+	}
+	return rec.set.name + id
+}
+
+func (s *Server) scaleSetResourceID(set *scaleSet) string {
+	return fmt.Sprintf("/subscriptions/%s/resourceGroups/%s/providers/Microsoft.Compute/virtualMachineScaleSets/%s",
+		s.opts.SubscriptionID, set.rg, set.name)
+}
+
+func (s *Server) vmResourceID(rec *vmRecord) string {
+	return s.scaleSetResourceID(rec.set) + "/virtualMachines/" + strconv.Itoa(rec.instanceID)
+}

@@ -1,0 +1,586 @@
+package armsim
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// VM states as reported in VMState.State.
+const (
+	StateCreating = "Creating"
+	StateRunning  = "Running"
+	StateFailed   = "Failed"
+	StateDeleting = "Deleting"
+)
+
+// Error codes the simulator reports for failed operations and VMs.
+const (
+	CodeAllocationFailed       = "AllocationFailed"
+	CodeInternalExecutionError = "InternalExecutionError"
+)
+
+// maxCapacity is the largest capacity of a Uniform scale set.
+const maxCapacity = 1000
+
+// ErrNotFound is wrapped by errors about scale sets that do not exist.
+var ErrNotFound = errors.New("not found")
+
+// FaultKind is a kind of fault InjectFault can make a scale set suffer.
+type FaultKind int
+
+const (
+	// FaultQuota rejects capacity increases synchronously with 409
+	// OperationNotAllowed (cores quota exceeded); nothing changes.
+	FaultQuota FaultKind = iota + 1
+	// FaultAllocation lets capacity increases through, but the new VMs end
+	// Failed (AllocationFailed) when they would have booted, and the
+	// operation fails with AllocationFailed.
+	FaultAllocation
+	// FaultLROFail makes asynchronous operations end Failed with
+	// InternalExecutionError; VMs change as normal.
+	FaultLROFail
+	// FaultSlowLRO keeps asynchronous operations InProgress Fault.Duration
+	// longer.
+	FaultSlowLRO
+	// FaultServerError answers requests about the scale set with 500
+	// InternalServerError.
+	FaultServerError
+)
+
+// String returns the fault kind's name.
+func (k FaultKind) String() string {
+	switch k {
+	case FaultQuota:
+		return "Quota"
+	case FaultAllocation:
+		return "Allocation"
+	case FaultLROFail:
+		return "LROFail"
+	case FaultSlowLRO:
+		return "SlowLRO"
+	case FaultServerError:
+		return "ServerError"
+	}
+	return "FaultKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Fault is a fault injected into a scale set.
+type Fault struct {
+	Kind FaultKind
+	// Count is how many operations (for FaultServerError: requests) it
+	// applies to; 0 = until cleared. FaultQuota and FaultAllocation apply
+	// to capacity increases, FaultLROFail and FaultSlowLRO to every
+	// asynchronous operation (updates and instance deletions).
+	Count int
+	// Duration is, for FaultSlowLRO, the extra time the operation stays
+	// InProgress.
+	Duration time.Duration
+}
+
+// ScaleSetSpec describes a scale set to add to the simulator.
+type ScaleSetSpec struct {
+	ResourceGroup string
+	Name          string
+	SKU           string            // must be one of the server's SKUs
+	Capacity      int               // initial VMs, created Running (hook fires on next Advance)
+	Tags          map[string]string // scale set tags
+	Zones         []string          // e.g. ["1"]; VMs are spread round-robin over them
+}
+
+// ScaleSetState is a snapshot of a scale set.
+type ScaleSetState struct {
+	Capacity int // VMs not being deleted, as sku.capacity reports
+	ETag     string
+	VMs      []VMState // by instance ID, including VMs being deleted
+}
+
+// VMState is a snapshot of a scale set VM.
+type VMState struct {
+	InstanceID   string
+	ProviderID   string // "azure://" + the VM's ARM resource ID
+	ComputerName string
+	State        string // StateCreating, StateRunning, StateFailed or StateDeleting
+	ErrorCode    string // for StateFailed, e.g. "AllocationFailed"
+}
+
+// scaleSet is the simulator's record of a scale set. Guarded by Server.mu.
+type scaleSet struct {
+	rg, name string
+	sku      SKU
+	tags     map[string]string
+	zones    []string
+	etag     int
+	nextID   int // next instance ID; IDs are never reused
+	vms      map[int]*vmRecord
+	faults   []*Fault
+	lastOp   *operation
+	created  time.Time
+	uniqueID string
+
+	// ListVMs calls in the current 30-minute window, reported in
+	// x-ms-ratelimit-remaining-resource.
+	highCostCount int
+	highCostStart time.Time
+}
+
+// vmRecord is the simulator's record of a scale set VM. Guarded by Server.mu.
+type vmRecord struct {
+	set        *scaleSet
+	instanceID int
+	zone       string
+	vmID       string
+	state      string
+	errorCode  string
+	failWith   string // error code to fail with instead of booting
+	created    time.Time
+	readyAt    time.Time // Creating -> Running or Failed
+	deleteAt   time.Time // Deleting -> gone
+	// notified is set once VMRunning succeeded for the VM.
+	notified bool
+	// hookFailures counts hook calls for the VM that failed in a row.
+	hookFailures int
+}
+
+// operation is an asynchronous ARM operation. Guarded by Server.mu.
+type operation struct {
+	id         string
+	set        *scaleSet
+	start, end time.Time
+	errCode    string // "" if it succeeds
+	errMessage string
+}
+
+func (o *operation) done(now time.Time) bool { return !now.Before(o.end) }
+
+func (o *operation) status(now time.Time) string {
+	switch {
+	case !o.done(now):
+		return "InProgress"
+	case o.errCode != "":
+		return "Failed"
+	}
+	return "Succeeded"
+}
+
+// armError is an error answered in ARM's error envelope.
+type armError struct {
+	status  int
+	code    string
+	message string
+}
+
+func (e *armError) Error() string { return fmt.Sprintf("%d %s: %s", e.status, e.code, e.message) }
+
+func setKey(rg, name string) string { return strings.ToLower(rg) + "/" + strings.ToLower(name) }
+
+// AddScaleSet adds a scale set with spec.Capacity Running VMs. The hook is
+// told about them at the next Advance.
+func (s *Server) AddScaleSet(spec ScaleSetSpec) error {
+	if spec.ResourceGroup == "" || spec.Name == "" {
+		return fmt.Errorf("adding scale set %q in resource group %q: resource group and name are required", spec.Name, spec.ResourceGroup)
+	}
+	if strings.ContainsAny(spec.ResourceGroup+spec.Name, "/?#") {
+		return fmt.Errorf("adding scale set %s/%s: names must not contain '/', '?' or '#'", spec.ResourceGroup, spec.Name)
+	}
+	sku, ok := s.skus[strings.ToLower(spec.SKU)]
+	if !ok {
+		return fmt.Errorf("adding scale set %s/%s: unknown SKU %q", spec.ResourceGroup, spec.Name, spec.SKU)
+	}
+	if spec.Capacity < 0 || spec.Capacity > maxCapacity {
+		return fmt.Errorf("adding scale set %s/%s: capacity %d is outside [0, %d]", spec.ResourceGroup, spec.Name, spec.Capacity, maxCapacity)
+	}
+	for _, z := range spec.Zones {
+		if z == "" {
+			return fmt.Errorf("adding scale set %s/%s: empty zone", spec.ResourceGroup, spec.Name)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := setKey(spec.ResourceGroup, spec.Name)
+	if _, dup := s.sets[key]; dup {
+		return fmt.Errorf("adding scale set %s/%s: it already exists", spec.ResourceGroup, spec.Name)
+	}
+	now := s.clock.Now()
+	set := &scaleSet{
+		rg:       spec.ResourceGroup,
+		name:     spec.Name,
+		sku:      sku,
+		tags:     maps.Clone(spec.Tags),
+		zones:    slices.Clone(spec.Zones),
+		etag:     1,
+		vms:      map[int]*vmRecord{},
+		created:  now,
+		uniqueID: newUUID(),
+	}
+	for range spec.Capacity {
+		vm := s.newVM(set, now)
+		vm.state = StateRunning
+	}
+	s.sets[key] = set
+	klog.V(2).InfoS("Added scale set", "resourceGroup", set.rg, "name", set.name, "sku", sku.Name, "capacity", spec.Capacity)
+	return nil
+}
+
+// SetCapacity changes a scale set's capacity as an outside actor would (the
+// portal, say): new VMs are created as by a scale-out (without faults),
+// surplus VMs start deleting, and the ETag changes.
+func (s *Server) SetCapacity(rg, name string, n int) error {
+	if n < 0 || n > maxCapacity {
+		return fmt.Errorf("setting capacity of scale set %s/%s: %d is outside [0, %d]", rg, name, n, maxCapacity)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	set, err := s.lookup(rg, name)
+	if err != nil {
+		return fmt.Errorf("setting capacity: %w", err)
+	}
+	s.resize(set, n, "", s.clock.Now())
+	set.etag++
+	klog.V(2).InfoS("Set scale set capacity", "resourceGroup", set.rg, "name", set.name, "capacity", n)
+	return nil
+}
+
+// ScaleSet returns a snapshot of a scale set. The error wraps ErrNotFound
+// if it does not exist.
+func (s *Server) ScaleSet(rg, name string) (ScaleSetState, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	set, err := s.lookup(rg, name)
+	if err != nil {
+		return ScaleSetState{}, err
+	}
+	st := ScaleSetState{Capacity: set.capacity(), ETag: set.etagString()}
+	for _, vm := range set.sortedVMs() {
+		st.VMs = append(st.VMs, VMState{
+			InstanceID:   strconv.Itoa(vm.instanceID),
+			ProviderID:   "azure://" + s.vmResourceID(vm),
+			ComputerName: vm.computerName(),
+			State:        vm.state,
+			ErrorCode:    vm.errorCode,
+		})
+	}
+	return st, nil
+}
+
+// InjectFault makes the scale set suffer f. Faults of several kinds (and
+// several of one kind, applied in turn) can be active at once.
+func (s *Server) InjectFault(rg, name string, f Fault) error {
+	if f.Kind < FaultQuota || f.Kind > FaultServerError {
+		return fmt.Errorf("injecting fault into scale set %s/%s: unknown kind %v", rg, name, f.Kind)
+	}
+	if f.Count < 0 || f.Duration < 0 {
+		return fmt.Errorf("injecting fault %v into scale set %s/%s: count and duration must not be negative", f.Kind, rg, name)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	set, err := s.lookup(rg, name)
+	if err != nil {
+		return fmt.Errorf("injecting fault %v: %w", f.Kind, err)
+	}
+	set.faults = append(set.faults, &f)
+	klog.V(2).InfoS("Injected fault", "resourceGroup", set.rg, "name", set.name, "kind", f.Kind, "count", f.Count, "duration", f.Duration)
+	return nil
+}
+
+// ClearFaults removes every fault from the scale set.
+func (s *Server) ClearFaults(rg, name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	set, err := s.lookup(rg, name)
+	if err != nil {
+		return fmt.Errorf("clearing faults: %w", err)
+	}
+	set.faults = nil
+	return nil
+}
+
+// lookup finds a scale set. Callers hold s.mu.
+func (s *Server) lookup(rg, name string) (*scaleSet, error) {
+	set, ok := s.sets[setKey(rg, name)]
+	if !ok {
+		return nil, fmt.Errorf("scale set %s/%s: %w", rg, name, ErrNotFound)
+	}
+	return set, nil
+}
+
+// groupExists reports whether any scale set lives in the resource group.
+// Callers hold s.mu.
+func (s *Server) groupExists(rg string) bool {
+	prefix := strings.ToLower(rg) + "/"
+	for key := range s.sets {
+		if strings.HasPrefix(key, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// takeFault consumes one application of the first active fault of the
+// kind, if any. Callers hold s.mu.
+func (set *scaleSet) takeFault(kind FaultKind) (Fault, bool) {
+	for i, f := range set.faults {
+		if f.Kind != kind {
+			continue
+		}
+		taken := *f
+		if f.Count > 0 {
+			f.Count--
+			if f.Count == 0 {
+				set.faults = slices.Delete(set.faults, i, i+1)
+			}
+		}
+		return taken, true
+	}
+	return Fault{}, false
+}
+
+// capacity counts the VMs not being deleted.
+func (set *scaleSet) capacity() int {
+	n := 0
+	for _, vm := range set.vms {
+		if vm.state != StateDeleting {
+			n++
+		}
+	}
+	return n
+}
+
+func (set *scaleSet) etagString() string { return `"` + strconv.Itoa(set.etag) + `"` }
+
+// sortedVMs returns the VMs by instance ID.
+func (set *scaleSet) sortedVMs() []*vmRecord {
+	vms := slices.Collect(maps.Values(set.vms))
+	slices.SortFunc(vms, func(a, b *vmRecord) int { return a.instanceID - b.instanceID })
+	return vms
+}
+
+// provisioningState is the scale set's provisioning state at now.
+func (set *scaleSet) provisioningState(now time.Time) string {
+	switch {
+	case set.lastOp == nil:
+		return "Succeeded"
+	case !set.lastOp.done(now):
+		return "Updating"
+	case set.lastOp.errCode != "":
+		return "Failed"
+	}
+	return "Succeeded"
+}
+
+// familyUsage is the number of vCPUs of the SKU family in use by all VMs.
+// Callers hold s.mu.
+func (s *Server) familyUsage(family string) int {
+	n := 0
+	for _, set := range s.sets {
+		if set.sku.Family == family {
+			n += len(set.vms) * set.sku.VCPUs
+		}
+	}
+	return n
+}
+
+// newVM adds a VM in state Creating to the set. Callers hold s.mu.
+func (s *Server) newVM(set *scaleSet, now time.Time) *vmRecord {
+	id := set.nextID
+	set.nextID++
+	vm := &vmRecord{
+		set:        set,
+		instanceID: id,
+		vmID:       newUUID(),
+		state:      StateCreating,
+		created:    now,
+		readyAt:    now.Add(s.opts.BootDelay),
+	}
+	if len(set.zones) > 0 {
+		vm.zone = set.zones[id%len(set.zones)]
+	}
+	set.vms[id] = vm
+	return vm
+}
+
+// resize creates or starts deleting VMs so that the capacity becomes n. New
+// VMs fail with failWith, if set, instead of booting. A decrease deletes the
+// newest VMs, those still being created first. Callers hold s.mu.
+func (s *Server) resize(set *scaleSet, n int, failWith string, now time.Time) {
+	current := set.capacity()
+	for ; current < n; current++ {
+		s.newVM(set, now).failWith = failWith
+	}
+	if current <= n {
+		return
+	}
+	var live []*vmRecord
+	for _, vm := range set.vms {
+		if vm.state != StateDeleting {
+			live = append(live, vm)
+		}
+	}
+	slices.SortFunc(live, func(a, b *vmRecord) int {
+		if ac, bc := a.state == StateCreating, b.state == StateCreating; ac != bc {
+			if ac {
+				return -1
+			}
+			return 1
+		}
+		return b.instanceID - a.instanceID
+	})
+	for _, vm := range live[:current-n] {
+		s.startDeleting(vm, now)
+	}
+}
+
+func (s *Server) startDeleting(vm *vmRecord, now time.Time) {
+	vm.state = StateDeleting
+	vm.deleteAt = now.Add(s.opts.DeleteDelay)
+}
+
+// newOperation starts an asynchronous operation on the set, applying
+// FaultSlowLRO, and FaultLROFail unless errCode is already set. Callers hold
+// s.mu.
+func (s *Server) newOperation(set *scaleSet, errCode, errMessage string, now time.Time) *operation {
+	end := now.Add(s.opts.LRODuration)
+	if f, ok := set.takeFault(FaultSlowLRO); ok {
+		end = end.Add(f.Duration)
+	}
+	if errCode == "" {
+		if _, ok := set.takeFault(FaultLROFail); ok {
+			errCode = CodeInternalExecutionError
+			errMessage = "An internal execution error occurred. Please retry later."
+		}
+	}
+	op := &operation{id: newUUID(), set: set, start: now, end: end, errCode: errCode, errMessage: errMessage}
+	s.ops[op.id] = op
+	set.lastOp = op
+	return op
+}
+
+// update applies a PATCH of the scale set. Callers hold s.mu.
+func (s *Server) update(set *scaleSet, p updateRequest, now time.Time) (*operation, *armError) {
+	if p.ifMatch != "" && p.ifMatch != "*" && normalizeETag(p.ifMatch) != normalizeETag(set.etagString()) {
+		return nil, &armError{http.StatusPreconditionFailed, "PreconditionFailed",
+			fmt.Sprintf("The specified precondition 'If-Match = %s' failed: the current ETag of scale set '%s' is %s.", p.ifMatch, set.name, set.etagString())}
+	}
+	if p.ifNoneMatch == "*" || (p.ifNoneMatch != "" && normalizeETag(p.ifNoneMatch) == normalizeETag(set.etagString())) {
+		return nil, &armError{http.StatusPreconditionFailed, "PreconditionFailed",
+			fmt.Sprintf("The specified precondition 'If-None-Match = %s' failed.", p.ifNoneMatch)}
+	}
+	if p.skuName != "" && !strings.EqualFold(p.skuName, set.sku.Name) {
+		return nil, &armError{http.StatusConflict, "PropertyChangeNotAllowed",
+			fmt.Sprintf("Changing property 'sku.name' from '%s' to '%s' is not allowed by the simulator.", set.sku.Name, p.skuName)}
+	}
+	current := set.capacity()
+	want := current
+	if p.capacity != nil {
+		want = *p.capacity
+		if want < 0 || want > maxCapacity {
+			return nil, &armError{http.StatusBadRequest, "InvalidParameter",
+				fmt.Sprintf("The value %d of parameter 'sku.capacity' is out of range. The value must be between 0 and %d, inclusive.", want, maxCapacity)}
+		}
+	}
+	failWith, failMessage := "", ""
+	if want > current {
+		if _, ok := set.takeFault(FaultQuota); ok {
+			usage := s.familyUsage(set.sku.Family)
+			return nil, &armError{http.StatusConflict, "OperationNotAllowed", fmt.Sprintf(
+				"Operation could not be completed as it results in exceeding approved %s Cores quota. "+
+					"Additional details - Deployment Model: Resource Manager, Location: %s, Current Limit: %d, "+
+					"Current Usage: %d, Additional Required: %d, (Minimum) New Limit Required: %d.",
+				set.sku.Family, s.opts.Location, usage, usage, (want-current)*set.sku.VCPUs, usage+(want-current)*set.sku.VCPUs)}
+		}
+		if _, ok := set.takeFault(FaultAllocation); ok {
+			failWith = CodeAllocationFailed
+			failMessage = allocationFailedMessage
+		}
+	}
+	if p.tags != nil {
+		set.tags = p.tags
+	}
+	s.resize(set, want, failWith, now)
+	set.etag++
+	op := s.newOperation(set, failWith, failMessage, now)
+	klog.V(2).InfoS("Updated scale set", "resourceGroup", set.rg, "name", set.name, "from", current, "to", want,
+		"etag", set.etagString(), "operation", op.id, "fails", op.errCode)
+	return op, nil
+}
+
+const allocationFailedMessage = "Allocation failed. We do not have sufficient capacity for the requested VM size in this region. " +
+	"Read more about improving likelihood of allocation success at http://aka.ms/allocation-guidance"
+
+// deleteInstances starts deleting VMs by instance ID. Callers hold s.mu.
+func (s *Server) deleteInstances(set *scaleSet, ids []string, now time.Time) (*operation, *armError) {
+	if len(ids) == 0 {
+		return nil, &armError{http.StatusBadRequest, "InvalidParameter", "The parameter 'instanceIds' must contain at least one instance ID."}
+	}
+	vms := make([]*vmRecord, 0, len(ids))
+	for _, id := range ids {
+		n, err := strconv.Atoi(id)
+		vm, ok := set.vms[n]
+		if err != nil || !ok || strconv.Itoa(n) != id {
+			return nil, &armError{http.StatusBadRequest, "InvalidParameter",
+				fmt.Sprintf("The provided instanceId %s is not an active Virtual Machine Scale Set VM instanceId.", id)}
+		}
+		vms = append(vms, vm)
+	}
+	for _, vm := range vms {
+		if vm.state != StateDeleting {
+			s.startDeleting(vm, now)
+		}
+	}
+	set.etag++
+	op := s.newOperation(set, "", "", now)
+	klog.V(2).InfoS("Deleting scale set instances", "resourceGroup", set.rg, "name", set.name, "instanceIDs", ids,
+		"capacity", set.capacity(), "operation", op.id)
+	return op, nil
+}
+
+// normalizeETag strips a weak prefix and quotes from an entity tag.
+func normalizeETag(tag string) string {
+	tag = strings.TrimSpace(tag)
+	tag = strings.TrimPrefix(tag, "W/")
+	return strings.Trim(tag, `"`)
+}
+
+// transition applies the time-based state changes due at now and returns the
+// VMs removed. Callers hold s.mu.
+func (s *Server) transition(now time.Time) []*vmRecord {
+	var removed []*vmRecord
+	for _, set := range s.sets {
+		for id, vm := range set.vms {
+			switch {
+			case vm.state == StateCreating && !now.Before(vm.readyAt):
+				if vm.failWith != "" {
+					vm.state, vm.errorCode = StateFailed, vm.failWith
+				} else {
+					vm.state = StateRunning
+				}
+			case vm.state == StateDeleting && !now.Before(vm.deleteAt):
+				delete(set.vms, id)
+				removed = append(removed, vm)
+			}
+		}
+	}
+	for id, op := range s.ops {
+		if now.Sub(op.end) > operationRetention {
+			delete(s.ops, id)
+		}
+	}
+	return removed
+}
+
+// newUUID returns a random (version 4) UUID.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}

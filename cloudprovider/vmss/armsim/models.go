@@ -1,0 +1,176 @@
+package armsim
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
+)
+
+// errorEnvelope is ARM's error response body.
+type errorEnvelope struct {
+	Error *armcompute.APIError `json:"error"`
+}
+
+func envelope(code, message string) errorEnvelope {
+	return errorEnvelope{Error: &armcompute.APIError{Code: to.Ptr(code), Message: to.Ptr(message)}}
+}
+
+// operationStatus is the body ARM answers on an Azure-AsyncOperation URL.
+type operationStatus struct {
+	Name      string               `json:"name"`
+	Status    string               `json:"status"`
+	StartTime time.Time            `json:"startTime"`
+	EndTime   *time.Time           `json:"endTime,omitempty"`
+	Error     *armcompute.APIError `json:"error,omitempty"`
+}
+
+func (o *operation) statusBody(now time.Time) operationStatus {
+	st := operationStatus{Name: o.id, Status: o.status(now), StartTime: o.start.UTC()}
+	if o.done(now) {
+		end := o.end.UTC()
+		st.EndTime = &end
+		if o.errCode != "" {
+			st.Error = &armcompute.APIError{Code: to.Ptr(o.errCode), Message: to.Ptr(o.errMessage)}
+		}
+	}
+	return st
+}
+
+func ptrTags(tags map[string]string) map[string]*string {
+	if len(tags) == 0 {
+		return nil
+	}
+	out := make(map[string]*string, len(tags))
+	for k, v := range tags {
+		out[k] = to.Ptr(v)
+	}
+	return out
+}
+
+func ptrStrings(ss []string) []*string {
+	if len(ss) == 0 {
+		return nil
+	}
+	out := make([]*string, len(ss))
+	for i, s := range ss {
+		out[i] = to.Ptr(s)
+	}
+	return out
+}
+
+// scaleSetModel renders a scale set as ARM does, with the given provisioning
+// state. Callers hold s.mu.
+func (s *Server) scaleSetModel(set *scaleSet, provisioningState string) *armcompute.VirtualMachineScaleSet {
+	return &armcompute.VirtualMachineScaleSet{
+		ID:       to.Ptr(s.scaleSetResourceID(set)),
+		Name:     to.Ptr(set.name),
+		Type:     to.Ptr("Microsoft.Compute/virtualMachineScaleSets"),
+		Location: to.Ptr(s.opts.Location),
+		Tags:     ptrTags(set.tags),
+		Zones:    ptrStrings(set.zones),
+		Etag:     to.Ptr(set.etagString()),
+		SKU: &armcompute.SKU{
+			Name:     to.Ptr(set.sku.Name),
+			Tier:     to.Ptr("Standard"),
+			Capacity: to.Ptr(int64(set.capacity())),
+		},
+		Properties: &armcompute.VirtualMachineScaleSetProperties{
+			ProvisioningState:    to.Ptr(provisioningState),
+			OrchestrationMode:    to.Ptr(armcompute.OrchestrationModeUniform),
+			Overprovision:        to.Ptr(false),
+			SinglePlacementGroup: to.Ptr(false),
+			UniqueID:             to.Ptr(set.uniqueID),
+			TimeCreated:          to.Ptr(set.created.UTC()),
+			UpgradePolicy:        &armcompute.UpgradePolicy{Mode: to.Ptr(armcompute.UpgradeModeManual)},
+			VirtualMachineProfile: &armcompute.VirtualMachineScaleSetVMProfile{
+				OSProfile: &armcompute.VirtualMachineScaleSetOSProfile{
+					ComputerNamePrefix: to.Ptr(set.name),
+					AdminUsername:      to.Ptr("azureuser"),
+				},
+			},
+		},
+	}
+}
+
+// vmProvisioningState maps a VM state to ARM's provisioning state.
+func vmProvisioningState(state string) string {
+	switch state {
+	case StateRunning:
+		return "Succeeded"
+	case StateFailed:
+		return "Failed"
+	}
+	return state // Creating, Deleting
+}
+
+// vmModel renders a scale set VM as ARM does, with its instance view if
+// expand is set. Callers hold s.mu.
+func (s *Server) vmModel(rec *vmRecord, expand bool) *armcompute.VirtualMachineScaleSetVM {
+	set := rec.set
+	vm := &armcompute.VirtualMachineScaleSetVM{
+		ID:         to.Ptr(s.vmResourceID(rec)),
+		Name:       to.Ptr(set.name + "_" + strconv.Itoa(rec.instanceID)),
+		Type:       to.Ptr("Microsoft.Compute/virtualMachineScaleSets/virtualMachines"),
+		InstanceID: to.Ptr(strconv.Itoa(rec.instanceID)),
+		Location:   to.Ptr(s.opts.Location),
+		Tags:       ptrTags(set.tags),
+		SKU:        &armcompute.SKU{Name: to.Ptr(set.sku.Name), Tier: to.Ptr("Standard")},
+		Properties: &armcompute.VirtualMachineScaleSetVMProperties{
+			ProvisioningState:  to.Ptr(vmProvisioningState(rec.state)),
+			LatestModelApplied: to.Ptr(true),
+			VMID:               to.Ptr(rec.vmID),
+			TimeCreated:        to.Ptr(rec.created.UTC()),
+			HardwareProfile:    &armcompute.HardwareProfile{VMSize: to.Ptr(armcompute.VirtualMachineSizeTypes(set.sku.Name))},
+			OSProfile: &armcompute.OSProfile{
+				ComputerName:  to.Ptr(rec.computerName()),
+				AdminUsername: to.Ptr("azureuser"),
+			},
+		},
+	}
+	if rec.zone != "" {
+		vm.Zones = []*string{to.Ptr(rec.zone)}
+	}
+	if expand {
+		vm.Properties.InstanceView = &armcompute.VirtualMachineScaleSetVMInstanceView{
+			ComputerName: to.Ptr(rec.computerName()),
+			OSName:       to.Ptr("ubuntu"),
+			Statuses:     instanceViewStatuses(rec),
+		}
+	}
+	return vm
+}
+
+func instanceViewStatuses(rec *vmRecord) []*armcompute.InstanceViewStatus {
+	status := func(code, display string, level armcompute.StatusLevelTypes, t *time.Time) *armcompute.InstanceViewStatus {
+		return &armcompute.InstanceViewStatus{Code: to.Ptr(code), DisplayStatus: to.Ptr(display), Level: to.Ptr(level), Time: t}
+	}
+	info := armcompute.StatusLevelTypesInfo
+	switch rec.state {
+	case StateRunning:
+		return []*armcompute.InstanceViewStatus{
+			status("ProvisioningState/succeeded", "Provisioning succeeded", info, to.Ptr(rec.readyAt.UTC())),
+			status("PowerState/running", "VM running", info, nil),
+		}
+	case StateCreating:
+		return []*armcompute.InstanceViewStatus{
+			status("ProvisioningState/creating", "Creating", info, nil),
+			status("PowerState/starting", "VM starting", info, nil),
+		}
+	case StateFailed:
+		st := status("ProvisioningState/failed/"+rec.errorCode, "Provisioning failed", armcompute.StatusLevelTypesError, to.Ptr(rec.readyAt.UTC()))
+		st.Message = to.Ptr(failureMessage(rec.errorCode))
+		return []*armcompute.InstanceViewStatus{st}
+	case StateDeleting:
+		return []*armcompute.InstanceViewStatus{status("ProvisioningState/deleting", "Deleting", info, nil)}
+	}
+	return nil
+}
+
+func failureMessage(code string) string {
+	if code == CodeAllocationFailed {
+		return allocationFailedMessage
+	}
+	return "Provisioning failed with error code " + code + "."
+}

@@ -1,0 +1,289 @@
+// Package armsim simulates the subset of Azure Resource Manager (ARM) that a
+// virtual machine scale set (VMSS) cluster-autoscaler provider uses: listing
+// and reading scale sets, changing their capacity, deleting instances, listing
+// their VMs, listing resource SKUs and polling asynchronous operations.
+//
+// The simulator speaks ARM's wire protocol over HTTPS, so the real
+// armcompute SDK client works against it unmodified. It models ARM's
+// semantics that matter to an autoscaler: ETags and If-Match, long-running
+// operations, subscription-wide request throttling with 429 and Retry-After,
+// and injectable faults (quota, allocation failure, failed or slow
+// operations, server errors). Time-based transitions (VM boot, VM deletion,
+// operation completion) follow Options.Clock, so tests can drive them with a
+// fake clock.
+package armsim
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+const (
+	defaultLocation = "eastus"
+	defaultWindow   = time.Minute
+	defaultPageSize = 1000
+	defaultAddr     = "127.0.0.1:0"
+	// runTick is how often Run advances the fleet model (real time).
+	runTick = 100 * time.Millisecond
+	// operationRetention is how long finished operations stay pollable.
+	operationRetention = time.Hour
+)
+
+// Options configure a Server.
+type Options struct {
+	SubscriptionID  string        // required
+	Location        string        // default "eastus"
+	BootDelay       time.Duration // Creating -> Running (default 0: running at the next Advance)
+	DeleteDelay     time.Duration // Deleting -> gone (default 0: gone at the next Advance)
+	LRODuration     time.Duration // how long an async operation stays InProgress (default 0)
+	ReadsPerWindow  int           // subscription-wide token bucket for reads (GET); 0 = unlimited
+	WritesPerWindow int           // same for writes (PATCH/PUT/POST/DELETE); 0 = unlimited
+	Window          time.Duration // bucket refill window (tokens refill continuously: N per Window); default 1 minute
+	PageSize        int           // VM list page size, nextLink paging beyond it; default 1000
+	Clock           clock.Clock   // default real clock; tests pass a fake clock
+	Hook            NodeHook      // may be nil
+	SKUs            []SKU         // default DefaultSKUs()
+	// Addr is the address Start listens on; default "127.0.0.1:0". Only
+	// loopback addresses are accepted.
+	Addr string
+}
+
+// Server is an ARM simulator. Create it with New, add scale sets with
+// AddScaleSet, then serve it with Start (or mount Handler yourself).
+type Server struct {
+	opts  Options
+	clock clock.Clock
+	hook  NodeHook
+	skus  map[string]SKU // by lower-case name
+
+	// hookMu serialises Advance, so each hook call is made once even when
+	// Advance runs concurrently (Run and a test, say).
+	hookMu sync.Mutex
+
+	mu      sync.Mutex
+	sets    map[string]*scaleSet  // by setKey
+	ops     map[string]*operation // by operation ID
+	gone    []*vmRecord           // removed VMs whose VMDeleted hook is pending
+	calls   map[string]int
+	buckets map[string]*bucket   // by request kind
+	blocked map[string]time.Time // request kind -> throttled until (Throttle)
+
+	ts      *httptest.Server
+	cert    tls.Certificate
+	certPEM []byte
+	pool    *x509.CertPool
+}
+
+// New validates opts, fills in defaults and returns a Server that is not yet
+// serving.
+func New(opts Options) (*Server, error) {
+	if opts.SubscriptionID == "" {
+		return nil, fmt.Errorf("armsim: subscription ID is required")
+	}
+	if opts.Location == "" {
+		opts.Location = defaultLocation
+	}
+	if opts.Window == 0 {
+		opts.Window = defaultWindow
+	}
+	if opts.PageSize == 0 {
+		opts.PageSize = defaultPageSize
+	}
+	if opts.Addr == "" {
+		opts.Addr = defaultAddr
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if len(opts.SKUs) == 0 {
+		opts.SKUs = DefaultSKUs()
+	}
+	for name, d := range map[string]time.Duration{"boot delay": opts.BootDelay, "delete delay": opts.DeleteDelay,
+		"LRO duration": opts.LRODuration, "window": opts.Window} {
+		if d < 0 {
+			return nil, fmt.Errorf("armsim: %s must not be negative, got %v", name, d)
+		}
+	}
+	if opts.ReadsPerWindow < 0 || opts.WritesPerWindow < 0 {
+		return nil, fmt.Errorf("armsim: requests per window must not be negative, got reads %d, writes %d",
+			opts.ReadsPerWindow, opts.WritesPerWindow)
+	}
+	if opts.PageSize < 0 {
+		return nil, fmt.Errorf("armsim: page size must not be negative, got %d", opts.PageSize)
+	}
+	if err := checkLoopback(opts.Addr); err != nil {
+		return nil, fmt.Errorf("armsim: %w", err)
+	}
+	skus := make(map[string]SKU, len(opts.SKUs))
+	for _, k := range opts.SKUs {
+		if err := k.validate(); err != nil {
+			return nil, fmt.Errorf("armsim: %w", err)
+		}
+		key := strings.ToLower(k.Name)
+		if _, dup := skus[key]; dup {
+			return nil, fmt.Errorf("armsim: SKU %s listed twice", k.Name)
+		}
+		skus[key] = k
+	}
+	now := opts.Clock.Now()
+	return &Server{
+		opts:  opts,
+		clock: opts.Clock,
+		hook:  opts.Hook,
+		skus:  skus,
+		sets:  map[string]*scaleSet{},
+		ops:   map[string]*operation{},
+		calls: map[string]int{},
+		buckets: map[string]*bucket{
+			kindRead:  newBucket(opts.ReadsPerWindow, unlimitedReads, opts.Window, now),
+			kindWrite: newBucket(opts.WritesPerWindow, unlimitedWrites, opts.Window, now),
+		},
+		blocked: map[string]time.Time{},
+	}, nil
+}
+
+// checkLoopback returns an error unless addr ("host:port") names a loopback
+// IP address (or "localhost").
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("listen address %q: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("listen address %q: host must be a loopback IP address", addr)
+	}
+	return nil
+}
+
+// Handler returns the HTTP handler serving the ARM API. Start serves it over
+// HTTPS; it can also be mounted elsewhere (URLs in responses, such as
+// nextLink and operation URLs, are built from the request's Host).
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(s.serveHTTP)
+}
+
+// Start serves the ARM API over HTTPS on Options.Addr (127.0.0.1 with a free
+// port by default) with a freshly generated self-signed certificate.
+func (s *Server) Start() error {
+	if s.ts != nil {
+		return fmt.Errorf("armsim: server already started")
+	}
+	cert, certPEM, err := selfSignedCert(time.Now())
+	if err != nil {
+		return fmt.Errorf("armsim: generating serving certificate: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(certPEM) {
+		return fmt.Errorf("armsim: adding the serving certificate to a pool failed")
+	}
+	host, port, _ := net.SplitHostPort(s.opts.Addr) // validated in New
+	if host == "localhost" {
+		host = "127.0.0.1"
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(host, port))
+	if err != nil {
+		return fmt.Errorf("armsim: listening on %s: %w", s.opts.Addr, err)
+	}
+	ts := httptest.NewUnstartedServer(s.Handler())
+	_ = ts.Listener.Close() // replace httptest's own listener with ours
+	ts.Listener = l
+	ts.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	ts.StartTLS()
+	s.ts, s.cert, s.certPEM, s.pool = ts, cert, certPEM, pool
+	klog.InfoS("ARM simulator started", "url", ts.URL, "subscription", s.opts.SubscriptionID, "location", s.opts.Location)
+	return nil
+}
+
+// URL returns the server's base URL, e.g. "https://127.0.0.1:PORT"; empty
+// before Start.
+func (s *Server) URL() string {
+	if s.ts == nil {
+		return ""
+	}
+	return s.ts.URL
+}
+
+// CertPool returns a pool trusting the serving certificate; nil before Start.
+func (s *Server) CertPool() *x509.CertPool {
+	return s.pool
+}
+
+// CACertPEM returns the PEM encoding of the (self-signed) serving
+// certificate; nil before Start.
+func (s *Server) CACertPEM() []byte {
+	return s.certPEM
+}
+
+// Close stops serving. It is safe to call without Start and more than once.
+func (s *Server) Close() {
+	if s.ts == nil {
+		return
+	}
+	s.ts.Close()
+	klog.InfoS("ARM simulator stopped", "url", s.ts.URL)
+}
+
+// Run advances the fleet model every 100ms of real time until ctx ends, so
+// VMs change state (and the hook fires) even when nobody calls the API.
+// Transitions are still due according to Options.Clock.
+func (s *Server) Run(ctx context.Context) {
+	t := time.NewTicker(runTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.Advance(ctx)
+		}
+	}
+}
+
+// Calls returns the number of requests answered per operation:
+// "ListScaleSets", "GetScaleSet", "UpdateScaleSet", "DeleteInstances",
+// "ListVMs" (one per page), "GetVM", "ListSKUs", "PollOperation", and
+// "Throttled" for 429 answers (which are not counted as their operation).
+func (s *Server) Calls() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.calls))
+	for k, v := range s.calls {
+		out[k] = v
+	}
+	return out
+}
+
+// ResetCalls sets all call counters to zero.
+func (s *Server) ResetCalls() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = map[string]int{}
+}
+
+// Throttle answers every request of the kind ("read" or "write") with 429
+// for d (by Options.Clock), as ARM does when a throttling policy trips.
+func (s *Server) Throttle(kind string, d time.Duration) {
+	if kind != kindRead && kind != kindWrite {
+		klog.ErrorS(nil, "Ignoring throttle of unknown request kind", "kind", kind)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.blocked[kind] = s.clock.Now().Add(d)
+	klog.V(2).InfoS("Throttling requests", "kind", kind, "duration", d)
+}
