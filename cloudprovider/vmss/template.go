@@ -181,7 +181,7 @@ type discovery struct {
 func parseAutoDiscovery(s string) (discovery, error) {
 	rest, ok := strings.CutPrefix(s, "label:")
 	if !ok || rest == "" {
-		return discovery{}, fmt.Errorf("--node-group-auto-discovery=%q: want label:<tag>[=<value>],...", s)
+		return discovery{}, fmt.Errorf("--node-group-auto-discovery=%q: want label:<tag>[=<value>][,<tag>...]", s)
 	}
 	d := discovery{tags: map[string]string{}}
 	for _, part := range strings.Split(rest, ",") {

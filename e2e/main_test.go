@@ -1,0 +1,139 @@
+// Package e2e runs the autoscaler binary, as users run it, against a real
+// control plane (etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler, kwok) and the ARM simulator spoken to over HTTPS.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
+	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
+)
+
+const subscription = "5e2e0000-0000-0000-0000-000000000001"
+
+// suite is the package's shared control plane and ARM simulator.
+type suite struct {
+	cp         *harness.ControlPlane
+	sim        *armsim.Server
+	hook       *filterHook
+	autoscaler string
+	caFile     string
+	tokenFile  string
+}
+
+// filterHook registers nodes through the Kubernetes hook, except for
+// scale sets whose VMs must never register (the provision-timeout test).
+type filterHook struct {
+	inner  armsim.NodeHook
+	mu     sync.Mutex
+	silent map[string]bool
+}
+
+func (h *filterHook) silence(scaleSet string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.silent[strings.ToLower(scaleSet)] = true
+}
+
+func (h *filterHook) isSilent(vm armsim.VM) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.silent[strings.ToLower(vm.ScaleSet)]
+}
+
+func (h *filterHook) VMRunning(ctx context.Context, vm armsim.VM) error {
+	if h.isSilent(vm) {
+		return nil
+	}
+	return h.inner.VMRunning(ctx, vm)
+}
+
+func (h *filterHook) VMDeleted(ctx context.Context, vm armsim.VM) error {
+	return h.inner.VMDeleted(ctx, vm)
+}
+
+// theSuite is set once by TestMain, before any test runs, and only read after.
+var theSuite *suite
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	if testing.Short() {
+		fmt.Println("e2e: skipped in -short mode")
+		return 0
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := time.Now()
+	bins, err := harness.BuildBinaries(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: building control-plane binaries:", err)
+		return 1
+	}
+	autoscaler, err := harness.BuildGoBinary(ctx, ".", "vmss-autoscaler")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: building the autoscaler:", err)
+		return 1
+	}
+	cp, err := harness.Start(ctx, bins, harness.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: starting the control plane:", err)
+		return 1
+	}
+	defer cp.Stop()
+	klog.InfoS("Control plane up", "after", time.Since(start).Round(time.Second), "logs", cp.LogDir)
+	hook := &filterHook{
+		inner:  &armsim.KubeNodeHook{Client: cp.Client, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"}},
+		silent: map[string]bool{},
+	}
+	sim, err := armsim.New(armsim.Options{SubscriptionID: subscription, Location: "eastus", BootDelay: time.Second, Hook: hook})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: ARM simulator:", err)
+		return 1
+	}
+	if err := sim.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: ARM simulator:", err)
+		return 1
+	}
+	defer sim.Close()
+	go sim.Run(ctx)
+	caFile := filepath.Join(cp.Dir, "armsim-ca.pem")
+	tokenFile := filepath.Join(cp.Dir, "arm-token")
+	if err := os.WriteFile(caFile, sim.CACertPEM(), 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	if err := os.WriteFile(tokenFile, []byte("e2e-token"), 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	theSuite = &suite{cp: cp, sim: sim, hook: hook, autoscaler: autoscaler, caFile: caFile, tokenFile: tokenFile}
+	code := m.Run()
+	if code != 0 {
+		fmt.Fprintln(os.Stderr, cp.LogHint())
+	}
+	return code
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port
+}

@@ -1,0 +1,259 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
+	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
+)
+
+// scenario is one test's slice of the suite: its own resource group of
+// scale sets, namespace and autoscaler processes.
+type scenario struct {
+	t      *testing.T
+	ctx    context.Context
+	s      *suite
+	ns     string
+	rg     string
+	prefix string
+	sets   []string
+	procs  []*harness.Process
+	addrs  map[*harness.Process]string
+}
+
+var nonAlnum = regexp.MustCompile(`[^a-z0-9]+`)
+
+func newScenario(t *testing.T) *scenario {
+	t.Helper()
+	if theSuite == nil {
+		t.Fatal("suite not started")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	short := nonAlnum.ReplaceAllString(strings.ToLower(strings.TrimPrefix(t.Name(), "Test")), "")
+	if len(short) > 20 {
+		short = short[:20]
+	}
+	ns, err := theSuite.cp.NewNamespace(ctx, "e2e-"+short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := &scenario{t: t, ctx: ctx, s: theSuite, ns: ns, rg: "rg-" + short, prefix: short, addrs: map[*harness.Process]string{}}
+	t.Cleanup(func() {
+		for _, p := range sc.procs {
+			_ = p.Stop()
+		}
+		if t.Failed() {
+			t.Log(theSuite.cp.LogHint())
+			for _, p := range sc.procs {
+				t.Logf("autoscaler log: %s", p.LogFile)
+			}
+		}
+		_ = theSuite.cp.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	})
+	return sc
+}
+
+// scaleSet adds a scale set to the scenario's resource group and returns its name.
+func (sc *scenario) scaleSet(name, sku string, capacity int, tags map[string]string) string {
+	sc.t.Helper()
+	full := sc.prefix + "-" + name
+	if err := sc.s.sim.AddScaleSet(armsim.ScaleSetSpec{ResourceGroup: sc.rg, Name: full, SKU: sku, Capacity: capacity, Tags: tags}); err != nil {
+		sc.t.Fatal(err)
+	}
+	sc.sets = append(sc.sets, full)
+	return full
+}
+
+// autoscaler starts the binary with the scenario's flags plus extra ones.
+func (sc *scenario) autoscaler(name string, extra ...string) *harness.Process {
+	sc.t.Helper()
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(sc.t))
+	args := []string{
+		"--kubeconfig=" + sc.s.cp.Kubeconfig,
+		"--namespace=" + sc.ns,
+		"--leader-elect-resource-name=vmss-autoscaler",
+		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
+		"--address=" + addr,
+		"--azure-subscription-id=" + subscription,
+		"--azure-resource-groups=" + sc.rg,
+		"--azure-arm-endpoint=" + sc.s.sim.URL(),
+		"--azure-ca-file=" + sc.s.caFile,
+		"--azure-auth=token-file",
+		"--azure-token-file=" + sc.s.tokenFile,
+		"--azure-cache-ttl=1s",
+		"--azure-operation-poll-interval=200ms",
+		"--scan-interval=1s",
+		"--new-pod-scale-up-delay=0s",
+		"--kube-client-qps=100", "--kube-client-burst=200",
+		"-v=2",
+	}
+	p, err := sc.s.cp.StartProcess(sc.ctx, sc.prefix+"-"+name, sc.s.autoscaler, append(args, extra...)...)
+	if err != nil {
+		sc.t.Fatal(err)
+	}
+	sc.procs = append(sc.procs, p)
+	sc.addrs[p] = addr
+	return p
+}
+
+// workload creates a Deployment whose pods may only land on the given scale sets.
+func (sc *scenario) workload(name string, replicas int32, cpu string, gpus int64, sets ...string) {
+	sc.t.Helper()
+	req := apiv1.ResourceList{apiv1.ResourceCPU: resource.MustParse(cpu), apiv1.ResourceMemory: resource.MustParse("1Gi")}
+	if gpus > 0 {
+		req[armsim.GPUResource] = *resource.NewQuantity(gpus, resource.DecimalSI)
+	}
+	lim := apiv1.ResourceList{}
+	if gpus > 0 {
+		lim[armsim.GPUResource] = req[armsim.GPUResource]
+	}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: sc.ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: apiv1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+				Spec: apiv1.PodSpec{
+					Containers: []apiv1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10",
+						Resources: apiv1.ResourceRequirements{Requests: req, Limits: lim}}},
+					Affinity: &apiv1.Affinity{NodeAffinity: &apiv1.NodeAffinity{
+						RequiredDuringSchedulingIgnoredDuringExecution: &apiv1.NodeSelector{NodeSelectorTerms: []apiv1.NodeSelectorTerm{{
+							MatchExpressions: []apiv1.NodeSelectorRequirement{{Key: armsim.NodeGroupLabel, Operator: apiv1.NodeSelectorOpIn, Values: sets}},
+						}}},
+					}},
+				},
+			},
+		},
+	}
+	if _, err := sc.s.cp.Client.AppsV1().Deployments(sc.ns).Create(sc.ctx, d, metav1.CreateOptions{}); err != nil {
+		sc.t.Fatal(err)
+	}
+}
+
+// eventually polls cond every 250ms until it holds or the timeout passes.
+func (sc *scenario) eventually(what string, timeout time.Duration, cond func() (bool, string)) {
+	sc.t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		if time.Now().After(deadline) {
+			sc.t.Fatalf("timed out after %s waiting for %s; last state: %s", timeout, what, last)
+		}
+		select {
+		case <-sc.ctx.Done():
+			sc.t.Fatal(sc.ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// running counts the scenario's Running pods.
+func (sc *scenario) podPhases() map[apiv1.PodPhase]int {
+	pods, err := sc.s.cp.Client.CoreV1().Pods(sc.ns).List(sc.ctx, metav1.ListOptions{})
+	if err != nil {
+		sc.t.Fatal(err)
+	}
+	out := map[apiv1.PodPhase]int{}
+	for _, p := range pods.Items {
+		out[p.Status.Phase]++
+	}
+	return out
+}
+
+// nodesOf counts Ready nodes per scale set of the scenario.
+func (sc *scenario) nodesOf() map[string]int {
+	nodes, err := sc.s.cp.Client.CoreV1().Nodes().List(sc.ctx, metav1.ListOptions{})
+	if err != nil {
+		sc.t.Fatal(err)
+	}
+	out := map[string]int{}
+	mine := map[string]bool{}
+	for _, s := range sc.sets {
+		mine[s] = true
+	}
+	for _, n := range nodes.Items {
+		if g := n.Labels[armsim.NodeGroupLabel]; mine[g] {
+			out[g]++
+		}
+	}
+	return out
+}
+
+func (sc *scenario) capacity(set string) int {
+	st, err := sc.s.sim.ScaleSet(sc.rg, set)
+	if err != nil {
+		sc.t.Fatal(err)
+	}
+	return st.Capacity
+}
+
+// events lists the scenario namespace's events with a reason.
+func (sc *scenario) events(reason string) []apiv1.Event {
+	evs, err := sc.s.cp.Client.CoreV1().Events(sc.ns).List(sc.ctx, metav1.ListOptions{})
+	if err != nil {
+		sc.t.Fatal(err)
+	}
+	var out []apiv1.Event
+	for _, e := range evs.Items {
+		if e.Reason == reason {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (sc *scenario) get(p *harness.Process, path string) (int, string) {
+	resp, err := http.Get("http://" + sc.addrs[p] + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (sc *scenario) logContains(p *harness.Process, s string) bool {
+	b, err := os.ReadFile(p.LogFile)
+	return err == nil && strings.Contains(string(b), s)
+}
+
+func allRunning(sc *scenario, want int) func() (bool, string) {
+	return func() (bool, string) {
+		ph := sc.podPhases()
+		return ph[apiv1.PodRunning] == want, fmt.Sprintf("pods %v, nodes %v", ph, sc.nodesOf())
+	}
+}
+
+
+// metricValue reads an unlabelled sample from a Prometheus text body, or -1.
+func metricValue(body, name string) float64 {
+	for _, line := range strings.Split(body, "\n") {
+		if rest, ok := strings.CutPrefix(line, name+" "); ok {
+			var v float64
+			if _, err := fmt.Sscan(rest, &v); err == nil {
+				return v
+			}
+		}
+	}
+	return -1
+}
