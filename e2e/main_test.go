@@ -5,6 +5,7 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -71,6 +72,7 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	flag.Parse()
 	if testing.Short() {
 		fmt.Println("e2e: skipped in -short mode")
 		return 0

@@ -95,7 +95,7 @@ func (sc *scenario) autoscaler(name string, extra ...string) *harness.Process {
 		"--azure-auth=token-file",
 		"--azure-token-file=" + sc.s.tokenFile,
 		"--azure-cache-ttl=1s",
-		"--azure-operation-poll-interval=200ms",
+		"--azure-operation-poll-interval=1s",
 		"--scan-interval=1s",
 		"--new-pod-scale-up-delay=0s",
 		"--kube-client-qps=100", "--kube-client-burst=200",
@@ -243,7 +243,6 @@ func allRunning(sc *scenario, want int) func() (bool, string) {
 		return ph[apiv1.PodRunning] == want, fmt.Sprintf("pods %v, nodes %v", ph, sc.nodesOf())
 	}
 }
-
 
 // metricValue reads an unlabelled sample from a Prometheus text body, or -1.
 func metricValue(body, name string) float64 {

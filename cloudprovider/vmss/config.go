@@ -99,6 +99,9 @@ func (c *Config) defaults() {
 	if c.LROPollInterval == 0 {
 		c.LROPollInterval = 10 * time.Second
 	}
+	if c.LROPollInterval < time.Second {
+		c.LROPollInterval = time.Second // the SDK's poller refuses less
+	}
 	if c.GPUResourceName == "" {
 		c.GPUResourceName = "nvidia.com/gpu"
 	}

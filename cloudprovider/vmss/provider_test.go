@@ -50,7 +50,7 @@ func newFixture(t testing.TB, sets []armsim.ScaleSetSpec, opts ...fixtureOption)
 		Credential:      staticToken{},
 		Clock:           f.clock,
 		Registerer:      f.reg,
-		LROPollInterval: 5 * time.Millisecond,
+		LROPollInterval: time.Second,
 	}
 	for _, o := range opts {
 		o(&so, &cfg)

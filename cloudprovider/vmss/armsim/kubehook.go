@@ -3,6 +3,7 @@ package armsim
 import (
 	"cmp"
 	"context"
+	"crypto/sha1"
 	"fmt"
 	"maps"
 	"slices"
@@ -148,7 +149,7 @@ func (h *KubeNodeHook) Node(vm VM) *v1.Node {
 			NodeInfo: v1.NodeSystemInfo{
 				Architecture:    arch,
 				OperatingSystem: "linux",
-				SystemUUID:      vm.InstanceID,
+				SystemUUID:      systemUUID(vm.ProviderID),
 			},
 		},
 	}
@@ -184,4 +185,12 @@ func ParseTaint(s string) (v1.Taint, error) {
 		return v1.Taint{}, fmt.Errorf("taint %q: empty key", s)
 	}
 	return parseTaint(key, rest)
+}
+
+// systemUUID derives a stable UUID for a VM. It must not look like a
+// number: kwok renders node status through YAML templates, and an instance
+// ID such as "0" would come back as an integer.
+func systemUUID(providerID string) string {
+	h := sha1.Sum([]byte(strings.ToLower(providerID)))
+	return fmt.Sprintf("%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
 }
