@@ -4,7 +4,7 @@
 GO ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test lint unit bench build
+.PHONY: test lint unit bench build demo
 
 test: lint unit
 
@@ -21,3 +21,6 @@ bench:
 
 build:
 	$(GO) build -o bin/vmss-autoscaler .
+
+demo:
+	$(GO) run ./e2e/demo $(ARGS)

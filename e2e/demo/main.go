@@ -1,0 +1,408 @@
+// Command demo runs the autoscaler on its embedded default: a real local
+// control plane (etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler, kwok), the ARM simulator with a small fleet (a CPU scale
+// set, an 8-GPU scale set, a team-tainted 8-GPU scale set), the autoscaler
+// binary, and a sample workload, with live progress in the terminal.
+//
+//	go run ./e2e/demo          # run the workload, print a summary, exit 0
+//	go run ./e2e/demo --keep   # playground: the stack with no workload, until Ctrl-C
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
+	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
+)
+
+const (
+	subscription  = "de300000-0000-0000-0000-000000000001"
+	resourceGroup = "demo"
+	namespace     = "demo"
+	teamTaintKey  = "openai.com/team"
+)
+
+type options struct {
+	keep      bool
+	bootDelay time.Duration
+	timeout   time.Duration
+	dir       string
+}
+
+func main() {
+	var o options
+	fs := pflag.NewFlagSet("demo", pflag.ContinueOnError)
+	fs.BoolVar(&o.keep, "keep", false, "playground: start the stack with the sample fleet and no workload, and keep it running until interrupted")
+	fs.DurationVar(&o.bootDelay, "boot-delay", 3*time.Second, "time a simulated VM takes to boot")
+	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up when the workload is not running after this long")
+	fs.StringVar(&o.dir, "dir", "", "where certificates, kubeconfig and logs go (default: a new folder under .cache/demo)")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			os.Exit(0)
+		}
+		os.Exit(2)
+	}
+	// The demo's own output is the progress table; components log to files.
+	klog.SetOutput(io.Discard)
+	klog.LogToStderr(false)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx, o)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func say(format string, args ...any) { fmt.Printf(format+"\n", args...) }
+
+func run(ctx context.Context, o options) error {
+	start := time.Now()
+	root, err := harness.RepoRoot()
+	if err != nil {
+		return err
+	}
+	if o.dir == "" {
+		o.dir = filepath.Join(root, ".cache", "demo", time.Now().Format("20060102-150405"))
+	}
+	if err := os.MkdirAll(o.dir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", o.dir, err)
+	}
+	say("vmss-autoscaler demo — working folder %s", o.dir)
+	say("building the control plane (kube-apiserver, kube-controller-manager, kube-scheduler, kwok) from Go modules; the first build takes ~10 minutes on 2 cores, later ones seconds ...")
+	t := time.Now()
+	bins, err := harness.BuildBinaries(ctx)
+	if err != nil {
+		return err
+	}
+	autoscalerBin, err := harness.BuildGoBinary(ctx, ".", "vmss-autoscaler")
+	if err != nil {
+		return err
+	}
+	say("built in %s", time.Since(t).Round(time.Second))
+
+	t = time.Now()
+	cp, err := harness.Start(ctx, bins, harness.Options{Dir: o.dir})
+	if err != nil {
+		return err
+	}
+	defer cp.Stop()
+	say("control plane up in %s; logs in %s", time.Since(t).Round(100*time.Millisecond), cp.LogDir)
+
+	sim, err := armsim.New(armsim.Options{
+		SubscriptionID: subscription, Location: "eastus", BootDelay: o.bootDelay,
+		Hook: &armsim.KubeNodeHook{Client: cp.Client, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"}},
+	})
+	if err != nil {
+		return err
+	}
+	fleet := []armsim.ScaleSetSpec{
+		{ResourceGroup: resourceGroup, Name: "cpu", SKU: "Standard_D16s_v5", Tags: discoveryTags(0, 20)},
+		{ResourceGroup: resourceGroup, Name: "gpu-h100", SKU: "Standard_ND96isr_H100_v5", Zones: []string{"1"}, Tags: discoveryTags(0, 16)},
+		{ResourceGroup: resourceGroup, Name: "gpu-team-rl", SKU: "Standard_ND96isr_H100_v5", Zones: []string{"1"}, Tags: withTeam(discoveryTags(0, 8), "rl")},
+	}
+	for _, s := range fleet {
+		if err := sim.AddScaleSet(s); err != nil {
+			return err
+		}
+	}
+	if err := sim.Start(); err != nil {
+		return err
+	}
+	defer sim.Close()
+	go sim.Run(ctx)
+	caFile := filepath.Join(o.dir, "armsim-ca.pem")
+	tokenFile := filepath.Join(o.dir, "arm-token")
+	if err := os.WriteFile(caFile, sim.CACertPEM(), 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(tokenFile, []byte("demo-token"), 0o600); err != nil {
+		return err
+	}
+	say("ARM simulator at %s with scale sets cpu (Standard_D16s_v5, 0-20), gpu-h100 (8x H100, 0-16), gpu-team-rl (8x H100, tainted %s=rl, 0-8)", sim.URL(), teamTaintKey)
+
+	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, &apiv1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating namespace %s: %w", namespace, err)
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	// Timings compressed through the flags a user would set.
+	args := []string{
+		"--kubeconfig=" + cp.Kubeconfig,
+		"--namespace=kube-system",
+		"--address=" + addr,
+		"--azure-subscription-id=" + subscription,
+		"--azure-resource-groups=" + resourceGroup,
+		"--node-group-auto-discovery=label:k8s.io_cluster-autoscaler_enabled,k8s.io_cluster-autoscaler_demo",
+		"--azure-arm-endpoint=" + sim.URL(),
+		"--azure-ca-file=" + caFile,
+		"--azure-auth=token-file",
+		"--azure-token-file=" + tokenFile,
+		"--azure-cache-ttl=2s",
+		"--azure-operation-poll-interval=1s",
+		"--scan-interval=2s",
+		"--new-pod-scale-up-delay=1s",
+		"--max-node-provision-time=2m",
+		"--expander=least-waste",
+		"-v=2",
+	}
+	as, err := cp.StartProcess(ctx, "vmss-autoscaler", autoscalerBin, args...)
+	if err != nil {
+		return err
+	}
+	say("autoscaler running (pid %d): metrics and health on http://%s, log %s", as.Pid(), addr, as.LogFile)
+	say("  %s %s", autoscalerBin, strings.Join(args, " "))
+
+	if o.keep {
+		say("")
+		say("playground ready. In another terminal:")
+		say("  export KUBECONFIG=%s", cp.Kubeconfig)
+		say("  kubectl apply -f <your workload>   (nodes come from the scale sets cpu, gpu-h100, gpu-team-rl)")
+		say("ARM simulator: %s (CA %s, any bearer token)", sim.URL(), caFile)
+		say("Ctrl-C stops everything.")
+		progress(ctx, cp.Client, sim, as, nil, time.Duration(1<<62))
+		return nil
+	}
+
+	say("")
+	say("submitting the sample workload: a training gang of 8 pods x 8 GPUs, 20 web pods x 2 CPUs, 2 team pods x 8 GPUs tolerating %s=rl", teamTaintKey)
+	if err := submit(ctx, cp.Client); err != nil {
+		return err
+	}
+	want := 30
+	t = time.Now()
+	if err := progress(ctx, cp.Client, sim, as, &want, o.timeout); err != nil {
+		return fmt.Errorf("%w (autoscaler log: %s; control plane logs: %s)", err, as.LogFile, cp.LogDir)
+	}
+	took := time.Since(t)
+	summary(ctx, cp.Client, sim, addr, took)
+	say("")
+	say("deleting the workload. Scale-down is not part of this build yet, so the nodes stay; the autoscaler keeps them as it found them.")
+	if err := cleanup(ctx, cp.Client); err != nil {
+		return err
+	}
+	say("demo done in %s; logs kept in %s", time.Since(start).Round(time.Second), cp.LogDir)
+	return nil
+}
+
+func discoveryTags(minSize, maxSize int) map[string]string {
+	return map[string]string{
+		"k8s.io_cluster-autoscaler_enabled": "true",
+		"k8s.io_cluster-autoscaler_demo":    "owned",
+		"min":                               fmt.Sprint(minSize),
+		"max":                               fmt.Sprint(maxSize),
+	}
+}
+
+func withTeam(tags map[string]string, team string) map[string]string {
+	tags["k8s.io_cluster-autoscaler_node-template_taint_openai.com__team"] = team + ":NoSchedule"
+	tags["k8s.io_cluster-autoscaler_node-template_label_openai.com__team"] = team
+	return tags
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String(), nil
+}
+
+func requests(cpu string, gpus int64) apiv1.ResourceRequirements {
+	r := apiv1.ResourceRequirements{Requests: apiv1.ResourceList{
+		apiv1.ResourceCPU: resource.MustParse(cpu), apiv1.ResourceMemory: resource.MustParse("4Gi")}}
+	if gpus > 0 {
+		q := *resource.NewQuantity(gpus, resource.DecimalSI)
+		r.Requests[armsim.GPUResource] = q
+		r.Limits = apiv1.ResourceList{armsim.GPUResource: q}
+	}
+	return r
+}
+
+func submit(ctx context.Context, c kubernetes.Interface) error {
+	eight := int32(8)
+	train := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: namespace},
+		Spec: batchv1.JobSpec{
+			Parallelism: &eight, Completions: &eight,
+			Template: apiv1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "train", "scheduling.x-k8s.io/pod-group": "train"}},
+				Spec: apiv1.PodSpec{
+					RestartPolicy: apiv1.RestartPolicyNever,
+					Containers:    []apiv1.Container{{Name: "trainer", Image: "registry.k8s.io/pause:3.10", Resources: requests("90", 8)}},
+				},
+			},
+		},
+	}
+	if _, err := c.BatchV1().Jobs(namespace).Create(ctx, train, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating job train: %w", err)
+	}
+	web := deployment("web", 20, requests("2", 0), nil, nil)
+	team := deployment("rl-eval", 2, requests("90", 8),
+		map[string]string{"openai.com/team": "rl"},
+		[]apiv1.Toleration{{Key: teamTaintKey, Operator: apiv1.TolerationOpEqual, Value: "rl", Effect: apiv1.TaintEffectNoSchedule}})
+	for _, d := range []*appsv1.Deployment{web, team} {
+		if _, err := c.AppsV1().Deployments(namespace).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating deployment %s: %w", d.Name, err)
+		}
+	}
+	return nil
+}
+
+func deployment(name string, replicas int32, res apiv1.ResourceRequirements, selector map[string]string, tol []apiv1.Toleration) *appsv1.Deployment {
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: apiv1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+				Spec: apiv1.PodSpec{
+					NodeSelector: selector,
+					Tolerations:  tol,
+					Containers:   []apiv1.Container{{Name: name, Image: "registry.k8s.io/pause:3.10", Resources: res}},
+				},
+			},
+		},
+	}
+}
+
+// progress prints one line per group every 2 s until want pods run in the
+// demo namespace (nil: until ctx ends).
+func progress(ctx context.Context, c kubernetes.Interface, sim *armsim.Server, as *harness.Process, want *int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	start := time.Now()
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		running, done, pending, line := snapshot(ctx, c, sim)
+		say("%6s  pods: %3d running %3d done %3d pending  |  %s", time.Since(start).Round(time.Second), running, done, pending, line)
+		// Training pods run to completion (kwok completes pods that never restart).
+		if want != nil && running+done >= *want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("workload not running after %s", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-as.Exited():
+			return fmt.Errorf("the autoscaler exited: %v", as.ExitErr())
+		case <-tick.C:
+		}
+	}
+}
+
+func snapshot(ctx context.Context, c kubernetes.Interface, sim *armsim.Server) (running, done, pending int, line string) {
+	pods, err := c.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+	if err == nil {
+		for _, p := range pods.Items {
+			switch p.Status.Phase {
+			case apiv1.PodRunning:
+				running++
+			case apiv1.PodSucceeded:
+				done++
+			case apiv1.PodPending:
+				pending++
+			}
+		}
+	}
+	ready := map[string]int{}
+	if nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
+		for _, n := range nodes.Items {
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == apiv1.NodeReady && cond.Status == apiv1.ConditionTrue {
+					ready[n.Labels[armsim.NodeGroupLabel]]++
+				}
+			}
+		}
+	}
+	var parts []string
+	for _, name := range []string{"cpu", "gpu-h100", "gpu-team-rl"} {
+		st, err := sim.ScaleSet(resourceGroup, name)
+		if err != nil {
+			continue
+		}
+		booting := 0
+		for _, vm := range st.VMs {
+			if vm.State == armsim.StateCreating {
+				booting++
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%s: requested %d, booting %d, ready %d", name, st.Capacity, booting, ready[name]))
+	}
+	return running, done, pending, strings.Join(parts, "  |  ")
+}
+
+func summary(ctx context.Context, c kubernetes.Interface, sim *armsim.Server, addr string, took time.Duration) {
+	say("")
+	say("all 30 pods placed (running, or for the training gang run to completion) %s after submission", took.Round(time.Second))
+	calls := sim.Calls()
+	var ops []string
+	for k, v := range calls {
+		if v > 0 {
+			ops = append(ops, fmt.Sprintf("%s=%d", k, v))
+		}
+	}
+	sort.Strings(ops)
+	say("ARM calls made by the autoscaler: %s", strings.Join(ops, " "))
+	if evs, err := c.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{}); err == nil {
+		n := 0
+		for _, e := range evs.Items {
+			if e.Reason == "TriggeredScaleUp" {
+				n++
+			}
+		}
+		say("TriggeredScaleUp events on the pods: %d", n)
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "vmss_autoscaler_scaled_up_nodes_total") || strings.HasPrefix(l, "vmss_autoscaler_loop_duration_seconds_sum") ||
+			strings.HasPrefix(l, "vmss_autoscaler_loop_duration_seconds_count") {
+			say("  %s", l)
+		}
+	}
+}
+
+func cleanup(ctx context.Context, c kubernetes.Interface) error {
+	bg := metav1.DeletePropagationBackground
+	if err := c.BatchV1().Jobs(namespace).Delete(ctx, "train", metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+		return fmt.Errorf("deleting job train: %w", err)
+	}
+	for _, d := range []string{"web", "rl-eval"} {
+		if err := c.AppsV1().Deployments(namespace).Delete(ctx, d, metav1.DeleteOptions{}); err != nil {
+			return fmt.Errorf("deleting deployment %s: %w", d, err)
+		}
+	}
+	return nil
+}
