@@ -102,6 +102,7 @@ func run(ctx context.Context, args []string) error {
 		Pods:       factory.Core().V1().Pods().Lister(),
 		DaemonSets: factory.Apps().V1().DaemonSets().Lister(),
 		ConfigMaps: nsFactory.Core().V1().ConfigMaps().Lister().ConfigMaps(c.core.Namespace),
+		PDBs:       factory.Policy().V1().PodDisruptionBudgets().Lister(),
 	}
 	factory.Start(ctx.Done())
 	nsFactory.Start(ctx.Done())
@@ -120,6 +121,7 @@ func run(ctx context.Context, args []string) error {
 	autoscaler, err := core.New(core.Deps{
 		Options: c.core, Provider: provider, Listers: listers, Simulator: sim,
 		Recorder: recorder, Status: status, Metrics: metrics,
+		Actions: &core.KubeNodeActions{Client: client},
 	})
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	apiv1 "k8s.io/api/core/v1"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -33,6 +34,9 @@ type Listers struct {
 	// ConfigMaps lists ConfigMaps in the autoscaler's namespace (priority
 	// expander); nil when not watched.
 	ConfigMaps corelisters.ConfigMapNamespaceLister
+	// PDBs lists PodDisruptionBudgets for scale-down; nil disables PDB checks
+	// only in tests that have no budgets.
+	PDBs policylisters.PodDisruptionBudgetLister
 }
 
 // Deps are what the autoscaler is built from.
@@ -43,9 +47,11 @@ type Deps struct {
 	Simulator *simulator.Simulator
 	Recorder  record.EventRecorder
 	Status    StatusWriter // nil: no status ConfigMap
-	Metrics   *Metrics
-	Clock     clock.Clock
-	Rand      *rand.Rand
+	// Actions are scale-down's Kubernetes writes; nil disables scale-down.
+	Actions NodeActions
+	Metrics *Metrics
+	Clock   clock.Clock
+	Rand    *rand.Rand
 }
 
 // Autoscaler runs the loop. RunOnce must not be called concurrently.
@@ -65,6 +71,8 @@ type Autoscaler struct {
 	events    *podEvents
 	priority  priorityCache
 	epoch     uint64
+	actions   NodeActions
+	scaleDown *scaleDownState
 
 	lastStatus string
 
@@ -112,6 +120,8 @@ func New(d Deps) (*Autoscaler, error) {
 		return nil, err
 	}
 	a.planner = &scaleup.Planner{Estimator: &scaleup.Estimator{Sim: d.Simulator}, Expander: chain}
+	a.actions = d.Actions
+	a.scaleDown = newScaleDownState(d.Options, d.Simulator)
 	return a, nil
 }
 
@@ -129,6 +139,7 @@ type loop struct {
 	unschedulable int
 	awaiting      int
 	scaleUp       scaleup.Result
+	scaleDown     scaleDownReport
 }
 
 type phase struct {
@@ -147,6 +158,7 @@ func (a *Autoscaler) RunOnce(ctx context.Context) error {
 		{"snapshot", a.takeSnapshot},
 		{"cluster-state", a.updateClusterState},
 		{"scale-up", a.scaleUp},
+		{"scale-down", a.scaleDownPhase},
 		{"status", a.writeStatus},
 	}
 	for _, p := range phases {

@@ -43,6 +43,7 @@ type env struct {
 	reg      *prometheus.Registry
 	a        *Autoscaler
 	opts     Options
+	actions  NodeActions
 }
 
 type memStatus struct{ writes []string }
@@ -103,6 +104,7 @@ func (e *env) start() *env {
 		Metrics:   NewMetrics(e.reg),
 		Clock:     e.clock,
 		Rand:      rand.New(rand.NewPCG(1, 2)),
+		Actions:   e.actions,
 	})
 	if err != nil {
 		e.t.Fatal(err)

@@ -24,6 +24,13 @@ type Metrics struct {
 	Backoff            *prometheus.GaugeVec
 	SizeUnknown        *prometheus.CounterVec
 	SnapshotRebuilt    prometheus.Gauge
+	UnneededNodes      prometheus.Gauge
+	KeptNodes          *prometheus.GaugeVec
+	ScaledDownNodes    *prometheus.CounterVec
+	FailedScaleDowns   *prometheus.CounterVec
+	Evictions          *prometheus.CounterVec
+	BrakeEngaged       prometheus.Gauge
+	DrainsInFlight     prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -66,6 +73,21 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		SnapshotRebuilt: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "snapshot_rebuilt_nodes",
 			Help: "Nodes whose scheduler view was rebuilt in the last loop (the rest were unchanged)."}),
 	}
+	m.UnneededNodes = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "unneeded_nodes",
+		Help: "Nodes currently unneeded (under the utilisation threshold with every pod movable)."})
+	m.KeptNodes = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "scale_down_kept_nodes",
+		Help: "Managed nodes kept in the last scale-down pass, by reason."}, []string{"reason"})
+	m.ScaledDownNodes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "scaled_down_nodes_total",
+		Help: "Nodes removed, by node group and reason (empty, underutilized, unready)."}, []string{"node_group", "reason"})
+	m.FailedScaleDowns = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "failed_scale_downs_total",
+		Help: "Node removals that failed, by node group and step (taint, evict, drain-timeout, delete)."}, []string{"node_group", "step"})
+	m.Evictions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "evictions_total",
+		Help: "Pod evictions for scale-down, by result (ok, blocked, error)."}, []string{"result"})
+	m.BrakeEngaged = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "scale_down_brake_engaged",
+		Help: "1 when the safety brake refused a removal in the last pass."})
+	m.DrainsInFlight = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "scale_down_drains_in_flight",
+		Help: "Nodes being drained now."})
+	reg.MustRegister(m.UnneededNodes, m.KeptNodes, m.ScaledDownNodes, m.FailedScaleDowns, m.Evictions, m.BrakeEngaged, m.DrainsInFlight)
 	reg.MustRegister(m.LoopDuration, m.PhaseDuration, m.LoopErrors, m.LastSuccessfulLoop, m.UnschedulablePods,
 		m.PodsAwaitingNodes, m.Nodes, m.TargetSize, m.MinSize, m.MaxSize, m.ScaleUps, m.ScaledUpNodes,
 		m.FailedScaleUps, m.Backoff, m.SizeUnknown, m.SnapshotRebuilt)

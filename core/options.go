@@ -47,6 +47,31 @@ type Options struct {
 	// repeated at most every PodEventInterval.
 	MaxPodEventsPerLoop int
 	PodEventInterval    time.Duration
+
+	// Scale-down, with CA's flag names.
+	ScaleDownEnabled                 bool
+	ScaleDownUtilizationThreshold    float64
+	ScaleDownGPUUtilizationThreshold float64
+	ScaleDownUnneededTime            time.Duration
+	ScaleDownUnreadyTime             time.Duration
+	ScaleDownDelayAfterAdd           time.Duration
+	ScaleDownDelayAfterDelete        time.Duration
+	ScaleDownDelayAfterFailure       time.Duration
+	MaxScaleDownParallelism          int
+	MaxEmptyBulkDelete               int
+	MaxGracefulTerminationSec        int
+	SkipNodesWithSystemPods          bool
+	SkipNodesWithLocalStorage        bool
+	// The safety brake: at most this share of the cluster, and of a group,
+	// deleted within the window.
+	ScaleDownBrakeClusterShare float64
+	ScaleDownBrakeGroupShare   float64
+	ScaleDownBrakeWindow       time.Duration
+	// A group whose unready nodes exceed both this share and 3 nodes is not
+	// scaled down (the rest of the cluster is).
+	ScaleDownMaxUnreadyShare float64
+	// MaxSoftTaintsPerLoop caps the DeletionCandidate taint writes per loop.
+	MaxSoftTaintsPerLoop int
 }
 
 // DefaultOptions returns the defaults, safe for a 7,500-node cluster.
@@ -68,6 +93,25 @@ func DefaultOptions() Options {
 		PriorityConfigMapName:           "vmss-autoscaler-priority-expander",
 		MaxPodEventsPerLoop:             200,
 		PodEventInterval:                10 * time.Minute,
+
+		ScaleDownEnabled:                 true,
+		ScaleDownUtilizationThreshold:    0.5,
+		ScaleDownGPUUtilizationThreshold: 0.5,
+		ScaleDownUnneededTime:            10 * time.Minute,
+		ScaleDownUnreadyTime:             20 * time.Minute,
+		ScaleDownDelayAfterAdd:           10 * time.Minute,
+		ScaleDownDelayAfterDelete:        0,
+		ScaleDownDelayAfterFailure:       3 * time.Minute,
+		MaxScaleDownParallelism:          10,
+		MaxEmptyBulkDelete:               10,
+		MaxGracefulTerminationSec:        600,
+		SkipNodesWithSystemPods:          true,
+		SkipNodesWithLocalStorage:        true,
+		ScaleDownBrakeClusterShare:       0.5,
+		ScaleDownBrakeGroupShare:         0.5,
+		ScaleDownBrakeWindow:             10 * time.Minute,
+		ScaleDownMaxUnreadyShare:         0.45,
+		MaxSoftTaintsPerLoop:             50,
 	}
 }
 
@@ -101,6 +145,43 @@ func (o Options) Validate() error {
 	}
 	if o.MaxPodEventsPerLoop < 0 {
 		return fmt.Errorf("--max-pod-events-per-loop: must not be negative, got %d", o.MaxPodEventsPerLoop)
+	}
+	for _, f := range []struct {
+		flag string
+		v    float64
+	}{
+		{"--scale-down-utilization-threshold", o.ScaleDownUtilizationThreshold},
+		{"--scale-down-gpu-utilization-threshold", o.ScaleDownGPUUtilizationThreshold},
+		{"--scale-down-brake-cluster-share", o.ScaleDownBrakeClusterShare},
+		{"--scale-down-brake-group-share", o.ScaleDownBrakeGroupShare},
+		{"--scale-down-max-unready-share", o.ScaleDownMaxUnreadyShare},
+	} {
+		if f.v < 0 || f.v > 1 {
+			return fmt.Errorf("%s: must be between 0 and 1, got %v", f.flag, f.v)
+		}
+	}
+	for _, f := range []struct {
+		flag string
+		v    time.Duration
+	}{
+		{"--scale-down-unneeded-time", o.ScaleDownUnneededTime},
+		{"--scale-down-unready-time", o.ScaleDownUnreadyTime},
+		{"--scale-down-delay-after-add", o.ScaleDownDelayAfterAdd},
+		{"--scale-down-delay-after-delete", o.ScaleDownDelayAfterDelete},
+		{"--scale-down-delay-after-failure", o.ScaleDownDelayAfterFailure},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("%s: must not be negative, got %s", f.flag, f.v)
+		}
+	}
+	if o.ScaleDownBrakeWindow <= 0 {
+		return fmt.Errorf("--scale-down-brake-window: must be positive, got %s", o.ScaleDownBrakeWindow)
+	}
+	if o.MaxScaleDownParallelism < 1 || o.MaxEmptyBulkDelete < 1 {
+		return fmt.Errorf("--max-scale-down-parallelism %d, --max-empty-bulk-delete %d: must be at least 1", o.MaxScaleDownParallelism, o.MaxEmptyBulkDelete)
+	}
+	if o.MaxGracefulTerminationSec < 0 {
+		return fmt.Errorf("--max-graceful-termination-sec: must not be negative, got %d", o.MaxGracefulTerminationSec)
 	}
 	if o.GPUResourceName == "" {
 		return fmt.Errorf("--gpu-resource-name: must not be empty")

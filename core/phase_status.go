@@ -21,6 +21,8 @@ func (a *Autoscaler) writeStatus(ctx context.Context, l *loop) error {
 	for _, gs := range a.registry.Groups() {
 		st.NodeGroups = append(st.NodeGroups, groupStatus(gs))
 	}
+	st.ScaleDown = ScaleDownInfo{UnneededNodes: l.scaleDown.Unneeded, Removing: l.scaleDown.Removing,
+		BrakeEngaged: l.scaleDown.Braked, RecentDeletions: l.scaleDown.RecentCount, HeldBecause: l.scaleDown.Skipped}
 	st.LastChange = l.now.UTC()
 	cmp, full, err := renderStatus(st)
 	if err != nil {

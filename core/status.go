@@ -21,6 +21,17 @@ type Status struct {
 	UnschedulablePods int           `json:"unschedulablePods"`
 	PodsAwaitingNodes int           `json:"podsAwaitingUpcomingNodes"`
 	NodeGroups        []GroupStatus `json:"nodeGroups"`
+	ScaleDown         ScaleDownInfo `json:"scaleDown"`
+}
+
+// ScaleDownInfo is the scale-down part of the status.
+type ScaleDownInfo struct {
+	UnneededNodes int `json:"unneededNodes"`
+	Removing      int `json:"removing"`
+	// BrakeEngaged says the safety brake stopped removals in the last pass.
+	BrakeEngaged    bool   `json:"brakeEngaged"`
+	RecentDeletions int    `json:"deletionsInBrakeWindow"`
+	HeldBecause     string `json:"heldBecause,omitempty"`
 }
 
 // GroupStatus is one node group in the status ConfigMap.

@@ -1,0 +1,83 @@
+package scaledown
+
+import (
+	"math"
+	"time"
+)
+
+// BrakeOptions bound how much may be deleted within a window.
+type BrakeOptions struct {
+	// ClusterShare is the largest share of the cluster's nodes deleted
+	// within Window (the 2,500-node lesson: an etcd outage made every node
+	// look unhealthy and an autoscaler deleted all workers).
+	ClusterShare float64
+	// GroupShare is the same per node group.
+	GroupShare float64
+	Window     time.Duration
+}
+
+// Brake remembers recent deletions. At least one node per window may go
+// whatever the shares, so small clusters can still shrink.
+type Brake struct {
+	opts      BrakeOptions
+	deletions []deletion
+}
+
+type deletion struct {
+	at    time.Time
+	group string
+}
+
+// NewBrake returns a brake with no recorded deletion.
+func NewBrake(o BrakeOptions) *Brake { return &Brake{opts: o} }
+
+func (b *Brake) prune(now time.Time) {
+	kept := b.deletions[:0]
+	for _, d := range b.deletions {
+		if now.Sub(d.at) < b.opts.Window {
+			kept = append(kept, d)
+		}
+	}
+	b.deletions = kept
+}
+
+func (b *Brake) counts(group string) (cluster, inGroup int) {
+	for _, d := range b.deletions {
+		cluster++
+		if d.group == group {
+			inGroup++
+		}
+	}
+	return cluster, inGroup
+}
+
+func limit(share float64, size int) int {
+	n := int(math.Floor(share * float64(size)))
+	if n < 1 {
+		n = 1
+	}
+	return n
+}
+
+// Allow reports whether one more node of group may be deleted now, given
+// the cluster's and the group's current sizes (deletions in the window are
+// added back, so the share is of the size before them).
+func (b *Brake) Allow(now time.Time, group string, clusterSize, groupSize int) bool {
+	b.prune(now)
+	c, g := b.counts(group)
+	if c+1 > limit(b.opts.ClusterShare, clusterSize+c) {
+		return false
+	}
+	return g+1 <= limit(b.opts.GroupShare, groupSize+g)
+}
+
+// Record counts a deletion.
+func (b *Brake) Record(now time.Time, group string) {
+	b.deletions = append(b.deletions, deletion{at: now, group: group})
+}
+
+// Recent is the number of deletions in the window.
+func (b *Brake) Recent(now time.Time) int {
+	b.prune(now)
+	return len(b.deletions)
+}

@@ -1,0 +1,235 @@
+// Package scaledown decides which nodes the cluster no longer needs: it
+// measures utilisation, checks that every pod on a node may be evicted and
+// has somewhere else to run (simulated with the scheduler framework), keeps
+// each node's unneeded time, and holds a safety brake on how much of the
+// cluster may be deleted within a window.
+package scaledown
+
+import (
+	"fmt"
+
+	apiv1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	resourcehelper "k8s.io/component-helpers/resource"
+)
+
+// Well-known names, as in cluster-autoscaler.
+const (
+	// SafeToEvictAnnotation on a pod: "true" lets it be evicted whatever the
+	// other rules say; "false" keeps its node.
+	SafeToEvictAnnotation = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+	// ScaleDownDisabledAnnotation on a node keeps it.
+	ScaleDownDisabledAnnotation = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+	// ToBeDeletedTaint marks a node being drained and deleted.
+	ToBeDeletedTaint = "ToBeDeletedByClusterAutoscaler"
+	// DeletionCandidateTaint softly steers new pods away from unneeded nodes.
+	DeletionCandidateTaint = "DeletionCandidateOfClusterAutoscaler"
+	mirrorPodAnnotation    = "kubernetes.io/config.mirror"
+)
+
+// Reason says why a node is kept. The values are metric labels.
+type Reason string
+
+// Reasons a node is not removed.
+const (
+	ReasonNone              Reason = ""
+	ReasonDisabled          Reason = "scale-down-disabled"
+	ReasonBeingDeleted      Reason = "being-deleted"
+	ReasonHighUtilization   Reason = "utilization-high"
+	ReasonMinSize           Reason = "min-size"
+	ReasonNotReplicated     Reason = "not-replicated"
+	ReasonKubeSystem        Reason = "kube-system-pod"
+	ReasonLocalStorage      Reason = "local-storage"
+	ReasonSafeToEvictFalse  Reason = "safe-to-evict-false"
+	ReasonPDB               Reason = "pdb"
+	ReasonNoPlaceToMove     Reason = "no-place-to-move"
+	ReasonRecentScaleUp     Reason = "recent-scale-up"
+	ReasonBrake             Reason = "brake"
+	ReasonGroupUnhealthy    Reason = "group-unhealthy"
+	ReasonParallelism       Reason = "parallelism-limit"
+	ReasonUnneededTimeShort Reason = "unneeded-time-not-reached"
+	ReasonSizeUnknown       Reason = "size-unknown"
+)
+
+// Rules are the eligibility settings.
+type Rules struct {
+	SkipNodesWithSystemPods   bool
+	SkipNodesWithLocalStorage bool
+	// IsFreeRoom reports pods whose room counts as free (balloons); they
+	// are neither counted in utilisation nor moved. Nil: none.
+	IsFreeRoom func(*apiv1.Pod) bool
+}
+
+// IsDaemonSetPod reports pods owned by a DaemonSet.
+func IsDaemonSetPod(p *apiv1.Pod) bool {
+	ref := metav1.GetControllerOf(p)
+	return ref != nil && ref.Kind == "DaemonSet"
+}
+
+// IsMirrorPod reports static pods' mirrors.
+func IsMirrorPod(p *apiv1.Pod) bool {
+	_, ok := p.Annotations[mirrorPodAnnotation]
+	return ok
+}
+
+func terminal(p *apiv1.Pod) bool {
+	return p.Status.Phase == apiv1.PodSucceeded || p.Status.Phase == apiv1.PodFailed
+}
+
+// Utilization is a node's highest share of requested CPU, memory and (on
+// GPU nodes) GPUs; DaemonSet, mirror, terminal and free-room pods do not
+// count.
+type Utilization struct {
+	CPU, Memory, GPU float64
+	HasGPU           bool
+}
+
+// Max is the figure compared with the threshold.
+func (u Utilization) Max() float64 {
+	m := u.CPU
+	if u.Memory > m {
+		m = u.Memory
+	}
+	if u.HasGPU && u.GPU > m {
+		m = u.GPU
+	}
+	return m
+}
+
+// UtilizationOf computes a node's utilisation from its pods.
+func UtilizationOf(node *apiv1.Node, pods []*apiv1.Pod, gpu apiv1.ResourceName, r Rules) Utilization {
+	alloc := node.Status.Allocatable
+	var cpu, mem, gpus int64
+	for _, p := range pods {
+		if terminal(p) || IsDaemonSetPod(p) || IsMirrorPod(p) || (r.IsFreeRoom != nil && r.IsFreeRoom(p)) {
+			continue
+		}
+		req := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
+		cpu += req.Cpu().MilliValue()
+		mem += req.Memory().Value()
+		if q, ok := req[gpu]; ok {
+			gpus += q.Value()
+		}
+	}
+	u := Utilization{}
+	if c := alloc.Cpu().MilliValue(); c > 0 {
+		u.CPU = float64(cpu) / float64(c)
+	}
+	if m := alloc.Memory().Value(); m > 0 {
+		u.Memory = float64(mem) / float64(m)
+	}
+	if q, ok := alloc[gpu]; ok && q.Value() > 0 {
+		u.HasGPU = true
+		u.GPU = float64(gpus) / float64(q.Value())
+	}
+	return u
+}
+
+// PDBs answers, per pod, which PodDisruptionBudgets cover it and how many
+// more disruptions each allows in this pass.
+type PDBs struct {
+	pdbs      []*policyv1.PodDisruptionBudget
+	selectors []labels.Selector
+	left      []int32
+}
+
+// NewPDBs indexes PDBs. Budgets with invalid selectors block every pod of
+// their namespace (an unreadable budget is no licence to evict).
+func NewPDBs(pdbs []*policyv1.PodDisruptionBudget) *PDBs {
+	b := &PDBs{}
+	for _, pdb := range pdbs {
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if err != nil {
+			sel = labels.Everything()
+		}
+		b.pdbs = append(b.pdbs, pdb)
+		b.selectors = append(b.selectors, sel)
+		b.left = append(b.left, pdb.Status.DisruptionsAllowed)
+	}
+	return b
+}
+
+// covering returns the indexes of the budgets covering p.
+func (b *PDBs) covering(p *apiv1.Pod) []int {
+	var out []int
+	for i, pdb := range b.pdbs {
+		if pdb.Namespace == p.Namespace && b.selectors[i].Matches(labels.Set(p.Labels)) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// Covered reports whether any budget covers p.
+func (b *PDBs) Covered(p *apiv1.Pod) bool { return len(b.covering(p)) > 0 }
+
+// CanEvict reports whether every budget covering the pods allows evicting
+// all of them in addition to what was already taken in this pass.
+func (b *PDBs) CanEvict(pods []*apiv1.Pod) (bool, string) {
+	need := map[int]int32{}
+	for _, p := range pods {
+		for _, i := range b.covering(p) {
+			need[i]++
+		}
+	}
+	for i, n := range need {
+		if b.left[i] < n {
+			return false, fmt.Sprintf("PodDisruptionBudget %s/%s allows %d more disruptions, needs %d", b.pdbs[i].Namespace, b.pdbs[i].Name, b.left[i], n)
+		}
+	}
+	return true, ""
+}
+
+// Take records the pods' disruptions against their budgets.
+func (b *PDBs) Take(pods []*apiv1.Pod) {
+	for _, p := range pods {
+		for _, i := range b.covering(p) {
+			b.left[i]--
+		}
+	}
+}
+
+// PodsToMove returns the pods that must be evicted from a node, or the
+// reason the node must be kept. DaemonSet, mirror, terminal and free-room
+// pods stay (they go with the node).
+func PodsToMove(pods []*apiv1.Pod, pdbs *PDBs, r Rules) ([]*apiv1.Pod, Reason, string) {
+	var move []*apiv1.Pod
+	for _, p := range pods {
+		if terminal(p) || IsDaemonSetPod(p) || IsMirrorPod(p) || (r.IsFreeRoom != nil && r.IsFreeRoom(p)) {
+			continue
+		}
+		switch p.Annotations[SafeToEvictAnnotation] {
+		case "true":
+			move = append(move, p)
+			continue
+		case "false":
+			return nil, ReasonSafeToEvictFalse, fmt.Sprintf("pod %s/%s is annotated %s=false", p.Namespace, p.Name, SafeToEvictAnnotation)
+		}
+		if metav1.GetControllerOf(p) == nil {
+			return nil, ReasonNotReplicated, fmt.Sprintf("pod %s/%s has no controller", p.Namespace, p.Name)
+		}
+		if r.SkipNodesWithSystemPods && p.Namespace == "kube-system" && !pdbs.Covered(p) {
+			return nil, ReasonKubeSystem, fmt.Sprintf("pod %s/%s is in kube-system without a PodDisruptionBudget", p.Namespace, p.Name)
+		}
+		if r.SkipNodesWithLocalStorage && hasLocalStorage(p) {
+			return nil, ReasonLocalStorage, fmt.Sprintf("pod %s/%s uses local storage", p.Namespace, p.Name)
+		}
+		move = append(move, p)
+	}
+	if ok, why := pdbs.CanEvict(move); !ok {
+		return nil, ReasonPDB, why
+	}
+	return move, ReasonNone, ""
+}
+
+// hasLocalStorage reports emptyDir volumes on disk and hostPath volumes.
+func hasLocalStorage(p *apiv1.Pod) bool {
+	for _, v := range p.Spec.Volumes {
+		if v.HostPath != nil || (v.EmptyDir != nil && v.EmptyDir.Medium != apiv1.StorageMediumMemory) {
+			return true
+		}
+	}
+	return false
+}

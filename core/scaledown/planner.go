@@ -1,0 +1,303 @@
+package scaledown
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	apiv1 "k8s.io/api/core/v1"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/snapshot"
+)
+
+// Options configure the planner. Names follow CA's flags.
+type Options struct {
+	Rules
+	UtilizationThreshold    float64 // --scale-down-utilization-threshold
+	GPUUtilizationThreshold float64 // --scale-down-gpu-utilization-threshold
+	UnneededTime            time.Duration
+	UnreadyTime             time.Duration
+	MaxParallelism          int // --max-scale-down-parallelism: drains at once
+	MaxEmptyBulkDelete      int // --max-empty-bulk-delete
+	GPU                     apiv1.ResourceName
+}
+
+// Node is one node as the planner sees it.
+type Node struct {
+	Node  *apiv1.Node
+	Pods  []*apiv1.Pod
+	Group string // "" for nodes no group manages
+	Ready bool
+	// UnneededTime and UnreadyTime override the defaults for the group.
+	UnneededTime, UnreadyTime                     time.Duration
+	UtilizationThreshold, GPUUtilizationThreshold float64
+}
+
+// Group is a node group's sizes.
+type Group struct {
+	Min, Target int
+	// Deleting is the number of its nodes already being deleted.
+	Deleting int
+	// Healthy is false when too many of its nodes are unready for its
+	// nodes to be judged: scale-down stops in this group only.
+	Healthy bool
+	// RecentScaleUp holds scale-down in the group (--scale-down-delay-after-add).
+	RecentScaleUp bool
+}
+
+// Removal is a node chosen for deletion.
+type Removal struct {
+	Node   *apiv1.Node
+	Group  string
+	Pods   []*apiv1.Pod // to evict; empty for empty nodes
+	Reason string       // "empty", "underutilized", "unready"
+	Util   float64
+}
+
+// Decision is one pass's outcome.
+type Decision struct {
+	Empty    []Removal
+	Drain    []Removal
+	Unneeded []string // nodes currently unneeded, sorted
+	// Kept counts, by reason, the managed nodes kept this pass.
+	Kept map[Reason]int
+	// Braked is true when the brake refused a removal.
+	Braked bool
+}
+
+// Planner keeps the unneeded times between passes. Not safe for concurrent use.
+type Planner struct {
+	opts  Options
+	sim   *simulator.Simulator
+	brake *Brake
+	since map[string]time.Time
+}
+
+// NewPlanner returns a planner.
+func NewPlanner(o Options, sim *simulator.Simulator, brake *Brake) *Planner {
+	return &Planner{opts: o, sim: sim, brake: brake, since: map[string]time.Time{}}
+}
+
+// Brake returns the planner's brake (the actuator records deletions on it).
+func (p *Planner) Brake() *Brake { return p.brake }
+
+type candidate struct {
+	n     *Node
+	util  float64
+	move  []*apiv1.Pod
+	why   string
+	index int
+}
+
+func hasTaint(n *apiv1.Node, key string) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// Plan finds unneeded nodes and chooses which to remove now. inflight is
+// the number of drains still running from earlier passes.
+func (p *Planner) Plan(ctx context.Context, now time.Time, snap *snapshot.Snapshot, nodes []Node, groups map[string]*Group, pdbs *PDBs, inflight int) Decision {
+	d := Decision{Kept: map[Reason]int{}}
+	seen := make(map[string]bool, len(nodes))
+	var due []candidate
+	for i := range nodes {
+		n := &nodes[i]
+		if n.Group == "" {
+			continue
+		}
+		name := n.Node.Name
+		seen[name] = true
+		reason, c := p.eligible(n, groups[n.Group], pdbs)
+		if reason != ReasonNone {
+			delete(p.since, name)
+			d.Kept[reason]++
+			continue
+		}
+		first, ok := p.since[name]
+		if !ok {
+			first = now
+			p.since[name] = now
+		}
+		d.Unneeded = append(d.Unneeded, name)
+		wait := n.UnneededTime
+		if !n.Ready {
+			wait = n.UnreadyTime
+		}
+		if now.Sub(first) < wait {
+			d.Kept[ReasonUnneededTimeShort]++
+			continue
+		}
+		idx, ok := snap.Index(name)
+		if !ok {
+			continue
+		}
+		c.index = idx
+		due = append(due, c)
+	}
+	for name := range p.since {
+		if !seen[name] {
+			delete(p.since, name)
+		}
+	}
+	sort.Strings(d.Unneeded)
+	// Empty nodes first, then the least utilised.
+	sort.SliceStable(due, func(i, j int) bool {
+		if (len(due[i].move) == 0) != (len(due[j].move) == 0) {
+			return len(due[i].move) == 0
+		}
+		if due[i].util != due[j].util {
+			return due[i].util < due[j].util
+		}
+		return due[i].n.Node.Name < due[j].n.Node.Name
+	})
+	p.choose(ctx, now, snap, nodes, groups, pdbs, inflight, due, &d)
+	return d
+}
+
+// eligible applies the node rules; it returns the candidate when the node
+// is unneeded.
+func (p *Planner) eligible(n *Node, g *Group, pdbs *PDBs) (Reason, candidate) {
+	c := candidate{n: n}
+	switch {
+	case g == nil:
+		return ReasonSizeUnknown, c
+	case n.Node.Annotations[ScaleDownDisabledAnnotation] == "true":
+		return ReasonDisabled, c
+	case hasTaint(n.Node, ToBeDeletedTaint) || n.Node.DeletionTimestamp != nil:
+		return ReasonBeingDeleted, c
+	case !g.Healthy:
+		return ReasonGroupUnhealthy, c
+	case g.RecentScaleUp:
+		return ReasonRecentScaleUp, c
+	}
+	c.why = "unready"
+	if n.Ready {
+		u := UtilizationOf(n.Node, n.Pods, p.opts.GPU, p.opts.Rules)
+		threshold := n.UtilizationThreshold
+		if u.HasGPU {
+			threshold = n.GPUUtilizationThreshold
+		}
+		c.util = u.Max()
+		if c.util >= threshold {
+			return ReasonHighUtilization, c
+		}
+		c.why = "underutilized"
+	}
+	move, reason, _ := PodsToMove(n.Pods, pdbs, p.opts.Rules)
+	if reason != ReasonNone {
+		return reason, c
+	}
+	c.move = move
+	if len(move) == 0 {
+		c.why = "empty"
+	}
+	return ReasonNone, c
+}
+
+// choose picks removals within min sizes, the brake and the parallelism
+// limit, simulating where each drained node's pods go. A node that
+// receives pods in this pass stays.
+func (p *Planner) choose(ctx context.Context, now time.Time, snap *snapshot.Snapshot, nodes []Node, groups map[string]*Group, pdbs *PDBs, inflight int, due []candidate, d *Decision) {
+	if len(due) == 0 {
+		return
+	}
+	removed := map[int]bool{}
+	receiving := map[int]bool{}
+	removedPerGroup := map[string]int{}
+	clusterSize := len(nodes)
+	groupSize := map[string]int{}
+	for i := range nodes {
+		groupSize[nodes[i].Group]++
+	}
+	ready := make([]bool, snap.Len())
+	for i := range nodes {
+		if idx, ok := snap.Index(nodes[i].Node.Name); ok && nodes[i].Ready && !hasTaint(nodes[i].Node, ToBeDeletedTaint) {
+			ready[idx] = true
+		}
+	}
+	fork := snap.Fork()
+	for _, c := range due {
+		g := groups[c.n.Group]
+		if g.Target-g.Deleting-removedPerGroup[c.n.Group] <= g.Min {
+			d.Kept[ReasonMinSize]++
+			continue
+		}
+		if receiving[c.index] {
+			d.Kept[ReasonNoPlaceToMove]++
+			continue
+		}
+		empty := len(c.move) == 0
+		if empty && len(d.Empty) >= p.opts.MaxEmptyBulkDelete {
+			d.Kept[ReasonParallelism]++
+			continue
+		}
+		if !empty && inflight+len(d.Drain) >= p.opts.MaxParallelism {
+			d.Kept[ReasonParallelism]++
+			continue
+		}
+		if !p.brake.Allow(now, c.n.Group, clusterSize-len(removed), groupSize[c.n.Group]-removedPerGroup[c.n.Group]) {
+			d.Kept[ReasonBrake]++
+			d.Braked = true
+			continue
+		}
+		if ok, _ := pdbs.CanEvict(c.move); !ok {
+			d.Kept[ReasonPDB]++
+			continue
+		}
+		if !empty {
+			child := fork.Fork()
+			dests := make([]int, 0, len(ready))
+			for i, r := range ready {
+				if r && i != c.index && !removed[i] {
+					dests = append(dests, i)
+				}
+			}
+			got := map[int]bool{}
+			ok := true
+			for _, grp := range simulator.GroupPods(unbound(c.move), p.opts.GPU) {
+				placed := p.sim.FitOnNodes(ctx, child, grp, 0, dests, func(_, node int) { got[node] = true })
+				if placed < len(grp.Pods) {
+					ok = false
+					break
+				}
+			}
+			if !ok {
+				d.Kept[ReasonNoPlaceToMove]++
+				continue
+			}
+			fork = child
+			for i := range got {
+				receiving[i] = true
+			}
+		}
+		pdbs.Take(c.move)
+		removed[c.index] = true
+		removedPerGroup[c.n.Group]++
+		r := Removal{Node: c.n.Node, Group: c.n.Group, Pods: c.move, Reason: c.why, Util: c.util}
+		if empty {
+			d.Empty = append(d.Empty, r)
+		} else {
+			d.Drain = append(d.Drain, r)
+		}
+		// Counted now so the shares hold within this pass; the actuator
+		// does not record again.
+		p.brake.Record(now, c.n.Group)
+	}
+}
+
+// unbound returns shallow copies of pods without their node, as the
+// scheduler would see them once evicted and recreated.
+func unbound(pods []*apiv1.Pod) []*apiv1.Pod {
+	out := make([]*apiv1.Pod, len(pods))
+	for i, p := range pods {
+		c := *p
+		c.Spec.NodeName = ""
+		out[i] = &c
+	}
+	return out
+}

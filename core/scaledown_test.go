@@ -1,0 +1,127 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
+	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
+)
+
+// fakeActions records scale-down's Kubernetes writes; an eviction deletes
+// the pod from the informer store, as the API server and kubelet would.
+type fakeActions struct {
+	mu      sync.Mutex
+	pods    cache.Indexer
+	taints  map[string][]string
+	evicted []string
+}
+
+func (f *fakeActions) AddTaint(_ context.Context, node string, t apiv1.Taint) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.taints[node] = append(f.taints[node], t.Key)
+	return nil
+}
+
+func (f *fakeActions) RemoveTaint(_ context.Context, node, key string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var kept []string
+	for _, k := range f.taints[node] {
+		if k != key {
+			kept = append(kept, k)
+		}
+	}
+	f.taints[node] = kept
+	return nil
+}
+
+func (f *fakeActions) Evict(_ context.Context, p *apiv1.Pod, _ int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.evicted = append(f.evicted, p.Name)
+	return f.pods.Delete(p)
+}
+
+func (f *fakeActions) taintsOf(node string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := append([]string(nil), f.taints[node]...)
+	sort.Strings(out)
+	return out
+}
+
+func withScaleDown(f *fakeActions) envOption {
+	return func(e *env) {
+		f.pods = e.pods
+		f.taints = map[string][]string{}
+		e.actions = f
+	}
+}
+
+func TestScaleDownAfterUnneededTime(t *testing.T) {
+	acts := &fakeActions{}
+	e := newEnv(t, withScaleDown(acts), withOptions(func(o *Options) {
+		o.ScaleDownUnneededTime = 10 * time.Minute
+		o.MaxPodEventsPerLoop = 100
+		// Three nodes: the default brake (half the cluster per window) would
+		// allow one removal; this test is about the unneeded time.
+		o.ScaleDownBrakeClusterShare, o.ScaleDownBrakeGroupShare = 1, 1
+	}))
+	cpu := e.provider.AddGroup("cpu", 1, 10, cpuTemplate("cpu"), inmemory.WithTarget(3))
+	e.start()
+	e.register(cpu)
+	ids := cpu.ProviderIDs()
+	name := func(i int) string { return fmt.Sprintf("inmemory-cpu-%s", ids[i][len("inmemory://cpu/"):]) }
+	e.add(to.Pod("small", to.Requests("1", "1Gi"), to.OnNode(name(0)), to.ControlledBy("ReplicaSet", "web", "rs-web")))
+	e.add(to.Pod("busy", to.Requests("10", "10Gi"), to.OnNode(name(2)), to.ControlledBy("ReplicaSet", "db", "rs-db")))
+	e.run()
+	if got := testutil.ToFloat64(e.a.metrics.UnneededNodes); got != 2 {
+		t.Fatalf("unneeded_nodes = %v, want 2", got)
+	}
+	if got := acts.taintsOf(name(1)); len(got) != 1 || got[0] != scaledown.DeletionCandidateTaint {
+		t.Fatalf("taints of the empty node %v, want the soft deletion-candidate taint", got)
+	}
+	e.clock.Step(9 * time.Minute)
+	e.run()
+	if len(cpu.Deleted()) != 0 {
+		t.Fatal("removed before the unneeded time")
+	}
+	e.clock.Step(2 * time.Minute)
+	e.run()
+	e.a.WaitForDrains()
+	if got := cpu.Deleted(); len(got) != 2 {
+		t.Fatalf("deleted %v, want the empty node and the drained one (min size 1 of 3 leaves the busy one)", got)
+	}
+	if len(acts.evicted) != 1 || acts.evicted[0] != "small" {
+		t.Fatalf("evicted %v, want [small]", acts.evicted)
+	}
+	for _, i := range []int{0, 1} {
+		found := false
+		for _, k := range acts.taintsOf(name(i)) {
+			found = found || k == scaledown.ToBeDeletedTaint
+		}
+		if !found {
+			t.Errorf("node %s not tainted %s before removal", name(i), scaledown.ToBeDeletedTaint)
+		}
+	}
+	if got := testutil.ToFloat64(e.a.metrics.ScaledDownNodes.WithLabelValues("cpu", "empty")); got != 1 {
+		t.Errorf("scaled_down_nodes_total{empty} = %v", got)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.ScaledDownNodes.WithLabelValues("cpu", "underutilized")); got != 1 {
+		t.Errorf("scaled_down_nodes_total{underutilized} = %v", got)
+	}
+	if len(e.events(EventScaleDown)) < 3 {
+		t.Error("missing ScaleDown events on the nodes and the evicted pod")
+	}
+}
