@@ -277,4 +277,3 @@ func TestPlanBrakeStopsMassDeletion(t *testing.T) {
 		t.Fatalf("removed %d, braked %v, kept %v; want 5 removed and the brake engaged for the rest", len(d.Empty), d.Braked, d.Kept)
 	}
 }
-
