@@ -2,16 +2,19 @@ package core
 
 import (
 	"fmt"
+	"time"
 	"math/rand/v2"
 	"testing"
 
 	apiv1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/snapshot"
 	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
 )
@@ -20,7 +23,11 @@ import (
 // benchmarks: 10 GPU groups (8-GPU nodes, each running one whole-node
 // training pod and 3 DaemonSet pods) and 10 CPU groups (64-CPU nodes with
 // ~47 small pods each), 375 nodes per group.
-func bigCluster(b *testing.B) (*env, []*inmemory.Group) {
+func bigCluster(b *testing.B) (*env, []*inmemory.Group) { return bigClusterWith(b, 0) }
+
+// bigClusterWith builds the cluster with the first lowUtil CPU nodes
+// running 5 small pods instead of 47 (removable by scale-down).
+func bigClusterWith(b *testing.B, lowUtil int) (*env, []*inmemory.Group) {
 	b.Helper()
 	e := newEnv(b, withOptions(func(o *Options) { o.MaxPodEventsPerLoop = 200 }))
 	e.rec = &record.FakeRecorder{} // drop events
@@ -55,14 +62,19 @@ func bigCluster(b *testing.B) (*env, []*inmemory.Group) {
 				pods++
 				continue
 			}
-			for k := 0; k < 47; k++ {
+			perNode := 47
+			if lowUtil > 0 {
+				perNode = 5
+				lowUtil--
+			}
+			for k := 0; k < perNode; k++ {
 				e.add(to.Pod(fmt.Sprintf("web-%s-%d", n.Name, k), to.Requests("1", "4Gi"), to.OnNode(n.Name),
 					to.ControlledBy("ReplicaSet", fmt.Sprintf("web-%d", k%50), types.UID(fmt.Sprintf("web-%d", k%50)))))
 				pods++
 			}
 		}
 	}
-	if pods < 200000 {
+	if pods < 200000-42*300 {
 		b.Fatalf("built %d pods, want 200,000", pods)
 	}
 	e.start()
@@ -139,5 +151,48 @@ func BenchmarkScaleUp10kPending(b *testing.B) {
 	b.ReportMetric(float64(scaled), "nodes-requested")
 	if scaled == 0 {
 		b.Fatal("no scale-up")
+	}
+}
+
+// BenchmarkScaleDownEvaluation: the scale-down pass (eligibility of 7,500
+// nodes, drain simulation of 300 removable ones) on the 200,000-pod cluster.
+func BenchmarkScaleDownEvaluation(b *testing.B) {
+	klog.SetLogger(klog.Background().V(10))
+	e, _ := bigClusterWith(b, 300)
+	e.run()
+	l := &loop{now: e.clock.Now()}
+	nodes, err := e.a.listers.Nodes.List(labels.Everything())
+	if err != nil {
+		b.Fatal(err)
+	}
+	pods, _ := e.a.listers.Pods.List(labels.Everything())
+	l.snap, _, _ = e.a.builder.Build(nodes, pods)
+	groups := map[string]*scaledown.Group{}
+	for _, g := range e.provider.NodeGroups() {
+		groups[g.ID()] = &scaledown.Group{Min: 0, Target: 375, Healthy: true}
+	}
+	var in []scaledown.Node
+	for i := 0; i < l.snap.Len(); i++ {
+		ni := l.snap.NodeInfo(i)
+		g, _ := e.provider.NodeGroupForNode(ni.Node())
+		n := scaledown.Node{Node: ni.Node(), Group: g.ID(), Ready: true, UtilizationThreshold: 0.5, GPUUtilizationThreshold: 0.5}
+		for _, pi := range ni.GetPods() {
+			n.Pods = append(n.Pods, pi.GetPod())
+		}
+		in = append(in, n)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	removed := 0
+	for i := 0; i < b.N; i++ {
+		p := scaledown.NewPlanner(scaledown.Options{MaxParallelism: 1000, MaxEmptyBulkDelete: 1000, GPU: to.GPU,
+			Rules: scaledown.Rules{SkipNodesWithSystemPods: false}}, e.a.sim,
+			scaledown.NewBrake(scaledown.BrakeOptions{ClusterShare: 1, GroupShare: 1, Window: time.Minute}))
+		d := p.Plan(e.ctx, l.now, l.snap, in, groups, scaledown.NewPDBs(nil), 0)
+		removed = len(d.Drain) + len(d.Empty)
+	}
+	b.ReportMetric(float64(removed), "nodes-removable")
+	if removed == 0 {
+		b.Fatal("nothing removable")
 	}
 }
