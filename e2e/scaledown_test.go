@@ -1,0 +1,195 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	apiv1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
+	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
+)
+
+// fastScaleDown compresses scale-down's timings as a user would.
+func fastScaleDown(extra ...string) []string {
+	return append([]string{
+		"--scale-down-unneeded-time=3s",
+		"--scale-down-unready-time=3s",
+		"--scale-down-delay-after-add=0s",
+		"--scale-down-delay-after-failure=2s",
+	}, extra...)
+}
+
+// registered waits for n Ready nodes of the set.
+func (sc *scenario) registered(set string, n int) {
+	sc.t.Helper()
+	sc.eventually(fmt.Sprintf("%d nodes of %s", n, set), time.Minute, func() (bool, string) {
+		got := sc.nodesOf()[set]
+		return got == n, fmt.Sprint(got)
+	})
+}
+
+func (sc *scenario) nodeNames(set string) []string {
+	nodes, err := sc.s.cp.Client.CoreV1().Nodes().List(sc.ctx, metav1.ListOptions{})
+	if err != nil {
+		sc.t.Fatal(err)
+	}
+	var out []string
+	for _, n := range nodes.Items {
+		if n.Labels[armsim.NodeGroupLabel] == set {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
+
+// updateNode changes a node (or its status), retrying on conflicts.
+func (sc *scenario) updateNode(name string, status bool, change func(*apiv1.Node)) {
+	sc.t.Helper()
+	nodes := sc.s.cp.Client.CoreV1().Nodes()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := nodes.Get(sc.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		change(n)
+		if status {
+			_, err = nodes.UpdateStatus(sc.ctx, n, metav1.UpdateOptions{})
+		} else {
+			_, err = nodes.Update(sc.ctx, n, metav1.UpdateOptions{})
+		}
+		return err
+	})
+	if err != nil {
+		sc.t.Fatalf("updating node %s: %v", name, err)
+	}
+}
+
+// stays checks that the set keeps n VMs while the autoscaler runs the
+// given number of further loops (read from its own loop counter).
+func (sc *scenario) stays(set string, n int, p *harness.Process, loops float64) {
+	sc.t.Helper()
+	_, body := sc.get(p, "/metrics")
+	until := metricValue(body, "vmss_autoscaler_loop_duration_seconds_count") + loops
+	sc.eventually(fmt.Sprintf("%v more loops with %s at %d", loops, set, n), time.Minute, func() (bool, string) {
+		if got := sc.capacity(set); got != n {
+			sc.t.Fatalf("%s capacity %d, want it to stay %d", set, got, n)
+		}
+		_, body := sc.get(p, "/metrics")
+		v := metricValue(body, "vmss_autoscaler_loop_duration_seconds_count")
+		return v >= until, fmt.Sprintf("%v loops", v)
+	})
+}
+
+func TestScaleDownEmptyNodes(t *testing.T) {
+	sc := newScenario(t)
+	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 3, nil)
+	sc.registered(cpu, 3)
+	as := sc.autoscaler("autoscaler", fastScaleDown("--nodes=1:10:"+cpu,
+		"--scale-down-brake-cluster-share=1", "--scale-down-brake-group-share=1")...)
+	sc.eventually("scale-down to the min size", time.Minute, func() (bool, string) {
+		c := sc.capacity(cpu)
+		return c == 1, fmt.Sprintf("capacity %d", c)
+	})
+	sc.registered(cpu, 1)
+	_, body := sc.get(as, "/metrics")
+	if !strings.Contains(body, `vmss_autoscaler_scaled_down_nodes_total{node_group="`+cpu+`",reason="empty"} 2`) {
+		t.Errorf("/metrics lacks 2 empty scale-downs of %s", cpu)
+	}
+}
+
+func TestScaleDownRespectsPDBAndDisabledAnnotation(t *testing.T) {
+	sc := newScenario(t)
+	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 3, nil)
+	sc.registered(cpu, 3)
+	names := sc.nodeNames(cpu)
+	// One node is annotated scale-down-disabled.
+	sc.updateNode(names[0], false, func(n *apiv1.Node) {
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations["cluster-autoscaler.kubernetes.io/scale-down-disabled"] = "true"
+	})
+	// One pod guarded by a PDB that allows no disruption runs on another.
+	zero := intstr.FromInt32(0)
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: sc.ns},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &zero, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
+	}
+	if _, err := sc.s.cp.Client.PolicyV1().PodDisruptionBudgets(sc.ns).Create(sc.ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sc.workload("web", 1, "1", 0, cpu)
+	sc.eventually("the pod Running", time.Minute, allRunning(sc, 1))
+	pods, _ := sc.s.cp.Client.CoreV1().Pods(sc.ns).List(sc.ctx, metav1.ListOptions{})
+	podNode := pods.Items[0].Spec.NodeName
+	as := sc.autoscaler("autoscaler", fastScaleDown("--nodes=0:10:"+cpu,
+		"--scale-down-brake-cluster-share=1", "--scale-down-brake-group-share=1")...)
+	want := 2
+	if podNode == names[0] {
+		want = 1 // the pod sits on the disabled node: only the third can go
+	}
+	sc.eventually("the free node removed", time.Minute, func() (bool, string) {
+		c := sc.capacity(cpu)
+		return c == want, fmt.Sprintf("capacity %d", c)
+	})
+	sc.stays(cpu, want, as, 5)
+	left := map[string]bool{}
+	for _, n := range sc.nodeNames(cpu) {
+		left[n] = true
+	}
+	if !left[names[0]] || !left[podNode] {
+		t.Fatalf("nodes left %v: want the scale-down-disabled node %s and the PDB-guarded node %s", left, names[0], podNode)
+	}
+	_, body := sc.get(as, "/metrics")
+	if want == 2 && !strings.Contains(body, `vmss_autoscaler_scale_down_kept_nodes{reason="pdb"} 1`) {
+		t.Errorf("/metrics does not count the node kept for its PDB")
+	}
+}
+
+// Most nodes go NotReady at once (as when etcd or the network fails): the
+// brake lets at most half the group go within its window.
+func TestBrakeStopsMassDeletion(t *testing.T) {
+	sc := newScenario(t)
+	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 6, nil)
+	sc.registered(cpu, 6)
+	for _, name := range sc.nodeNames(cpu) {
+		// kwok stops reporting the node healthy, then the node reports NotReady.
+		sc.updateNode(name, false, func(n *apiv1.Node) { delete(n.Annotations, "kwok.x-k8s.io/node") })
+		sc.updateNode(name, true, func(n *apiv1.Node) {
+			n.Status.Conditions = []apiv1.NodeCondition{{Type: apiv1.NodeReady, Status: apiv1.ConditionFalse, Reason: "KubeletDown",
+				LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		})
+	}
+	as := sc.autoscaler("autoscaler", fastScaleDown("--nodes=0:10:"+cpu,
+		"--scale-down-brake-cluster-share=1", "--scale-down-brake-group-share=0.5",
+		// The per-group health rule would stop this group outright; here the brake is under test.
+		"--scale-down-max-unready-share=1")...)
+	sc.eventually("half the group removed", time.Minute, func() (bool, string) {
+		c := sc.capacity(cpu)
+		return c == 3, fmt.Sprintf("capacity %d", c)
+	})
+	sc.stays(cpu, 3, as, 5)
+	_, body := sc.get(as, "/metrics")
+	if !strings.Contains(body, "vmss_autoscaler_scale_down_brake_engaged 1") {
+		t.Error("/metrics does not show the brake engaged")
+	}
+	cm, err := sc.s.cp.Client.CoreV1().ConfigMaps(sc.ns).Get(sc.ctx, "vmss-autoscaler-status", metav1.GetOptions{})
+	if err != nil || !strings.Contains(cm.Data["status"], "brakeEngaged: true") {
+		t.Errorf("status ConfigMap does not say the brake is engaged: %v %v", err, cm)
+	}
+	evs, _ := sc.s.cp.Client.CoreV1().Events(sc.ns).List(sc.ctx, metav1.ListOptions{})
+	found := false
+	for _, e := range evs.Items {
+		found = found || e.Reason == "ScaleDownBrake"
+	}
+	if !found {
+		t.Error("no ScaleDownBrake event")
+	}
+}
