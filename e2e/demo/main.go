@@ -167,6 +167,9 @@ func run(ctx context.Context, o options) error {
 		"--new-pod-scale-up-delay=1s",
 		"--max-node-provision-time=2m",
 		"--expander=least-waste",
+		"--scale-down-unneeded-time=10s",
+		"--scale-down-delay-after-add=5s",
+		"--scale-down-brake-window=20s",
 		"-v=2",
 	}
 	as, err := cp.StartProcess(ctx, "vmss-autoscaler", autoscalerBin, args...)
@@ -200,10 +203,16 @@ func run(ctx context.Context, o options) error {
 	took := time.Since(t)
 	summary(ctx, cp.Client, sim, addr, took)
 	say("")
-	say("deleting the workload. Scale-down is not part of this build yet, so the nodes stay; the autoscaler keeps them as it found them.")
+	say("deleting the workload: the nodes become unneeded, and after --scale-down-unneeded-time (10s here) the autoscaler removes them,")
+	say("at most half the cluster per --scale-down-brake-window (20s here): the safety brake")
 	if err := cleanup(ctx, cp.Client); err != nil {
 		return err
 	}
+	t = time.Now()
+	if err := shrink(ctx, cp.Client, sim, as, o.timeout); err != nil {
+		return fmt.Errorf("%w (autoscaler log: %s)", err, as.LogFile)
+	}
+	say("all scale sets back to 0, %s after the workload was deleted", time.Since(t).Round(time.Second))
 	say("demo done in %s; logs kept in %s", time.Since(start).Round(time.Second), cp.LogDir)
 	return nil
 }
@@ -390,6 +399,37 @@ func summary(ctx context.Context, c kubernetes.Interface, sim *armsim.Server, ad
 		if strings.HasPrefix(l, "vmss_autoscaler_scaled_up_nodes_total") || strings.HasPrefix(l, "vmss_autoscaler_loop_duration_seconds_sum") ||
 			strings.HasPrefix(l, "vmss_autoscaler_loop_duration_seconds_count") {
 			say("  %s", l)
+		}
+	}
+}
+
+// shrink shows progress until every scale set is back to zero.
+func shrink(ctx context.Context, c kubernetes.Interface, sim *armsim.Server, as *harness.Process, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	start := time.Now()
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		_, _, _, line := snapshot(ctx, c, sim)
+		say("%6s  %s", time.Since(start).Round(time.Second), line)
+		total := 0
+		for _, name := range []string{"cpu", "gpu-h100", "gpu-team-rl"} {
+			if st, err := sim.ScaleSet(resourceGroup, name); err == nil {
+				total += st.Capacity
+			}
+		}
+		if total == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d machines left after %s", total, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-as.Exited():
+			return fmt.Errorf("the autoscaler exited: %v", as.ExitErr())
+		case <-tick.C:
 		}
 	}
 }
