@@ -368,6 +368,11 @@ func (a *Autoscaler) drain(ctx context.Context, now time.Time, r scaledown.Remov
 		case <-a.clock.After(5 * time.Second):
 		}
 	}
+	if r.Reason == "unready" {
+		// No kubelet will confirm the pods' end on an unready node; the
+		// accepted evictions are what the node's removal waits for.
+		return nil
+	}
 	for {
 		left := 0
 		for _, p := range r.Pods {
