@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"fmt"
-	"sort"
 	"sync"
 	"time"
 
@@ -36,8 +35,6 @@ type scaleDownState struct {
 	lastDelete, lastFailure time.Time
 	draining                map[string]bool // nodes being drained by a goroutine
 	wg                      sync.WaitGroup
-	// softTainted are the nodes this process marked DeletionCandidate.
-	softTainted map[string]bool
 }
 
 func newScaleDownState(o Options, sim *simulator.Simulator) *scaleDownState {
@@ -53,7 +50,7 @@ func newScaleDownState(o Options, sim *simulator.Simulator) *scaleDownState {
 		MaxEmptyBulkDelete:      o.MaxEmptyBulkDelete,
 		GPU:                     o.GPUResourceName,
 	}, sim, brake)
-	return &scaleDownState{planner: p, draining: map[string]bool{}, softTainted: map[string]bool{}}
+	return &scaleDownState{planner: p, draining: map[string]bool{}}
 }
 
 // scaleDownReport is what the status and metrics say about the last pass.
@@ -131,9 +128,10 @@ func (a *Autoscaler) scaleDownPhase(ctx context.Context, l *loop) error {
 		}
 		nodes = append(nodes, sn)
 	}
+	a.untaintStale(ctx, l)
 	d := sd.planner.Plan(ctx, l.now, l.snap, nodes, groups, scaledown.NewPDBs(pdbList), sd.inflight())
 	a.reportScaleDownPlan(ctx, l, d)
-	a.softTaint(ctx, d.Unneeded)
+	a.softTaint(ctx, l, d.Unneeded)
 	a.removeEmpty(ctx, l, byID, d.Empty)
 	for _, r := range d.Drain {
 		a.startDrain(ctx, l, byID[r.Group], r)
@@ -191,47 +189,90 @@ func (a *Autoscaler) reportScaleDownPlan(ctx context.Context, l *loop, d scaledo
 }
 
 // softTaint keeps DeletionCandidate taints on exactly the unneeded nodes,
-// within a per-loop write budget.
-func (a *Autoscaler) softTaint(ctx context.Context, unneeded []string) {
-	sd := a.scaleDown
+// within a per-loop write budget. Which nodes carry the taint is read from
+// the nodes themselves, so a restart cleans up after the previous leader.
+func (a *Autoscaler) softTaint(ctx context.Context, l *loop, unneeded []string) {
 	budget := a.opts.MaxSoftTaintsPerLoop
-	want := map[string]bool{}
+	want := make(map[string]bool, len(unneeded))
 	for _, n := range unneeded {
 		want[n] = true
 	}
-	taint := apiv1.Taint{Key: scaledown.DeletionCandidateTaint, Value: fmt.Sprint(a.clock.Now().Unix()), Effect: apiv1.TaintEffectPreferNoSchedule}
+	has := map[string]bool{}
+	for _, n := range l.nodes {
+		if hasTaintKey(n, scaledown.DeletionCandidateTaint) {
+			has[n.Name] = true
+		}
+	}
+	taint := apiv1.Taint{Key: scaledown.DeletionCandidateTaint, Value: fmt.Sprint(l.now.Unix()), Effect: apiv1.TaintEffectPreferNoSchedule}
 	for _, n := range unneeded {
+		if has[n] {
+			continue
+		}
 		if budget <= 0 {
 			return
-		}
-		if sd.softTainted[n] {
-			continue
 		}
 		budget--
 		if err := a.actions.AddTaint(ctx, n, taint); err != nil {
 			klog.FromContext(ctx).Error(err, "Adding deletion-candidate taint", "node", n)
+		}
+	}
+	for _, n := range sortedKeys(has) {
+		if want[n] {
 			continue
 		}
-		sd.softTainted[n] = true
-	}
-	var gone []string
-	for n := range sd.softTainted {
-		if !want[n] {
-			gone = append(gone, n)
-		}
-	}
-	sort.Strings(gone)
-	for _, n := range gone {
 		if budget <= 0 {
 			return
 		}
 		budget--
 		if err := a.actions.RemoveTaint(ctx, n, scaledown.DeletionCandidateTaint); err != nil {
 			klog.FromContext(ctx).Error(err, "Removing deletion-candidate taint", "node", n)
+		}
+	}
+}
+
+// untaintStale removes ToBeDeleted taints this process is not acting on and
+// whose machine is not being deleted: left by a drain that a crash or a
+// leader change interrupted, they would keep pods off a healthy node.
+func (a *Autoscaler) untaintStale(ctx context.Context, l *loop) {
+	// Only nodes whose machine is listed and not deleting are untainted; a
+	// node whose machine is gone is on its way out.
+	alive := map[string]bool{}
+	for _, g := range l.groups {
+		ins, err := g.Instances()
+		if err != nil {
 			continue
 		}
-		delete(sd.softTainted, n)
+		for _, in := range ins {
+			if in.State != cloudprovider.InstanceDeleting {
+				alive[in.ProviderID] = true
+			}
+		}
 	}
+	budget := a.opts.MaxSoftTaintsPerLoop
+	for _, n := range l.nodes {
+		if budget <= 0 {
+			return
+		}
+		if _, managed := l.groupOf[n.Name]; !managed || !hasTaintKey(n, scaledown.ToBeDeletedTaint) ||
+			a.scaleDown.isDraining(n.Name) || !alive[n.Spec.ProviderID] {
+			continue
+		}
+		budget--
+		if err := a.actions.RemoveTaint(ctx, n.Name, scaledown.ToBeDeletedTaint); err != nil {
+			klog.FromContext(ctx).Error(err, "Removing a stale to-be-deleted taint", "node", n.Name)
+			continue
+		}
+		klog.FromContext(ctx).Info("Removed a stale to-be-deleted taint", "node", n.Name)
+	}
+}
+
+func hasTaintKey(n *apiv1.Node, key string) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
 }
 
 func toBeDeleted(now time.Time) apiv1.Taint {

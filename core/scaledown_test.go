@@ -125,3 +125,27 @@ func TestScaleDownAfterUnneededTime(t *testing.T) {
 		t.Error("missing ScaleDown events on the nodes and the evicted pod")
 	}
 }
+
+func TestStaleToBeDeletedTaintIsRemoved(t *testing.T) {
+	acts := &fakeActions{}
+	e := newEnv(t, withScaleDown(acts))
+	cpu := e.provider.AddGroup("cpu", 0, 10, cpuTemplate("cpu"), inmemory.WithTarget(1))
+	e.start()
+	e.register(cpu)
+	// A previous leader tainted the node and crashed before deleting it.
+	obj, _, _ := e.nodes.GetByKey(fmt.Sprintf("inmemory-cpu-%s", cpu.ProviderIDs()[0][len("inmemory://cpu/"):]))
+	n := obj.(*apiv1.Node).DeepCopy()
+	n.Spec.Taints = append(n.Spec.Taints, apiv1.Taint{Key: scaledown.ToBeDeletedTaint, Effect: apiv1.TaintEffectNoSchedule})
+	if err := e.nodes.Update(n); err != nil {
+		t.Fatal(err)
+	}
+	acts.taints[n.Name] = []string{scaledown.ToBeDeletedTaint}
+	e.add(to.Pod("busy", to.Requests("12", "10Gi"), to.OnNode(n.Name), to.ControlledBy("ReplicaSet", "db", "rs-db")))
+	e.run()
+	if got := acts.taintsOf(n.Name); len(got) != 0 {
+		t.Fatalf("taints %v: the stale to-be-deleted taint is still there", got)
+	}
+	if len(cpu.Deleted()) != 0 {
+		t.Fatal("a busy node was deleted")
+	}
+}

@@ -14,20 +14,7 @@ import (
 // over HTTPS to the simulator, then a providerID lookup for each of the
 // 7,500 nodes. ARM calls per refresh are reported.
 func BenchmarkRefreshAndLookups(b *testing.B) {
-	klog.SetLogger(klog.Background().V(10))
-	var sets []armsim.ScaleSetSpec
-	for i := 0; i < 20; i++ {
-		sets = append(sets, gpuSet(fmt.Sprintf("gpu-%02d", i), 375, discoveredTags(0, 500)))
-	}
-	f := newFixture(b, sets, withDiscovery(discoverySpec))
-	f.refresh()
-	var nodes []*apiv1.Node
-	for _, g := range f.p.NodeGroups() {
-		ins, _ := g.Instances()
-		for _, in := range ins {
-			nodes = append(nodes, &apiv1.Node{Spec: apiv1.NodeSpec{ProviderID: in.ProviderID}})
-		}
-	}
+	f, nodes := benchFleet(b)
 	if len(nodes) != 7500 {
 		b.Fatalf("%d nodes", len(nodes))
 	}
@@ -52,6 +39,22 @@ func BenchmarkRefreshAndLookups(b *testing.B) {
 
 // BenchmarkLookups: 7,500 providerID lookups alone.
 func BenchmarkLookups(b *testing.B) {
+	f, nodes := benchFleet(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, n := range nodes {
+			if g, _ := f.p.NodeGroupForNode(n); g == nil {
+				b.Fatal("lookup failed")
+			}
+		}
+	}
+}
+
+// benchFleet is 20 discovered scale sets of 375 VMs, refreshed once, and
+// a node object per VM.
+func benchFleet(b *testing.B) (*fixture, []*apiv1.Node) {
+	b.Helper()
 	klog.SetLogger(klog.Background().V(10))
 	var sets []armsim.ScaleSetSpec
 	for i := 0; i < 20; i++ {
@@ -66,13 +69,5 @@ func BenchmarkLookups(b *testing.B) {
 			nodes = append(nodes, &apiv1.Node{Spec: apiv1.NodeSpec{ProviderID: in.ProviderID}})
 		}
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		for _, n := range nodes {
-			if g, _ := f.p.NodeGroupForNode(n); g == nil {
-				b.Fatal("lookup failed")
-			}
-		}
-	}
+	return f, nodes
 }

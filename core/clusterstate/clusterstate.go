@@ -296,7 +296,18 @@ func errorReason(c cloudprovider.ErrorClass) string {
 	}
 }
 
+// isReady: the Ready condition is true and no taint says the node cannot
+// take pods yet. Between the kubelet reporting Ready and the node lifecycle
+// controller lifting node.kubernetes.io/not-ready, a node is not usable:
+// treating it as ready would make the simulation find no room and ask for
+// one node too many.
 func isReady(n *apiv1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		switch t.Key {
+		case apiv1.TaintNodeNotReady, apiv1.TaintNodeUnreachable, "node.cloudprovider.kubernetes.io/uninitialized":
+			return false
+		}
+	}
 	for _, c := range n.Status.Conditions {
 		if c.Type == apiv1.NodeReady {
 			return c.Status == apiv1.ConditionTrue
@@ -305,7 +316,8 @@ func isReady(n *apiv1.Node) bool {
 	return false
 }
 
-// IsReady reports whether a node's Ready condition is true.
+// IsReady reports whether a node is ready to take pods: Ready condition
+// true, and no not-ready, unreachable or uninitialized taint.
 func IsReady(n *apiv1.Node) bool { return isReady(n) }
 
 // RetryDelete asks for the given machines to be deleted again at the next

@@ -167,3 +167,26 @@ func TestBackoff(t *testing.T) {
 		}
 	}
 }
+
+func TestIsReadyNeedsTaintsLifted(t *testing.T) {
+	tests := []struct {
+		name string
+		node *apiv1.Node
+		want bool
+	}{
+		{"ready", to.Node("n", "1", "1Gi"), true},
+		{"not ready", to.Node("n", "1", "1Gi", to.NotReady()), false},
+		{"ready but not-ready taint still on", to.Node("n", "1", "1Gi", func(n *apiv1.Node) {
+			n.Spec.Taints = []apiv1.Taint{{Key: apiv1.TaintNodeNotReady, Effect: apiv1.TaintEffectNoSchedule}}
+		}), false},
+		{"ready but uninitialized", to.Node("n", "1", "1Gi", func(n *apiv1.Node) {
+			n.Spec.Taints = []apiv1.Taint{{Key: "node.cloudprovider.kubernetes.io/uninitialized", Effect: apiv1.TaintEffectNoSchedule}}
+		}), false},
+		{"other taints do not matter", to.Node("n", "1", "1Gi", to.Taint("openai.com/team", "rl")), true},
+	}
+	for _, tc := range tests {
+		if got := IsReady(tc.node); got != tc.want {
+			t.Errorf("%s: IsReady = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -9,12 +9,11 @@ import (
 	apiv1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/fake"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/snapshot"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/simtest"
 	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
 )
 
@@ -130,19 +129,7 @@ func TestBrake(t *testing.T) {
 	}
 }
 
-func newSim(t testing.TB) *simulator.Simulator {
-	t.Helper()
-	ctx := context.Background()
-	factory := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
-	s, err := simulator.New(ctx, factory, to.GPU)
-	if err != nil {
-		t.Fatal(err)
-	}
-	factory.Start(ctx.Done())
-	factory.WaitForCacheSync(ctx.Done())
-	t.Cleanup(func() { _ = s.Close() })
-	return s
-}
+func newSim(t testing.TB) *simulator.Simulator { return simtest.New(t) }
 
 type cluster struct {
 	nodes []Node

@@ -10,28 +10,15 @@ import (
 
 	apiv1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/fake"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/snapshot"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/simtest"
 	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
 )
 
-func newSim(t testing.TB) *simulator.Simulator {
-	t.Helper()
-	ctx := context.Background()
-	factory := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
-	s, err := simulator.New(ctx, factory, to.GPU)
-	if err != nil {
-		t.Fatal(err)
-	}
-	factory.Start(ctx.Done())
-	factory.WaitForCacheSync(ctx.Done())
-	t.Cleanup(func() { _ = s.Close() })
-	return s
-}
+func newSim(t testing.TB) *simulator.Simulator { return simtest.New(t) }
 
 func podsOf(n int, prefix string, opts ...to.PodOption) []*apiv1.Pod {
 	out := make([]*apiv1.Pod, n)

@@ -317,13 +317,21 @@ func progress(ctx context.Context, c kubernetes.Interface, sim *armsim.Server, a
 		if time.Now().After(deadline) {
 			return fmt.Errorf("workload not running after %s", timeout)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-as.Exited():
-			return fmt.Errorf("the autoscaler exited: %v", as.ExitErr())
-		case <-tick.C:
+		if err := next(ctx, as, tick); err != nil {
+			return err
 		}
+	}
+}
+
+// next waits for the next tick, or says why not to go on.
+func next(ctx context.Context, as *harness.Process, tick *time.Ticker) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-as.Exited():
+		return fmt.Errorf("the autoscaler exited: %v", as.ExitErr())
+	case <-tick.C:
+		return nil
 	}
 }
 
@@ -424,12 +432,8 @@ func shrink(ctx context.Context, c kubernetes.Interface, sim *armsim.Server, as 
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%d machines left after %s", total, timeout)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-as.Exited():
-			return fmt.Errorf("the autoscaler exited: %v", as.ExitErr())
-		case <-tick.C:
+		if err := next(ctx, as, tick); err != nil {
+			return err
 		}
 	}
 }
