@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -147,5 +148,44 @@ func TestStaleToBeDeletedTaintIsRemoved(t *testing.T) {
 	}
 	if len(cpu.Deleted()) != 0 {
 		t.Fatal("a busy node was deleted")
+	}
+}
+
+func TestFailedRemovalIsUntaintedAndRecorded(t *testing.T) {
+	acts := &fakeActions{}
+	e := newEnv(t, withScaleDown(acts), withOptions(func(o *Options) {
+		o.ScaleDownUnneededTime = time.Minute
+		o.ScaleDownBrakeClusterShare, o.ScaleDownBrakeGroupShare = 1, 1
+	}))
+	cpu := e.provider.AddGroup("cpu", 0, 10, cpuTemplate("cpu"), inmemory.WithTarget(1))
+	e.start()
+	e.register(cpu)
+	cpu.SetDeleteError(errors.New("ARM said no"))
+	e.run()
+	e.clock.Step(2 * time.Minute)
+	e.run()
+	node := fmt.Sprintf("inmemory-cpu-%s", cpu.ProviderIDs()[0][len("inmemory://cpu/"):])
+	for _, k := range acts.taintsOf(node) {
+		if k == scaledown.ToBeDeletedTaint {
+			t.Fatalf("taints %v: the to-be-deleted taint stayed after the deletion failed", acts.taintsOf(node))
+		}
+	}
+	if got := testutil.ToFloat64(e.a.metrics.FailedScaleDowns.WithLabelValues("cpu", "delete")); got != 1 {
+		t.Fatalf("failed_scale_downs_total{delete} = %v, want 1", got)
+	}
+	if len(e.events(EventScaleDownFailed)) != 1 {
+		t.Fatal("no ScaleDownFailed event")
+	}
+	// The failure holds scale-down for --scale-down-delay-after-failure.
+	cpu.SetDeleteError(nil)
+	e.clock.Step(time.Minute)
+	e.run()
+	if len(cpu.Deleted()) != 0 {
+		t.Fatal("removed again within the delay after failure")
+	}
+	e.clock.Step(3 * time.Minute)
+	e.run()
+	if len(cpu.Deleted()) != 1 {
+		t.Fatalf("deleted %v after the delay, want the empty node", cpu.Deleted())
 	}
 }

@@ -117,6 +117,8 @@ type Group struct {
 	failNext *cloudprovider.InstanceError
 	// increaseErr, when set, is returned by IncreaseSize.
 	increaseErr error
+	// deleteErr, when set, is returned by DeleteNodes.
+	deleteErr error
 	// sizeUnknown makes TargetSize fail.
 	sizeUnknown bool
 	// noInstances makes IncreaseSize raise the target without creating instances.
@@ -183,6 +185,9 @@ func (g *Group) IncreaseSize(_ context.Context, delta int) error {
 func (g *Group) DeleteNodes(_ context.Context, providerIDs []string) error {
 	g.p.mu.Lock()
 	defer g.p.mu.Unlock()
+	if g.deleteErr != nil {
+		return g.deleteErr
+	}
 	want := map[string]bool{}
 	for _, id := range providerIDs {
 		if g.p.byProviderID[id] != g {
@@ -264,6 +269,13 @@ func (g *Group) SetIncreaseError(err error) {
 	g.p.mu.Lock()
 	defer g.p.mu.Unlock()
 	g.increaseErr = err
+}
+
+// SetDeleteError makes DeleteNodes return err (nil to clear).
+func (g *Group) SetDeleteError(err error) {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	g.deleteErr = err
 }
 
 // SetSizeUnknown makes TargetSize fail with a size-unknown error.
