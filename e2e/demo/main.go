@@ -184,6 +184,7 @@ func run(ctx context.Context, o options) error {
 		say("playground ready. In another terminal:")
 		say("  export KUBECONFIG=%s", cp.Kubeconfig)
 		say("  kubectl apply -f <your workload>   (nodes come from the scale sets cpu, gpu-h100, gpu-team-rl)")
+		say("  (no kubectl? from this folder: go run k8s.io/kubernetes/cmd/kubectl get nodes)")
 		say("ARM simulator: %s (CA %s, any bearer token)", sim.URL(), caFile)
 		say("Ctrl-C stops everything.")
 		progress(ctx, cp.Client, sim, as, nil, time.Duration(1<<62))
@@ -307,9 +308,15 @@ func progress(ctx context.Context, c kubernetes.Interface, sim *armsim.Server, a
 	start := time.Now()
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
+	last := ""
 	for {
 		running, done, pending, line := snapshot(ctx, c, sim)
-		say("%6s  pods: %3d running %3d done %3d pending  |  %s", time.Since(start).Round(time.Second), running, done, pending, line)
+		state := fmt.Sprintf("pods: %3d running %3d done %3d pending  |  %s", running, done, pending, line)
+		// The playground prints only changes; the demo prints every tick.
+		if want != nil || state != last {
+			say("%6s  %s", time.Since(start).Round(time.Second), state)
+		}
+		last = state
 		// Training pods run to completion (kwok completes pods that never restart).
 		if want != nil && running+done >= *want {
 			return nil
