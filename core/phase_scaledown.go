@@ -116,7 +116,9 @@ func (a *Autoscaler) scaleDownPhase(ctx context.Context, l *loop) error {
 	for i := 0; i < l.snap.Len(); i++ {
 		ni := l.snap.NodeInfo(i)
 		n := ni.Node()
-		sn := scaledown.Node{Node: n, Ready: clusterstate.IsReady(n)}
+		req := ni.GetRequested()
+		sn := scaledown.Node{Node: n, Ready: clusterstate.IsReady(n), Requested: &scaledown.Requested{
+			MilliCPU: req.GetMilliCPU(), Memory: req.GetMemory(), GPU: req.GetScalarResources()[a.opts.GPUResourceName]}}
 		if g, ok := l.groupOf[n.Name]; ok && !sd.isDraining(n.Name) {
 			sn.Group = g.ID()
 			o := groupOpts[g.ID()]

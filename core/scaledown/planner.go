@@ -29,6 +29,9 @@ type Node struct {
 	Pods  []*apiv1.Pod
 	Group string // "" for nodes no group manages
 	Ready bool
+	// Requested, when set, is the aggregate of all the node's pods (the
+	// snapshot's NodeInfo has it): utilisation then needs no per-pod sums.
+	Requested *Requested
 	// UnneededTime and UnreadyTime override the defaults for the group.
 	UnneededTime, UnreadyTime                     time.Duration
 	UtilizationThreshold, GPUUtilizationThreshold float64
@@ -177,7 +180,7 @@ func (p *Planner) eligible(n *Node, g *Group, pdbs *PDBs) (Reason, candidate) {
 	}
 	c.why = "unready"
 	if n.Ready {
-		u := UtilizationOf(n.Node, n.Pods, p.opts.GPU, p.opts.Rules)
+		u := UtilizationOf(n.Node, n.Pods, p.opts.GPU, p.opts.Rules, n.Requested)
 		threshold := n.UtilizationThreshold
 		if u.HasGPU {
 			threshold = n.GPUUtilizationThreshold

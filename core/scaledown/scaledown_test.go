@@ -95,12 +95,18 @@ func TestUtilization(t *testing.T) {
 		to.Pod("ds", to.ControlledBy("DaemonSet", "x", "ds"), to.Requests("5", "5Gi")),
 		to.Pod("done", rs, to.Requests("5", "5Gi"), func(p *apiv1.Pod) { p.Status.Phase = apiv1.PodSucceeded }),
 	}
-	u := UtilizationOf(n, pods, to.GPU, Rules{})
+	u := UtilizationOf(n, pods, to.GPU, Rules{}, nil)
 	if u.Max() != 0.2 || u.HasGPU {
 		t.Fatalf("utilization %+v, want cpu 0.2 and no GPU (DaemonSet and finished pods excluded)", u)
 	}
+	// From the NodeInfo's aggregate (which never holds finished pods): the same answer.
+	agg := snapshot.NewNodeInfo(n, pods[0], pods[1]).GetRequested()
+	total := &Requested{MilliCPU: agg.GetMilliCPU(), Memory: agg.GetMemory()}
+	if got := UtilizationOf(n, pods, to.GPU, Rules{}, total); got != u {
+		t.Fatalf("utilization from the aggregate %+v, want %+v", got, u)
+	}
 	g := to.Node("g", "96", "900Gi", to.NodeGPUs(8))
-	u = UtilizationOf(g, []*apiv1.Pod{to.Pod("t", rs, to.Requests("1", "1Gi"), to.GPUs(8))}, to.GPU, Rules{})
+	u = UtilizationOf(g, []*apiv1.Pod{to.Pod("t", rs, to.Requests("1", "1Gi"), to.GPUs(8))}, to.GPU, Rules{}, nil)
 	if !u.HasGPU || u.Max() != 1 {
 		t.Fatalf("gpu node utilization %+v, want 1 from GPUs", u)
 	}
