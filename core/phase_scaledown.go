@@ -30,6 +30,12 @@ type scaleDownState struct {
 	braked  bool
 
 	mu sync.Mutex
+	// gone holds nodes whose machines this process deleted, until their
+	// Node objects disappear: they are never planned again.
+	gone map[string]bool
+	// drained holds, per group, nodes whose drain finished; the next loop
+	// deletes them with one DeleteNodes per group.
+	drained map[string][]scaledown.Removal
 	// lastDelete and lastFailure drive --scale-down-delay-after-delete and
 	// -after-failure; drains write them from their goroutines.
 	lastDelete, lastFailure time.Time
@@ -50,7 +56,7 @@ func newScaleDownState(o Options, sim *simulator.Simulator) *scaleDownState {
 		MaxEmptyBulkDelete:      o.MaxEmptyBulkDelete,
 		GPU:                     o.GPUResourceName,
 	}, sim, brake)
-	return &scaleDownState{planner: p, draining: map[string]bool{}}
+	return &scaleDownState{planner: p, draining: map[string]bool{}, drained: map[string][]scaledown.Removal{}, gone: map[string]bool{}}
 }
 
 // scaleDownReport is what the status and metrics say about the last pass.
@@ -78,6 +84,9 @@ func (a *Autoscaler) scaleDownPhase(ctx context.Context, l *loop) error {
 	if !a.opts.ScaleDownEnabled || a.actions == nil {
 		return nil
 	}
+	// Drains that finished since the last loop are deleted whatever else
+	// this loop decides: their pods are gone already.
+	a.flushDrained(ctx, l)
 	if why := a.scaleDownHeld(l); why != "" {
 		l.scaleDown.Skipped = why
 		klog.FromContext(ctx).V(2).Info("Scale-down held", "reason", why)
@@ -112,6 +121,7 @@ func (a *Autoscaler) scaleDownPhase(ctx context.Context, l *loop) error {
 	for id, g := range byID {
 		groupOpts[id] = g.Options(defaults)
 	}
+	sd.pruneGone(l)
 	nodes := make([]scaledown.Node, 0, l.snap.Len())
 	for i := 0; i < l.snap.Len(); i++ {
 		ni := l.snap.NodeInfo(i)
@@ -119,7 +129,7 @@ func (a *Autoscaler) scaleDownPhase(ctx context.Context, l *loop) error {
 		req := ni.GetRequested()
 		sn := scaledown.Node{Node: n, Ready: clusterstate.IsReady(n), Requested: &scaledown.Requested{
 			MilliCPU: req.GetMilliCPU(), Memory: req.GetMemory(), GPU: req.GetScalarResources()[a.opts.GPUResourceName]}}
-		if g, ok := l.groupOf[n.Name]; ok && !sd.isDraining(n.Name) {
+		if g, ok := l.groupOf[n.Name]; ok && !sd.isDraining(n.Name) && !sd.isGone(n.Name) {
 			sn.Group = g.ID()
 			o := groupOpts[g.ID()]
 			sn.UnneededTime, sn.UnreadyTime = o.ScaleDownUnneededTime, o.ScaleDownUnreadyTime
@@ -136,7 +146,7 @@ func (a *Autoscaler) scaleDownPhase(ctx context.Context, l *loop) error {
 	a.softTaint(ctx, l, d.Unneeded)
 	a.removeEmpty(ctx, l, byID, d.Empty)
 	for _, r := range d.Drain {
-		a.startDrain(ctx, l, byID[r.Group], r)
+		a.startDrain(ctx, l, r)
 	}
 	return nil
 }
@@ -156,6 +166,23 @@ func (a *Autoscaler) scaleDownHeld(l *loop) string {
 		return "within --scale-down-delay-after-failure"
 	}
 	return ""
+}
+
+func (s *scaleDownState) isGone(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gone[name]
+}
+
+// pruneGone forgets deleted nodes whose Node objects are gone.
+func (s *scaleDownState) pruneGone(l *loop) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name := range s.gone {
+		if _, ok := l.snap.Index(name); !ok {
+			delete(s.gone, name)
+		}
+	}
 }
 
 func (s *scaleDownState) isDraining(name string) bool {
@@ -256,7 +283,7 @@ func (a *Autoscaler) untaintStale(ctx context.Context, l *loop) {
 			return
 		}
 		if _, managed := l.groupOf[n.Name]; !managed || !hasTaintKey(n, scaledown.ToBeDeletedTaint) ||
-			a.scaleDown.isDraining(n.Name) || !alive[n.Spec.ProviderID] {
+			a.scaleDown.isDraining(n.Name) || a.scaleDown.isGone(n.Name) || !alive[n.Spec.ProviderID] {
 			continue
 		}
 		budget--
@@ -317,6 +344,7 @@ func (a *Autoscaler) removeEmpty(ctx context.Context, l *loop, byID map[string]c
 func (a *Autoscaler) removed(now time.Time, r scaledown.Removal) {
 	a.scaleDown.mu.Lock()
 	a.scaleDown.lastDelete = now
+	a.scaleDown.gone[r.Node.Name] = true
 	a.scaleDown.mu.Unlock()
 	a.metrics.ScaledDownNodes.WithLabelValues(r.Group, r.Reason).Inc()
 	if a.rec != nil {
@@ -339,8 +367,9 @@ func (a *Autoscaler) failRemoval(ctx context.Context, now time.Time, r scaledown
 	}
 }
 
-// startDrain taints, evicts and deletes a node in the background.
-func (a *Autoscaler) startDrain(ctx context.Context, l *loop, g cloudprovider.NodeGroup, r scaledown.Removal) {
+// startDrain taints and evicts a node in the background; the next loop
+// deletes it.
+func (a *Autoscaler) startDrain(ctx context.Context, l *loop, r scaledown.Removal) {
 	sd := a.scaleDown
 	sd.mu.Lock()
 	sd.draining[r.Node.Name] = true
@@ -349,22 +378,62 @@ func (a *Autoscaler) startDrain(ctx context.Context, l *loop, g cloudprovider.No
 	sd.wg.Add(1)
 	go func() {
 		defer sd.wg.Done()
-		defer func() {
+		if err := a.drain(ctx, l.now, r); err != nil {
 			sd.mu.Lock()
 			delete(sd.draining, r.Node.Name)
 			sd.mu.Unlock()
 			a.metrics.DrainsInFlight.Set(float64(sd.inflight()))
-		}()
-		if err := a.drain(ctx, l.now, r); err != nil {
 			return
 		}
-		if err := g.DeleteNodes(ctx, []string{r.Node.Spec.ProviderID}); err != nil {
-			a.failRemoval(ctx, a.clock.Now(), r, "delete", err)
-			return
-		}
-		a.removed(a.clock.Now(), r)
-		klog.FromContext(ctx).Info("Removed drained node", "node", r.Node.Name, "nodeGroup", r.Group, "pods", len(r.Pods))
+		// Still marked draining until the next loop deletes it, batched
+		// with the other drained nodes of its group.
+		sd.mu.Lock()
+		sd.drained[r.Group] = append(sd.drained[r.Group], r)
+		sd.mu.Unlock()
 	}()
+}
+
+// flushDrained deletes the drained nodes, one DeleteNodes per group.
+func (a *Autoscaler) flushDrained(ctx context.Context, l *loop) {
+	sd := a.scaleDown
+	sd.mu.Lock()
+	batch := sd.drained
+	sd.drained = map[string][]scaledown.Removal{}
+	sd.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	byID := make(map[string]cloudprovider.NodeGroup, len(l.groups))
+	for _, g := range l.groups {
+		byID[g.ID()] = g
+	}
+	for _, id := range sortedKeys(batch) {
+		rs := batch[id]
+		ids := make([]string, 0, len(rs))
+		for _, r := range rs {
+			ids = append(ids, r.Node.Spec.ProviderID)
+		}
+		var err error
+		if g, ok := byID[id]; ok {
+			err = g.DeleteNodes(ctx, ids)
+		} else {
+			err = fmt.Errorf("node group %s is gone", id)
+		}
+		for _, r := range rs {
+			if err != nil {
+				a.failRemoval(ctx, l.now, r, "delete", err)
+			} else {
+				a.removed(l.now, r)
+			}
+			sd.mu.Lock()
+			delete(sd.draining, r.Node.Name)
+			sd.mu.Unlock()
+		}
+		if err == nil {
+			klog.FromContext(ctx).Info("Removed drained nodes", "nodeGroup", id, "count", len(rs))
+		}
+	}
+	a.metrics.DrainsInFlight.Set(float64(sd.inflight()))
 }
 
 // drain taints the node, evicts its pods through the Eviction API (retrying

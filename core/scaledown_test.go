@@ -101,6 +101,14 @@ func TestScaleDownAfterUnneededTime(t *testing.T) {
 	e.clock.Step(2 * time.Minute)
 	e.run()
 	e.a.WaitForDrains()
+	if got := cpu.Deleted(); len(got) != 1 {
+		t.Fatalf("deleted %v, want only the empty node in the loop that starts the drain", got)
+	}
+	e.run() // the drained node is deleted, batched per group, by the next loop
+	e.run() // and deleted nodes are not planned again while their Node objects linger
+	if n := testutil.CollectAndCount(e.a.metrics.FailedScaleDowns); n != 0 {
+		t.Fatalf("%d failed scale-downs: a deleted node was planned again", n)
+	}
 	if got := cpu.Deleted(); len(got) != 2 {
 		t.Fatalf("deleted %v, want the empty node and the drained one (min size 1 of 3 leaves the busy one)", got)
 	}
