@@ -193,3 +193,83 @@ func TestBrakeStopsMassDeletion(t *testing.T) {
 		t.Error("no ScaleDownBrake event")
 	}
 }
+
+// A busy node's pod is evicted through the Eviction API (a PDB that allows
+// one disruption holds), lands on a node that stays, and the drained node
+// is deleted.
+func TestScaleDownDrainsThroughEvictionAPI(t *testing.T) {
+	sc := newScenario(t)
+	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 2, nil)
+	sc.registered(cpu, 2)
+	names := sc.nodeNames(cpu)
+	keep, drain := names[0], names[1]
+	// The busy node stays (10 of 16 CPUs requested, above the threshold).
+	sc.pinnedPod("db", keep, "10")
+	// The small pod prefers the other node, which is then unneeded.
+	one := intstr.FromInt32(1)
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: sc.ns},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
+	}
+	if _, err := sc.s.cp.Client.PolicyV1().PodDisruptionBudgets(sc.ns).Create(sc.ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sc.workload("web", 1, "1", 0, cpu)
+	sc.eventually("web on the node to drain", time.Minute, func() (bool, string) {
+		pods, _ := sc.s.cp.Client.CoreV1().Pods(sc.ns).List(sc.ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		for _, p := range pods.Items {
+			if p.Status.Phase == apiv1.PodRunning && p.Spec.NodeName == drain {
+				return true, ""
+			}
+			if p.Spec.NodeName == keep {
+				// The scheduler chose the busy node: move it by deleting once.
+				_ = sc.s.cp.Client.CoreV1().Pods(sc.ns).Delete(sc.ctx, p.Name, metav1.DeleteOptions{})
+			}
+		}
+		return false, fmt.Sprintf("%d web pods", len(pods.Items))
+	})
+	as := sc.autoscaler("autoscaler", fastScaleDown("--nodes=0:10:"+cpu, "--max-graceful-termination-sec=5",
+		"--scale-down-brake-cluster-share=1", "--scale-down-brake-group-share=1")...)
+	sc.eventually("the drained node deleted", 2*time.Minute, func() (bool, string) {
+		c := sc.capacity(cpu)
+		return c == 1, fmt.Sprintf("capacity %d", c)
+	})
+	sc.eventually("web Running on the node that stays", time.Minute, func() (bool, string) {
+		pods, _ := sc.s.cp.Client.CoreV1().Pods(sc.ns).List(sc.ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		for _, p := range pods.Items {
+			if p.Status.Phase == apiv1.PodRunning && p.Spec.NodeName == keep {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d web pods", len(pods.Items))
+	})
+	if left := sc.nodeNames(cpu); len(left) != 1 || left[0] != keep {
+		t.Fatalf("nodes left %v, want only %s", left, keep)
+	}
+	_, body := sc.get(as, "/metrics")
+	for _, want := range []string{
+		`vmss_autoscaler_evictions_total{result="ok"} 1`,
+		`vmss_autoscaler_scaled_down_nodes_total{node_group="` + cpu + `",reason="underutilized"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// pinnedPod runs a replicated pod on one node (by hostname).
+func (sc *scenario) pinnedPod(name, node, cpu string) {
+	sc.t.Helper()
+	d := sc.deployment(name, 1, cpu, 0, sc.sets...)
+	d.Spec.Template.Spec.NodeSelector = map[string]string{apiv1.LabelHostname: node}
+	sc.create(d)
+	sc.eventually(name+" Running on "+node, time.Minute, func() (bool, string) {
+		pods, _ := sc.s.cp.Client.CoreV1().Pods(sc.ns).List(sc.ctx, metav1.ListOptions{LabelSelector: "app=" + name})
+		for _, p := range pods.Items {
+			if p.Status.Phase == apiv1.PodRunning && p.Spec.NodeName == node {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d pods", len(pods.Items))
+	})
+}

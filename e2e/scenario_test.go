@@ -113,6 +113,18 @@ func (sc *scenario) autoscaler(name string, extra ...string) *harness.Process {
 // workload creates a Deployment whose pods may only land on the given scale sets.
 func (sc *scenario) workload(name string, replicas int32, cpu string, gpus int64, sets ...string) {
 	sc.t.Helper()
+	sc.create(sc.deployment(name, replicas, cpu, gpus, sets...))
+}
+
+func (sc *scenario) create(d *appsv1.Deployment) {
+	sc.t.Helper()
+	if _, err := sc.s.cp.Client.AppsV1().Deployments(sc.ns).Create(sc.ctx, d, metav1.CreateOptions{}); err != nil {
+		sc.t.Fatal(err)
+	}
+}
+
+// deployment builds a Deployment of pause pods limited to the scale sets.
+func (sc *scenario) deployment(name string, replicas int32, cpu string, gpus int64, sets ...string) *appsv1.Deployment {
 	req := apiv1.ResourceList{apiv1.ResourceCPU: resource.MustParse(cpu), apiv1.ResourceMemory: resource.MustParse("1Gi")}
 	if gpus > 0 {
 		req[armsim.GPUResource] = *resource.NewQuantity(gpus, resource.DecimalSI)
@@ -140,9 +152,7 @@ func (sc *scenario) workload(name string, replicas int32, cpu string, gpus int64
 			},
 		},
 	}
-	if _, err := sc.s.cp.Client.AppsV1().Deployments(sc.ns).Create(sc.ctx, d, metav1.CreateOptions{}); err != nil {
-		sc.t.Fatal(err)
-	}
+	return d
 }
 
 // eventually polls cond every 250ms until it holds or the timeout passes.
