@@ -7,7 +7,6 @@ package clusterstate
 
 import (
 	"fmt"
-	"sort"
 	"time"
 
 	apiv1 "k8s.io/api/core/v1"
@@ -359,11 +358,4 @@ func (r *Registry) Groups() []*GroupState {
 		out = append(out, r.groups[id])
 	}
 	return out
-}
-
-// SortedIDs returns the group IDs sorted, for stable output.
-func (r *Registry) SortedIDs() []string {
-	ids := append([]string(nil), r.order...)
-	sort.Strings(ids)
-	return ids
 }

@@ -110,9 +110,6 @@ func New(ctx context.Context, factory informers.SharedInformerFactory, gpu apiv1
 // Close releases the framework.
 func (s *Simulator) Close() error { return s.fw.Close() }
 
-// GPUResource is the resource name the simulator tracks as GPUs.
-func (s *Simulator) GPUResource() apiv1.ResourceName { return s.gpu }
-
 // preFilter runs PreFilter for pod on fork. A nil state with a status means
 // the pod cannot be scheduled anywhere in this fork.
 func (s *Simulator) preFilter(ctx context.Context, fork *snapshot.Fork, pod *apiv1.Pod) (fwk.CycleState, *fwk.PreFilterResult, *fwk.Status) {

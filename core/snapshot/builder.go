@@ -21,7 +21,6 @@ type Builder struct {
 	pods  map[types.UID]*podEntry
 	// order is the node names of the last snapshot, sorted; nil when the set changed.
 	order []string
-	last  *Snapshot
 }
 
 type nodeEntry struct {
@@ -141,8 +140,7 @@ func (b *Builder) Build(nodes []*apiv1.Node, pods []*apiv1.Pod) (*Snapshot, []*a
 		infos[i] = ne.info
 	}
 	st.Nodes = len(infos)
-	b.last = New(infos, b.gpu)
-	return b.last, unbound, st
+	return New(infos, b.gpu), unbound, st
 }
 
 func (b *Builder) unbindLocked(pe *podEntry) {

@@ -9,7 +9,6 @@ import (
 	"fmt"
 
 	apiv1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	schedframework "k8s.io/kubernetes/pkg/scheduler/framework"
 )
@@ -56,9 +55,6 @@ func (s *Snapshot) Index(name string) (int, bool) {
 	return i, ok
 }
 
-// GPUResource is the resource name tracked as GPU.
-func (s *Snapshot) GPUResource() apiv1.ResourceName { return s.gpu }
-
 // FreeOf computes the free capacity of a NodeInfo.
 func FreeOf(n fwk.NodeInfo, gpu apiv1.ResourceName) Free {
 	a, r := n.GetAllocatable(), n.GetRequested()
@@ -77,14 +73,13 @@ func FreeOf(n fwk.NodeInfo, gpu apiv1.ResourceName) Free {
 // Fork is a writable view of a Snapshot. It implements the scheduler
 // framework's SharedLister. A Fork is not safe for concurrent use.
 type Fork struct {
-	base   *Snapshot
-	nodes  []fwk.NodeInfo
-	free   []Free
-	owned  []bool
-	added  map[string]int
-	gpu    apiv1.ResourceName
-	lists  *affinityLists
-	change int
+	base  *Snapshot
+	nodes []fwk.NodeInfo
+	free  []Free
+	owned []bool
+	added map[string]int
+	gpu   apiv1.ResourceName
+	lists *affinityLists
 }
 
 type affinityLists struct {
@@ -141,10 +136,6 @@ func (f *Fork) Index(name string) (int, bool) {
 	return i, ok
 }
 
-// Changes counts writes to the fork; callers use it to tell whether state
-// derived from the fork is still current.
-func (f *Fork) Changes() int { return f.change }
-
 // AddNode adds a node (for example a template node) and returns its position.
 // The fork owns the NodeInfo from then on.
 func (f *Fork) AddNode(n fwk.NodeInfo) (int, error) {
@@ -163,7 +154,6 @@ func (f *Fork) AddNode(n fwk.NodeInfo) (int, error) {
 	if len(n.GetPodsWithAffinity()) > 0 || len(n.GetPodsWithRequiredAntiAffinity()) > 0 {
 		f.lists = nil
 	}
-	f.change++
 	return i, nil
 }
 
@@ -182,7 +172,6 @@ func (f *Fork) RemoveLastNode() {
 	if len(n.GetPodsWithAffinity()) > 0 || len(n.GetPodsWithRequiredAntiAffinity()) > 0 {
 		f.lists = nil
 	}
-	f.change++
 }
 
 // AddPod places a pod on node i. podInfo must be built for pod.
@@ -198,23 +187,6 @@ func (f *Fork) AddPod(i int, podInfo fwk.PodInfo) {
 	if pi.Spec.Affinity != nil && (pi.Spec.Affinity.PodAffinity != nil || pi.Spec.Affinity.PodAntiAffinity != nil) {
 		f.lists = nil
 	}
-	f.change++
-}
-
-// RemovePod takes a pod off node i.
-func (f *Fork) RemovePod(i int, pod *apiv1.Pod) error {
-	if !f.owned[i] {
-		f.nodes[i] = f.nodes[i].Snapshot()
-		f.owned[i] = true
-	}
-	n := f.nodes[i]
-	if err := n.RemovePod(klog.Background(), pod); err != nil {
-		return fmt.Errorf("removing pod %s/%s from node %s: %w", pod.Namespace, pod.Name, n.Node().Name, err)
-	}
-	f.free[i] = FreeOf(n, f.gpu)
-	f.lists = nil
-	f.change++
-	return nil
 }
 
 // --- fwk.SharedLister ---
