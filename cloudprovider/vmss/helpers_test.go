@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
 	apiv1 "k8s.io/api/core/v1"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
@@ -153,5 +155,46 @@ func TestGroupOptionsFromTags(t *testing.T) {
 	}, d)
 	if got.ScaleDownUtilizationThreshold != 0.3 || got.MaxNodeProvisionTime != 25*time.Minute || got.ScaleDownUnneededTime != 0 {
 		t.Fatalf("options %+v", got)
+	}
+}
+
+func TestInstanceStateFromProvisioningAndPowerState(t *testing.T) {
+	vm := func(prov string, statuses ...string) *armcompute.VirtualMachineScaleSetVM {
+		v := &armcompute.VirtualMachineScaleSetVM{ID: to.Ptr("/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/g/virtualMachines/1"),
+			Properties: &armcompute.VirtualMachineScaleSetVMProperties{ProvisioningState: to.Ptr(prov), InstanceView: &armcompute.VirtualMachineScaleSetVMInstanceView{}}}
+		for _, c := range statuses {
+			v.Properties.InstanceView.Statuses = append(v.Properties.InstanceView.Statuses, &armcompute.InstanceViewStatus{Code: to.Ptr(c), Message: to.Ptr("m")})
+		}
+		return v
+	}
+	tests := []struct {
+		name      string
+		vm        *armcompute.VirtualMachineScaleSetVM
+		state     cloudprovider.InstanceState
+		errClass  cloudprovider.ErrorClass
+		errorCode string
+	}{
+		{"running", vm("Succeeded", "ProvisioningState/succeeded", "PowerState/running"), cloudprovider.InstanceRunning, 0, ""},
+		{"creating", vm("Creating", "ProvisioningState/creating"), cloudprovider.InstanceCreating, 0, ""},
+		{"provisioned but starting", vm("Succeeded", "ProvisioningState/succeeded", "PowerState/starting"), cloudprovider.InstanceCreating, 0, ""},
+		{"deleting", vm("Deleting", "ProvisioningState/deleting"), cloudprovider.InstanceDeleting, 0, ""},
+		{"deallocated", vm("Succeeded", "ProvisioningState/succeeded", "PowerState/deallocated"), cloudprovider.InstanceDeleting, 0, ""},
+		{"allocation failed", vm("Failed", "ProvisioningState/failed/AllocationFailed"), cloudprovider.InstanceRunning, cloudprovider.ClassOutOfCapacity, "AllocationFailed"},
+		{"quota failed", vm("Failed", "ProvisioningState/failed/QuotaExceeded"), cloudprovider.InstanceRunning, cloudprovider.ClassQuota, "QuotaExceeded"},
+		{"failed without instance view code", vm("Failed"), cloudprovider.InstanceRunning, cloudprovider.ClassOther, "ProvisioningFailed"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in := instanceOf(tc.vm)
+			if in.State != tc.state {
+				t.Errorf("state %s, want %s", in.State, tc.state)
+			}
+			switch {
+			case tc.errorCode == "" && in.Error != nil:
+				t.Errorf("unexpected error %+v", in.Error)
+			case tc.errorCode != "" && (in.Error == nil || in.Error.Code != tc.errorCode || in.Error.Class != tc.errClass):
+				t.Errorf("error %+v, want code %s class %s", in.Error, tc.errorCode, tc.errClass)
+			}
+		})
 	}
 }

@@ -163,15 +163,42 @@ func instanceOf(vm *armcompute.VirtualMachineScaleSetVM) cloudprovider.Instance 
 		state = strings.ToLower(deref(vm.Properties.ProvisioningState))
 	}
 	switch state {
-	case "creating", "updating":
+	case "creating":
 		in.State = cloudprovider.InstanceCreating
 	case "deleting":
 		in.State = cloudprovider.InstanceDeleting
 	case "failed":
 		code, msg := failureOf(vm)
 		in.Error = &cloudprovider.InstanceError{Class: classOfCode(0, code, msg), Code: code, Message: msg}
+		return in
+	}
+	// The power state refines a VM that exists: one still starting is
+	// coming capacity; one deallocated (or going there) is not capacity.
+	switch powerState(vm) {
+	case "starting":
+		if in.State == cloudprovider.InstanceRunning {
+			in.State = cloudprovider.InstanceCreating
+		}
+	case "deallocating", "deallocated":
+		in.State = cloudprovider.InstanceDeleting
 	}
 	return in
+}
+
+// powerState is the VM's power state from its instance view
+// ("PowerState/running" → "running"), or "".
+func powerState(vm *armcompute.VirtualMachineScaleSetVM) string {
+	if vm.Properties == nil || vm.Properties.InstanceView == nil {
+		return ""
+	}
+	for _, st := range vm.Properties.InstanceView.Statuses {
+		if st != nil && st.Code != nil {
+			if rest, ok := strings.CutPrefix(*st.Code, "PowerState/"); ok {
+				return strings.ToLower(rest)
+			}
+		}
+	}
+	return ""
 }
 
 // failureOf finds the error code of a failed VM in its instance view
