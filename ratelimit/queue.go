@@ -1,0 +1,262 @@
+// Package ratelimit is the node-addition queue between the scale-up
+// planner and the cloud: each loop the planner states the demand (group,
+// count, class, age, gang) and the queue answers what may be requested now,
+// within a token bucket in nodes per minute and a cap on nodes in flight.
+//
+// The queue decides and the core acts: it never calls the cloud. It keeps
+// no demand between loops — demand is restated every loop from the pending
+// pods, so demand that disappears (pods deleted, scheduled elsewhere) is
+// cancelled by not being restated, and a restart loses nothing but the
+// bucket's fill, which starts full (a restarting autoscaler is still held
+// by the in-flight cap, which counts what the cloud is already creating).
+package ratelimit
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"time"
+)
+
+// Class orders demand: workload before balloon.
+type Class int
+
+const (
+	// Workload is demand for real pods.
+	Workload Class = iota
+	// Balloon is demand for warm-pool placeholder pods.
+	Balloon
+)
+
+func (c Class) String() string {
+	if c == Balloon {
+		return "balloon"
+	}
+	return "workload"
+}
+
+// Demand is nodes the planner wants for one group.
+type Demand struct {
+	Group string
+	Count int
+	Class Class
+	// Since is when the oldest pod behind the demand was created: older
+	// demand goes first.
+	Since time.Time
+	// Gang, when set, names a gang whose nodes are released together or not
+	// at all: a gang waiting half-provisioned is the worst case.
+	Gang string
+}
+
+// Options bound the queue.
+type Options struct {
+	// NodesPerMinute is the token bucket's rate.
+	NodesPerMinute float64
+	// Burst is the bucket's size.
+	Burst int
+	// MaxInFlight caps nodes requested but not yet ready.
+	MaxInFlight int
+}
+
+// Validate names the flag at fault.
+func (o Options) Validate() error {
+	switch {
+	case o.NodesPerMinute <= 0:
+		return fmt.Errorf("--node-addition-rate: must be positive, got %v", o.NodesPerMinute)
+	case o.Burst < 1:
+		return fmt.Errorf("--node-addition-burst: must be at least 1, got %d", o.Burst)
+	case o.MaxInFlight < 1:
+		return fmt.Errorf("--max-nodes-in-flight: must be at least 1, got %d", o.MaxInFlight)
+	}
+	return nil
+}
+
+// Queue is the token bucket and the fairness cursor. Not safe for
+// concurrent use: the loop owns it.
+type Queue struct {
+	opts   Options
+	tokens float64
+	last   time.Time
+	// cursor is the group that goes first in the next round-robin.
+	cursor string
+}
+
+// New returns a queue with a full bucket.
+func New(o Options) (*Queue, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	return &Queue{opts: o, tokens: float64(o.Burst)}, nil
+}
+
+// SetOptions changes the bounds (a live reload or the adaptive controller);
+// the bucket keeps its fill, capped at the new burst.
+func (q *Queue) SetOptions(o Options) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	q.opts = o
+	q.tokens = math.Min(q.tokens, float64(o.Burst))
+	return nil
+}
+
+// Options returns the current bounds.
+func (q *Queue) Options() Options { return q.opts }
+
+// Decision is what the queue answers for one loop.
+type Decision struct {
+	// Release is, per group, the nodes to request now.
+	Release map[string]int
+	// Queued is, per group and class, the demand held back; the cluster
+	// state counts it as upcoming so the planner does not ask twice.
+	Queued map[string]map[Class]int
+	// Tokens is the bucket's fill after the release (negative while a gang
+	// larger than the burst is being paid back).
+	Tokens float64
+	// Limit says what held demand back: "rate", "in-flight" or "".
+	Limit string
+}
+
+// Released is the total number of nodes released.
+func (d Decision) Released() int {
+	n := 0
+	for _, c := range d.Release {
+		n += c
+	}
+	return n
+}
+
+// Decide refills the bucket to now and releases demand: workload before
+// balloon, older before newer, one node per group per round so a big group
+// cannot starve the others, and a gang's nodes all at once. inFlight is the
+// number of nodes requested and not yet ready.
+func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
+	q.refill(now)
+	d := Decision{Release: map[string]int{}, Queued: map[string]map[Class]int{}}
+	room := q.opts.MaxInFlight - inFlight
+	if room < 0 {
+		room = 0
+	}
+	ds := make([]Demand, 0, len(demands))
+	for _, x := range demands {
+		if x.Count > 0 {
+			ds = append(ds, x)
+		}
+	}
+	sort.SliceStable(ds, func(i, j int) bool {
+		if ds[i].Class != ds[j].Class {
+			return ds[i].Class < ds[j].Class
+		}
+		if !ds[i].Since.Equal(ds[j].Since) {
+			return ds[i].Since.Before(ds[j].Since)
+		}
+		return ds[i].Group < ds[j].Group
+	})
+	left := make([]int, len(ds))
+	for i := range ds {
+		left[i] = ds[i].Count
+	}
+	limit := func(why string) {
+		if d.Limit == "" {
+			d.Limit = why
+		}
+	}
+	for _, class := range []Class{Workload, Balloon} {
+		// Gangs first within their class, oldest first: all or nothing.
+		for i, x := range ds {
+			if x.Class != class || x.Gang == "" || left[i] == 0 {
+				continue
+			}
+			need := left[i]
+			switch {
+			case need > room:
+				limit("in-flight")
+				continue
+			case float64(need) > q.tokens && q.tokens < float64(min(need, q.opts.Burst)):
+				// A gang larger than the burst goes when the bucket is full
+				// and is paid back afterwards (tokens go negative).
+				limit("rate")
+				continue
+			}
+			q.tokens -= float64(need)
+			room -= need
+			d.Release[x.Group] += need
+			left[i] = 0
+		}
+		// Then one node per group per round, starting after the last
+		// round's first group.
+		var order []int
+		for i, x := range ds {
+			if x.Class == class && x.Gang == "" && left[i] > 0 {
+				order = append(order, i)
+			}
+		}
+		order = rotate(ds, order, q.cursor)
+		for len(order) > 0 {
+			if room == 0 {
+				limit("in-flight")
+				break
+			}
+			if q.tokens < 1 {
+				limit("rate")
+				break
+			}
+			next := order[:0:0]
+			for _, i := range order {
+				if room == 0 || q.tokens < 1 {
+					next = append(next, i)
+					continue
+				}
+				q.tokens--
+				room--
+				left[i]--
+				d.Release[ds[i].Group]++
+				q.cursor = ds[i].Group
+				if left[i] > 0 {
+					next = append(next, i)
+				}
+			}
+			order = next
+		}
+	}
+	for i, x := range ds {
+		if left[i] > 0 {
+			if d.Queued[x.Group] == nil {
+				d.Queued[x.Group] = map[Class]int{}
+			}
+			d.Queued[x.Group][x.Class] += left[i]
+		}
+	}
+	for g, n := range d.Release {
+		if n == 0 {
+			delete(d.Release, g)
+		}
+	}
+	d.Tokens = q.tokens
+	return d
+}
+
+// rotate orders demand indexes so the group after cursor comes first,
+// keeping age order otherwise.
+func rotate(ds []Demand, order []int, cursor string) []int {
+	if cursor == "" || len(order) < 2 {
+		return order
+	}
+	for k, i := range order {
+		if ds[i].Group == cursor {
+			return append(append([]int(nil), order[k+1:]...), order[:k+1]...)
+		}
+	}
+	return order
+}
+
+func (q *Queue) refill(now time.Time) {
+	if q.last.IsZero() {
+		q.last = now
+		return
+	}
+	if dt := now.Sub(q.last); dt > 0 {
+		q.tokens = math.Min(float64(q.opts.Burst), q.tokens+q.opts.NodesPerMinute*dt.Minutes())
+		q.last = now
+	}
+}

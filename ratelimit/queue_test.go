@@ -1,0 +1,150 @@
+package ratelimit
+
+import (
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newQueue(t *testing.T, rate float64, burst, inFlight int) *Queue {
+	t.Helper()
+	q, err := New(Options{NodesPerMinute: rate, Burst: burst, MaxInFlight: inFlight})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+func TestRateAndBurst(t *testing.T) {
+	q := newQueue(t, 120, 20, 10000)
+	demand := []Demand{{Group: "gpu", Count: 300, Since: t0}}
+	released := 0
+	// 10 s loops for 2 minutes: the burst, then 20 nodes per 10 s.
+	perLoop := []int{}
+	for i := 0; i <= 12; i++ {
+		d := q.Decide(t0.Add(time.Duration(i)*10*time.Second), []Demand{{Group: "gpu", Count: demand[0].Count - released, Since: t0}}, 0)
+		released += d.Released()
+		perLoop = append(perLoop, d.Released())
+		if i > 0 && d.Limit != "rate" {
+			t.Fatalf("loop %d: limit %q, want rate", i, d.Limit)
+		}
+	}
+	if perLoop[0] != 20 || perLoop[1] != 20 || perLoop[12] != 20 {
+		t.Fatalf("released per loop %v, want the burst of 20 and then 20 per 10 s", perLoop)
+	}
+	// Over any 60 s window at most rate + burst.
+	if released != 20+240 {
+		t.Fatalf("released %d in 2 minutes, want 260", released)
+	}
+}
+
+func TestInFlightCap(t *testing.T) {
+	q := newQueue(t, 1000, 1000, 50)
+	d := q.Decide(t0, []Demand{{Group: "gpu", Count: 100, Since: t0}}, 30)
+	if d.Released() != 20 || d.Limit != "in-flight" || d.Queued["gpu"][Workload] != 80 {
+		t.Fatalf("released %d limit %q queued %v; want 20 under the in-flight cap and 80 queued", d.Released(), d.Limit, d.Queued)
+	}
+	if d := q.Decide(t0.Add(time.Second), []Demand{{Group: "gpu", Count: 80, Since: t0}}, 50); d.Released() != 0 {
+		t.Fatalf("released %d with the cap reached", d.Released())
+	}
+}
+
+func TestWorkloadBeforeBalloonAndOlderFirst(t *testing.T) {
+	q := newQueue(t, 60, 3, 100)
+	d := q.Decide(t0, []Demand{
+		{Group: "warm", Count: 5, Class: Balloon, Since: t0.Add(-time.Hour)},
+		{Group: "new", Count: 5, Since: t0},
+		{Group: "old", Count: 1, Since: t0.Add(-time.Minute)},
+	}, 0)
+	if d.Release["old"] != 1 || d.Release["new"] != 2 || d.Release["warm"] != 0 {
+		t.Fatalf("released %v; want old's 1, then new's 2, balloons last", d.Release)
+	}
+	if d.Queued["warm"][Balloon] != 5 || d.Queued["new"][Workload] != 3 {
+		t.Fatalf("queued %v", d.Queued)
+	}
+}
+
+func TestRoundRobinBetweenGroups(t *testing.T) {
+	q := newQueue(t, 60, 6, 100)
+	demands := []Demand{
+		{Group: "big", Count: 1000, Since: t0.Add(-time.Hour)},
+		{Group: "a", Count: 10, Since: t0},
+		{Group: "b", Count: 10, Since: t0},
+	}
+	d := q.Decide(t0, demands, 0)
+	if d.Release["big"] != 2 || d.Release["a"] != 2 || d.Release["b"] != 2 {
+		t.Fatalf("released %v; want 2 each: one big group must not starve the rest", d.Release)
+	}
+	// The next round starts after the last group served.
+	d = q.Decide(t0.Add(time.Second), demands, 0)
+	if d.Released() != 1 || d.Release["big"] != 1 {
+		t.Fatalf("released %v; want the one new token to go to the group after the cursor", d.Release)
+	}
+}
+
+func TestGangReleasedTogether(t *testing.T) {
+	q := newQueue(t, 60, 10, 100)
+	// 8 of 10 tokens are used by older demand; the 4-node gang waits whole.
+	d := q.Decide(t0, []Demand{
+		{Group: "cpu", Count: 8, Since: t0.Add(-time.Hour)},
+		{Group: "gpu", Count: 4, Since: t0, Gang: "train-7"},
+	}, 0)
+	if d.Release["gpu"] != 4 || d.Release["cpu"] != 6 {
+		t.Fatalf("released %v; want the gang's 4 at once (gangs go first in their class) and 6 others", d.Release)
+	}
+	q2 := newQueue(t, 60, 10, 100)
+	q2.Decide(t0, []Demand{{Group: "cpu", Count: 7, Since: t0}}, 0)
+	d = q2.Decide(t0, []Demand{{Group: "gpu", Count: 4, Gang: "g"}}, 0)
+	if d.Released() != 0 || d.Queued["gpu"][Workload] != 4 {
+		t.Fatalf("released %v queued %v; want the gang held whole with 3 tokens", d.Release, d.Queued)
+	}
+	d = q2.Decide(t0.Add(time.Minute), []Demand{{Group: "gpu", Count: 4, Gang: "g"}}, 0)
+	if d.Release["gpu"] != 4 {
+		t.Fatalf("released %v; want the whole gang once tokens allow", d.Release)
+	}
+}
+
+func TestGangLargerThanBurstIsPaidBack(t *testing.T) {
+	q := newQueue(t, 60, 10, 1000)
+	d := q.Decide(t0, []Demand{{Group: "gpu", Count: 64, Gang: "big"}}, 0)
+	if d.Release["gpu"] != 64 || d.Tokens != -54 {
+		t.Fatalf("released %v tokens %v; want the 64-node gang at a full bucket and 54 tokens owed", d.Release, d.Tokens)
+	}
+	// Nothing else until the debt is paid: 54 tokens at 60/min.
+	if d := q.Decide(t0.Add(50*time.Second), []Demand{{Group: "cpu", Count: 1}}, 0); d.Released() != 0 {
+		t.Fatalf("released %v while paying back", d.Release)
+	}
+	if d := q.Decide(t0.Add(56*time.Second), []Demand{{Group: "cpu", Count: 1}}, 0); d.Released() != 1 {
+		t.Fatalf("released %v after the debt", d.Release)
+	}
+}
+
+func TestCancelledDemandIsNeverReleased(t *testing.T) {
+	q := newQueue(t, 60, 5, 100)
+	d := q.Decide(t0, []Demand{{Group: "gpu", Count: 20}}, 0)
+	if d.Released() != 5 {
+		t.Fatalf("released %d", d.Released())
+	}
+	// The pods were deleted: the next loops state no demand.
+	for i := 1; i <= 30; i++ {
+		if d := q.Decide(t0.Add(time.Duration(i)*10*time.Second), nil, 5); d.Released() != 0 {
+			t.Fatalf("released %v with no demand", d.Release)
+		}
+	}
+}
+
+func TestOptionsValidation(t *testing.T) {
+	for _, o := range []Options{{0, 1, 1}, {1, 0, 1}, {1, 1, 0}} {
+		if _, err := New(o); err == nil {
+			t.Errorf("New(%+v) accepted", o)
+		}
+	}
+	q := newQueue(t, 60, 100, 100)
+	if err := q.SetOptions(Options{NodesPerMinute: 10, Burst: 5, MaxInFlight: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if d := q.Decide(t0, []Demand{{Group: "g", Count: 50}}, 0); d.Released() != 5 {
+		t.Fatalf("released %d after lowering the burst to 5", d.Released())
+	}
+}
