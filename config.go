@@ -31,6 +31,8 @@ type config struct {
 	kubeClientQPS   float32
 	kubeClientBurst int
 
+	apiserverMetricsInterval time.Duration
+
 	address        string
 	maxInactivity  time.Duration
 	maxFailingTime time.Duration
@@ -90,6 +92,19 @@ func newFlagSet(c *config) *pflag.FlagSet {
 	fs.DurationVar(&c.core.ScaleDownBrakeWindow, "scale-down-brake-window", d.ScaleDownBrakeWindow, "the safety brake's window")
 	fs.Float64Var(&c.core.ScaleDownMaxUnreadyShare, "scale-down-max-unready-share", d.ScaleDownMaxUnreadyShare, "a group with more unready nodes than this share (and more than 3) is not scaled down; other groups are")
 	fs.IntVar(&c.core.MaxSoftTaintsPerLoop, "max-soft-taints-per-loop", d.MaxSoftTaintsPerLoop, "cap on DeletionCandidate taint writes per loop")
+	fs.BoolVar(&c.core.NodeAdditionSmoothing, "node-addition-smoothing", d.NodeAdditionSmoothing, "send new nodes to the cloud through the rate-limited node-addition queue (off: every planned node at once)")
+	fs.Float64Var(&c.core.NodeAdditionRate, "node-addition-rate", d.NodeAdditionRate, "nodes requested per minute at most (the adaptive mode's starting rate)")
+	fs.IntVar(&c.core.NodeAdditionBurst, "node-addition-burst", d.NodeAdditionBurst, "nodes that may be requested at once after a quiet period")
+	fs.IntVar(&c.core.MaxNodesInFlight, "max-nodes-in-flight", d.MaxNodesInFlight, "cap on nodes requested and not yet ready")
+	fs.BoolVar(&c.core.NodeAdditionAdaptive, "node-addition-adaptive", d.NodeAdditionAdaptive, "move the node-addition rate with the API server's health: halve it on 429s, 5xx, slow requests or flow-control rejections, raise it while healthy")
+	ad := &c.core.NodeAdditionAdaptiveOptions
+	fs.Float64Var(&ad.Min, "node-addition-rate-min", ad.Min, "adaptive mode: lowest rate, nodes per minute")
+	fs.Float64Var(&ad.Max, "node-addition-rate-max", ad.Max, "adaptive mode: highest rate, nodes per minute")
+	fs.Float64Var(&ad.DecreaseFactor, "node-addition-rate-decrease-factor", ad.DecreaseFactor, "adaptive mode: the rate is multiplied by this on trouble")
+	fs.Float64Var(&ad.IncreaseStep, "node-addition-rate-increase-step", ad.IncreaseStep, "adaptive mode: nodes per minute added to the rate per healthy interval while the rate holds demand back")
+	fs.DurationVar(&ad.Interval, "node-addition-adaptive-interval", ad.Interval, "adaptive mode: how often the rate is reconsidered")
+	fs.DurationVar(&ad.LatencyThreshold, "node-addition-latency-threshold", ad.LatencyThreshold, "adaptive mode: a request of the autoscaler slower than this is slow; more than 10% slow is trouble")
+	fs.DurationVar(&c.apiserverMetricsInterval, "apiserver-metrics-interval", 30*time.Second, "adaptive mode: how often the API server's /metrics is read for apiserver_flowcontrol_rejected_requests_total (needs get on the non-resource URL /metrics); 0 to never read it")
 	fs.StringVar(&c.address, "address", ":8085", "address of /metrics and /healthz")
 	fs.DurationVar(&c.maxInactivity, "max-inactivity", 10*time.Minute, "/healthz fails when no loop has run for this long")
 	fs.DurationVar(&c.maxFailingTime, "max-failing-time", 15*time.Minute, "/healthz fails when no loop has succeeded for this long")

@@ -36,6 +36,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
+	"github.com/vmss-autoscaler/vmss-autoscaler/ratelimit"
 )
 
 func main() {
@@ -68,6 +69,9 @@ func run(ctx context.Context, args []string) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := core.NewMetrics(reg)
+	readable := prometheus.NewGauge(prometheus.GaugeOpts{Name: "vmss_autoscaler_apiserver_metrics_readable",
+		Help: "1 when the last read of the API server's /metrics (flow-control rejections, for the adaptive node-addition rate) succeeded."})
+	reg.MustRegister(readable)
 
 	provider, err := newCloudProvider(ctx, c, &prov, reg)
 	if err != nil {
@@ -83,6 +87,10 @@ func run(ctx context.Context, args []string) error {
 	}
 	restCfg.QPS, restCfg.Burst = c.kubeClientQPS, c.kubeClientBurst
 	restCfg.UserAgent = "vmss-autoscaler"
+	// The adaptive node-addition rate watches the API server through the
+	// autoscaler's own requests: latency, 429s, 5xx.
+	observer := ratelimit.NewObserver(c.core.NodeAdditionAdaptiveOptions.LatencyThreshold, nil)
+	restCfg.Wrap(observer.Wrap)
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("building Kubernetes client: %w", err)
@@ -121,7 +129,7 @@ func run(ctx context.Context, args []string) error {
 	autoscaler, err := core.New(core.Deps{
 		Options: c.core, Provider: provider, Listers: listers, Simulator: sim,
 		Recorder: recorder, Status: status, Metrics: metrics,
-		Actions: &core.KubeNodeActions{Client: client},
+		Actions: &core.KubeNodeActions{Client: client}, Health: observer,
 	})
 	if err != nil {
 		return err
@@ -140,6 +148,9 @@ func run(ctx context.Context, args []string) error {
 			}
 		}
 		nsFactory.WaitForCacheSync(ctx.Done())
+		if c.core.NodeAdditionAdaptive && c.apiserverMetricsInterval > 0 {
+			go watchFlowControl(ctx, client.CoreV1().RESTClient(), c.apiserverMetricsInterval, observer, readable)
+		}
 		logger.Info("Starting autoscaler loop", "scanInterval", c.core.ScanInterval, "cloudProvider", provider.Name(),
 			"nodeGroups", len(provider.NodeGroups()))
 		autoscaler.Run(ctx)
@@ -194,6 +205,46 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("lost leader election lease %s/%s", c.core.Namespace, c.leaderElectResource)
 	case err := <-srvErr:
 		return err
+	}
+}
+
+// watchFlowControl reads the API server's count of requests rejected by
+// API Priority and Fairness every interval, for the adaptive rate. A
+// failure (no RBAC for /metrics, say) leaves the signal unknown and is
+// logged once until it recovers.
+func watchFlowControl(ctx context.Context, rc rest.Interface, interval time.Duration, o *ratelimit.Observer, readable prometheus.Gauge) {
+	logger := klog.FromContext(ctx)
+	failing := false
+	read := func() {
+		body, err := rc.Get().AbsPath("/metrics").Stream(ctx)
+		var total float64
+		if err == nil {
+			total, err = ratelimit.ParseRejected(body)
+			_ = body.Close()
+		}
+		o.SetRejectedTotal(total, err)
+		switch {
+		case err != nil && !failing:
+			logger.Error(err, "Reading the API server's /metrics for flow-control rejections; the adaptive rate goes on without that signal")
+			readable.Set(0)
+		case err == nil && failing:
+			logger.Info("Reading the API server's /metrics again")
+		}
+		if err == nil {
+			readable.Set(1)
+		}
+		failing = err != nil
+	}
+	read()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			read()
+		}
 	}
 }
 

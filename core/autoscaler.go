@@ -50,8 +50,10 @@ type Deps struct {
 	// Actions are scale-down's Kubernetes writes; nil disables scale-down.
 	Actions NodeActions
 	Metrics *Metrics
-	Clock   clock.Clock
-	Rand    *rand.Rand
+	// Health feeds the adaptive node-addition rate; nil: no signals.
+	Health HealthSource
+	Clock  clock.Clock
+	Rand   *rand.Rand
 }
 
 // Autoscaler runs the loop. RunOnce must not be called concurrently.
@@ -73,6 +75,7 @@ type Autoscaler struct {
 	epoch     uint64
 	actions   NodeActions
 	scaleDown *scaleDownState
+	nodeAdd   *nodeAddition
 
 	lastStatus string
 
@@ -122,6 +125,9 @@ func New(d Deps) (*Autoscaler, error) {
 	a.planner = &scaleup.Planner{Estimator: &scaleup.Estimator{Sim: d.Simulator}, Expander: chain}
 	a.actions = d.Actions
 	a.scaleDown = newScaleDownState(d.Options, d.Simulator)
+	if a.nodeAdd, err = newNodeAddition(d.Options, d.Health); err != nil {
+		return nil, err
+	}
 	return a, nil
 }
 
@@ -139,6 +145,7 @@ type loop struct {
 	unschedulable int
 	awaiting      int
 	scaleUp       scaleup.Result
+	addition      additionReport
 	scaleDown     scaleDownReport
 }
 

@@ -44,6 +44,7 @@ type env struct {
 	a        *Autoscaler
 	opts     Options
 	actions  NodeActions
+	health   HealthSource
 }
 
 type memStatus struct{ writes []string }
@@ -105,6 +106,7 @@ func (e *env) start() *env {
 		Clock:     e.clock,
 		Rand:      rand.New(rand.NewPCG(1, 2)),
 		Actions:   e.actions,
+		Health:    e.health,
 	})
 	if err != nil {
 		e.t.Fatal(err)

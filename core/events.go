@@ -14,6 +14,8 @@ const (
 	EventNotTriggerScaleUp = "NotTriggerScaleUp"
 	EventScaledUpGroup     = "ScaledUpGroup"
 	EventFailedScaleUp     = "FailedScaleUp"
+	// EventScaleUpQueued: the pod's nodes wait in the node-addition queue.
+	EventScaleUpQueued = "ScaleUpQueued"
 )
 
 // podEvents writes pod events within a per-loop budget and repeats an

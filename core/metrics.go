@@ -31,6 +31,15 @@ type Metrics struct {
 	Evictions          *prometheus.CounterVec
 	BrakeEngaged       prometheus.Gauge
 	DrainsInFlight     prometheus.Gauge
+
+	QueueDepth         *prometheus.GaugeVec
+	NodesReleased      *prometheus.CounterVec
+	NodesCancelled     *prometheus.CounterVec
+	NodesInFlight      prometheus.Gauge
+	AdditionRate       prometheus.Gauge
+	AdditionRateReason *prometheus.GaugeVec
+	RateChanges        *prometheus.CounterVec
+	AdditionTokens     prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -87,6 +96,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "1 when the safety brake refused a removal in the last pass."})
 	m.DrainsInFlight = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "scale_down_drains_in_flight",
 		Help: "Nodes being drained now."})
+	m.QueueDepth = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "node_addition_queue_depth",
+		Help: "Nodes planned but held back by the node-addition queue, by node group and class (workload, balloon)."}, []string{"node_group", "class"})
+	m.NodesReleased = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "node_addition_released_nodes_total",
+		Help: "Nodes the queue released and the cloud accepted, by node group and class."}, []string{"node_group", "class"})
+	m.NodesCancelled = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "node_addition_cancelled_nodes_total",
+		Help: "Queued nodes whose demand disappeared before they were requested, by node group and class."}, []string{"node_group", "class"})
+	m.NodesInFlight = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "nodes_in_flight",
+		Help: "Nodes requested from the cloud and not yet ready (the in-flight cap counts these)."})
+	m.AdditionRate = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "node_addition_rate_nodes_per_minute",
+		Help: "Current node-addition rate."})
+	m.AdditionRateReason = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "node_addition_rate_reason",
+		Help: "1 for the reason the node-addition rate is what it is (configured, healthy, steady, at-max, client-429, client-5xx, client-latency, apiserver-flowcontrol-rejected)."}, []string{"reason"})
+	m.RateChanges = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "node_addition_rate_changes_total",
+		Help: "Changes of the node-addition rate by the adaptive controller, by reason."}, []string{"reason"})
+	m.AdditionTokens = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "node_addition_tokens",
+		Help: "Fill of the node-addition token bucket (nodes that may be requested at once)."})
+	reg.MustRegister(m.QueueDepth, m.NodesReleased, m.NodesCancelled, m.NodesInFlight, m.AdditionRate, m.AdditionRateReason, m.RateChanges, m.AdditionTokens)
 	reg.MustRegister(m.UnneededNodes, m.KeptNodes, m.ScaledDownNodes, m.FailedScaleDowns, m.Evictions, m.BrakeEngaged, m.DrainsInFlight)
 	reg.MustRegister(m.LoopDuration, m.PhaseDuration, m.LoopErrors, m.LastSuccessfulLoop, m.UnschedulablePods,
 		m.PodsAwaitingNodes, m.Nodes, m.TargetSize, m.MinSize, m.MaxSize, m.ScaleUps, m.ScaledUpNodes,

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	apiv1 "k8s.io/api/core/v1"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/ratelimit"
 )
 
 // Options are the autoscaler's settings. Flag names (in main) follow
@@ -72,6 +74,18 @@ type Options struct {
 	ScaleDownMaxUnreadyShare float64
 	// MaxSoftTaintsPerLoop caps the DeletionCandidate taint writes per loop.
 	MaxSoftTaintsPerLoop int
+
+	// The node-addition queue (smoothing): nodes are requested from the
+	// cloud at most NodeAdditionRate per minute with NodeAdditionBurst at
+	// once, and never more than MaxNodesInFlight requested and not yet ready.
+	NodeAdditionSmoothing bool
+	NodeAdditionRate      float64
+	NodeAdditionBurst     int
+	MaxNodesInFlight      int
+	// NodeAdditionAdaptive moves the rate within NodeAdditionAdaptiveOptions'
+	// bounds from the API server's health.
+	NodeAdditionAdaptive        bool
+	NodeAdditionAdaptiveOptions ratelimit.AdaptiveOptions
 }
 
 // DefaultOptions returns the defaults, safe for a 7,500-node cluster.
@@ -112,6 +126,17 @@ func DefaultOptions() Options {
 		ScaleDownBrakeWindow:             10 * time.Minute,
 		ScaleDownMaxUnreadyShare:         0.45,
 		MaxSoftTaintsPerLoop:             50,
+
+		// About 1.7 joins a second: each join costs the API server a Node,
+		// a Lease, DaemonSet pods and the kubelet's first LISTs. 2,000
+		// nodes take 20 minutes, with the adaptive mode raising the rate to
+		// 200 per minute while the API server stays healthy.
+		NodeAdditionSmoothing:       true,
+		NodeAdditionRate:            100,
+		NodeAdditionBurst:           20,
+		MaxNodesInFlight:            300,
+		NodeAdditionAdaptive:        true,
+		NodeAdditionAdaptiveOptions: ratelimit.DefaultAdaptiveOptions(),
 	}
 }
 
@@ -188,6 +213,14 @@ func (o Options) Validate() error {
 	}
 	if o.Namespace == "" {
 		return fmt.Errorf("--namespace: must not be empty")
+	}
+	if err := o.queueOptions().Validate(); err != nil {
+		return err
+	}
+	if o.NodeAdditionAdaptive {
+		if err := o.NodeAdditionAdaptiveOptions.Validate(o.NodeAdditionRate); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -22,19 +22,34 @@ import (
 // scaleUp finds the unschedulable pods that fit neither on ready nodes nor
 // on nodes already coming, and asks node groups for the nodes they need.
 func (a *Autoscaler) scaleUp(ctx context.Context, l *loop) error {
-	logger := klog.FromContext(ctx)
 	a.events.startLoop()
 	defer a.events.forget(l.epoch)
 	pending := a.pendingPods(l)
 	l.unschedulable = len(pending)
 	a.metrics.UnschedulablePods.Set(float64(len(pending)))
+	res, cands, maxNew, err := a.plan(ctx, l, pending)
+	if err != nil {
+		return err
+	}
+	// Even with nothing to add, the queue reports: demand queued last loop
+	// and gone now was cancelled.
+	res = a.addNodes(ctx, l, res, cands, maxNew)
+	l.scaleUp = res
+	a.reportScaleUp(ctx, l, res)
+	return nil
+}
+
+// plan finds the pods that fit neither on ready nodes nor on nodes already
+// coming, and plans nodes for them: the demand for the node-addition queue.
+func (a *Autoscaler) plan(ctx context.Context, l *loop, pending []*apiv1.Pod) (scaleup.Result, []scaleup.Candidate, int, error) {
 	if len(pending) == 0 {
+		l.awaiting = 0
 		a.metrics.PodsAwaitingNodes.Set(0)
-		return nil
+		return scaleup.Result{}, nil, 0, nil
 	}
 	dss, err := a.listers.DaemonSets.List(labels.Everything())
 	if err != nil {
-		return fmt.Errorf("listing DaemonSets from cache: %w", err)
+		return scaleup.Result{}, nil, 0, fmt.Errorf("listing DaemonSets from cache: %w", err)
 	}
 	groups := simulator.GroupPods(pending, a.opts.GPUResourceName)
 	fork := l.snap.Fork()
@@ -57,7 +72,7 @@ func (a *Autoscaler) scaleUp(ctx context.Context, l *loop) error {
 		for i := 0; i < gs.Readiness.Upcoming; i++ {
 			idx, err := fork.AddNode(scaleup.CloneTemplate(tmpl, "upcoming-"+g.ID()+"-"+strconv.Itoa(i)))
 			if err != nil {
-				return fmt.Errorf("adding upcoming node of group %s: %w", g.ID(), err)
+				return scaleup.Result{}, nil, 0, fmt.Errorf("adding upcoming node of group %s: %w", g.ID(), err)
 			}
 			candidates = append(candidates, idx)
 		}
@@ -78,17 +93,14 @@ func (a *Autoscaler) scaleUp(ctx context.Context, l *loop) error {
 	l.awaiting = awaiting
 	a.metrics.PodsAwaitingNodes.Set(float64(awaiting))
 	if len(rest) == 0 {
-		logger.V(2).Info("All unschedulable pods fit on existing or upcoming nodes", "pods", len(pending), "awaitingUpcoming", awaiting)
-		return nil
+		klog.FromContext(ctx).V(2).Info("All unschedulable pods fit on existing or upcoming nodes", "pods", len(pending), "awaitingUpcoming", awaiting)
+		return scaleup.Result{Fork: fork}, cands, 0, nil
 	}
 	maxNew := int(^uint(0) >> 1)
 	if a.opts.MaxNodesTotal > 0 {
 		maxNew = a.opts.MaxNodesTotal - len(l.nodes) - upcomingTotal
 	}
-	res := a.planner.Plan(ctx, fork, rest, cands, maxNew, increaser{a: a, l: l})
-	l.scaleUp = res
-	a.reportScaleUp(ctx, l, res)
-	return nil
+	return a.planner.Plan(ctx, fork, rest, cands, maxNew, planOnly{}), cands, maxNew, nil
 }
 
 // pendingPods are the unbound pods the scheduler marked unschedulable,
@@ -208,11 +220,19 @@ func (in increaser) IncreaseSize(ctx context.Context, group string, delta int) e
 
 // reportScaleUp writes the pod events and the summary log line.
 func (a *Autoscaler) reportScaleUp(ctx context.Context, l *loop, res scaleup.Result) {
+	queued := 0
 	for _, su := range res.ScaleUps {
 		gs := a.registry.Group(su.Group)
+		queued += su.Queued
+		reason := EventTriggeredScaleUp
 		msg := fmt.Sprintf("pod triggered scale-up: [{%s %d->%d (max: %d)}]", su.Group, gs.Readiness.Target-su.Delta, gs.Readiness.Target, gs.Max)
+		if su.Queued > 0 {
+			// Part of the demand waits: the message stays the same from loop
+			// to loop, so the event is not rewritten each time a few nodes go.
+			reason, msg = EventScaleUpQueued, queuedMessage(su.Group, l.addition.Limit)
+		}
 		for _, p := range su.Pods {
-			a.events.emit(p, l.now, l.epoch, apiv1.EventTypeNormal, EventTriggeredScaleUp, msg)
+			a.events.emit(p, l.now, l.epoch, apiv1.EventTypeNormal, reason, msg)
 		}
 	}
 	noScale := 0
@@ -225,9 +245,15 @@ func (a *Autoscaler) reportScaleUp(ctx context.Context, l *loop, res scaleup.Res
 	}
 	var groups []string
 	for _, su := range res.ScaleUps {
-		groups = append(groups, su.Group+"+"+strconv.Itoa(su.Delta))
+		if su.Delta > 0 {
+			groups = append(groups, su.Group+"+"+strconv.Itoa(su.Delta))
+		}
+	}
+	if len(groups) == 0 && queued == 0 && len(res.Failed) == 0 && noScale == 0 {
+		return // nothing asked, nothing refused: the steady state logs nothing at default verbosity
 	}
 	klog.FromContext(ctx).Info("Scale-up decision", "unschedulablePods", l.unschedulable, "awaitingUpcoming", l.awaiting,
-		"scaleUps", strings.Join(groups, ","), "failed", len(res.Failed), "podsWithoutScaleUp", noScale,
+		"scaleUps", strings.Join(groups, ","), "queuedNodes", queued, "heldBy", l.addition.Limit, "inFlight", l.addition.InFlight,
+		"failed", len(res.Failed), "podsWithoutScaleUp", noScale,
 		"podEventsDropped", a.events.dropped)
 }

@@ -15,13 +15,34 @@ import (
 // Status is what the status ConfigMap holds, under the key "status".
 type Status struct {
 	// LastChange is when the content below last changed.
-	LastChange        time.Time     `json:"lastChange"`
-	Nodes             int           `json:"nodes"`
-	ReadyNodes        int           `json:"readyNodes"`
-	UnschedulablePods int           `json:"unschedulablePods"`
-	PodsAwaitingNodes int           `json:"podsAwaitingUpcomingNodes"`
-	NodeGroups        []GroupStatus `json:"nodeGroups"`
-	ScaleDown         ScaleDownInfo `json:"scaleDown"`
+	LastChange        time.Time          `json:"lastChange"`
+	Nodes             int                `json:"nodes"`
+	ReadyNodes        int                `json:"readyNodes"`
+	UnschedulablePods int                `json:"unschedulablePods"`
+	PodsAwaitingNodes int                `json:"podsAwaitingUpcomingNodes"`
+	NodeGroups        []GroupStatus      `json:"nodeGroups"`
+	ScaleDown         ScaleDownInfo      `json:"scaleDown"`
+	NodeAddition      NodeAdditionStatus `json:"nodeAdditionQueue"`
+}
+
+// NodeAdditionStatus is the node-addition queue in the status.
+type NodeAdditionStatus struct {
+	Smoothing          bool    `json:"smoothing"`
+	RateNodesPerMinute float64 `json:"rateNodesPerMinute"`
+	RateReason         string  `json:"rateReason"`
+	Burst              int     `json:"burst"`
+	MaxInFlight        int     `json:"maxInFlight"`
+	InFlight           int     `json:"inFlight"`
+	// HeldBy is what held demand back in the last loop: "rate", "in-flight" or empty.
+	HeldBy string        `json:"heldBy,omitempty"`
+	Queued []QueuedNodes `json:"queued,omitempty"`
+}
+
+// QueuedNodes is demand waiting in the queue.
+type QueuedNodes struct {
+	NodeGroup string `json:"nodeGroup"`
+	Class     string `json:"class"`
+	Nodes     int    `json:"nodes"`
 }
 
 // ScaleDownInfo is the scale-down part of the status.

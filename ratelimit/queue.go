@@ -7,8 +7,9 @@
 // no demand between loops — demand is restated every loop from the pending
 // pods, so demand that disappears (pods deleted, scheduled elsewhere) is
 // cancelled by not being restated, and a restart loses nothing but the
-// bucket's fill, which starts full (a restarting autoscaler is still held
-// by the in-flight cap, which counts what the cloud is already creating).
+// bucket's fill. The bucket starts full less the nodes already in flight,
+// so an autoscaler restarted in the middle of a scale-up does not add a
+// fresh burst on top of the one its predecessor just spent.
 package ratelimit
 
 import (
@@ -131,6 +132,9 @@ func (d Decision) Released() int {
 // cannot starve the others, and a gang's nodes all at once. inFlight is the
 // number of nodes requested and not yet ready.
 func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
+	if q.last.IsZero() {
+		q.tokens = math.Max(0, math.Min(q.tokens, float64(q.opts.Burst-inFlight)))
+	}
 	q.refill(now)
 	d := Decision{Release: map[string]int{}, Queued: map[string]map[Class]int{}}
 	room := q.opts.MaxInFlight - inFlight
@@ -235,6 +239,15 @@ func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 	d.Tokens = q.tokens
 	return d
 }
+
+// Refund returns the tokens of n released nodes the cloud refused, so a
+// failed request does not cost the rate.
+func (q *Queue) Refund(n int) {
+	q.tokens = math.Min(float64(q.opts.Burst), q.tokens+float64(n))
+}
+
+// Tokens is the bucket's fill as of the last Decide.
+func (q *Queue) Tokens() float64 { return q.tokens }
 
 // rotate orders demand indexes so the group after cursor comes first,
 // keeping age order otherwise.

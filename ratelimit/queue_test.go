@@ -148,3 +148,41 @@ func TestOptionsValidation(t *testing.T) {
 		t.Fatalf("released %d after lowering the burst to 5", d.Released())
 	}
 }
+
+func TestRestartCountsInFlightAgainstTheBurst(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		inFlight int
+		want     int
+	}{
+		{"fresh start, nothing in flight: the whole burst", 0, 20},
+		{"restart mid-scale-up: the predecessor's burst is spent", 15, 5},
+		{"more in flight than the burst: nothing at once", 40, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := newQueue(t, 60, 20, 1000)
+			if d := q.Decide(t0, []Demand{{Group: "g", Count: 100}}, tc.inFlight); d.Released() != tc.want {
+				t.Fatalf("released %d at start with %d in flight, want %d", d.Released(), tc.inFlight, tc.want)
+			}
+			// Refills at the rate from there: 10 s at 60/min is 10 nodes.
+			if d := q.Decide(t0.Add(10*time.Second), []Demand{{Group: "g", Count: 100}}, tc.inFlight); d.Released() != 10 {
+				t.Fatalf("released %d after 10 s, want 10", d.Released())
+			}
+		})
+	}
+}
+
+func TestRefundGivesBackRefusedNodes(t *testing.T) {
+	q := newQueue(t, 60, 10, 1000)
+	if d := q.Decide(t0, []Demand{{Group: "g", Count: 10}}, 0); d.Released() != 10 {
+		t.Fatalf("released %d", d.Released())
+	}
+	q.Refund(10) // the cloud refused them
+	if d := q.Decide(t0, []Demand{{Group: "h", Count: 10}}, 0); d.Released() != 10 {
+		t.Fatalf("released %d after a refund, want 10", d.Released())
+	}
+	q.Refund(1000)
+	if q.Tokens() != 10 {
+		t.Fatalf("tokens %v after a large refund, want the burst 10", q.Tokens())
+	}
+}

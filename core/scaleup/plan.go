@@ -39,6 +39,9 @@ type ScaleUp struct {
 	Group string
 	Delta int
 	Pods  []*apiv1.Pod
+	// Queued is the part of the plan the node-addition queue held back
+	// (set by the core after the queue decided; Delta is what was requested).
+	Queued int
 }
 
 // Failed is a scale-up the cloud refused.

@@ -1,0 +1,273 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
+	"github.com/vmss-autoscaler/vmss-autoscaler/ratelimit"
+)
+
+// HealthSource gives the API server's health as the autoscaler saw it
+// since the last call (ratelimit.Observer).
+type HealthSource interface {
+	Take() ratelimit.Signals
+}
+
+// nodeAddition is the smoothing stage between the planner and the cloud:
+// the planner states demand, the ratelimit queue decides what is released
+// now, and only what is released is requested from the cloud. It holds no
+// demand between loops: demand is restated from the pending pods every
+// loop, so vanished demand is cancelled and a restart loses nothing.
+type nodeAddition struct {
+	enabled  bool
+	queue    *ratelimit.Queue
+	adaptive *ratelimit.Adaptive // nil: fixed rate
+	health   HealthSource
+	// lastQueued is the previous loop's queue, to count cancellations.
+	lastQueued map[string]map[ratelimit.Class]int
+	reason     string
+}
+
+func newNodeAddition(o Options, health HealthSource) (*nodeAddition, error) {
+	na := &nodeAddition{enabled: o.NodeAdditionSmoothing, health: health, reason: ratelimit.ReasonConfigured}
+	q, err := ratelimit.New(o.queueOptions())
+	if err != nil {
+		return nil, err
+	}
+	na.queue = q
+	if o.NodeAdditionAdaptive {
+		ad, err := ratelimit.NewAdaptive(o.NodeAdditionRate, o.NodeAdditionAdaptiveOptions)
+		if err != nil {
+			return nil, err
+		}
+		na.adaptive = ad
+	}
+	return na, nil
+}
+
+// additionReport is what the loop tells the status and the pods.
+type additionReport struct {
+	InFlight int
+	Limit    string
+	Released map[string]int
+	Queued   map[string]map[ratelimit.Class]int
+}
+
+// addNodes sends the plan through the queue and requests what it releases.
+// A group the cloud refuses (quota, capacity) is backed off by the
+// increaser; its pods are planned again at once on the other groups, up to
+// once per group.
+func (a *Autoscaler) addNodes(ctx context.Context, l *loop, res scaleup.Result, cands []scaleup.Candidate, maxNew int) scaleup.Result {
+	inFlight := 0
+	for _, g := range l.groups {
+		if gs := a.registry.Group(g.ID()); gs != nil && gs.Readiness.TargetKnown {
+			inFlight += gs.Readiness.Upcoming
+		}
+	}
+	rep := additionReport{InFlight: inFlight, Released: map[string]int{}, Queued: map[string]map[ratelimit.Class]int{}}
+	out := scaleup.Result{Fork: res.Fork, NoScale: res.NoScale}
+	inc := increaser{a: a, l: l}
+	for round := 0; ; round++ {
+		dec := a.decide(l.now, res.ScaleUps, rep.InFlight)
+		if rep.Limit == "" {
+			rep.Limit = dec.Limit
+		}
+		var retry []*apiv1.Pod
+		failed := map[string]bool{}
+		for _, su := range res.ScaleUps {
+			n := dec.Release[su.Group]
+			if n == 0 {
+				out.ScaleUps = append(out.ScaleUps, scaleup.ScaleUp{Group: su.Group, Pods: su.Pods, Queued: su.Delta})
+				continue
+			}
+			dec.Release[su.Group] = 0 // one request per group, whatever the number of scale-ups planned for it
+			if err := inc.IncreaseSize(ctx, su.Group, n); err != nil {
+				a.nodeAdd.queue.Refund(n)
+				out.Failed = append(out.Failed, scaleup.Failed{Group: su.Group, Delta: n, Err: err, Pods: su.Pods})
+				if c := cloudprovider.ClassOf(err); c != cloudprovider.ClassThrottled && c != cloudprovider.ClassConflict {
+					failed[su.Group] = true
+					retry = append(retry, su.Pods...)
+				}
+				continue
+			}
+			rep.InFlight += n
+			rep.Released[su.Group] += n
+			a.metrics.NodesReleased.WithLabelValues(su.Group, ratelimit.Workload.String()).Add(float64(n))
+			out.ScaleUps = append(out.ScaleUps, scaleup.ScaleUp{Group: su.Group, Delta: n, Pods: su.Pods, Queued: su.Delta - n})
+		}
+		for g, byClass := range dec.Queued {
+			if failed[g] {
+				continue
+			}
+			for c, n := range byClass {
+				if rep.Queued[g] == nil {
+					rep.Queued[g] = map[ratelimit.Class]int{}
+				}
+				rep.Queued[g][c] += n
+			}
+		}
+		if len(retry) == 0 || round >= len(cands) {
+			break
+		}
+		// Plan the refused group's pods again on the groups left.
+		for i := range cands {
+			if failed[cands[i].Group] {
+				cands[i].Skip = "scale-up failed in this loop"
+			}
+		}
+		left := maxNew
+		for _, n := range rep.Released {
+			left -= n
+		}
+		for _, byClass := range rep.Queued {
+			for _, n := range byClass {
+				left -= n
+			}
+		}
+		var pend []scaleup.Pending
+		for _, g := range simulator.GroupPods(retry, a.opts.GPUResourceName) {
+			pend = append(pend, scaleup.Pending{G: g})
+		}
+		res = a.planner.Plan(ctx, res.Fork, pend, cands, left, planOnly{})
+		out.Fork = res.Fork
+		out.NoScale = append(out.NoScale, res.NoScale...)
+	}
+	a.reportQueue(ctx, l, rep)
+	l.addition = rep
+	return out
+}
+
+// decide asks the queue, or releases everything when smoothing is off.
+func (a *Autoscaler) decide(now time.Time, sus []scaleup.ScaleUp, inFlight int) ratelimit.Decision {
+	demands := make([]ratelimit.Demand, 0, len(sus))
+	for _, su := range sus {
+		demands = append(demands, ratelimit.Demand{Group: su.Group, Count: su.Delta, Class: ratelimit.Workload, Since: oldest(su.Pods)})
+	}
+	if !a.nodeAdd.enabled {
+		d := ratelimit.Decision{Release: map[string]int{}, Queued: map[string]map[ratelimit.Class]int{}}
+		for _, x := range demands {
+			d.Release[x.Group] += x.Count
+		}
+		return d
+	}
+	return a.nodeAdd.queue.Decide(now, demands, inFlight)
+}
+
+func oldest(pods []*apiv1.Pod) time.Time {
+	var t time.Time
+	for _, p := range pods {
+		if c := p.CreationTimestamp.Time; t.IsZero() || c.Before(t) {
+			t = c
+		}
+	}
+	return t
+}
+
+// reportQueue updates the queue's metrics, counts cancelled demand and lets
+// the adaptive controller move the rate.
+func (a *Autoscaler) reportQueue(ctx context.Context, l *loop, rep additionReport) {
+	na := a.nodeAdd
+	m := a.metrics
+	m.NodesInFlight.Set(float64(rep.InFlight))
+	m.QueueDepth.Reset()
+	for g, byClass := range rep.Queued {
+		for c, n := range byClass {
+			m.QueueDepth.WithLabelValues(g, c.String()).Set(float64(n))
+		}
+	}
+	// Demand queued last loop and neither released nor queued now was
+	// cancelled: its pods were deleted, scheduled elsewhere, or fit now.
+	for g, byClass := range na.lastQueued {
+		for c, n := range byClass {
+			still := rep.Queued[g][c]
+			if c == ratelimit.Workload {
+				still += rep.Released[g]
+			}
+			if gone := n - still; gone > 0 {
+				m.NodesCancelled.WithLabelValues(g, c.String()).Add(float64(gone))
+				klog.FromContext(ctx).V(2).Info("Queued node demand cancelled", "nodeGroup", g, "class", c.String(), "nodes", gone)
+			}
+		}
+	}
+	na.lastQueued = rep.Queued
+	if na.enabled && na.adaptive != nil {
+		take := func() ratelimit.Signals {
+			if na.health == nil {
+				return ratelimit.Signals{}
+			}
+			return na.health.Take()
+		}
+		if c, ok := na.adaptive.Update(l.now, rep.Limit == "rate", take); ok {
+			if c.To != c.From {
+				o := na.queue.Options()
+				o.NodesPerMinute = c.To
+				if err := na.queue.SetOptions(o); err != nil {
+					klog.FromContext(ctx).Error(err, "Setting the adaptive node-addition rate")
+				}
+				m.RateChanges.WithLabelValues(c.Reason).Inc()
+				klog.FromContext(ctx).Info("Node-addition rate changed", "from", c.From, "to", c.To, "reason", c.Reason,
+					"requests", c.Signals.Requests, "slow", c.Signals.Slow, "throttled", c.Signals.Throttled,
+					"serverErrors", c.Signals.ServerErrors, "flowControlRejected", c.Signals.Rejected, "flowControlKnown", c.Signals.RejectedKnown)
+			}
+			na.reason = c.Reason
+		}
+	}
+	rate := na.queue.Options().NodesPerMinute
+	m.AdditionRate.Set(rate)
+	m.AdditionTokens.Set(na.queue.Tokens())
+	for _, r := range ratelimit.Reasons() {
+		v := 0.0
+		if r == na.reason {
+			v = 1
+		}
+		m.AdditionRateReason.WithLabelValues(r).Set(v)
+	}
+}
+
+// queueStatus is the queue in the status ConfigMap.
+func (a *Autoscaler) queueStatus(rep additionReport) NodeAdditionStatus {
+	o := a.nodeAdd.queue.Options()
+	st := NodeAdditionStatus{Smoothing: a.nodeAdd.enabled, RateNodesPerMinute: o.NodesPerMinute, RateReason: a.nodeAdd.reason,
+		Burst: o.Burst, MaxInFlight: o.MaxInFlight, InFlight: rep.InFlight, HeldBy: rep.Limit}
+	for g, byClass := range rep.Queued {
+		for c, n := range byClass {
+			st.Queued = append(st.Queued, QueuedNodes{NodeGroup: g, Class: c.String(), Nodes: n})
+		}
+	}
+	sort.Slice(st.Queued, func(i, j int) bool {
+		if st.Queued[i].NodeGroup != st.Queued[j].NodeGroup {
+			return st.Queued[i].NodeGroup < st.Queued[j].NodeGroup
+		}
+		return st.Queued[i].Class < st.Queued[j].Class
+	})
+	return st
+}
+
+// planOnly accepts every scale-up: the planner's output is demand for the
+// queue, not a cloud request.
+type planOnly struct{}
+
+func (planOnly) IncreaseSize(context.Context, string, int) error { return nil }
+
+// queueOptions are the queue's bounds from the options.
+func (o Options) queueOptions() ratelimit.Options {
+	return ratelimit.Options{NodesPerMinute: o.NodeAdditionRate, Burst: o.NodeAdditionBurst, MaxInFlight: o.MaxNodesInFlight}
+}
+
+// queuedMessage is the event of a pod whose nodes wait in the queue. It
+// names no counts, so it does not change from loop to loop.
+func queuedMessage(group, limit string) string {
+	why := "the node-addition rate"
+	if limit == "in-flight" {
+		why = "the cap on nodes in flight"
+	}
+	return fmt.Sprintf("pod is waiting for nodes of group %s, added gradually under %s to protect the API server", group, why)
+}

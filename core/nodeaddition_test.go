@@ -1,0 +1,184 @@
+package core
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/ratelimit"
+)
+
+// smoothing sets a fixed-rate queue.
+func smoothing(rate float64, burst, inFlight int) envOption {
+	return withOptions(func(o *Options) {
+		o.NodeAdditionSmoothing = true
+		o.NodeAdditionRate, o.NodeAdditionBurst, o.MaxNodesInFlight = rate, burst, inFlight
+		o.NodeAdditionAdaptive = false
+	})
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
+
+func TestQueueReleasesAtTheRateAndNeverAsksTwice(t *testing.T) {
+	e := newEnv(t, smoothing(60, 10, 1000))
+	gpu := e.provider.AddGroup("gpu", 0, 100, gpuTemplate("gpu"))
+	e.start()
+	pods := pendingPods(30, "train", wholeGPU()...)
+	e.add(pods)
+	e.run()
+	if got := gpu.Increases(); len(got) != 1 || got[0] != 10 {
+		t.Fatalf("increases %v, want the burst [10]", got)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.QueueDepth.WithLabelValues("gpu", "workload")); got != 20 {
+		t.Fatalf("queue depth %v, want 20", got)
+	}
+	if got := len(e.events(EventScaleUpQueued)); got != 30 {
+		t.Fatalf("ScaleUpQueued events %d, want one per pod (30)", got)
+	}
+	last := e.status.writes[len(e.status.writes)-1]
+	for _, want := range []string{"heldBy: rate", "nodeGroup: gpu", "nodes: 20", "inFlight: 10"} {
+		if !strings.Contains(last, want) {
+			t.Fatalf("status lacks %q:\n%s", want, last)
+		}
+	}
+	// 10 s at 60 nodes a minute: 10 more; the 10 requested are upcoming and
+	// not asked for again.
+	e.clock.Step(10 * time.Second)
+	e.run()
+	if got := gpu.Increases(); len(got) != 2 || got[1] != 10 {
+		t.Fatalf("increases %v, want [10 10]", got)
+	}
+	if got := len(e.events(EventScaleUpQueued)); got != 0 {
+		t.Fatalf("%d ScaleUpQueued events repeated with an unchanged message", got)
+	}
+	// 20 of the pods go away while their nodes are queued: the remaining 10
+	// fit on the 20 requested already, and the 10 queued are cancelled,
+	// never requested.
+	for _, p := range pods[:20] {
+		if err := e.pods.Delete(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 6; i++ {
+		e.clock.Step(10 * time.Second)
+		e.run()
+	}
+	if got := sum(gpu.Increases()); got != 20 {
+		t.Fatalf("nodes requested %d (%v), want 20: the cancelled demand must not be requested", got, gpu.Increases())
+	}
+	if got := testutil.ToFloat64(e.a.metrics.NodesCancelled.WithLabelValues("gpu", "workload")); got != 10 {
+		t.Fatalf("cancelled %v, want the 10 queued nodes", got)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.NodesReleased.WithLabelValues("gpu", "workload")); got != 20 {
+		t.Fatalf("released %v, want 20", got)
+	}
+}
+
+func TestQueueInFlightCap(t *testing.T) {
+	e := newEnv(t, smoothing(600, 100, 8))
+	gpu := e.provider.AddGroup("gpu", 0, 100, gpuTemplate("gpu"))
+	e.start()
+	e.add(pendingPods(20, "train", wholeGPU()...))
+	e.run()
+	e.clock.Step(time.Minute)
+	e.run() // still creating: nothing more
+	if got := gpu.Increases(); len(got) != 1 || got[0] != 8 {
+		t.Fatalf("increases %v, want [8] under the in-flight cap", got)
+	}
+	if !strings.Contains(e.status.writes[len(e.status.writes)-1], "heldBy: in-flight") {
+		t.Fatalf("status does not say the cap held demand:\n%s", e.status.writes[len(e.status.writes)-1])
+	}
+	// Five become ready nodes: five more may fly.
+	gpu.MarkRunning()
+	e.register(gpu)
+	e.clock.Step(10 * time.Second)
+	e.run()
+	if got := gpu.Increases(); len(got) != 2 || got[1] != 8 {
+		t.Fatalf("increases %v, want [8 8] once the first 8 are ready", got)
+	}
+}
+
+func TestQueueAfterRestartAddsNoSecondBurst(t *testing.T) {
+	e := newEnv(t, smoothing(60, 10, 1000))
+	gpu := e.provider.AddGroup("gpu", 0, 100, gpuTemplate("gpu"))
+	e.start()
+	e.add(pendingPods(30, "train", wholeGPU()...))
+	e.run()
+	// The process restarts: a new autoscaler over the same cloud and cluster.
+	e.reg = newEnv(t).reg
+	e.start()
+	e.run()
+	if got := gpu.Increases(); len(got) != 1 {
+		t.Fatalf("increases %v: the restarted autoscaler requested again at once", got)
+	}
+	e.clock.Step(10 * time.Second)
+	e.run()
+	if got := gpu.Increases(); len(got) != 2 || got[1] != 10 {
+		t.Fatalf("increases %v, want [10 10]: the rate, and not the 10 in flight again", got)
+	}
+}
+
+func TestSmoothingOffRequestsEverythingAtOnce(t *testing.T) {
+	e := newEnv(t, withOptions(func(o *Options) { o.NodeAdditionSmoothing = false; o.NodeAdditionBurst = 1 }))
+	gpu := e.provider.AddGroup("gpu", 0, 100, gpuTemplate("gpu"))
+	e.start()
+	e.add(pendingPods(30, "train", wholeGPU()...))
+	e.run()
+	if got := gpu.Increases(); len(got) != 1 || got[0] != 30 {
+		t.Fatalf("increases %v, want [30]", got)
+	}
+}
+
+type fixedHealth struct{ s ratelimit.Signals }
+
+func (f *fixedHealth) Take() ratelimit.Signals { return f.s }
+
+func TestAdaptiveRateFollowsAPIServerHealth(t *testing.T) {
+	h := &fixedHealth{s: ratelimit.Signals{Requests: 100, Throttled: 3}}
+	e := newEnv(t, smoothing(60, 1, 1000), withOptions(func(o *Options) {
+		o.NodeAdditionAdaptive = true
+		o.NodeAdditionAdaptiveOptions.Min, o.NodeAdditionAdaptiveOptions.Max = 15, 120
+		o.NodeAdditionAdaptiveOptions.Interval = 30 * time.Second
+	}))
+	e.health = h
+	e.provider.AddGroup("gpu", 0, 1000, gpuTemplate("gpu"))
+	e.start()
+	e.add(pendingPods(500, "train", wholeGPU()...))
+	step := func(n int) {
+		for i := 0; i < n; i++ {
+			e.clock.Step(10 * time.Second)
+			e.run()
+		}
+	}
+	e.run()
+	step(3)
+	if got := testutil.ToFloat64(e.a.metrics.AdditionRate); got != 30 {
+		t.Fatalf("rate %v after 429s, want halved to 30", got)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.AdditionRateReason.WithLabelValues(ratelimit.Reason429)); got != 1 {
+		t.Fatalf("rate reason client-429 = %v, want 1", got)
+	}
+	step(6)
+	if got := testutil.ToFloat64(e.a.metrics.AdditionRate); got != 15 {
+		t.Fatalf("rate %v, want the lower bound 15", got)
+	}
+	h.s = ratelimit.Signals{Requests: 100}
+	step(6) // two healthy intervals while the rate holds demand back
+	if got := testutil.ToFloat64(e.a.metrics.AdditionRate); got != 35 {
+		t.Fatalf("rate %v, want 15 + 2×10", got)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.RateChanges.WithLabelValues(ratelimit.ReasonHealthy)); got != 2 {
+		t.Fatalf("healthy rate changes %v, want 2", got)
+	}
+	if !strings.Contains(e.status.writes[len(e.status.writes)-1], "rateReason: healthy") {
+		t.Fatalf("status does not say why:\n%s", e.status.writes[len(e.status.writes)-1])
+	}
+}

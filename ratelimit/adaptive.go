@@ -1,0 +1,163 @@
+package ratelimit
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Why the adaptive controller set the rate. Each is also a value of the
+// metric label that says why the rate is what it is.
+const (
+	ReasonConfigured = "configured" // the flag's value; adaptive mode off or not evaluated yet
+	ReasonHealthy    = "healthy"    // raised: no trouble while the rate held demand back
+	ReasonSteady     = "steady"     // unchanged: healthy, but the rate was not what held demand back
+	ReasonAtMax      = "at-max"     // healthy, already at the upper bound
+	Reason429        = "client-429" // the API server answered the autoscaler's requests with 429
+	Reason5xx        = "client-5xx" // the API server answered with 5xx
+	ReasonLatency    = "client-latency"
+	ReasonRejected   = "apiserver-flowcontrol-rejected" // API Priority and Fairness rejected requests (any client)
+)
+
+// Reasons lists every reason, for metrics that reset the ones not current.
+func Reasons() []string {
+	return []string{ReasonConfigured, ReasonHealthy, ReasonSteady, ReasonAtMax, Reason429, Reason5xx, ReasonLatency, ReasonRejected}
+}
+
+// AdaptiveOptions bound the adaptive controller: it cuts the rate by
+// DecreaseFactor on trouble and raises it by IncreaseStep while healthy,
+// at most once per Interval, within [Min, Max].
+type AdaptiveOptions struct {
+	Min, Max       float64
+	DecreaseFactor float64
+	IncreaseStep   float64
+	Interval       time.Duration
+	// LatencyThreshold makes a request slow; SlowShare of the requests in an
+	// interval being slow is trouble (with at least MinRequests requests).
+	LatencyThreshold time.Duration
+	SlowShare        float64
+	MinRequests      int
+}
+
+// DefaultAdaptiveOptions are safe for a 7,500-node cluster.
+func DefaultAdaptiveOptions() AdaptiveOptions {
+	return AdaptiveOptions{
+		Min: 10, Max: 200, DecreaseFactor: 0.5, IncreaseStep: 10, Interval: 30 * time.Second,
+		LatencyThreshold: time.Second, SlowShare: 0.1, MinRequests: 5,
+	}
+}
+
+// Validate names the flag at fault; rate is the configured starting rate.
+func (o AdaptiveOptions) Validate(rate float64) error {
+	switch {
+	case o.Min <= 0:
+		return fmt.Errorf("--node-addition-rate-min: must be positive, got %v", o.Min)
+	case o.Max < o.Min:
+		return fmt.Errorf("--node-addition-rate-max: %v is below --node-addition-rate-min %v", o.Max, o.Min)
+	case rate < o.Min || rate > o.Max:
+		return fmt.Errorf("--node-addition-rate: %v is outside the adaptive bounds [%v, %v]", rate, o.Min, o.Max)
+	case o.DecreaseFactor <= 0 || o.DecreaseFactor >= 1:
+		return fmt.Errorf("--node-addition-rate-decrease-factor: must be between 0 and 1 (exclusive), got %v", o.DecreaseFactor)
+	case o.IncreaseStep <= 0:
+		return fmt.Errorf("--node-addition-rate-increase-step: must be positive, got %v", o.IncreaseStep)
+	case o.Interval <= 0:
+		return fmt.Errorf("--node-addition-adaptive-interval: must be positive, got %s", o.Interval)
+	case o.LatencyThreshold <= 0:
+		return fmt.Errorf("--node-addition-latency-threshold: must be positive, got %s", o.LatencyThreshold)
+	case o.SlowShare <= 0 || o.SlowShare > 1:
+		return fmt.Errorf("node-addition slow share: must be in (0, 1], got %v", o.SlowShare)
+	}
+	return nil
+}
+
+// Signals are the API server's health as the autoscaler saw it over an
+// interval.
+type Signals struct {
+	// Requests the autoscaler's client made (watches excluded), and of
+	// those: slower than the latency threshold, answered 429, answered 5xx.
+	Requests, Slow, Throttled, ServerErrors int
+	// Rejected is the increase of apiserver_flowcontrol_rejected_requests_total
+	// over the interval; RejectedKnown is false when /metrics could not be read.
+	Rejected      float64
+	RejectedKnown bool
+}
+
+// Change is a decision of the adaptive controller.
+type Change struct {
+	From, To float64
+	Reason   string
+	Signals  Signals
+}
+
+// Adaptive is the controller. Not safe for concurrent use: the loop owns it.
+type Adaptive struct {
+	opts    AdaptiveOptions
+	rate    float64
+	reason  string
+	last    time.Time
+	limited bool
+}
+
+// NewAdaptive starts at rate.
+func NewAdaptive(rate float64, o AdaptiveOptions) (*Adaptive, error) {
+	if err := o.Validate(rate); err != nil {
+		return nil, err
+	}
+	return &Adaptive{opts: o, rate: rate, reason: ReasonConfigured}, nil
+}
+
+// Rate is the current rate and why.
+func (a *Adaptive) Rate() (float64, string) { return a.rate, a.reason }
+
+// Update is called every loop. limited says whether the rate held demand
+// back in this loop. At most once per Interval it takes the signals and
+// moves the rate: multiplicative decrease on trouble, additive increase
+// while healthy and the rate is what holds demand back (a rate raised while
+// idle would only turn into a burst later). ok is false when the interval
+// has not passed.
+func (a *Adaptive) Update(now time.Time, limited bool, take func() Signals) (c Change, ok bool) {
+	a.limited = a.limited || limited
+	if a.last.IsZero() {
+		a.last = now
+		take() // start the first interval afresh
+		return Change{}, false
+	}
+	if now.Sub(a.last) < a.opts.Interval {
+		return Change{}, false
+	}
+	a.last = now
+	s := take()
+	c = Change{From: a.rate, Signals: s}
+	if why := a.trouble(s); why != "" {
+		a.rate = math.Max(a.opts.Min, a.rate*a.opts.DecreaseFactor)
+		a.reason = why
+	} else {
+		switch {
+		case !a.limited:
+			a.reason = ReasonSteady
+		case a.rate >= a.opts.Max:
+			a.reason = ReasonAtMax
+		default:
+			a.rate = math.Min(a.opts.Max, a.rate+a.opts.IncreaseStep)
+			a.reason = ReasonHealthy
+		}
+	}
+	a.limited = false
+	c.To, c.Reason = a.rate, a.reason
+	return c, true
+}
+
+// trouble is the most telling sign of an overloaded API server, or "".
+func (a *Adaptive) trouble(s Signals) string {
+	switch {
+	case s.Throttled > 0:
+		return Reason429
+	case s.RejectedKnown && s.Rejected > 0:
+		return ReasonRejected
+	case s.ServerErrors > 0:
+		return Reason5xx
+	case s.Requests >= a.opts.MinRequests && float64(s.Slow) > a.opts.SlowShare*float64(s.Requests):
+		return ReasonLatency
+	}
+	return ""
+}
