@@ -15,6 +15,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
+	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
 )
 
 // config is everything the binary is configured with.
@@ -32,6 +33,7 @@ type config struct {
 	kubeClientBurst int
 
 	apiserverMetricsInterval time.Duration
+	preflightTaint           string
 
 	address        string
 	maxInactivity  time.Duration
@@ -105,6 +107,14 @@ func newFlagSet(c *config) *pflag.FlagSet {
 	fs.DurationVar(&ad.Interval, "node-addition-adaptive-interval", ad.Interval, "adaptive mode: how often the rate is reconsidered")
 	fs.DurationVar(&ad.LatencyThreshold, "node-addition-latency-threshold", ad.LatencyThreshold, "adaptive mode: a request of the autoscaler slower than this is slow; more than 10% slow is trouble")
 	fs.DurationVar(&c.apiserverMetricsInterval, "apiserver-metrics-interval", 30*time.Second, "adaptive mode: how often the API server's /metrics is read for apiserver_flowcontrol_rejected_requests_total (needs get on the non-resource URL /metrics); 0 to never read it")
+	pf := &c.core.Preflight
+	fs.BoolVar(&pf.Enabled, "preflight-enabled", pf.Enabled, "treat nodes carrying the preflight taint as coming capacity until the preflight agent passes them, and replace the ones that fail")
+	fs.StringVar(&c.preflightTaint, "preflight-taint", pf.Taint.Key+"="+pf.Taint.Value+":"+string(pf.Taint.Effect), "taint new nodes join with until they pass preflight (key=value:Effect; key and effect identify it)")
+	fs.StringVar(&pf.Label, "preflight-label", pf.Label, "node label holding pending|passed|failed")
+	fs.StringVar(&pf.FailureAnnotation, "preflight-failure-annotation", pf.FailureAnnotation, "node annotation where the agent writes why a node failed")
+	fs.DurationVar(&pf.MaxPreflightTime, "max-preflight-time", pf.MaxPreflightTime, "a node still pending preflight this long after it registered counts as failed and is replaced")
+	fs.IntVar(&c.core.PreflightFailuresBeforeBackoff, "preflight-failures-before-backoff", d.PreflightFailuresBeforeBackoff, "this many preflight failures in a group within --preflight-failure-window back the group off; 0 never")
+	fs.DurationVar(&c.core.PreflightFailureWindow, "preflight-failure-window", d.PreflightFailureWindow, "window of --preflight-failures-before-backoff")
 	fs.StringVar(&c.address, "address", ":8085", "address of /metrics and /healthz")
 	fs.DurationVar(&c.maxInactivity, "max-inactivity", 10*time.Minute, "/healthz fails when no loop has run for this long")
 	fs.DurationVar(&c.maxFailingTime, "max-failing-time", 15*time.Minute, "/healthz fails when no loop has succeeded for this long")
@@ -135,6 +145,11 @@ func parseConfig(args []string, extra func(*pflag.FlagSet)) (*config, error) {
 	}
 	c.core.Expanders = splitList(c.expander)
 	c.core.GPUResourceName = apiv1.ResourceName(c.gpuResourceName)
+	taint, err := preflight.ParseTaint("--preflight-taint", c.preflightTaint)
+	if err != nil {
+		return nil, err
+	}
+	c.core.Preflight.Taint = taint
 	if err := c.core.Validate(); err != nil {
 		return nil, err
 	}

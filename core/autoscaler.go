@@ -76,6 +76,7 @@ type Autoscaler struct {
 	actions   NodeActions
 	scaleDown *scaleDownState
 	nodeAdd   *nodeAddition
+	preflight *preflightState
 
 	lastStatus string
 
@@ -107,6 +108,7 @@ func New(d Deps) (*Autoscaler, error) {
 		builder:   snapshot.NewBuilder(d.Options.GPUResourceName),
 		templates: newTemplates(),
 		events:    newPodEvents(d.Recorder, d.Options.MaxPodEventsPerLoop, d.Options.PodEventInterval),
+		preflight: newPreflightState(),
 	}
 	a.registry = clusterstate.NewRegistry(clusterstate.Options{
 		MaxNodeProvisionTime: d.Options.MaxNodeProvisionTime,
@@ -116,7 +118,10 @@ func New(d Deps) (*Autoscaler, error) {
 			Max:     d.Options.MaxNodeGroupBackoffDuration,
 			Reset:   d.Options.NodeGroupBackoffResetTimeout,
 		},
-		GroupDefaults: cloudprovider.GroupOptions{MaxNodeProvisionTime: d.Options.MaxNodeProvisionTime},
+		GroupDefaults:                  cloudprovider.GroupOptions{MaxNodeProvisionTime: d.Options.MaxNodeProvisionTime},
+		Preflight:                      d.Options.Preflight,
+		PreflightFailuresBeforeBackoff: d.Options.PreflightFailuresBeforeBackoff,
+		PreflightFailureWindow:         d.Options.PreflightFailureWindow,
 	})
 	chain, err := scaleup.NewChain(d.Options.Expanders, d.Options.GPUResourceName, a.priorities, d.Rand)
 	if err != nil {
@@ -164,6 +169,7 @@ func (a *Autoscaler) RunOnce(ctx context.Context) error {
 		{"cloud-refresh", a.refreshCloud},
 		{"snapshot", a.takeSnapshot},
 		{"cluster-state", a.updateClusterState},
+		{"preflight", a.replaceFailedPreflight},
 		{"scale-up", a.scaleUp},
 		{"scale-down", a.scaleDownPhase},
 		{"status", a.writeStatus},

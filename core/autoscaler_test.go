@@ -148,7 +148,7 @@ func (e *env) add(objs ...any) {
 
 // register turns a group's running or creating instances without a node
 // into Ready nodes built from the group's template.
-func (e *env) register(g *inmemory.Group) {
+func (e *env) register(g *inmemory.Group, opts ...to.NodeOption) {
 	e.t.Helper()
 	tmpl, err := g.TemplateNode()
 	if err != nil {
@@ -166,6 +166,9 @@ func (e *env) register(g *inmemory.Group) {
 		n.Spec.ProviderID = in.ProviderID
 		n.CreationTimestamp.Time = e.clock.Now()
 		n.Status.Conditions = []apiv1.NodeCondition{{Type: apiv1.NodeReady, Status: apiv1.ConditionTrue}}
+		for _, o := range opts {
+			o(n)
+		}
 		e.add(n)
 	}
 }

@@ -20,6 +20,8 @@ type NodeActions interface {
 	RemoveTaint(ctx context.Context, node, key string) error
 	// Evict evicts a pod through the Eviction API, so PodDisruptionBudgets hold.
 	Evict(ctx context.Context, pod *apiv1.Pod, gracePeriodSeconds int64) error
+	// Cordon marks a node unschedulable.
+	Cordon(ctx context.Context, node string) error
 }
 
 // KubeNodeActions implements NodeActions with client-go.
@@ -71,6 +73,26 @@ func (k *KubeNodeActions) updateTaints(ctx context.Context, node string, change 
 	}
 	if err != nil {
 		return fmt.Errorf("updating taints of node %s: %w", node, err)
+	}
+	return nil
+}
+
+// Cordon implements NodeActions.
+func (k *KubeNodeActions) Cordon(ctx context.Context, node string) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := k.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil || n.Spec.Unschedulable {
+			return err
+		}
+		n.Spec.Unschedulable = true
+		_, err = k.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cordoning node %s: %w", node, err)
 	}
 	return nil
 }

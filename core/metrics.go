@@ -40,6 +40,11 @@ type Metrics struct {
 	AdditionRateReason *prometheus.GaugeVec
 	RateChanges        *prometheus.CounterVec
 	AdditionTokens     prometheus.Gauge
+
+	PreflightPending  *prometheus.GaugeVec
+	PreflightResults  *prometheus.CounterVec
+	PreflightDuration *prometheus.HistogramVec
+	PreflightReplaced *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -112,6 +117,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Changes of the node-addition rate by the adaptive controller, by reason."}, []string{"reason"})
 	m.AdditionTokens = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "node_addition_tokens",
 		Help: "Fill of the node-addition token bucket (nodes that may be requested at once)."})
+	m.PreflightPending = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "preflight_pending_nodes",
+		Help: "Registered nodes waiting for the preflight agent, per node group (coming capacity)."}, []string{"node_group"})
+	m.PreflightResults = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "preflight_results_total",
+		Help: "Preflight outcomes per node group: passed, failed (the agent said so), timeout (not passed within --max-preflight-time)."}, []string{"node_group", "result"})
+	m.PreflightDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "preflight_duration_seconds",
+		Help:    "Time from a node's registration to passing preflight, per node group.",
+		Buckets: []float64{15, 30, 60, 120, 300, 600, 900, 1200, 1800, 3600}}, []string{"node_group"})
+	m.PreflightReplaced = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "preflight_replaced_nodes_total",
+		Help: "Machines deleted because their node failed preflight, per node group."}, []string{"node_group"})
+	reg.MustRegister(m.PreflightPending, m.PreflightResults, m.PreflightDuration, m.PreflightReplaced)
 	reg.MustRegister(m.QueueDepth, m.NodesReleased, m.NodesCancelled, m.NodesInFlight, m.AdditionRate, m.AdditionRateReason, m.RateChanges, m.AdditionTokens)
 	reg.MustRegister(m.UnneededNodes, m.KeptNodes, m.ScaledDownNodes, m.FailedScaleDowns, m.Evictions, m.BrakeEngaged, m.DrainsInFlight)
 	reg.MustRegister(m.LoopDuration, m.PhaseDuration, m.LoopErrors, m.LastSuccessfulLoop, m.UnschedulablePods,

@@ -6,6 +6,7 @@ import (
 
 	apiv1 "k8s.io/api/core/v1"
 
+	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
 	"github.com/vmss-autoscaler/vmss-autoscaler/ratelimit"
 )
 
@@ -86,6 +87,13 @@ type Options struct {
 	// bounds from the API server's health.
 	NodeAdditionAdaptive        bool
 	NodeAdditionAdaptiveOptions ratelimit.AdaptiveOptions
+
+	// Preflight is the readiness gate (taint, label, deadline).
+	Preflight preflight.Options
+	// PreflightFailuresBeforeBackoff failures in a group within
+	// PreflightFailureWindow back it off; 0 never.
+	PreflightFailuresBeforeBackoff int
+	PreflightFailureWindow         time.Duration
 }
 
 // DefaultOptions returns the defaults, safe for a 7,500-node cluster.
@@ -137,6 +145,10 @@ func DefaultOptions() Options {
 		MaxNodesInFlight:            300,
 		NodeAdditionAdaptive:        true,
 		NodeAdditionAdaptiveOptions: ratelimit.DefaultAdaptiveOptions(),
+
+		Preflight:                      preflight.DefaultOptions(),
+		PreflightFailuresBeforeBackoff: 3,
+		PreflightFailureWindow:         30 * time.Minute,
 	}
 }
 
@@ -216,6 +228,15 @@ func (o Options) Validate() error {
 	}
 	if err := o.queueOptions().Validate(); err != nil {
 		return err
+	}
+	if err := o.Preflight.Validate(); err != nil {
+		return err
+	}
+	if o.PreflightFailuresBeforeBackoff < 0 {
+		return fmt.Errorf("--preflight-failures-before-backoff: must not be negative, got %d", o.PreflightFailuresBeforeBackoff)
+	}
+	if o.PreflightFailuresBeforeBackoff > 0 && o.PreflightFailureWindow <= 0 {
+		return fmt.Errorf("--preflight-failure-window: must be positive, got %s", o.PreflightFailureWindow)
 	}
 	if o.NodeAdditionAdaptive {
 		if err := o.NodeAdditionAdaptiveOptions.Validate(o.NodeAdditionRate); err != nil {

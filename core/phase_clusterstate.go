@@ -28,7 +28,11 @@ func (a *Autoscaler) updateClusterState(ctx context.Context, l *loop) error {
 	for _, f := range act.Failures {
 		a.metrics.FailedScaleUps.WithLabelValues(f.Group, f.Reason).Inc()
 		logger.Info("Scale-up failed", "nodeGroup", f.Group, "reason", f.Reason, "class", f.Class.String(), "message", f.Message)
-		a.groupEvent(apiv1.EventTypeWarning, EventFailedScaleUp, fmt.Sprintf("node group %s: %s", f.Group, f.Message))
+		reason := EventFailedScaleUp
+		if f.Reason == "preflight" {
+			reason = EventPreflightFailures
+		}
+		a.groupEvent(apiv1.EventTypeWarning, reason, fmt.Sprintf("node group %s: %s", f.Group, f.Message))
 	}
 	for _, id := range sortedKeys(act.Delete) {
 		ids := act.Delete[id]
@@ -63,6 +67,7 @@ func (a *Autoscaler) publishGroupMetrics(gs *clusterstate.GroupState) {
 	for state, v := range map[string]int{
 		"ready": r.Ready, "unready": r.Unready, "not_started": r.NotStarted, "unregistered": r.Unregistered,
 		"long_unregistered": r.LongUnregistered, "in_error": r.InError, "deleting": r.Deleting, "upcoming": r.Upcoming,
+		"preflight": r.Preflight, "preflight_failed": r.PreflightFailed,
 	} {
 		a.metrics.Nodes.WithLabelValues(gs.ID, state).Set(float64(v))
 	}

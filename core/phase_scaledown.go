@@ -12,9 +12,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
-	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
+	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
 )
 
 // Scale-down events, as in cluster-autoscaler.
@@ -127,9 +127,12 @@ func (a *Autoscaler) scaleDownPhase(ctx context.Context, l *loop) error {
 		ni := l.snap.NodeInfo(i)
 		n := ni.Node()
 		req := ni.GetRequested()
-		sn := scaledown.Node{Node: n, Ready: clusterstate.IsReady(n), Requested: &scaledown.Requested{
+		sn := scaledown.Node{Node: n, Ready: a.usable(n, l.now), Requested: &scaledown.Requested{
 			MilliCPU: req.GetMilliCPU(), Memory: req.GetMemory(), GPU: req.GetScalarResources()[a.opts.GPUResourceName]}}
-		if g, ok := l.groupOf[n.Name]; ok && !sd.isDraining(n.Name) && !sd.isGone(n.Name) {
+		// A node pending preflight is coming capacity and one that failed
+		// is being replaced: neither is a scale-down candidate.
+		pf, _ := a.opts.Preflight.Classify(n, l.now)
+		if g, ok := l.groupOf[n.Name]; ok && pf == preflight.Passed && !sd.isDraining(n.Name) && !sd.isGone(n.Name) {
 			sn.Group = g.ID()
 			o := groupOpts[g.ID()]
 			sn.UnneededTime, sn.UnreadyTime = o.ScaleDownUnneededTime, o.ScaleDownUnreadyTime

@@ -56,7 +56,7 @@ func (a *Autoscaler) plan(ctx context.Context, l *loop, pending []*apiv1.Pod) (s
 	cands := make([]scaleup.Candidate, 0, len(l.groups))
 	var candidates []int
 	for i := 0; i < l.snap.Len(); i++ {
-		if clusterstate.IsReady(l.snap.NodeInfo(i).Node()) {
+		if a.usable(l.snap.NodeInfo(i).Node(), l.now) {
 			candidates = append(candidates, i)
 		}
 	}
@@ -173,6 +173,9 @@ func backoffWhy(b clusterstate.BackoffStatus) string {
 	case cloudprovider.ClassOutOfCapacity:
 		return "out-of-capacity error"
 	default:
+		if b.Reason != "" {
+			return b.Reason
+		}
 		return "failed scale-up"
 	}
 }

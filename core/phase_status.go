@@ -14,7 +14,7 @@ func (a *Autoscaler) writeStatus(ctx context.Context, l *loop) error {
 	}
 	st := Status{Nodes: len(l.nodes), UnschedulablePods: l.unschedulable, PodsAwaitingNodes: l.awaiting}
 	for _, n := range l.nodes {
-		if clusterstate.IsReady(n) {
+		if a.usable(n, l.now) {
 			st.ReadyNodes++
 		}
 	}
@@ -45,6 +45,7 @@ func groupStatus(gs *clusterstate.GroupState) GroupStatus {
 		Name: gs.ID, Min: gs.Min, Max: gs.Max,
 		Ready: r.Ready, Unready: r.Unready, NotStarted: r.NotStarted, Unregistered: r.Unregistered,
 		LongUnregistered: r.LongUnregistered, InError: r.InError, Deleting: r.Deleting, Upcoming: r.Upcoming,
+		Preflight: r.Preflight, PreflightFailed: r.PreflightFailed,
 	}
 	if r.TargetKnown {
 		t := r.Target

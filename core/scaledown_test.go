@@ -21,10 +21,11 @@ import (
 // fakeActions records scale-down's Kubernetes writes; an eviction deletes
 // the pod from the informer store, as the API server and kubelet would.
 type fakeActions struct {
-	mu      sync.Mutex
-	pods    cache.Indexer
-	taints  map[string][]string
-	evicted []string
+	mu       sync.Mutex
+	pods     cache.Indexer
+	taints   map[string][]string
+	evicted  []string
+	cordoned []string
 }
 
 func (f *fakeActions) AddTaint(_ context.Context, node string, t apiv1.Taint) error {
@@ -52,6 +53,13 @@ func (f *fakeActions) Evict(_ context.Context, p *apiv1.Pod, _ int64) error {
 	defer f.mu.Unlock()
 	f.evicted = append(f.evicted, p.Name)
 	return f.pods.Delete(p)
+}
+
+func (f *fakeActions) Cordon(_ context.Context, node string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cordoned = append(f.cordoned, node)
+	return nil
 }
 
 func (f *fakeActions) taintsOf(node string) []string {

@@ -70,6 +70,8 @@ type GroupStatus struct {
 	InError          int            `json:"instancesInError"`
 	Deleting         int            `json:"deleting"`
 	Upcoming         int            `json:"upcoming"`
+	Preflight        int            `json:"preflightPending"`
+	PreflightFailed  int            `json:"preflightFailed"`
 	Backoff          *BackoffStatus `json:"backoff,omitempty"`
 	LastScaleUp      *time.Time     `json:"lastScaleUp,omitempty"`
 }

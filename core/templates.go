@@ -76,6 +76,8 @@ func (t *templates) build(ctx context.Context, a *Autoscaler, g cloudprovider.No
 	if err != nil {
 		return nil, fmt.Errorf("template node of group %s: %w", g.ID(), err)
 	}
+	// Pods wait for preflight; they never need to tolerate it.
+	a.opts.Preflight.StripTemplate(node)
 	node.Name = "template-" + g.ID()
 	if node.Labels == nil {
 		node.Labels = map[string]string{}

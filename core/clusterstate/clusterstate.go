@@ -12,6 +12,7 @@ import (
 	apiv1 "k8s.io/api/core/v1"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
 )
 
 // Options configure the registry.
@@ -25,6 +26,14 @@ type Options struct {
 	Backoff            BackoffOptions
 	// GroupDefaults are the defaults handed to NodeGroup.Options.
 	GroupDefaults cloudprovider.GroupOptions
+	// Preflight is the readiness gate: a pending node is coming capacity,
+	// never ready nor unready; a failed one is replaced.
+	Preflight preflight.Options
+	// PreflightFailuresBeforeBackoff failures in a group within
+	// PreflightFailureWindow back the group off (a bad batch of hardware
+	// must not loop); 0 never backs off for preflight.
+	PreflightFailuresBeforeBackoff int
+	PreflightFailureWindow         time.Duration
 }
 
 // Readiness counts a group's machines by stage.
@@ -43,6 +52,12 @@ type Readiness struct {
 	Deleting int
 	// NotCreated is the part of the target the cloud has not made machines for yet.
 	NotCreated int
+	// Preflight nodes are registered and wait for the preflight agent: they
+	// are coming capacity (part of Upcoming), never unready.
+	Preflight int
+	// PreflightFailed nodes failed preflight (or timed out) and are being
+	// replaced: not capacity, not upcoming.
+	PreflightFailed int
 	// Upcoming is what the target promises beyond usable nodes: machines
 	// that are coming and count against new scale-ups.
 	Upcoming int
@@ -76,6 +91,20 @@ type Actions struct {
 	DecreaseTarget map[string]int
 	// Failures found in this update; their groups are backed off already.
 	Failures []Failure
+	// PreflightFailed are the registered nodes that failed preflight: the
+	// loop cordons, drains and deletes them. Listed every Update until gone.
+	PreflightFailed []NodeResult
+	// PreflightPassed are the nodes seen pending before and passed now.
+	PreflightPassed []NodeResult
+	// PreflightNewFailures are the nodes first seen failed in this Update.
+	PreflightNewFailures []NodeResult
+}
+
+// NodeResult is a node's preflight outcome.
+type NodeResult struct {
+	Group  string
+	Node   *apiv1.Node
+	Reason string
 }
 
 // Registry is the cluster state. It is not safe for concurrent use; the
@@ -92,6 +121,12 @@ type Registry struct {
 	handled     map[string]bool
 	retry       map[string]bool
 	lastScaleUp map[string]time.Time
+	// preflightPending are nodes seen pending (name → group);
+	// preflightFailed nodes already counted as failures; preflightFailures
+	// the recent failure times per group, for the backoff.
+	preflightPending  map[string]string
+	preflightFailed   map[string]bool
+	preflightFailures map[string][]time.Time
 	// prevUpdate is the time of the previous Update: a machine or a target
 	// first seen now appeared after it.
 	prevUpdate time.Time
@@ -108,6 +143,9 @@ func NewRegistry(opts Options) *Registry {
 		handled:           map[string]bool{},
 		retry:             map[string]bool{},
 		lastScaleUp:       map[string]time.Time{},
+		preflightPending:  map[string]string{},
+		preflightFailed:   map[string]bool{},
+		preflightFailures: map[string][]time.Time{},
 	}
 }
 
@@ -162,7 +200,18 @@ func (r *Registry) Update(now time.Time, groups []cloudprovider.NodeGroup, nodes
 		rd := &gs.Readiness
 		for _, n := range perGroup[g.ID()] {
 			rd.Registered++
+			pf, why := r.opts.Preflight.Classify(n, now)
+			if pf == preflight.Passed && r.preflightPending[n.Name] != "" {
+				delete(r.preflightPending, n.Name)
+				act.PreflightPassed = append(act.PreflightPassed, NodeResult{Group: g.ID(), Node: n})
+			}
 			switch {
+			case pf == preflight.Failed:
+				rd.PreflightFailed++
+				r.preflightFailure(&act, g.ID(), n, why, now)
+			case pf == preflight.Pending:
+				rd.Preflight++
+				r.preflightPending[n.Name] = g.ID()
 			case isReady(n):
 				rd.Ready++
 			case now.Sub(n.CreationTimestamp.Time) < r.opts.MaxNodeStartupTime:
@@ -260,7 +309,7 @@ func (r *Registry) Update(now time.Time, groups []cloudprovider.NodeGroup, nodes
 			} else {
 				delete(r.notCreatedSince, g.ID())
 			}
-			rd.Upcoming = rd.Target - rd.Ready - rd.Unready - rd.LongUnregistered - rd.InError
+			rd.Upcoming = rd.Target - rd.Ready - rd.Unready - rd.LongUnregistered - rd.InError - rd.PreflightFailed
 			if rd.Upcoming < 0 {
 				rd.Upcoming = 0
 			}
@@ -278,7 +327,51 @@ func (r *Registry) Update(now time.Time, groups []cloudprovider.NodeGroup, nodes
 			delete(r.retry, id)
 		}
 	}
+	present := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		present[n.Name] = true
+	}
+	for name := range r.preflightPending {
+		if !present[name] {
+			delete(r.preflightPending, name)
+		}
+	}
+	for name := range r.preflightFailed {
+		if !present[name] {
+			delete(r.preflightFailed, name)
+		}
+	}
 	return act
+}
+
+// preflightFailure lists a failed node for replacement and, the first time
+// it is seen failed, counts it toward its group's preflight backoff.
+func (r *Registry) preflightFailure(act *Actions, group string, n *apiv1.Node, why string, now time.Time) {
+	res := NodeResult{Group: group, Node: n, Reason: why}
+	act.PreflightFailed = append(act.PreflightFailed, res)
+	delete(r.preflightPending, n.Name)
+	if r.preflightFailed[n.Name] {
+		return
+	}
+	r.preflightFailed[n.Name] = true
+	act.PreflightNewFailures = append(act.PreflightNewFailures, res)
+	limit, window := r.opts.PreflightFailuresBeforeBackoff, r.opts.PreflightFailureWindow
+	if limit <= 0 {
+		return
+	}
+	recent := r.preflightFailures[group][:0]
+	for _, t := range r.preflightFailures[group] {
+		if now.Sub(t) < window {
+			recent = append(recent, t)
+		}
+	}
+	recent = append(recent, now)
+	if len(recent) >= limit {
+		act.Failures = append(act.Failures, r.fail(group, cloudprovider.ClassOther, "preflight",
+			fmt.Sprintf("%d nodes failed preflight within %s (last: node %s: %s)", len(recent), window, n.Name, why), now))
+		recent = recent[:0]
+	}
+	r.preflightFailures[group] = recent
 }
 
 func (r *Registry) fail(group string, class cloudprovider.ErrorClass, reason, msg string, now time.Time) Failure {

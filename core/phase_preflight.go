@@ -1,0 +1,191 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
+	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
+)
+
+// Event reasons of the preflight gate.
+const (
+	// EventPreflightFailed is on a node that failed preflight and is replaced.
+	EventPreflightFailed = "PreflightFailed"
+	// EventPreflightFailures is on the status ConfigMap when a group's
+	// preflight failures back it off.
+	EventPreflightFailures = "PreflightFailures"
+)
+
+// preflightState remembers the failed nodes being replaced between loops.
+type preflightState struct {
+	// evictedAt is when a failed node's pods were first evicted.
+	evictedAt map[string]time.Time
+	// deleted are failed nodes whose machines were deleted (name → when),
+	// until their Node objects go.
+	deleted map[string]time.Time
+}
+
+func newPreflightState() *preflightState {
+	return &preflightState{evictedAt: map[string]time.Time{}, deleted: map[string]time.Time{}}
+}
+
+// usable says a node can take pods now: ready, and past preflight.
+func (a *Autoscaler) usable(n *apiv1.Node, now time.Time) bool {
+	if !clusterstate.IsReady(n) {
+		return false
+	}
+	st, _ := a.opts.Preflight.Classify(n, now)
+	return st == preflight.Passed
+}
+
+// replaceFailedPreflight handles the cluster state's preflight results:
+// times and counts passes, and replaces failed nodes — cordon, evict their
+// pods (if any; a node failed by a periodic re-run may run work), delete
+// their machines. The cluster state already counts a failed node as
+// neither capacity nor upcoming, so the scale-up phase of this same loop
+// plans its replacement.
+func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error {
+	logger := klog.FromContext(ctx)
+	act := l.actions
+	for _, p := range act.PreflightPassed {
+		took := preflight.PassedAt(p.Node, l.now).Sub(p.Node.CreationTimestamp.Time)
+		a.metrics.PreflightDuration.WithLabelValues(p.Group).Observe(took.Seconds())
+		a.metrics.PreflightResults.WithLabelValues(p.Group, "passed").Inc()
+		logger.V(2).Info("Node passed preflight", "node", klog.KObj(p.Node), "nodeGroup", p.Group, "took", took.Round(time.Second))
+	}
+	for _, f := range act.PreflightNewFailures {
+		result := "failed"
+		if f.Node.Labels[a.opts.Preflight.Label] != preflight.ValueFailed {
+			result = "timeout"
+		}
+		a.metrics.PreflightResults.WithLabelValues(f.Group, result).Inc()
+		logger.Info("Node failed preflight; replacing it", "node", klog.KObj(f.Node), "nodeGroup", f.Group, "reason", f.Reason)
+		if a.rec != nil {
+			a.rec.Event(nodeRef(f.Node), apiv1.EventTypeWarning, EventPreflightFailed,
+				fmt.Sprintf("node failed preflight and will be replaced: %s", f.Reason))
+		}
+	}
+	pending := map[string]int{}
+	for _, gs := range a.registry.Groups() {
+		pending[gs.ID] = gs.Readiness.Preflight
+	}
+	for g, n := range pending {
+		a.metrics.PreflightPending.WithLabelValues(g).Set(float64(n))
+	}
+	if len(act.PreflightFailed) == 0 || a.actions == nil {
+		a.pruneFailed(l)
+		return nil
+	}
+	byID := make(map[string]cloudprovider.NodeGroup, len(l.groups))
+	for _, g := range l.groups {
+		byID[g.ID()] = g
+	}
+	toDelete := map[string][]string{}
+	names := map[string][]string{}
+	ps := a.preflight
+	for _, f := range act.PreflightFailed {
+		n := f.Node
+		if _, done := ps.deleted[n.Name]; done {
+			continue
+		}
+		if !n.Spec.Unschedulable {
+			if err := a.actions.Cordon(ctx, n.Name); err != nil {
+				logger.Error(err, "Cordoning a node that failed preflight", "node", klog.KObj(n))
+				continue
+			}
+		}
+		if !a.evictForReplacement(ctx, l, n) {
+			continue
+		}
+		toDelete[f.Group] = append(toDelete[f.Group], n.Spec.ProviderID)
+		names[f.Group] = append(names[f.Group], n.Name)
+	}
+	for _, id := range sortedKeys(toDelete) {
+		g := byID[id]
+		if g == nil {
+			continue
+		}
+		if err := g.DeleteNodes(ctx, toDelete[id]); err != nil {
+			logger.Error(err, "Deleting machines that failed preflight; retried next loop", "nodeGroup", id, "count", len(toDelete[id]))
+			continue
+		}
+		for _, name := range names[id] {
+			ps.deleted[name] = l.now
+			delete(ps.evictedAt, name)
+		}
+		a.metrics.PreflightReplaced.WithLabelValues(id).Add(float64(len(toDelete[id])))
+		logger.Info("Deleted machines that failed preflight", "nodeGroup", id, "count", len(toDelete[id]))
+	}
+	a.pruneFailed(l)
+	return nil
+}
+
+// evictForReplacement evicts the workload pods of a failed node and says
+// whether the node may be deleted: no workload pod left, or the graceful
+// termination cap passed since the first eviction.
+func (a *Autoscaler) evictForReplacement(ctx context.Context, l *loop, n *apiv1.Node) bool {
+	idx, ok := l.snap.Index(n.Name)
+	if !ok {
+		return true
+	}
+	var left []*apiv1.Pod
+	for _, pi := range l.snap.NodeInfo(idx).GetPods() {
+		p := pi.GetPod()
+		if scaledown.IsDaemonSetPod(p) || scaledown.IsMirrorPod(p) || p.Status.Phase == apiv1.PodSucceeded || p.Status.Phase == apiv1.PodFailed || p.DeletionTimestamp != nil {
+			continue
+		}
+		left = append(left, p)
+	}
+	ps := a.preflight
+	if len(left) == 0 {
+		return true
+	}
+	first, ok := ps.evictedAt[n.Name]
+	if !ok {
+		first = l.now
+		ps.evictedAt[n.Name] = first
+	}
+	if l.now.Sub(first) > time.Duration(a.opts.MaxGracefulTerminationSec)*time.Second {
+		klog.FromContext(ctx).Info("Deleting a node that failed preflight with pods left after the termination cap",
+			"node", klog.KObj(n), "pods", len(left))
+		return true
+	}
+	for _, p := range left {
+		grace := int64(a.opts.MaxGracefulTerminationSec)
+		if p.Spec.TerminationGracePeriodSeconds != nil && *p.Spec.TerminationGracePeriodSeconds < grace {
+			grace = *p.Spec.TerminationGracePeriodSeconds
+		}
+		if err := a.actions.Evict(ctx, p, grace); err != nil {
+			a.metrics.Evictions.WithLabelValues("blocked").Inc()
+			klog.FromContext(ctx).V(2).Info("Eviction from a node that failed preflight refused; retried", "pod", klog.KObj(p), "err", err.Error())
+			continue
+		}
+		a.metrics.Evictions.WithLabelValues("ok").Inc()
+	}
+	return false
+}
+
+// pruneFailed forgets replaced nodes whose Node objects are gone.
+func (a *Autoscaler) pruneFailed(l *loop) {
+	for name := range a.preflight.deleted {
+		if _, ok := l.snap.Index(name); !ok {
+			delete(a.preflight.deleted, name)
+		}
+	}
+	for name := range a.preflight.evictedAt {
+		if _, ok := l.snap.Index(name); !ok {
+			delete(a.preflight.evictedAt, name)
+		}
+	}
+}
+
+func nodeRef(n *apiv1.Node) *apiv1.ObjectReference {
+	return &apiv1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID}
+}
