@@ -36,12 +36,18 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
+	"github.com/vmss-autoscaler/vmss-autoscaler/preflight/agent"
 	"github.com/vmss-autoscaler/vmss-autoscaler/ratelimit"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:])
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "preflight" {
+		err = agent.Main(ctx, os.Args[2:])
+	} else {
+		err = run(ctx, os.Args[1:])
+	}
 	stop()
 	if err != nil {
 		if !errors.Is(err, pflag.ErrHelp) {
