@@ -12,6 +12,7 @@ import (
 	apiv1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/vmss-autoscaler/vmss-autoscaler/balloon"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
@@ -34,6 +35,7 @@ type config struct {
 
 	apiserverMetricsInterval time.Duration
 	preflightTaint           string
+	warmPools                []string
 
 	address        string
 	maxInactivity  time.Duration
@@ -115,6 +117,15 @@ func newFlagSet(c *config) *pflag.FlagSet {
 	fs.DurationVar(&pf.MaxPreflightTime, "max-preflight-time", pf.MaxPreflightTime, "a node still pending preflight this long after it registered counts as failed and is replaced")
 	fs.IntVar(&c.core.PreflightFailuresBeforeBackoff, "preflight-failures-before-backoff", d.PreflightFailuresBeforeBackoff, "this many preflight failures in a group within --preflight-failure-window back the group off; 0 never")
 	fs.DurationVar(&c.core.PreflightFailureWindow, "preflight-failure-window", d.PreflightFailureWindow, "window of --preflight-failures-before-backoff")
+	bo := &c.core.Balloons
+	fs.BoolVar(&c.core.BalloonAware, "balloon-aware", d.BalloonAware, "treat balloon pods' room as free: real pods that fit by preempting balloons buy no node, balloons never keep a node needed")
+	fs.StringArrayVar(&c.warmPools, "warm-pool", nil, "warm nodes held by balloons for a node group: "+balloon.PolicyFormat+"; repeat per group (the percentage is of the group's target size)")
+	fs.StringVar(&bo.Label, "balloon-label", bo.Label, "label marking balloon pods (value: the node group)")
+	fs.StringVar(&bo.PriorityClassName, "balloon-priority-class", bo.PriorityClassName, "PriorityClass of balloon pods (created if missing, preemptionPolicy Never)")
+	fs.Int32Var(&bo.PriorityValue, "balloon-priority-value", bo.PriorityValue, "value of that PriorityClass; negative")
+	fs.StringVar(&bo.Image, "balloon-image", bo.Image, "image of the balloon pods' container")
+	fs.StringVar(&bo.Namespace, "balloon-namespace", bo.Namespace, "namespace of the balloon Deployments")
+	fs.StringVar(&bo.NodeGroupLabel, "balloon-node-group-label", bo.NodeGroupLabel, "node label naming a node's group, which balloons are pinned by (set from the scale set's tags)")
 	fs.StringVar(&c.address, "address", ":8085", "address of /metrics and /healthz")
 	fs.DurationVar(&c.maxInactivity, "max-inactivity", 10*time.Minute, "/healthz fails when no loop has run for this long")
 	fs.DurationVar(&c.maxFailingTime, "max-failing-time", 15*time.Minute, "/healthz fails when no loop has succeeded for this long")
@@ -150,6 +161,10 @@ func parseConfig(args []string, extra func(*pflag.FlagSet)) (*config, error) {
 		return nil, err
 	}
 	c.core.Preflight.Taint = taint
+	c.core.Balloons.PreflightTaintKey = taint.Key
+	if c.core.WarmPools, err = balloon.ParsePolicies("--warm-pool", c.warmPools); err != nil {
+		return nil, err
+	}
 	if err := c.core.Validate(); err != nil {
 		return nil, err
 	}

@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/vmss-autoscaler/vmss-autoscaler/balloon"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core"
@@ -118,10 +119,18 @@ func run(ctx context.Context, args []string) error {
 		ConfigMaps: nsFactory.Core().V1().ConfigMaps().Lister().ConfigMaps(c.core.Namespace),
 		PDBs:       factory.Policy().V1().PodDisruptionBudgets().Lister(),
 	}
+	// The balloon Deployments this process manages, in their namespace.
+	bo := c.core.Balloons
+	balloonFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(bo.Namespace),
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = bo.ManagedByLabel + "=" + bo.ManagedByValue }),
+		informers.WithTransform(stripManagedFields))
+	balloons := balloon.NewController(client, balloonFactory.Apps().V1().Deployments().Lister(), bo)
 	factory.Start(ctx.Done())
 	nsFactory.Start(ctx.Done())
+	balloonFactory.Start(ctx.Done())
 	defer factory.Shutdown()
 	defer nsFactory.Shutdown()
+	defer balloonFactory.Shutdown()
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
@@ -135,7 +144,7 @@ func run(ctx context.Context, args []string) error {
 	autoscaler, err := core.New(core.Deps{
 		Options: c.core, Provider: provider, Listers: listers, Simulator: sim,
 		Recorder: recorder, Status: status, Metrics: metrics,
-		Actions: &core.KubeNodeActions{Client: client}, Health: observer,
+		Actions: &core.KubeNodeActions{Client: client}, Health: observer, Balloons: balloons,
 	})
 	if err != nil {
 		return err
@@ -154,6 +163,7 @@ func run(ctx context.Context, args []string) error {
 			}
 		}
 		nsFactory.WaitForCacheSync(ctx.Done())
+		balloonFactory.WaitForCacheSync(ctx.Done())
 		if c.core.NodeAdditionAdaptive && c.apiserverMetricsInterval > 0 {
 			go watchFlowControl(ctx, client.CoreV1().RESTClient(), c.apiserverMetricsInterval, observer, readable)
 		}

@@ -52,8 +52,11 @@ type Deps struct {
 	Metrics *Metrics
 	// Health feeds the adaptive node-addition rate; nil: no signals.
 	Health HealthSource
-	Clock  clock.Clock
-	Rand   *rand.Rand
+	// Balloons keeps the balloon Deployments; nil: no controller (the
+	// warm pools are still reported).
+	Balloons BalloonController
+	Clock    clock.Clock
+	Rand     *rand.Rand
 }
 
 // Autoscaler runs the loop. RunOnce must not be called concurrently.
@@ -77,6 +80,7 @@ type Autoscaler struct {
 	scaleDown *scaleDownState
 	nodeAdd   *nodeAddition
 	preflight *preflightState
+	balloons  BalloonController
 
 	lastStatus string
 
@@ -109,6 +113,7 @@ func New(d Deps) (*Autoscaler, error) {
 		templates: newTemplates(),
 		events:    newPodEvents(d.Recorder, d.Options.MaxPodEventsPerLoop, d.Options.PodEventInterval),
 		preflight: newPreflightState(),
+		balloons:  d.Balloons,
 	}
 	a.registry = clusterstate.NewRegistry(clusterstate.Options{
 		MaxNodeProvisionTime: d.Options.MaxNodeProvisionTime,
@@ -129,7 +134,7 @@ func New(d Deps) (*Autoscaler, error) {
 	}
 	a.planner = &scaleup.Planner{Estimator: &scaleup.Estimator{Sim: d.Simulator}, Expander: chain}
 	a.actions = d.Actions
-	a.scaleDown = newScaleDownState(d.Options, d.Simulator)
+	a.scaleDown = newScaleDownState(d.Options, d.Simulator, a.isBalloon)
 	if a.nodeAdd, err = newNodeAddition(d.Options, d.Health); err != nil {
 		return nil, err
 	}
@@ -151,6 +156,7 @@ type loop struct {
 	awaiting      int
 	scaleUp       scaleup.Result
 	addition      additionReport
+	warm          map[string]*warmPool
 	scaleDown     scaleDownReport
 }
 
@@ -170,6 +176,7 @@ func (a *Autoscaler) RunOnce(ctx context.Context) error {
 		{"snapshot", a.takeSnapshot},
 		{"cluster-state", a.updateClusterState},
 		{"preflight", a.replaceFailedPreflight},
+		{"balloons", a.syncBalloons},
 		{"scale-up", a.scaleUp},
 		{"scale-down", a.scaleDownPhase},
 		{"status", a.writeStatus},

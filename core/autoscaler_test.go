@@ -45,6 +45,7 @@ type env struct {
 	opts     Options
 	actions  NodeActions
 	health   HealthSource
+	balloons BalloonController
 }
 
 type memStatus struct{ writes []string }
@@ -107,6 +108,7 @@ func (e *env) start() *env {
 		Rand:      rand.New(rand.NewPCG(1, 2)),
 		Actions:   e.actions,
 		Health:    e.health,
+		Balloons:  e.balloons,
 	})
 	if err != nil {
 		e.t.Fatal(err)

@@ -45,6 +45,10 @@ type Metrics struct {
 	PreflightResults  *prometheus.CounterVec
 	PreflightDuration *prometheus.HistogramVec
 	PreflightReplaced *prometheus.CounterVec
+
+	WarmTarget      *prometheus.GaugeVec
+	WarmReady       *prometheus.GaugeVec
+	BalloonsPending *prometheus.GaugeVec
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -126,6 +130,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Buckets: []float64{15, 30, 60, 120, 300, 600, 900, 1200, 1800, 3600}}, []string{"node_group"})
 	m.PreflightReplaced = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "preflight_replaced_nodes_total",
 		Help: "Machines deleted because their node failed preflight, per node group."}, []string{"node_group"})
+	m.WarmTarget = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "warm_pool_target_nodes",
+		Help: "Warm nodes each node group's policy asks for (balloon Deployment replicas)."}, []string{"node_group"})
+	m.WarmReady = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "warm_pool_ready_nodes",
+		Help: "Ready nodes of each group holding a balloon pod."}, []string{"node_group"})
+	m.BalloonsPending = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "balloon_pods_pending",
+		Help: "Balloon pods of each group waiting for a node."}, []string{"node_group"})
+	reg.MustRegister(m.WarmTarget, m.WarmReady, m.BalloonsPending)
 	reg.MustRegister(m.PreflightPending, m.PreflightResults, m.PreflightDuration, m.PreflightReplaced)
 	reg.MustRegister(m.QueueDepth, m.NodesReleased, m.NodesCancelled, m.NodesInFlight, m.AdditionRate, m.AdditionRateReason, m.RateChanges, m.AdditionTokens)
 	reg.MustRegister(m.UnneededNodes, m.KeptNodes, m.ScaledDownNodes, m.FailedScaleDowns, m.Evictions, m.BrakeEngaged, m.DrainsInFlight)

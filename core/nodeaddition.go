@@ -57,7 +57,7 @@ func newNodeAddition(o Options, health HealthSource) (*nodeAddition, error) {
 type additionReport struct {
 	InFlight int
 	Limit    string
-	Released map[string]int
+	Released map[string]map[ratelimit.Class]int
 	Queued   map[string]map[ratelimit.Class]int
 }
 
@@ -72,7 +72,7 @@ func (a *Autoscaler) addNodes(ctx context.Context, l *loop, res scaleup.Result, 
 			inFlight += gs.Readiness.Upcoming
 		}
 	}
-	rep := additionReport{InFlight: inFlight, Released: map[string]int{}, Queued: map[string]map[ratelimit.Class]int{}}
+	rep := additionReport{InFlight: inFlight, Released: map[string]map[ratelimit.Class]int{}, Queued: map[string]map[ratelimit.Class]int{}}
 	out := scaleup.Result{Fork: res.Fork, NoScale: res.NoScale}
 	inc := increaser{a: a, l: l}
 	for round := 0; ; round++ {
@@ -82,26 +82,50 @@ func (a *Autoscaler) addNodes(ctx context.Context, l *loop, res scaleup.Result, 
 		}
 		var retry []*apiv1.Pod
 		failed := map[string]bool{}
+		// One request per group, for all its released nodes, whatever
+		// their class; each scale-up then gets its class's share.
+		var order []string
+		byGroup := map[string][]scaleup.ScaleUp{}
 		for _, su := range res.ScaleUps {
-			n := dec.Release[su.Group]
-			if n == 0 {
-				out.ScaleUps = append(out.ScaleUps, scaleup.ScaleUp{Group: su.Group, Pods: su.Pods, Queued: su.Delta})
-				continue
+			if byGroup[su.Group] == nil {
+				order = append(order, su.Group)
 			}
-			dec.Release[su.Group] = 0 // one request per group, whatever the number of scale-ups planned for it
-			if err := inc.IncreaseSize(ctx, su.Group, n); err != nil {
-				a.nodeAdd.queue.Refund(n)
-				out.Failed = append(out.Failed, scaleup.Failed{Group: su.Group, Delta: n, Err: err, Pods: su.Pods})
-				if c := cloudprovider.ClassOf(err); c != cloudprovider.ClassThrottled && c != cloudprovider.ClassConflict {
-					failed[su.Group] = true
-					retry = append(retry, su.Pods...)
+			byGroup[su.Group] = append(byGroup[su.Group], su)
+		}
+		for _, g := range order {
+			n := dec.Release[g]
+			if n > 0 {
+				if err := inc.IncreaseSize(ctx, g, n); err != nil {
+					a.nodeAdd.queue.Refund(n)
+					var pods []*apiv1.Pod
+					for _, su := range byGroup[g] {
+						pods = append(pods, su.Pods...)
+					}
+					out.Failed = append(out.Failed, scaleup.Failed{Group: g, Delta: n, Err: err, Pods: pods})
+					if c := cloudprovider.ClassOf(err); c != cloudprovider.ClassThrottled && c != cloudprovider.ClassConflict {
+						failed[g] = true
+						retry = append(retry, pods...)
+					}
+					continue
 				}
-				continue
+				rep.InFlight += n
 			}
-			rep.InFlight += n
-			rep.Released[su.Group] += n
-			a.metrics.NodesReleased.WithLabelValues(su.Group, ratelimit.Workload.String()).Add(float64(n))
-			out.ScaleUps = append(out.ScaleUps, scaleup.ScaleUp{Group: su.Group, Delta: n, Pods: su.Pods, Queued: su.Delta - n})
+			for _, su := range byGroup[g] {
+				class := classOf(su)
+				r := 0
+				if byClass := dec.ReleaseClass[g]; byClass != nil && n > 0 {
+					r = byClass[class]
+					byClass[class] = 0
+				}
+				if r > 0 {
+					if rep.Released[g] == nil {
+						rep.Released[g] = map[ratelimit.Class]int{}
+					}
+					rep.Released[g][class] += r
+					a.metrics.NodesReleased.WithLabelValues(g, class.String()).Add(float64(r))
+				}
+				out.ScaleUps = append(out.ScaleUps, scaleup.ScaleUp{Group: g, Delta: r, Pods: su.Pods, Queued: su.Delta - r, Balloon: su.Balloon})
+			}
 		}
 		for g, byClass := range dec.Queued {
 			if failed[g] {
@@ -124,19 +148,30 @@ func (a *Autoscaler) addNodes(ctx context.Context, l *loop, res scaleup.Result, 
 			}
 		}
 		left := maxNew
-		for _, n := range rep.Released {
-			left -= n
-		}
-		for _, byClass := range rep.Queued {
-			for _, n := range byClass {
-				left -= n
+		for _, m := range []map[string]map[ratelimit.Class]int{rep.Released, rep.Queued} {
+			for _, byClass := range m {
+				for _, n := range byClass {
+					left -= n
+				}
 			}
 		}
-		var pend []scaleup.Pending
-		for _, g := range simulator.GroupPods(retry, a.opts.GPUResourceName) {
-			pend = append(pend, scaleup.Pending{G: g})
+		var wl, bl []*apiv1.Pod
+		for _, p := range retry {
+			if a.isBalloon(p) {
+				bl = append(bl, p)
+			} else {
+				wl = append(wl, p)
+			}
 		}
-		res = a.planner.Plan(ctx, res.Fork, pend, cands, left, planOnly{})
+		next := a.planner.Plan(ctx, res.Fork, pendingOf(simulator.GroupPods(wl, a.opts.GPUResourceName)), cands, left, planOnly{})
+		if len(bl) > 0 {
+			b := a.planner.Plan(ctx, next.Fork, pendingOf(simulator.GroupPods(bl, a.opts.GPUResourceName)), cands, left-planned(next), planOnly{})
+			markBalloon(b.ScaleUps)
+			next.ScaleUps = append(next.ScaleUps, b.ScaleUps...)
+			next.NoScale = append(next.NoScale, b.NoScale...)
+			next.Fork = b.Fork
+		}
+		res = next
 		out.Fork = res.Fork
 		out.NoScale = append(out.NoScale, res.NoScale...)
 	}
@@ -145,16 +180,50 @@ func (a *Autoscaler) addNodes(ctx context.Context, l *loop, res scaleup.Result, 
 	return out
 }
 
+func pendingOf(groups []*simulator.Group) []scaleup.Pending {
+	out := make([]scaleup.Pending, 0, len(groups))
+	for _, g := range groups {
+		out = append(out, scaleup.Pending{G: g})
+	}
+	return out
+}
+
+// planned is the number of nodes a plan asks for.
+func planned(r scaleup.Result) int {
+	n := 0
+	for _, su := range r.ScaleUps {
+		n += su.Delta
+	}
+	return n
+}
+
+func markBalloon(sus []scaleup.ScaleUp) {
+	for i := range sus {
+		sus[i].Balloon = true
+	}
+}
+
+func classOf(su scaleup.ScaleUp) ratelimit.Class {
+	if su.Balloon {
+		return ratelimit.Balloon
+	}
+	return ratelimit.Workload
+}
+
 // decide asks the queue, or releases everything when smoothing is off.
 func (a *Autoscaler) decide(now time.Time, sus []scaleup.ScaleUp, inFlight int) ratelimit.Decision {
 	demands := make([]ratelimit.Demand, 0, len(sus))
 	for _, su := range sus {
-		demands = append(demands, ratelimit.Demand{Group: su.Group, Count: su.Delta, Class: ratelimit.Workload, Since: oldest(su.Pods)})
+		demands = append(demands, ratelimit.Demand{Group: su.Group, Count: su.Delta, Class: classOf(su), Since: oldest(su.Pods)})
 	}
 	if !a.nodeAdd.enabled {
-		d := ratelimit.Decision{Release: map[string]int{}, Queued: map[string]map[ratelimit.Class]int{}}
+		d := ratelimit.Decision{Release: map[string]int{}, ReleaseClass: map[string]map[ratelimit.Class]int{}, Queued: map[string]map[ratelimit.Class]int{}}
 		for _, x := range demands {
 			d.Release[x.Group] += x.Count
+			if d.ReleaseClass[x.Group] == nil {
+				d.ReleaseClass[x.Group] = map[ratelimit.Class]int{}
+			}
+			d.ReleaseClass[x.Group][x.Class] += x.Count
 		}
 		return d
 	}
@@ -187,10 +256,7 @@ func (a *Autoscaler) reportQueue(ctx context.Context, l *loop, rep additionRepor
 	// cancelled: its pods were deleted, scheduled elsewhere, or fit now.
 	for g, byClass := range na.lastQueued {
 		for c, n := range byClass {
-			still := rep.Queued[g][c]
-			if c == ratelimit.Workload {
-				still += rep.Released[g]
-			}
+			still := rep.Queued[g][c] + rep.Released[g][c]
 			if gone := n - still; gone > 0 {
 				m.NodesCancelled.WithLabelValues(g, c.String()).Add(float64(gone))
 				klog.FromContext(ctx).V(2).Info("Queued node demand cancelled", "nodeGroup", g, "class", c.String(), "nodes", gone)

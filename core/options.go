@@ -6,6 +6,7 @@ import (
 
 	apiv1 "k8s.io/api/core/v1"
 
+	"github.com/vmss-autoscaler/vmss-autoscaler/balloon"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
 	"github.com/vmss-autoscaler/vmss-autoscaler/ratelimit"
 )
@@ -94,6 +95,14 @@ type Options struct {
 	// PreflightFailureWindow back it off; 0 never.
 	PreflightFailuresBeforeBackoff int
 	PreflightFailureWindow         time.Duration
+
+	// BalloonAware makes balloon pods' room free to real pods in scale-up
+	// and in scale-down's utilisation (--balloon-aware).
+	BalloonAware bool
+	// Balloons names the balloon label, PriorityClass and image.
+	Balloons balloon.Options
+	// WarmPools are the warm-pool policies by node group (--warm-pool).
+	WarmPools map[string]balloon.Policy
 }
 
 // DefaultOptions returns the defaults, safe for a 7,500-node cluster.
@@ -149,6 +158,9 @@ func DefaultOptions() Options {
 		Preflight:                      preflight.DefaultOptions(),
 		PreflightFailuresBeforeBackoff: 3,
 		PreflightFailureWindow:         30 * time.Minute,
+
+		BalloonAware: true,
+		Balloons:     balloon.DefaultOptions(),
 	}
 }
 
@@ -227,6 +239,9 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--namespace: must not be empty")
 	}
 	if err := o.queueOptions().Validate(); err != nil {
+		return err
+	}
+	if err := o.Balloons.Validate(); err != nil {
 		return err
 	}
 	if err := o.Preflight.Validate(); err != nil {

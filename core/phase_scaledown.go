@@ -43,11 +43,12 @@ type scaleDownState struct {
 	wg                      sync.WaitGroup
 }
 
-func newScaleDownState(o Options, sim *simulator.Simulator) *scaleDownState {
+func newScaleDownState(o Options, sim *simulator.Simulator, isBalloon func(*apiv1.Pod) bool) *scaleDownState {
 	brake := scaledown.NewBrake(scaledown.BrakeOptions{
 		ClusterShare: o.ScaleDownBrakeClusterShare, GroupShare: o.ScaleDownBrakeGroupShare, Window: o.ScaleDownBrakeWindow})
 	p := scaledown.NewPlanner(scaledown.Options{
-		Rules:                   scaledown.Rules{SkipNodesWithSystemPods: o.SkipNodesWithSystemPods, SkipNodesWithLocalStorage: o.SkipNodesWithLocalStorage},
+		Rules: scaledown.Rules{SkipNodesWithSystemPods: o.SkipNodesWithSystemPods, SkipNodesWithLocalStorage: o.SkipNodesWithLocalStorage,
+			IsFreeRoom: isBalloon},
 		UtilizationThreshold:    o.ScaleDownUtilizationThreshold,
 		GPUUtilizationThreshold: o.ScaleDownGPUUtilizationThreshold,
 		UnneededTime:            o.ScaleDownUnneededTime,
@@ -127,7 +128,9 @@ func (a *Autoscaler) scaleDownPhase(ctx context.Context, l *loop) error {
 		ni := l.snap.NodeInfo(i)
 		n := ni.Node()
 		req := ni.GetRequested()
-		sn := scaledown.Node{Node: n, Ready: a.usable(n, l.now), Requested: &scaledown.Requested{
+		// A node whose machine was deleted but whose Node object lingers is
+		// no destination for moved pods.
+		sn := scaledown.Node{Node: n, Ready: a.usable(n, l.now) && !sd.isGone(n.Name), Requested: &scaledown.Requested{
 			MilliCPU: req.GetMilliCPU(), Memory: req.GetMemory(), GPU: req.GetScalarResources()[a.opts.GPUResourceName]}}
 		// A node pending preflight is coming capacity and one that failed
 		// is being replaced: neither is a scale-down candidate.
@@ -454,7 +457,10 @@ func (a *Autoscaler) drain(ctx context.Context, now time.Time, r scaledown.Remov
 		var retry []*apiv1.Pod
 		for _, p := range pending {
 			g := grace
-			if p.Spec.TerminationGracePeriodSeconds != nil && *p.Spec.TerminationGracePeriodSeconds < g {
+			switch {
+			case a.isBalloon(p):
+				g = 0 // a placeholder: nothing to shut down
+			case p.Spec.TerminationGracePeriodSeconds != nil && *p.Spec.TerminationGracePeriodSeconds < g:
 				g = *p.Spec.TerminationGracePeriodSeconds
 			}
 			if err := a.actions.Evict(ctx, p, g); err != nil {

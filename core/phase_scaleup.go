@@ -24,13 +24,58 @@ import (
 func (a *Autoscaler) scaleUp(ctx context.Context, l *loop) error {
 	a.events.startLoop()
 	defer a.events.forget(l.epoch)
-	pending := a.pendingPods(l)
-	l.unschedulable = len(pending)
-	a.metrics.UnschedulablePods.Set(float64(len(pending)))
-	res, cands, maxNew, err := a.plan(ctx, l, pending)
-	if err != nil {
-		return err
+	// Three kinds of pending pods, planned in this order, each pass seeing
+	// the upcoming nodes the earlier ones took: real pods that can preempt
+	// balloons (their room is free: the scheduler will preempt them, so no
+	// node is bought for a pod that fits by displacing balloons); real pods
+	// that cannot (preemptionPolicy Never, or priority not above the
+	// balloons'); and balloons themselves, at the queue's lowest class.
+	var preempting, other, balloons []*apiv1.Pod
+	for _, p := range a.pendingPods(l) {
+		switch {
+		case a.isBalloon(p):
+			balloons = append(balloons, p)
+		case a.opts.BalloonAware && a.canPreemptBalloons(p):
+			preempting = append(preempting, p)
+		default:
+			other = append(other, p)
+		}
 	}
+	l.unschedulable = len(preempting) + len(other)
+	a.metrics.UnschedulablePods.Set(float64(l.unschedulable))
+	var res scaleup.Result
+	var cands []scaleup.Candidate
+	maxNew, awaiting := 0, 0
+	var carry []placement
+	for _, pass := range []struct {
+		pods         []*apiv1.Pod
+		freeBalloons bool
+		balloon      bool
+	}{{preempting, true, false}, {other, false, false}, {balloons, false, true}} {
+		if len(pass.pods) == 0 {
+			continue
+		}
+		out, err := a.plan(ctx, l, planInput{pods: pass.pods, freeBalloons: pass.freeBalloons, reserved: planned(res), carry: carry})
+		if err != nil {
+			return err
+		}
+		carry = append(carry, out.upcoming...)
+		if pass.balloon {
+			markBalloon(out.res.ScaleUps)
+		} else {
+			awaiting += out.awaiting
+		}
+		res.ScaleUps = append(res.ScaleUps, out.res.ScaleUps...)
+		res.NoScale = append(res.NoScale, out.res.NoScale...)
+		if res.Fork == nil {
+			res.Fork = out.res.Fork
+		}
+		if cands == nil {
+			cands, maxNew = out.cands, out.maxNew
+		}
+	}
+	l.awaiting = awaiting
+	a.metrics.PodsAwaitingNodes.Set(float64(awaiting))
 	// Even with nothing to add, the queue reports: demand queued last loop
 	// and gone now was cancelled.
 	res = a.addNodes(ctx, l, res, cands, maxNew)
@@ -41,15 +86,14 @@ func (a *Autoscaler) scaleUp(ctx context.Context, l *loop) error {
 
 // plan finds the pods that fit neither on ready nodes nor on nodes already
 // coming, and plans nodes for them: the demand for the node-addition queue.
-func (a *Autoscaler) plan(ctx context.Context, l *loop, pending []*apiv1.Pod) (scaleup.Result, []scaleup.Candidate, int, error) {
+func (a *Autoscaler) plan(ctx context.Context, l *loop, in planInput) (planOutput, error) {
+	pending := in.pods
 	if len(pending) == 0 {
-		l.awaiting = 0
-		a.metrics.PodsAwaitingNodes.Set(0)
-		return scaleup.Result{}, nil, 0, nil
+		return planOutput{}, nil
 	}
 	dss, err := a.listers.DaemonSets.List(labels.Everything())
 	if err != nil {
-		return scaleup.Result{}, nil, 0, fmt.Errorf("listing DaemonSets from cache: %w", err)
+		return planOutput{}, fmt.Errorf("listing DaemonSets from cache: %w", err)
 	}
 	groups := simulator.GroupPods(pending, a.opts.GPUResourceName)
 	fork := l.snap.Fork()
@@ -58,6 +102,9 @@ func (a *Autoscaler) plan(ctx context.Context, l *loop, pending []*apiv1.Pod) (s
 	for i := 0; i < l.snap.Len(); i++ {
 		if a.usable(l.snap.NodeInfo(i).Node(), l.now) {
 			candidates = append(candidates, i)
+			if in.freeBalloons {
+				fork.RemovePods(i, a.isBalloon)
+			}
 		}
 	}
 	upcomingTotal := 0
@@ -72,35 +119,68 @@ func (a *Autoscaler) plan(ctx context.Context, l *loop, pending []*apiv1.Pod) (s
 		for i := 0; i < gs.Readiness.Upcoming; i++ {
 			idx, err := fork.AddNode(scaleup.CloneTemplate(tmpl, "upcoming-"+g.ID()+"-"+strconv.Itoa(i)))
 			if err != nil {
-				return scaleup.Result{}, nil, 0, fmt.Errorf("adding upcoming node of group %s: %w", g.ID(), err)
+				return planOutput{}, fmt.Errorf("adding upcoming node of group %s: %w", g.ID(), err)
 			}
 			candidates = append(candidates, idx)
 		}
 	}
+	for _, c := range in.carry {
+		if idx, ok := fork.Index(c.node); ok {
+			fork.AddPod(idx, c.info)
+		}
+	}
+	var out planOutput
 	// Existing and coming nodes first: what fits there needs no new node.
 	var rest []scaleup.Pending
 	awaiting := 0
 	for _, g := range groups {
-		placed := a.sim.FitOnNodes(ctx, fork, g, 0, candidates, func(_, node int) {
+		placed := a.sim.FitOnNodes(ctx, fork, g, 0, candidates, func(pod, node int) {
 			if node >= l.snap.Len() {
 				awaiting++
+				out.upcoming = append(out.upcoming, placement{node: fork.NodeInfo(node).Node().Name, info: g.PodInfo(pod)})
 			}
 		})
 		if placed < len(g.Pods) {
 			rest = append(rest, scaleup.Pending{G: g, From: placed})
 		}
 	}
-	l.awaiting = awaiting
-	a.metrics.PodsAwaitingNodes.Set(float64(awaiting))
 	if len(rest) == 0 {
 		klog.FromContext(ctx).V(2).Info("All unschedulable pods fit on existing or upcoming nodes", "pods", len(pending), "awaitingUpcoming", awaiting)
-		return scaleup.Result{Fork: fork}, cands, 0, nil
+		out.res, out.cands, out.awaiting = scaleup.Result{Fork: fork}, cands, awaiting
+		return out, nil
 	}
 	maxNew := int(^uint(0) >> 1)
 	if a.opts.MaxNodesTotal > 0 {
-		maxNew = a.opts.MaxNodesTotal - len(l.nodes) - upcomingTotal
+		maxNew = a.opts.MaxNodesTotal - len(l.nodes) - upcomingTotal - in.reserved
 	}
-	return a.planner.Plan(ctx, fork, rest, cands, maxNew, planOnly{}), cands, maxNew, nil
+	out.res, out.cands, out.maxNew, out.awaiting = a.planner.Plan(ctx, fork, rest, cands, maxNew, planOnly{}), cands, maxNew, awaiting
+	return out, nil
+}
+
+// planInput is one planning pass: the pods, whether balloons' room counts
+// as free, nodes already planned in this loop (against --max-nodes-total),
+// and pods an earlier pass put on upcoming nodes.
+type planInput struct {
+	pods         []*apiv1.Pod
+	freeBalloons bool
+	reserved     int
+	carry        []placement
+}
+
+// planOutput is a pass's plan, the candidates and cap it used, the pods
+// that fit on upcoming nodes, and where they went.
+type planOutput struct {
+	res      scaleup.Result
+	cands    []scaleup.Candidate
+	maxNew   int
+	awaiting int
+	upcoming []placement
+}
+
+// placement is a pod placed on an upcoming (template) node.
+type placement struct {
+	node string
+	info fwk.PodInfo
 }
 
 // pendingPods are the unbound pods the scheduler marked unschedulable,

@@ -24,6 +24,7 @@ func (a *Autoscaler) writeStatus(ctx context.Context, l *loop) error {
 	st.ScaleDown = ScaleDownInfo{UnneededNodes: l.scaleDown.Unneeded, Removing: l.scaleDown.Removing,
 		BrakeEngaged: l.scaleDown.Braked, RecentDeletions: l.scaleDown.RecentCount, HeldBecause: l.scaleDown.Skipped}
 	st.NodeAddition = a.queueStatus(l.addition)
+	st.WarmPools = warmStatus(l.warm)
 	st.LastChange = l.now.UTC()
 	cmp, full, err := renderStatus(st)
 	if err != nil {

@@ -23,6 +23,15 @@ type Status struct {
 	NodeGroups        []GroupStatus      `json:"nodeGroups"`
 	ScaleDown         ScaleDownInfo      `json:"scaleDown"`
 	NodeAddition      NodeAdditionStatus `json:"nodeAdditionQueue"`
+	WarmPools         []WarmPoolStatus   `json:"warmPools,omitempty"`
+}
+
+// WarmPoolStatus is a group's warm pool in the status.
+type WarmPoolStatus struct {
+	NodeGroup       string `json:"nodeGroup"`
+	Target          int    `json:"target"`
+	WarmReady       int    `json:"warmReady"`
+	BalloonsPending int    `json:"balloonsPending"`
 }
 
 // NodeAdditionStatus is the node-addition queue in the status.

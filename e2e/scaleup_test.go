@@ -48,6 +48,9 @@ func TestScaleUpFromZero(t *testing.T) {
 		`vmss_autoscaler_scaled_up_nodes_total{node_group="` + cpu + `"} 8`,
 		`vmss_autoscaler_arm_requests_total{code="200",operation="VirtualMachineScaleSetsClient.BeginUpdate"}`,
 		`vmss_autoscaler_nodes{node_group="` + cpu + `",state="ready"} 8`,
+		// The adaptive node-addition rate (on by default) reads the API
+		// server's flow-control rejections from its /metrics.
+		"vmss_autoscaler_apiserver_metrics_readable 1",
 	} {
 		if code != 200 || !strings.Contains(body, want) {
 			t.Errorf("/metrics (%d) lacks %s", code, want)

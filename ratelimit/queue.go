@@ -106,8 +106,10 @@ func (q *Queue) Options() Options { return q.opts }
 
 // Decision is what the queue answers for one loop.
 type Decision struct {
-	// Release is, per group, the nodes to request now.
-	Release map[string]int
+	// Release is, per group, the nodes to request now (one request per
+	// group); ReleaseClass splits it by class.
+	Release      map[string]int
+	ReleaseClass map[string]map[Class]int
 	// Queued is, per group and class, the demand held back; the cluster
 	// state counts it as upcoming so the planner does not ask twice.
 	Queued map[string]map[Class]int
@@ -136,7 +138,7 @@ func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 		q.tokens = math.Max(0, math.Min(q.tokens, float64(q.opts.Burst-inFlight)))
 	}
 	q.refill(now)
-	d := Decision{Release: map[string]int{}, Queued: map[string]map[Class]int{}}
+	d := Decision{Release: map[string]int{}, ReleaseClass: map[string]map[Class]int{}, Queued: map[string]map[Class]int{}}
 	room := q.opts.MaxInFlight - inFlight
 	if room < 0 {
 		room = 0
@@ -184,7 +186,7 @@ func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 			}
 			q.tokens -= float64(need)
 			room -= need
-			d.Release[x.Group] += need
+			d.release(x, need)
 			left[i] = 0
 		}
 		// Then one node per group per round, starting after the last
@@ -214,7 +216,7 @@ func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 				q.tokens--
 				room--
 				left[i]--
-				d.Release[ds[i].Group]++
+				d.release(ds[i], 1)
 				q.cursor = ds[i].Group
 				if left[i] > 0 {
 					next = append(next, i)
@@ -248,6 +250,14 @@ func (q *Queue) Refund(n int) {
 
 // Tokens is the bucket's fill as of the last Decide.
 func (q *Queue) Tokens() float64 { return q.tokens }
+
+func (d *Decision) release(x Demand, n int) {
+	d.Release[x.Group] += n
+	if d.ReleaseClass[x.Group] == nil {
+		d.ReleaseClass[x.Group] = map[Class]int{}
+	}
+	d.ReleaseClass[x.Group][x.Class] += n
+}
 
 // rotate orders demand indexes so the group after cursor comes first,
 // keeping age order otherwise.

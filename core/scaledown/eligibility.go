@@ -57,8 +57,11 @@ const (
 type Rules struct {
 	SkipNodesWithSystemPods   bool
 	SkipNodesWithLocalStorage bool
-	// IsFreeRoom reports pods whose room counts as free (balloons); they
-	// are neither counted in utilisation nor moved. Nil: none.
+	// IsFreeRoom reports pods whose room counts as free (balloons): they
+	// do not count in utilisation, so they never make a node needed on their
+	// own; but they must find room elsewhere for their node to go (a
+	// balloon that cannot move is warm capacity lost), and they are evicted
+	// with no grace period. Nil: none.
 	IsFreeRoom func(*apiv1.Pod) bool
 }
 
@@ -215,12 +218,17 @@ func (b *PDBs) Take(pods []*apiv1.Pod) {
 }
 
 // PodsToMove returns the pods that must be evicted from a node, or the
-// reason the node must be kept. DaemonSet, mirror, terminal and free-room
-// pods stay (they go with the node).
+// reason the node must be kept. DaemonSet, mirror and terminal pods stay
+// (they go with the node). Free-room pods (balloons) move, whatever the
+// other rules say: they are placeholders, with no budget or local state.
 func PodsToMove(pods []*apiv1.Pod, pdbs *PDBs, r Rules) ([]*apiv1.Pod, Reason, string) {
-	var move []*apiv1.Pod
+	var move, free []*apiv1.Pod
 	for _, p := range pods {
-		if terminal(p) || IsDaemonSetPod(p) || IsMirrorPod(p) || (r.IsFreeRoom != nil && r.IsFreeRoom(p)) {
+		if terminal(p) || IsDaemonSetPod(p) || IsMirrorPod(p) {
+			continue
+		}
+		if r.IsFreeRoom != nil && r.IsFreeRoom(p) {
+			free = append(free, p)
 			continue
 		}
 		switch p.Annotations[SafeToEvictAnnotation] {
@@ -244,7 +252,7 @@ func PodsToMove(pods []*apiv1.Pod, pdbs *PDBs, r Rules) ([]*apiv1.Pod, Reason, s
 	if ok, why := pdbs.CanEvict(move); !ok {
 		return nil, ReasonPDB, why
 	}
-	return move, ReasonNone, ""
+	return append(move, free...), ReasonNone, ""
 }
 
 // hasLocalStorage reports emptyDir volumes on disk and hostPath volumes.

@@ -75,8 +75,10 @@ func TestPodsToMove(t *testing.T) {
 			pdbs: []*policyv1.PodDisruptionBudget{pdb("default", 1, "app", "web")}, rules: rules, want: ReasonPDB},
 		{name: "pdb in another namespace", pods: []*apiv1.Pod{to.Pod("a", rs, to.Labels("app", "web"))},
 			pdbs: []*policyv1.PodDisruptionBudget{pdb("other", 0, "app", "web")}, rules: rules, nMoved: 1},
-		{name: "free room (balloon) stays", pods: []*apiv1.Pod{to.Pod("balloon", to.Labels("vmss-autoscaler.io/balloon", "g"))},
-			rules: Rules{IsFreeRoom: func(p *apiv1.Pod) bool { return p.Labels["vmss-autoscaler.io/balloon"] != "" }}},
+		// A balloon must find room elsewhere, whatever the other rules say
+		// (no controller check, kube-system without a PDB, no budget).
+		{name: "free room (balloon) moves, past the other rules", pods: []*apiv1.Pod{to.Pod("balloon", to.Namespace("kube-system"), to.Labels("vmss-autoscaler.io/balloon", "g"))},
+			rules: Rules{SkipNodesWithSystemPods: true, IsFreeRoom: func(p *apiv1.Pod) bool { return p.Labels["vmss-autoscaler.io/balloon"] != "" }}, nMoved: 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

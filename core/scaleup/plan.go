@@ -42,6 +42,8 @@ type ScaleUp struct {
 	// Queued is the part of the plan the node-addition queue held back
 	// (set by the core after the queue decided; Delta is what was requested).
 	Queued int
+	// Balloon marks demand for balloon pods: the queue's lowest class.
+	Balloon bool
 }
 
 // Failed is a scale-up the cloud refused.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	schedframework "k8s.io/kubernetes/pkg/scheduler/framework"
 )
@@ -187,6 +188,34 @@ func (f *Fork) AddPod(i int, podInfo fwk.PodInfo) {
 	if pi.Spec.Affinity != nil && (pi.Spec.Affinity.PodAffinity != nil || pi.Spec.Affinity.PodAntiAffinity != nil) {
 		f.lists = nil
 	}
+}
+
+// RemovePods takes the pods matching drop off node i (copy on write) and
+// returns how many went: balloons' room is free to real pods, because the
+// scheduler will preempt them.
+func (f *Fork) RemovePods(i int, drop func(*apiv1.Pod) bool) int {
+	var gone []*apiv1.Pod
+	for _, pi := range f.nodes[i].GetPods() {
+		if p := pi.GetPod(); drop(p) {
+			gone = append(gone, p)
+		}
+	}
+	if len(gone) == 0 {
+		return 0
+	}
+	if !f.owned[i] {
+		f.nodes[i] = f.nodes[i].Snapshot()
+		f.owned[i] = true
+	}
+	n := f.nodes[i]
+	for _, p := range gone {
+		// The pod is on the node by construction; an error would mean a
+		// corrupt NodeInfo, and the pod then simply stays.
+		_ = n.RemovePod(klog.Background(), p)
+	}
+	f.free[i] = FreeOf(n, f.gpu)
+	f.lists = nil
+	return len(gone)
 }
 
 // --- fwk.SharedLister ---

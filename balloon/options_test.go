@@ -1,0 +1,102 @@
+package balloon
+
+import (
+	"strings"
+	"testing"
+
+	apiv1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestDefaultOptions(t *testing.T) {
+	o := DefaultOptions()
+	want := Options{
+		Label:             "vmss-autoscaler.io/balloon",
+		PriorityClassName: "vmss-autoscaler-balloon",
+		PriorityValue:     -100,
+		Image:             "registry.k8s.io/pause:3.10",
+		Namespace:         "kube-system",
+		NodeGroupLabel:    "vmss-autoscaler.io/node-group",
+		ManagedByLabel:    "app.kubernetes.io/managed-by",
+		ManagedByValue:    "vmss-autoscaler",
+		PreflightTaintKey: "vmss-autoscaler.io/preflight",
+	}
+	if o != want {
+		t.Fatalf("DefaultOptions() = %+v, want %+v", o, want)
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatalf("DefaultOptions().Validate() = %v", err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		edit    func(*Options)
+		wantErr string // "" for valid
+	}{
+		{"defaults", func(*Options) {}, ""},
+		{"configured names", func(o *Options) {
+			o.Label, o.PriorityClassName, o.Namespace, o.Image = "example.com/warm", "warm", "autoscaler", "example.com/pause:1"
+		}, ""},
+		{"zero priority", func(o *Options) { o.PriorityValue = 0 }, "--balloon-priority-value: must be negative"},
+		{"positive priority", func(o *Options) { o.PriorityValue = 1000 }, "--balloon-priority-value: must be negative"},
+		{"empty image", func(o *Options) { o.Image = " " }, "--balloon-image: must not be empty"},
+		{"empty namespace", func(o *Options) { o.Namespace = "" }, "--balloon-namespace: \"\" is not a namespace name"},
+		{"bad namespace", func(o *Options) { o.Namespace = "Kube_System" }, "--balloon-namespace: \"Kube_System\""},
+		{"empty label", func(o *Options) { o.Label = "" }, "--balloon-label: \"\" is not a label key"},
+		{"bad label", func(o *Options) { o.Label = "a/b/c" }, "--balloon-label: \"a/b/c\""},
+		{"label is the node-group label", func(o *Options) { o.Label = DefaultNodeGroupLabel }, "--balloon-label: \"vmss-autoscaler.io/node-group\" is also the node-group label"},
+		{"label is the managed-by label", func(o *Options) { o.Label = DefaultManagedByLabel }, "--balloon-label: \"app.kubernetes.io/managed-by\" is also the managed-by label"},
+		{"empty priority class", func(o *Options) { o.PriorityClassName = "" }, "--balloon-priority-class: \"\""},
+		{"bad priority class", func(o *Options) { o.PriorityClassName = "Warm Pool" }, "--balloon-priority-class: \"Warm Pool\""},
+		{"reserved priority class", func(o *Options) { o.PriorityClassName = "system-balloon" }, "--balloon-priority-class: \"system-balloon\": the prefix system- is reserved"},
+		{"bad node-group label", func(o *Options) { o.NodeGroupLabel = "" }, "--balloon-node-group-label: \"\""},
+		{"bad managed-by label", func(o *Options) { o.ManagedByLabel = "" }, "balloon managed-by label: \"\""},
+		{"empty managed-by value", func(o *Options) { o.ManagedByValue = "" }, "balloon managed-by label: value \"\""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := DefaultOptions()
+			tc.edit(&o)
+			err := o.Validate()
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("Validate() = %v, want nil", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("Validate() = %v, want an error containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestIsBalloonAndGroupOf(t *testing.T) {
+	pod := func(labels map[string]string) *apiv1.Pod {
+		return &apiv1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "kube-system", Labels: labels}}
+	}
+	custom := DefaultOptions()
+	custom.Label = "example.com/warm"
+	for _, tc := range []struct {
+		name      string
+		o         Options
+		pod       *apiv1.Pod
+		isBalloon bool
+		group     string
+	}{
+		{"balloon", DefaultOptions(), pod(map[string]string{DefaultLabel: "gpu-h100"}), true, "gpu-h100"},
+		{"empty value is not a balloon", DefaultOptions(), pod(map[string]string{DefaultLabel: ""}), false, ""},
+		{"no labels", DefaultOptions(), pod(nil), false, ""},
+		{"other labels", DefaultOptions(), pod(map[string]string{"app": "x", DefaultNodeGroupLabel: "gpu"}), false, ""},
+		{"nil pod", DefaultOptions(), nil, false, ""},
+		{"configured label", custom, pod(map[string]string{"example.com/warm": "g"}), true, "g"},
+		{"default label under a configured one", custom, pod(map[string]string{DefaultLabel: "g"}), false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.o.IsBalloon(tc.pod); got != tc.isBalloon {
+				t.Errorf("IsBalloon = %v, want %v", got, tc.isBalloon)
+			}
+			if got := tc.o.GroupOf(tc.pod); got != tc.group {
+				t.Errorf("GroupOf = %q, want %q", got, tc.group)
+			}
+		})
+	}
+}

@@ -1,0 +1,161 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/balloon"
+)
+
+// EventBalloonsUpdated is on the status ConfigMap when a balloon
+// Deployment was resized or repaired.
+const EventBalloonsUpdated = "BalloonsUpdated"
+
+// BalloonController keeps the balloon Deployments (balloon.Controller).
+type BalloonController interface {
+	Sync(ctx context.Context, specs []balloon.GroupSpec) (balloon.Result, error)
+}
+
+// isBalloon says a pod is a balloon the autoscaler understands: its room
+// is free to real pods and it never makes a node needed.
+func (a *Autoscaler) isBalloon(p *apiv1.Pod) bool {
+	return a.opts.BalloonAware && a.opts.Balloons.IsBalloon(p)
+}
+
+// warmPool is one group's warm pool as of this loop.
+type warmPool struct {
+	Group     string
+	Target    int
+	WarmReady int // usable nodes of the group running a balloon
+	Pending   int // balloon pods waiting for a node
+}
+
+// syncBalloons sizes each group's balloon Deployment to its warm target:
+// pods of a pause container requesting the template node's allocatable
+// less its DaemonSet pods, pinned to the group, tolerating its taints
+// (never the preflight taint: warm nodes are nodes that passed).
+func (a *Autoscaler) syncBalloons(ctx context.Context, l *loop) error {
+	if len(a.opts.WarmPools) == 0 && a.balloons == nil {
+		return nil
+	}
+	dss, err := a.listers.DaemonSets.List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("listing DaemonSets from cache: %w", err)
+	}
+	var specs []balloon.GroupSpec
+	known := true
+	pools := map[string]*warmPool{}
+	for _, g := range l.groups {
+		pol, ok := a.opts.WarmPools[g.ID()]
+		if !ok {
+			continue
+		}
+		gs := a.registry.Group(g.ID())
+		if gs == nil || !gs.Readiness.TargetKnown {
+			// Size unknown: no action on this group, and no deletion of its
+			// Deployment either (Sync deletes what specs omit).
+			known = false
+			continue
+		}
+		tmpl, err := a.templates.build(ctx, a, g, dss)
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "No balloons for a group without a template", "nodeGroup", g.ID())
+			known = false
+			continue
+		}
+		target := min(pol.WarmTarget(gs.Readiness.Target), gs.Max)
+		pools[g.ID()] = &warmPool{Group: g.ID(), Target: target}
+		alloc, req := tmpl.GetAllocatable(), tmpl.GetRequested()
+		requests := apiv1.ResourceList{
+			apiv1.ResourceCPU:    *resource.NewMilliQuantity(alloc.GetMilliCPU()-req.GetMilliCPU(), resource.DecimalSI),
+			apiv1.ResourceMemory: *resource.NewQuantity(alloc.GetMemory()-req.GetMemory(), resource.BinarySI),
+		}
+		if gpus := alloc.GetScalarResources()[a.opts.GPUResourceName] - req.GetScalarResources()[a.opts.GPUResourceName]; gpus > 0 {
+			requests[a.opts.GPUResourceName] = *resource.NewQuantity(gpus, resource.DecimalSI)
+		}
+		var tols []apiv1.Toleration
+		for _, t := range tmpl.Node().Spec.Taints {
+			if t.Key == a.opts.Preflight.Taint.Key {
+				continue
+			}
+			tols = append(tols, apiv1.Toleration{Key: t.Key, Operator: apiv1.TolerationOpEqual, Value: t.Value, Effect: t.Effect})
+		}
+		specs = append(specs, balloon.GroupSpec{Group: g.ID(), Replicas: int32(target), Requests: requests, Tolerations: tols})
+	}
+	a.countWarm(l, pools)
+	l.warm = pools
+	if a.balloons == nil || !known {
+		return nil
+	}
+	res, err := a.balloons.Sync(ctx, specs)
+	if err != nil {
+		return fmt.Errorf("syncing balloon Deployments: %w", err)
+	}
+	// The controller logs what it wrote; the status ConfigMap gets an event
+	// when a pool was resized or someone's edit was undone.
+	for _, c := range res.Updated {
+		a.groupEvent(apiv1.EventTypeNormal, EventBalloonsUpdated, fmt.Sprintf("balloon Deployment %s of node group %s set to %d replicas: %s", c.Name, c.Group, c.Replicas, c.Reason))
+	}
+	return nil
+}
+
+// countWarm counts warm nodes and pending balloons per group.
+func (a *Autoscaler) countWarm(l *loop, pools map[string]*warmPool) {
+	for i := 0; i < l.snap.Len(); i++ {
+		ni := l.snap.NodeInfo(i)
+		g, ok := l.groupOf[ni.Node().Name]
+		if !ok || pools[g.ID()] == nil || !a.usable(ni.Node(), l.now) {
+			continue
+		}
+		for _, pi := range ni.GetPods() {
+			if a.opts.Balloons.IsBalloon(pi.GetPod()) {
+				pools[g.ID()].WarmReady++
+				break
+			}
+		}
+	}
+	for _, p := range l.unbound {
+		if a.opts.Balloons.IsBalloon(p) && p.DeletionTimestamp == nil {
+			if w := pools[a.opts.Balloons.GroupOf(p)]; w != nil {
+				w.Pending++
+			}
+		}
+	}
+	a.metrics.WarmTarget.Reset()
+	a.metrics.WarmReady.Reset()
+	a.metrics.BalloonsPending.Reset()
+	for id, w := range pools {
+		a.metrics.WarmTarget.WithLabelValues(id).Set(float64(w.Target))
+		a.metrics.WarmReady.WithLabelValues(id).Set(float64(w.WarmReady))
+		a.metrics.BalloonsPending.WithLabelValues(id).Set(float64(w.Pending))
+	}
+}
+
+// warmStatus lists the warm pools for the status ConfigMap.
+func warmStatus(pools map[string]*warmPool) []WarmPoolStatus {
+	out := make([]WarmPoolStatus, 0, len(pools))
+	for _, w := range pools {
+		out = append(out, WarmPoolStatus{NodeGroup: w.Group, Target: w.Target, WarmReady: w.WarmReady, BalloonsPending: w.Pending})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].NodeGroup < out[j].NodeGroup })
+	return out
+}
+
+// canPreemptBalloons says the scheduler would preempt balloons for p: its
+// priority is above theirs and it may preempt.
+func (a *Autoscaler) canPreemptBalloons(p *apiv1.Pod) bool {
+	if p.Spec.PreemptionPolicy != nil && *p.Spec.PreemptionPolicy == apiv1.PreemptNever {
+		return false
+	}
+	prio := int32(0)
+	if p.Spec.Priority != nil {
+		prio = *p.Spec.Priority
+	}
+	return prio > a.opts.Balloons.PriorityValue
+}
