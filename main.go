@@ -20,6 +20,9 @@ import (
 	"github.com/spf13/pflag"
 	apiv1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -36,6 +39,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight/agent"
 	"github.com/vmss-autoscaler/vmss-autoscaler/ratelimit"
@@ -125,9 +129,17 @@ func run(ctx context.Context, args []string) error {
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = bo.ManagedByLabel + "=" + bo.ManagedByValue }),
 		informers.WithTransform(stripManagedFields))
 	balloons := balloon.NewController(client, balloonFactory.Apps().V1().Deployments().Lister(), bo)
+	gangs, dynFactory, err := gangLookup(ctx, restCfg, client, factory)
+	if err != nil {
+		return err
+	}
 	factory.Start(ctx.Done())
 	nsFactory.Start(ctx.Done())
 	balloonFactory.Start(ctx.Done())
+	if dynFactory != nil {
+		dynFactory.Start(ctx.Done())
+		defer dynFactory.Shutdown()
+	}
 	defer factory.Shutdown()
 	defer nsFactory.Shutdown()
 	defer balloonFactory.Shutdown()
@@ -144,7 +156,7 @@ func run(ctx context.Context, args []string) error {
 	autoscaler, err := core.New(core.Deps{
 		Options: c.core, Provider: provider, Listers: listers, Simulator: sim,
 		Recorder: recorder, Status: status, Metrics: metrics,
-		Actions: &core.KubeNodeActions{Client: client}, Health: observer, Balloons: balloons,
+		Actions: &core.KubeNodeActions{Client: client}, Health: observer, Balloons: balloons, Gangs: gangs,
 	})
 	if err != nil {
 		return err
@@ -164,6 +176,9 @@ func run(ctx context.Context, args []string) error {
 		}
 		nsFactory.WaitForCacheSync(ctx.Done())
 		balloonFactory.WaitForCacheSync(ctx.Done())
+		if dynFactory != nil {
+			dynFactory.WaitForCacheSync(ctx.Done())
+		}
 		if c.core.NodeAdditionAdaptive && c.apiserverMetricsInterval > 0 {
 			go watchFlowControl(ctx, client.CoreV1().RESTClient(), c.apiserverMetricsInterval, observer, readable)
 		}
@@ -222,6 +237,45 @@ func run(ctx context.Context, args []string) error {
 	case err := <-srvErr:
 		return err
 	}
+}
+
+// gangLookup watches the PodGroups of the gang APIs the API server serves:
+// native gang scheduling (scheduling.k8s.io/v1alpha2) and the coscheduling
+// plugin's CRD (scheduling.x-k8s.io/v1alpha1). Checked once at start: an
+// API enabled later needs a restart (logged).
+func gangLookup(ctx context.Context, cfg *rest.Config, client kubernetes.Interface, factory informers.SharedInformerFactory) (gang.Lookup, dynamicinformer.DynamicSharedInformerFactory, error) {
+	logger := klog.FromContext(ctx)
+	var l gang.Lookup
+	serves := func(gv string) bool {
+		res, err := client.Discovery().ServerResourcesForGroupVersion(gv)
+		if err != nil {
+			return false
+		}
+		for _, r := range res.APIResources {
+			if r.Name == "podgroups" {
+				return true
+			}
+		}
+		return false
+	}
+	if serves("scheduling.k8s.io/v1alpha2") {
+		l.Native = factory.Scheduling().V1alpha2().PodGroups().Lister()
+		logger.Info("Gangs: reading native PodGroups", "api", "scheduling.k8s.io/v1alpha2")
+	}
+	var dyn dynamicinformer.DynamicSharedInformerFactory
+	if serves("scheduling.x-k8s.io/v1alpha1") {
+		dc, err := dynamic.NewForConfig(cfg)
+		if err != nil {
+			return l, nil, fmt.Errorf("building dynamic client for coscheduling PodGroups: %w", err)
+		}
+		dyn = dynamicinformer.NewDynamicSharedInformerFactory(dc, 0)
+		l.Coscheduling = dyn.ForResource(schema.GroupVersionResource{Group: "scheduling.x-k8s.io", Version: "v1alpha1", Resource: "podgroups"}).Lister()
+		logger.Info("Gangs: reading coscheduling PodGroups", "api", "scheduling.x-k8s.io/v1alpha1")
+	}
+	if l.Native == nil && l.Coscheduling == nil {
+		logger.Info("Gangs: no PodGroup API served; a gang's minimum is all its members")
+	}
+	return l, dyn, nil
 }
 
 // watchFlowControl reads the API server's count of requests rejected by

@@ -20,6 +20,7 @@ import (
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/snapshot"
@@ -55,8 +56,11 @@ type Deps struct {
 	// Balloons keeps the balloon Deployments; nil: no controller (the
 	// warm pools are still reported).
 	Balloons BalloonController
-	Clock    clock.Clock
-	Rand     *rand.Rand
+	// Gangs finds gangs' minimum member counts (PodGroup objects); nil:
+	// a gang's minimum is all its members.
+	Gangs gang.MinCounts
+	Clock clock.Clock
+	Rand  *rand.Rand
 }
 
 // Autoscaler runs the loop. RunOnce must not be called concurrently.
@@ -81,6 +85,7 @@ type Autoscaler struct {
 	nodeAdd   *nodeAddition
 	preflight *preflightState
 	balloons  BalloonController
+	gangs     gang.MinCounts
 
 	lastStatus string
 
@@ -114,6 +119,7 @@ func New(d Deps) (*Autoscaler, error) {
 		events:    newPodEvents(d.Recorder, d.Options.MaxPodEventsPerLoop, d.Options.PodEventInterval),
 		preflight: newPreflightState(),
 		balloons:  d.Balloons,
+		gangs:     d.Gangs,
 	}
 	a.registry = clusterstate.NewRegistry(clusterstate.Options{
 		MaxNodeProvisionTime: d.Options.MaxNodeProvisionTime,

@@ -23,6 +23,7 @@ import (
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
 	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
 )
@@ -46,6 +47,7 @@ type env struct {
 	actions  NodeActions
 	health   HealthSource
 	balloons BalloonController
+	gangs    gang.MinCounts
 }
 
 type memStatus struct{ writes []string }
@@ -109,6 +111,7 @@ func (e *env) start() *env {
 		Actions:   e.actions,
 		Health:    e.health,
 		Balloons:  e.balloons,
+		Gangs:     e.gangs,
 	})
 	if err != nil {
 		e.t.Fatal(err)

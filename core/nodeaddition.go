@@ -104,7 +104,13 @@ func (a *Autoscaler) addNodes(ctx context.Context, l *loop, res scaleup.Result, 
 					out.Failed = append(out.Failed, scaleup.Failed{Group: g, Delta: n, Err: err, Pods: pods})
 					if c := cloudprovider.ClassOf(err); c != cloudprovider.ClassThrottled && c != cloudprovider.ClassConflict {
 						failed[g] = true
-						retry = append(retry, pods...)
+						for _, su := range byGroup[g] {
+							// A gang is planned again whole by the next loop,
+							// with this group backed off.
+							if su.Gang == "" {
+								retry = append(retry, su.Pods...)
+							}
+						}
 					}
 					continue
 				}
@@ -124,7 +130,7 @@ func (a *Autoscaler) addNodes(ctx context.Context, l *loop, res scaleup.Result, 
 					rep.Released[g][class] += r
 					a.metrics.NodesReleased.WithLabelValues(g, class.String()).Add(float64(r))
 				}
-				out.ScaleUps = append(out.ScaleUps, scaleup.ScaleUp{Group: g, Delta: r, Pods: su.Pods, Queued: su.Delta - r, Balloon: su.Balloon})
+				out.ScaleUps = append(out.ScaleUps, scaleup.ScaleUp{Group: g, Delta: r, Pods: su.Pods, Queued: su.Delta - r, Balloon: su.Balloon, Gang: su.Gang})
 			}
 		}
 		for g, byClass := range dec.Queued {
@@ -214,7 +220,7 @@ func classOf(su scaleup.ScaleUp) ratelimit.Class {
 func (a *Autoscaler) decide(now time.Time, sus []scaleup.ScaleUp, inFlight int) ratelimit.Decision {
 	demands := make([]ratelimit.Demand, 0, len(sus))
 	for _, su := range sus {
-		demands = append(demands, ratelimit.Demand{Group: su.Group, Count: su.Delta, Class: classOf(su), Since: oldest(su.Pods)})
+		demands = append(demands, ratelimit.Demand{Group: su.Group, Count: su.Delta, Class: classOf(su), Since: oldest(su.Pods), Gang: su.Gang})
 	}
 	if !a.nodeAdd.enabled {
 		d := ratelimit.Decision{Release: map[string]int{}, ReleaseClass: map[string]map[ratelimit.Class]int{}, Queued: map[string]map[ratelimit.Class]int{}}

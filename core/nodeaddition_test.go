@@ -19,14 +19,6 @@ func smoothing(rate float64, burst, inFlight int) envOption {
 	})
 }
 
-func sum(xs []int) int {
-	n := 0
-	for _, x := range xs {
-		n += x
-	}
-	return n
-}
-
 func TestQueueReleasesAtTheRateAndNeverAsksTwice(t *testing.T) {
 	e := newEnv(t, smoothing(60, 10, 1000))
 	gpu := e.provider.AddGroup("gpu", 0, 100, gpuTemplate("gpu"))

@@ -103,6 +103,15 @@ type Options struct {
 	Balloons balloon.Options
 	// WarmPools are the warm-pool policies by node group (--warm-pool).
 	WarmPools map[string]balloon.Policy
+
+	// BorrowersScaleTeamGroups lets pods that tolerate a team's taint only
+	// through a catch-all toleration grow the team's group.
+	BorrowersScaleTeamGroups bool
+	// StatusTaints are taint keys stripped from templates (--status-taint).
+	StatusTaints []string
+	// GangSplit lets a gang span several node groups when no single group
+	// can take it (--gang-allow-split).
+	GangSplit bool
 }
 
 // DefaultOptions returns the defaults, safe for a 7,500-node cluster.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
 )
@@ -31,7 +32,11 @@ func (a *Autoscaler) scaleUp(ctx context.Context, l *loop) error {
 	// that cannot (preemptionPolicy Never, or priority not above the
 	// balloons'); and balloons themselves, at the queue's lowest class.
 	var preempting, other, balloons []*apiv1.Pod
-	for _, p := range a.pendingPods(l) {
+	gangs, pendingPods := a.collectGangs(l, a.pendingPods(l))
+	for _, g := range gangs {
+		l.unschedulable += len(g.Pending)
+	}
+	for _, p := range pendingPods {
 		switch {
 		case a.isBalloon(p):
 			balloons = append(balloons, p)
@@ -41,21 +46,24 @@ func (a *Autoscaler) scaleUp(ctx context.Context, l *loop) error {
 			other = append(other, p)
 		}
 	}
-	l.unschedulable = len(preempting) + len(other)
+	l.unschedulable += len(preempting) + len(other)
 	a.metrics.UnschedulablePods.Set(float64(l.unschedulable))
 	var res scaleup.Result
 	var cands []scaleup.Candidate
 	maxNew, awaiting := 0, 0
 	var carry []placement
+	// Gangs go in the first pass, before single pods take the room they
+	// need; balloons' room is free to them when balloon-aware.
 	for _, pass := range []struct {
 		pods         []*apiv1.Pod
+		gangs        []*gang.Gang
 		freeBalloons bool
 		balloon      bool
-	}{{preempting, true, false}, {other, false, false}, {balloons, false, true}} {
-		if len(pass.pods) == 0 {
+	}{{preempting, gangs, a.opts.BalloonAware, false}, {other, nil, false, false}, {balloons, nil, false, true}} {
+		if len(pass.pods) == 0 && len(pass.gangs) == 0 {
 			continue
 		}
-		out, err := a.plan(ctx, l, planInput{pods: pass.pods, freeBalloons: pass.freeBalloons, reserved: planned(res), carry: carry})
+		out, err := a.plan(ctx, l, planInput{pods: pass.pods, gangs: pass.gangs, freeBalloons: pass.freeBalloons, reserved: planned(res), carry: carry})
 		if err != nil {
 			return err
 		}
@@ -88,7 +96,7 @@ func (a *Autoscaler) scaleUp(ctx context.Context, l *loop) error {
 // coming, and plans nodes for them: the demand for the node-addition queue.
 func (a *Autoscaler) plan(ctx context.Context, l *loop, in planInput) (planOutput, error) {
 	pending := in.pods
-	if len(pending) == 0 {
+	if len(pending) == 0 && len(in.gangs) == 0 {
 		return planOutput{}, nil
 	}
 	dss, err := a.listers.DaemonSets.List(labels.Everything())
@@ -129,10 +137,18 @@ func (a *Autoscaler) plan(ctx context.Context, l *loop, in planInput) (planOutpu
 			fork.AddPod(idx, c.info)
 		}
 	}
+	maxNew := int(^uint(0) >> 1)
+	if a.opts.MaxNodesTotal > 0 {
+		maxNew = a.opts.MaxNodesTotal - len(l.nodes) - upcomingTotal - in.reserved
+	}
 	var out planOutput
+	if len(in.gangs) > 0 {
+		fork = a.planGangs(ctx, l, in.gangs, fork, candidates, cands, &maxNew, &out)
+	}
+	gangs := out.res
 	// Existing and coming nodes first: what fits there needs no new node.
 	var rest []scaleup.Pending
-	awaiting := 0
+	awaiting := out.awaiting
 	for _, g := range groups {
 		placed := a.sim.FitOnNodes(ctx, fork, g, 0, candidates, func(pod, node int) {
 			if node >= l.snap.Len() {
@@ -144,16 +160,15 @@ func (a *Autoscaler) plan(ctx context.Context, l *loop, in planInput) (planOutpu
 			rest = append(rest, scaleup.Pending{G: g, From: placed})
 		}
 	}
+	out.cands, out.maxNew, out.awaiting = cands, maxNew, awaiting
 	if len(rest) == 0 {
 		klog.FromContext(ctx).V(2).Info("All unschedulable pods fit on existing or upcoming nodes", "pods", len(pending), "awaitingUpcoming", awaiting)
-		out.res, out.cands, out.awaiting = scaleup.Result{Fork: fork}, cands, awaiting
+		out.res = scaleup.Result{Fork: fork, ScaleUps: gangs.ScaleUps, NoScale: gangs.NoScale}
 		return out, nil
 	}
-	maxNew := int(^uint(0) >> 1)
-	if a.opts.MaxNodesTotal > 0 {
-		maxNew = a.opts.MaxNodesTotal - len(l.nodes) - upcomingTotal - in.reserved
-	}
-	out.res, out.cands, out.maxNew, out.awaiting = a.planner.Plan(ctx, fork, rest, cands, maxNew, planOnly{}), cands, maxNew, awaiting
+	out.res = a.planner.Plan(ctx, fork, rest, cands, maxNew, planOnly{})
+	out.res.ScaleUps = append(gangs.ScaleUps, out.res.ScaleUps...)
+	out.res.NoScale = append(gangs.NoScale, out.res.NoScale...)
 	return out, nil
 }
 
@@ -162,6 +177,7 @@ func (a *Autoscaler) plan(ctx context.Context, l *loop, in planInput) (planOutpu
 // and pods an earlier pass put on upcoming nodes.
 type planInput struct {
 	pods         []*apiv1.Pod
+	gangs        []*gang.Gang
 	freeBalloons bool
 	reserved     int
 	carry        []placement
@@ -243,6 +259,9 @@ func (a *Autoscaler) candidate(ctx context.Context, g cloudprovider.NodeGroup, d
 	c.Template = tmpl
 	c.Limit = gs.Max - gs.Readiness.Target
 	c.GPUPodsOnly = a.opts.GPUGroupsForGPUPodsOnly && tmpl.GetAllocatable().GetScalarResources()[a.opts.GPUResourceName] > 0
+	if !a.opts.BorrowersScaleTeamGroups {
+		c.Refuse = refuseBorrowers(g.ID(), teamTaints(tmpl.Node()))
+	}
 	return c, tmpl
 }
 

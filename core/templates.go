@@ -78,6 +78,7 @@ func (t *templates) build(ctx context.Context, a *Autoscaler, g cloudprovider.No
 	}
 	// Pods wait for preflight; they never need to tolerate it.
 	a.opts.Preflight.StripTemplate(node)
+	stripStatusTaints(node, a.opts.StatusTaints)
 	node.Name = "template-" + g.ID()
 	if node.Labels == nil {
 		node.Labels = map[string]string{}

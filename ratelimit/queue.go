@@ -168,13 +168,25 @@ func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 		}
 	}
 	for _, class := range []Class{Workload, Balloon} {
-		// Gangs first within their class, oldest first: all or nothing.
+		// Gangs first within their class, oldest first: all or nothing,
+		// across every group the gang's nodes come from.
+		seen := map[string]bool{}
 		for i, x := range ds {
-			if x.Class != class || x.Gang == "" || left[i] == 0 {
+			if x.Class != class || x.Gang == "" || seen[x.Gang] {
 				continue
 			}
-			need := left[i]
+			seen[x.Gang] = true
+			var members []int
+			need := 0
+			for j := i; j < len(ds); j++ {
+				if ds[j].Class == class && ds[j].Gang == x.Gang && left[j] > 0 {
+					members = append(members, j)
+					need += left[j]
+				}
+			}
 			switch {
+			case need == 0:
+				continue
 			case need > room:
 				limit("in-flight")
 				continue
@@ -186,8 +198,10 @@ func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 			}
 			q.tokens -= float64(need)
 			room -= need
-			d.release(x, need)
-			left[i] = 0
+			for _, j := range members {
+				d.release(ds[j], left[j])
+				left[j] = 0
+			}
 		}
 		// Then one node per group per round, starting after the last
 		// round's first group.

@@ -186,3 +186,25 @@ func TestRefundGivesBackRefusedNodes(t *testing.T) {
 		t.Fatalf("tokens %v after a large refund, want the burst 10", q.Tokens())
 	}
 }
+
+func TestGangAcrossGroupsReleasedTogether(t *testing.T) {
+	q := newQueue(t, 60, 10, 1000)
+	gang := []Demand{
+		{Group: "gpu-a", Count: 6, Gang: "ns/train", Since: t0},
+		{Group: "gpu-b", Count: 6, Gang: "ns/train", Since: t0},
+	}
+	// 12 nodes with a bucket of 10: the gang waits for a full bucket and
+	// then goes whole, from both groups, paid back afterwards.
+	d := q.Decide(t0, gang, 0)
+	if d.Release["gpu-a"] != 6 || d.Release["gpu-b"] != 6 {
+		t.Fatalf("released %v, want the whole gang: 6 + 6", d.Release)
+	}
+	if d.Tokens != -2 {
+		t.Fatalf("tokens %v, want -2 (paid back)", d.Tokens)
+	}
+	// Not enough room in flight for the whole gang: none of it goes.
+	q2 := newQueue(t, 60, 100, 10)
+	if d := q2.Decide(t0, gang, 0); d.Released() != 0 || d.Limit != "in-flight" {
+		t.Fatalf("released %v (limit %q) with room for 10 of 12", d.Release, d.Limit)
+	}
+}

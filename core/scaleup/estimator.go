@@ -57,8 +57,9 @@ type Estimator struct {
 // framework's reason.
 //
 // With gpuPodsOnly, pods that request no GPU are not placed (the group's
-// nodes are GPU machines kept for GPU work).
-func (e *Estimator) Estimate(ctx context.Context, base *snapshot.Fork, pending []Pending, groupID string, tmpl fwk.NodeInfo, limit int, gpuPodsOnly bool) *Estimate {
+// nodes are GPU machines kept for GPU work). refuse, when set, names why a
+// pod group may not grow this node group (a borrower and a team's group).
+func (e *Estimator) Estimate(ctx context.Context, base *snapshot.Fork, pending []Pending, groupID string, tmpl fwk.NodeInfo, limit int, gpuPodsOnly bool, refuse func(*simulator.Group) string) *Estimate {
 	fork := base.Fork()
 	est := &Estimate{Group: groupID, Placed: make([]int, len(pending)), Reasons: make([]string, len(pending)), fork: fork}
 	var newNodes []int
@@ -70,6 +71,12 @@ func (e *Estimator) Estimate(ctx context.Context, base *snapshot.Fork, pending [
 		if gpuPodsOnly && g.Req.GPU == 0 {
 			est.Reasons[pi] = "GPU node group, pod requests no GPU"
 			continue
+		}
+		if refuse != nil {
+			if why := refuse(g); why != "" {
+				est.Reasons[pi] = why
+				continue
+			}
 		}
 		ss := e.Sim.NewSession(ctx, fork, g)
 		if st := ss.Failed(); st != nil {

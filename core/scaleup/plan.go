@@ -9,6 +9,7 @@ import (
 	apiv1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/snapshot"
 )
 
@@ -26,6 +27,9 @@ type Candidate struct {
 	// GPUPodsOnly keeps pods that request no GPU from growing this group:
 	// a CPU pod must never buy an 8-GPU machine.
 	GPUPodsOnly bool
+	// Refuse, when set, names why a pod group may not grow this group
+	// (e.g. a borrower and a team's group); "" allows it.
+	Refuse func(*simulator.Group) string
 }
 
 // Increaser is what the planner needs from the loop: ask a group for more
@@ -44,6 +48,9 @@ type ScaleUp struct {
 	Queued int
 	// Balloon marks demand for balloon pods: the queue's lowest class.
 	Balloon bool
+	// Gang names the gang the nodes are for: the queue releases all the
+	// gang's nodes together, across groups, or none.
+	Gang string
 }
 
 // Failed is a scale-up the cloud refused.
@@ -117,7 +124,7 @@ func (p *Planner) Plan(ctx context.Context, fork *snapshot.Fork, pending []Pendi
 				}
 				continue
 			}
-			est := p.Estimator.Estimate(ctx, fork, pending, c.Group, c.Template, limit, c.GPUPodsOnly)
+			est := p.Estimator.Estimate(ctx, fork, pending, c.Group, c.Template, limit, c.GPUPodsOnly, c.Refuse)
 			for i, r := range est.Reasons {
 				if r == "max-size" {
 					r = fmt.Sprintf("node group %s would exceed its max size", c.Group)

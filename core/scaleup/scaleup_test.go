@@ -91,7 +91,7 @@ func TestEstimator(t *testing.T) {
 				infos = append(infos, snapshot.NewNodeInfo(n))
 			}
 			base := snapshot.New(infos, to.GPU).Fork()
-			e := est.Estimate(context.Background(), base, tc.pending, "g", tc.tmpl, tc.limit, tc.gpuOnly)
+			e := est.Estimate(context.Background(), base, tc.pending, "g", tc.tmpl, tc.limit, tc.gpuOnly, nil)
 			if e.NewNodes != tc.wantNodes || e.PodsPlaced() != tc.wantPlaced {
 				t.Fatalf("nodes %d placed %d, want nodes %d placed %d (reasons %q)", e.NewNodes, e.PodsPlaced(), tc.wantNodes, tc.wantPlaced, e.Reasons)
 			}
