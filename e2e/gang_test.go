@@ -126,4 +126,3 @@ func TestTeamGroups(t *testing.T) {
 		t.Fatalf("borrower running %d: there was no idle room", n)
 	}
 }
-
