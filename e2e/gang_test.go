@@ -8,9 +8,14 @@ import (
 
 	apiv1 "k8s.io/api/core/v1"
 	schedv1alpha2 "k8s.io/api/scheduling/v1alpha2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
 )
 
 // gang creates a native PodGroup with minCount members and a Deployment of
@@ -125,4 +130,54 @@ func TestTeamGroups(t *testing.T) {
 	if n := sc.running("borrower"); n != 0 {
 		t.Fatalf("borrower running %d: there was no idle room", n)
 	}
+}
+
+// The coscheduling plugin's gangs: its PodGroup CRD (installed here from
+// our own manifest; the plugin itself is not built), the pod label, and
+// spec.minMember read through a dynamic informer. 6 members with
+// minMember 4 on a group that can add 5: the gang's minimum fits, so 5
+// nodes are requested — with the minimum unknown (all 6) it would get none.
+func TestCoschedulingGang(t *testing.T) {
+	sc := newScenario(t)
+	dc, err := dynamic.NewForConfig(sc.s.cp.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+		"metadata": map[string]any{"name": "podgroups.scheduling.x-k8s.io"},
+		"spec": map[string]any{
+			"group": "scheduling.x-k8s.io", "scope": "Namespaced",
+			"names": map[string]any{"plural": "podgroups", "singular": "podgroup", "kind": "PodGroup", "shortNames": []any{"pg"}},
+			"versions": []any{map[string]any{"name": "v1alpha1", "served": true, "storage": true,
+				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
+		},
+	}}
+	crds := dc.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	if _, err := crds.Create(sc.ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	pgs := dc.Resource(schema.GroupVersionResource{Group: "scheduling.x-k8s.io", Version: "v1alpha1", Resource: "podgroups"}).Namespace(sc.ns)
+	pg := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+		"metadata": map[string]any{"name": "mpi", "namespace": sc.ns},
+		"spec":     map[string]any{"minMember": int64(4)},
+	}}
+	sc.eventually("the PodGroup CRD served", 30*time.Second, func() (bool, string) {
+		_, err := pgs.Create(sc.ctx, pg, metav1.CreateOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+	gpu := sc.scaleSet("gpu", "Standard_ND96isr_H100_v5", 0, nil)
+	as := sc.autoscaler("autoscaler", "--nodes=0:5:"+gpu)
+	sc.eventually("the coscheduling API seen", 30*time.Second, func() (bool, string) {
+		return sc.logContains(as, "reading coscheduling PodGroups"), "not yet"
+	})
+	d := sc.deployment("mpi", 6, "90", 8, gpu)
+	d.Spec.Template.Labels[gang.CoschedulingLabel] = "mpi"
+	sc.create(d)
+	sc.eventually("5 members Running", 2*time.Minute, func() (bool, string) {
+		n := sc.running("mpi")
+		return n == 5, fmt.Sprintf("%d running, capacity %d", n, sc.capacity(gpu))
+	})
+	sc.stays(gpu, 5, as, 3)
 }
