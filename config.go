@@ -25,6 +25,8 @@ type config struct {
 
 	kubeconfig      string
 	configFile      string
+	configMap       string
+	configMapKey    string
 	cloudProvider   string
 	nodes           []string
 	nodeGroupSpecs  []cloudprovider.NodeGroupSpec
@@ -56,6 +58,8 @@ func newFlagSet(c *config) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("vmss-autoscaler", pflag.ContinueOnError)
 	fs.SortFlags = false
 	fs.StringVar(&c.configFile, "config", "", "YAML file whose keys are flag names (the Helm chart mounts its ConfigMap here); flags given on the command line win")
+	fs.StringVar(&c.configMap, "config-map", "", "ConfigMap (in --namespace) of flag values, watched through the API: live keys take effect on the next loop without a restart; empty: not watched")
+	fs.StringVar(&c.configMapKey, "config-map-key", "config.yaml", "key of --config-map holding the YAML of flag values")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file; empty for in-cluster configuration")
 	fs.Float32Var(&c.kubeClientQPS, "kube-client-qps", 20, "QPS of the Kubernetes client")
 	fs.IntVar(&c.kubeClientBurst, "kube-client-burst", 40, "burst of the Kubernetes client")
@@ -144,49 +148,70 @@ func newFlagSet(c *config) *pflag.FlagSet {
 // command line did not set, then validates. Every error names the flag (or
 // config key) and the value.
 func parseConfig(args []string, extra func(*pflag.FlagSet)) (*config, error) {
+	c, _, err := parseConfigFrom(args, extra, nil, "")
+	return c, err
+}
+
+// parseConfigFrom parses the command line, then a YAML map of flag names:
+// data when given (the live flags ConfigMap, named by source), else the
+// --config file. It returns the flag set too, to compare reloads.
+func parseConfigFrom(args []string, extra func(*pflag.FlagSet), data []byte, source string) (*config, *pflag.FlagSet, error) {
 	c := &config{}
 	fs := newFlagSet(c)
 	if extra != nil {
 		extra(fs)
 	}
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if c.configFile != "" {
+	switch {
+	case data != nil:
+		if err := applyConfig(fs, data, source); err != nil {
+			return nil, nil, err
+		}
+	case c.configFile != "":
 		if err := applyConfigFile(fs, c.configFile); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
+	if err := c.finish(); err != nil {
+		return nil, nil, err
+	}
+	return c, fs, nil
+}
+
+// finish derives and validates what the flags describe.
+func (c *config) finish() error {
 	c.core.Expanders = splitList(c.expander)
 	c.core.GPUResourceName = apiv1.ResourceName(c.gpuResourceName)
 	taint, err := preflight.ParseTaint("--preflight-taint", c.preflightTaint)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	c.core.Preflight.Taint = taint
 	c.core.Balloons.PreflightTaintKey = taint.Key
 	if c.core.WarmPools, err = balloon.ParsePolicies("--warm-pool", c.warmPools); err != nil {
-		return nil, err
+		return err
 	}
 	if err := c.core.Validate(); err != nil {
-		return nil, err
+		return err
 	}
 	if _, err := scaleup.NewChain(c.core.Expanders, c.core.GPUResourceName, nil, nil); err != nil {
-		return nil, err
+		return err
 	}
 	specs, err := cloudprovider.ParseNodeGroupSpecs(c.nodes)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	c.nodeGroupSpecs = specs
 	if c.leaderElect && !(c.leaseDuration > c.renewDeadline && c.renewDeadline > c.retryPeriod && c.retryPeriod > 0) {
-		return nil, fmt.Errorf("--leader-elect-lease-duration %s, --leader-elect-renew-deadline %s, --leader-elect-retry-period %s: want lease > renew > retry > 0",
+		return fmt.Errorf("--leader-elect-lease-duration %s, --leader-elect-renew-deadline %s, --leader-elect-retry-period %s: want lease > renew > retry > 0",
 			c.leaseDuration, c.renewDeadline, c.retryPeriod)
 	}
 	if c.maxInactivity <= 0 || c.maxFailingTime <= 0 {
-		return nil, fmt.Errorf("--max-inactivity %s, --max-failing-time %s: must be positive", c.maxInactivity, c.maxFailingTime)
+		return fmt.Errorf("--max-inactivity %s, --max-failing-time %s: must be positive", c.maxInactivity, c.maxFailingTime)
 	}
-	return c, nil
+	return nil
 }
 
 // applyConfigFile sets, from a YAML map of flag name to value (a list for
@@ -196,9 +221,15 @@ func applyConfigFile(fs *pflag.FlagSet, path string) error {
 	if err != nil {
 		return fmt.Errorf("--config=%s: %w", path, err)
 	}
+	return applyConfig(fs, data, "--config="+path)
+}
+
+// applyConfig sets flags from YAML data; errors name source, key and value.
+func applyConfig(fs *pflag.FlagSet, data []byte, source string) error {
+	path := source
 	raw := map[string]any{}
 	if err := yaml.Unmarshal(data, &raw); err != nil {
-		return fmt.Errorf("--config=%s: not a YAML map of flag names to values: %w", path, err)
+		return fmt.Errorf("%s: not a YAML map of flag names to values: %w", path, err)
 	}
 	keys := make([]string, 0, len(raw))
 	for k := range raw {
@@ -209,7 +240,7 @@ func applyConfigFile(fs *pflag.FlagSet, path string) error {
 		name := strings.TrimPrefix(k, "--")
 		f := fs.Lookup(name)
 		if f == nil || name == "config" {
-			return fmt.Errorf("--config=%s: unknown key %q (keys are flag names)", path, k)
+			return fmt.Errorf("%s: unknown key %q (keys are flag names)", path, k)
 		}
 		if f.Changed {
 			continue
@@ -221,16 +252,16 @@ func applyConfigFile(fs *pflag.FlagSet, path string) error {
 				values = append(values, scalar(x))
 			}
 		case map[string]any:
-			return fmt.Errorf("--config=%s: key %q: want a value or a list, got a map", path, k)
+			return fmt.Errorf("%s: key %q: want a value or a list, got a map", path, k)
 		default:
 			values = []string{scalar(v)}
 		}
 		if len(values) > 1 && !strings.HasSuffix(f.Value.Type(), "Array") && !strings.HasSuffix(f.Value.Type(), "Slice") {
-			return fmt.Errorf("--config=%s: key %q takes one value, got a list", path, k)
+			return fmt.Errorf("%s: key %q takes one value, got a list", path, k)
 		}
 		for _, v := range values {
 			if err := fs.Set(name, v); err != nil {
-				return fmt.Errorf("--config=%s: key %q value %q: %w", path, k, v, err)
+				return fmt.Errorf("%s: key %q value %q: %w", path, k, v, err)
 			}
 		}
 	}

@@ -27,6 +27,12 @@ func newHealth(maxInactivity, maxFailing time.Duration, lastSuccess, lastRun fun
 	return &health{maxInactivity: maxInactivity, maxFailing: maxFailing, lastSuccess: lastSuccess, lastRun: lastRun, now: time.Now}
 }
 
+func (h *health) isLeader() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.leader
+}
+
 func (h *health) setLeader(v bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -67,11 +67,11 @@ func main() {
 // run configures and runs the autoscaler until ctx ends or leadership is lost.
 func run(ctx context.Context, args []string) error {
 	var prov providerFlags
-	c, err := parseConfig(args, func(fs *pflag.FlagSet) {
+	c, flags, err := parseConfigFrom(args, func(fs *pflag.FlagSet) {
 		prov.register(fs)
 		klogFlags := klogFlagSet()
 		fs.AddGoFlagSet(klogFlags)
-	})
+	}, nil, "")
 	if err != nil {
 		return err
 	}
@@ -163,6 +163,26 @@ func run(ctx context.Context, args []string) error {
 	}
 
 	health := newHealth(c.maxInactivity, c.maxFailingTime, autoscaler.LastSuccess, autoscaler.LastRun)
+	if c.configMap != "" {
+		// Every replica follows the flags ConfigMap, so a standby that takes
+		// over runs the latest configuration; only the leader records events.
+		reloadExtra := func(fs *pflag.FlagSet) {
+			var p providerFlags
+			p.register(fs)
+			fs.AddGoFlagSet(klogFlagSet())
+		}
+		r := newReloader(args, reloadExtra, flags, c, autoscaler.Reconfigure, recorder, metrics, health.isLeader)
+		handle := func(obj any) {
+			if cm, ok := obj.(*apiv1.ConfigMap); ok && cm.Name == c.configMap {
+				r.reload(ctx, cm)
+			}
+		}
+		if _, err := nsFactory.Core().V1().ConfigMaps().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: handle, UpdateFunc: func(_, obj any) { handle(obj) },
+		}); err != nil {
+			return fmt.Errorf("watching the flags ConfigMap: %w", err)
+		}
+	}
 	srvErr := serve(ctx, c.address, reg, health)
 
 	lead := func(ctx context.Context) {

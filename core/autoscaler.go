@@ -90,6 +90,7 @@ type Autoscaler struct {
 	lastStatus string
 
 	mu          sync.Mutex
+	pending     *Options // from Reconfigure, applied before the next loop
 	lastSuccess time.Time
 	lastRun     time.Time
 }
@@ -121,19 +122,7 @@ func New(d Deps) (*Autoscaler, error) {
 		balloons:  d.Balloons,
 		gangs:     d.Gangs,
 	}
-	a.registry = clusterstate.NewRegistry(clusterstate.Options{
-		MaxNodeProvisionTime: d.Options.MaxNodeProvisionTime,
-		MaxNodeStartupTime:   d.Options.MaxNodeStartupTime,
-		Backoff: clusterstate.BackoffOptions{
-			Initial: d.Options.InitialNodeGroupBackoffDuration,
-			Max:     d.Options.MaxNodeGroupBackoffDuration,
-			Reset:   d.Options.NodeGroupBackoffResetTimeout,
-		},
-		GroupDefaults:                  cloudprovider.GroupOptions{MaxNodeProvisionTime: d.Options.MaxNodeProvisionTime},
-		Preflight:                      d.Options.Preflight,
-		PreflightFailuresBeforeBackoff: d.Options.PreflightFailuresBeforeBackoff,
-		PreflightFailureWindow:         d.Options.PreflightFailureWindow,
-	})
+	a.registry = clusterstate.NewRegistry(d.Options.registryOptions())
 	chain, err := scaleup.NewChain(d.Options.Expanders, d.Options.GPUResourceName, a.priorities, d.Rand)
 	if err != nil {
 		return nil, err
@@ -145,6 +134,22 @@ func New(d Deps) (*Autoscaler, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+func (o Options) registryOptions() clusterstate.Options {
+	return clusterstate.Options{
+		MaxNodeProvisionTime: o.MaxNodeProvisionTime,
+		MaxNodeStartupTime:   o.MaxNodeStartupTime,
+		Backoff: clusterstate.BackoffOptions{
+			Initial: o.InitialNodeGroupBackoffDuration,
+			Max:     o.MaxNodeGroupBackoffDuration,
+			Reset:   o.NodeGroupBackoffResetTimeout,
+		},
+		GroupDefaults:                  cloudprovider.GroupOptions{MaxNodeProvisionTime: o.MaxNodeProvisionTime},
+		Preflight:                      o.Preflight,
+		PreflightFailuresBeforeBackoff: o.PreflightFailuresBeforeBackoff,
+		PreflightFailureWindow:         o.PreflightFailureWindow,
+	}
 }
 
 // loop is the state of one RunOnce, handed from phase to phase.
@@ -174,6 +179,7 @@ type phase struct {
 // RunOnce runs one loop: read the cloud and the cluster, update the
 // cluster state and act on failures, scale up, write the status.
 func (a *Autoscaler) RunOnce(ctx context.Context) error {
+	a.applyPending(ctx)
 	start := a.clock.Now()
 	a.epoch++
 	l := &loop{now: start, epoch: a.epoch}
@@ -228,14 +234,23 @@ func (a *Autoscaler) LastRun() time.Time {
 
 // Run calls RunOnce every ScanInterval until ctx ends.
 func (a *Autoscaler) Run(ctx context.Context) {
-	t := clock.RealClock{}.NewTicker(a.opts.ScanInterval)
-	if wt, ok := a.clock.(clock.WithTicker); ok {
-		t = wt.NewTicker(a.opts.ScanInterval)
+	newTicker := func(d time.Duration) clock.Ticker {
+		if wt, ok := a.clock.(clock.WithTicker); ok {
+			return wt.NewTicker(d)
+		}
+		return clock.RealClock{}.NewTicker(d)
 	}
-	defer t.Stop()
+	interval := a.opts.ScanInterval
+	t := newTicker(interval)
+	defer func() { t.Stop() }()
 	for {
 		if err := a.RunOnce(ctx); err != nil {
 			klog.FromContext(ctx).Error(err, "Autoscaler loop failed")
+		}
+		if a.opts.ScanInterval != interval { // a live reload changed it
+			interval = a.opts.ScanInterval
+			t.Stop()
+			t = newTicker(interval)
 		}
 		select {
 		case <-ctx.Done():

@@ -49,6 +49,9 @@ type Metrics struct {
 	WarmTarget      *prometheus.GaugeVec
 	WarmReady       *prometheus.GaugeVec
 	BalloonsPending *prometheus.GaugeVec
+
+	ConfigReloads         *prometheus.CounterVec
+	ConfigRestartRequired prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -137,6 +140,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.BalloonsPending = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "balloon_pods_pending",
 		Help: "Balloon pods of each group waiting for a node."}, []string{"node_group"})
 	reg.MustRegister(m.WarmTarget, m.WarmReady, m.BalloonsPending)
+	m.ConfigReloads = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "config_reloads_total",
+		Help: "Edits of the flags ConfigMap, by result: applied, rejected (a bad value; the last good configuration stays)."}, []string{"result"})
+	m.ConfigRestartRequired = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "config_restart_required",
+		Help: "1 when the flags ConfigMap changed keys that take effect only after a restart."})
+	reg.MustRegister(m.ConfigReloads, m.ConfigRestartRequired)
 	reg.MustRegister(m.PreflightPending, m.PreflightResults, m.PreflightDuration, m.PreflightReplaced)
 	reg.MustRegister(m.QueueDepth, m.NodesReleased, m.NodesCancelled, m.NodesInFlight, m.AdditionRate, m.AdditionRateReason, m.RateChanges, m.AdditionTokens)
 	reg.MustRegister(m.UnneededNodes, m.KeptNodes, m.ScaledDownNodes, m.FailedScaleDowns, m.Evictions, m.BrakeEngaged, m.DrainsInFlight)

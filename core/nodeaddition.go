@@ -30,14 +30,18 @@ type nodeAddition struct {
 	enabled  bool
 	queue    *ratelimit.Queue
 	adaptive *ratelimit.Adaptive // nil: fixed rate
-	health   HealthSource
+	// adaptiveOpts are the bounds adaptive was built with, baseRate the
+	// configured rate.
+	adaptiveOpts ratelimit.AdaptiveOptions
+	baseRate     float64
+	health       HealthSource
 	// lastQueued is the previous loop's queue, to count cancellations.
 	lastQueued map[string]map[ratelimit.Class]int
 	reason     string
 }
 
 func newNodeAddition(o Options, health HealthSource) (*nodeAddition, error) {
-	na := &nodeAddition{enabled: o.NodeAdditionSmoothing, health: health, reason: ratelimit.ReasonConfigured}
+	na := &nodeAddition{enabled: o.NodeAdditionSmoothing, health: health, reason: ratelimit.ReasonConfigured, baseRate: o.NodeAdditionRate}
 	q, err := ratelimit.New(o.queueOptions())
 	if err != nil {
 		return nil, err
@@ -48,7 +52,7 @@ func newNodeAddition(o Options, health HealthSource) (*nodeAddition, error) {
 		if err != nil {
 			return nil, err
 		}
-		na.adaptive = ad
+		na.adaptive, na.adaptiveOpts = ad, o.NodeAdditionAdaptiveOptions
 	}
 	return na, nil
 }

@@ -40,13 +40,22 @@ type scaleDownState struct {
 	// -after-failure; drains write them from their goroutines.
 	lastDelete, lastFailure time.Time
 	draining                map[string]bool // nodes being drained by a goroutine
+	brake                   *scaledown.Brake
 	wg                      sync.WaitGroup
 }
 
 func newScaleDownState(o Options, sim *simulator.Simulator, isBalloon func(*apiv1.Pod) bool) *scaleDownState {
-	brake := scaledown.NewBrake(scaledown.BrakeOptions{
-		ClusterShare: o.ScaleDownBrakeClusterShare, GroupShare: o.ScaleDownBrakeGroupShare, Window: o.ScaleDownBrakeWindow})
-	p := scaledown.NewPlanner(scaledown.Options{
+	brake := scaledown.NewBrake(o.brakeOptions())
+	p := scaledown.NewPlanner(o.scaleDownOptions(isBalloon), sim, brake)
+	return &scaleDownState{planner: p, brake: brake, draining: map[string]bool{}, drained: map[string][]scaledown.Removal{}, gone: map[string]bool{}}
+}
+
+func (o Options) brakeOptions() scaledown.BrakeOptions {
+	return scaledown.BrakeOptions{ClusterShare: o.ScaleDownBrakeClusterShare, GroupShare: o.ScaleDownBrakeGroupShare, Window: o.ScaleDownBrakeWindow}
+}
+
+func (o Options) scaleDownOptions(isBalloon func(*apiv1.Pod) bool) scaledown.Options {
+	return scaledown.Options{
 		Rules: scaledown.Rules{SkipNodesWithSystemPods: o.SkipNodesWithSystemPods, SkipNodesWithLocalStorage: o.SkipNodesWithLocalStorage,
 			IsFreeRoom: isBalloon},
 		UtilizationThreshold:    o.ScaleDownUtilizationThreshold,
@@ -56,8 +65,7 @@ func newScaleDownState(o Options, sim *simulator.Simulator, isBalloon func(*apiv
 		MaxParallelism:          o.MaxScaleDownParallelism,
 		MaxEmptyBulkDelete:      o.MaxEmptyBulkDelete,
 		GPU:                     o.GPUResourceName,
-	}, sim, brake)
-	return &scaleDownState{planner: p, draining: map[string]bool{}, drained: map[string][]scaledown.Removal{}, gone: map[string]bool{}}
+	}
 }
 
 // scaleDownReport is what the status and metrics say about the last pass.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	apiv1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
@@ -171,5 +172,56 @@ func TestLeaderElectionTakeover(t *testing.T) {
 	sc.eventually("30 pods Running", 3*time.Minute, allRunning(sc, 30))
 	if got := sc.capacity(cpu); got != 6 {
 		t.Fatalf("capacity %d, want 6 (30 pods x 3 CPU, 5 per node)", got)
+	}
+}
+
+// The flags ConfigMap is followed live: a slow node-addition rate is raised
+// by editing it, and the scale-up speeds up without a restart; a bad value
+// is refused as a whole, with an event naming it, and changes nothing.
+func TestLiveConfigMapTuning(t *testing.T) {
+	sc := newScenario(t)
+	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 0, nil)
+	cms := sc.s.cp.Client.CoreV1().ConfigMaps(sc.ns)
+	cm := &apiv1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "vmss-autoscaler-config"},
+		Data: map[string]string{"config.yaml": "node-addition-rate: 6\nnode-addition-burst: 1\nnode-addition-adaptive: false\n"}}
+	if _, err := cms.Create(sc.ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	as := sc.autoscaler("autoscaler", "--nodes=0:20:"+cpu, "--config-map=vmss-autoscaler-config")
+	sc.workload("web", 12, "9", 0, cpu)
+	sc.eventually("the first node at 6 nodes/min", time.Minute, func() (bool, string) {
+		c := sc.capacity(cpu)
+		return c >= 1, fmt.Sprint(c)
+	})
+	if c := sc.capacity(cpu); c > 3 {
+		t.Fatalf("capacity %d at 6 nodes/min with a burst of 1: the ConfigMap's rate is not in force", c)
+	}
+	edit := func(data string) {
+		t.Helper()
+		cur, err := cms.Get(sc.ctx, cm.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur.Data["config.yaml"] = data
+		if _, err := cms.Update(sc.ctx, cur, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	edit("node-addition-rate: 600\nnode-addition-burst: 50\nnode-addition-adaptive: false\n")
+	sc.eventually("12 pods Running after the rate was raised live", time.Minute, allRunning(sc, 12))
+	if n := len(sc.events("ConfigApplied")); n == 0 {
+		t.Fatal("no ConfigApplied event")
+	}
+	edit("node-addition-rate: 600\nnode-addition-burst: 0\n")
+	sc.eventually("the bad value refused with an event naming it", 30*time.Second, func() (bool, string) {
+		n := sc.eventsWith("ConfigRejected", "--node-addition-burst: must be at least 1, got 0")
+		return n > 0, fmt.Sprintf("%d events", n)
+	})
+	_, body := sc.get(as, "/metrics")
+	if got := metricValue(body, `vmss_autoscaler_config_reloads_total{result="rejected"}`); got != 1 {
+		t.Fatalf("rejected reloads %v, want 1", got)
+	}
+	if got := metricValue(body, "vmss_autoscaler_node_addition_rate_nodes_per_minute"); got != 600 {
+		t.Fatalf("rate %v after a refused edit, want the last good 600", got)
 	}
 }

@@ -149,6 +149,14 @@ func NewRegistry(opts Options) *Registry {
 	}
 }
 
+// SetOptions changes the registry's options (a live reload); counts and
+// backoffs already running are kept, and take the new durations from
+// their next change.
+func (r *Registry) SetOptions(o Options) {
+	r.opts = o
+	r.backoff.opts = o.Backoff
+}
+
 // Options returns the registry's options.
 func (r *Registry) Options() Options { return r.opts }
 

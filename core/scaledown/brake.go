@@ -23,6 +23,10 @@ type Brake struct {
 	deletions []deletion
 }
 
+// SetOptions changes the brake's shares and window (a live reload); the
+// deletions already recorded still count.
+func (b *Brake) SetOptions(o BrakeOptions) { b.opts = o }
+
 type deletion struct {
 	at    time.Time
 	group string

@@ -82,6 +82,10 @@ func NewPlanner(o Options, sim *simulator.Simulator, brake *Brake) *Planner {
 	return &Planner{opts: o, sim: sim, brake: brake, since: map[string]time.Time{}}
 }
 
+// SetOptions changes the planner's options (a live reload); the unneeded
+// times already counted are kept.
+func (p *Planner) SetOptions(o Options) { p.opts = o }
+
 // Brake returns the planner's brake (the actuator records deletions on it).
 func (p *Planner) Brake() *Brake { return p.brake }
 

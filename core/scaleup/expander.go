@@ -72,6 +72,15 @@ func NewChain(names []string, gpu apiv1.ResourceName, priorities PriorityConfig,
 	return c, nil
 }
 
+// Names lists the chain's expanders in order.
+func (c *Chain) Names() []string {
+	out := make([]string, len(c.expanders))
+	for i, e := range c.expanders {
+		out[i] = e.Name()
+	}
+	return out
+}
+
 // Pick returns the chosen option, or nil for no options.
 func (c *Chain) Pick(options []*Option) *Option {
 	if len(options) == 0 {
