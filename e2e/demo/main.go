@@ -1,8 +1,11 @@
 // Command demo runs the autoscaler on its embedded default: a real local
 // control plane (etcd, kube-apiserver, kube-controller-manager,
-// kube-scheduler, kwok), the ARM simulator with a small fleet (a CPU scale
-// set, an 8-GPU scale set, a team-tainted 8-GPU scale set), the autoscaler
-// binary, and a sample workload, with live progress in the terminal.
+// kube-scheduler with native gang scheduling, kwok), the ARM simulator with a
+// small fleet (a CPU scale set, an 8-GPU scale set with a warm node, a
+// team-tainted 8-GPU scale set; GPU nodes join behind the preflight taint and
+// the real preflight agent passes them), the autoscaler binary with a
+// node-addition rate limit, and a sample workload (a training gang, web pods,
+// team pods), with live progress in the terminal.
 //
 //	go run ./e2e/demo          # run the workload, print a summary, exit 0
 //	go run ./e2e/demo --keep   # playground: the stack with no workload, until Ctrl-C
@@ -27,6 +30,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	apiv1 "k8s.io/api/core/v1"
+	schedv1alpha2 "k8s.io/api/scheduling/v1alpha2"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -41,6 +45,17 @@ const (
 	resourceGroup = "demo"
 	namespace     = "demo"
 	teamTaintKey  = "openai.com/team"
+	preflightKey  = "vmss-autoscaler.io/preflight"
+	warmNodes     = 1
+	// demoChecks stand for nvidia-smi and dcgmi: a couple of seconds of
+	// "burn-in" that passes.
+	demoChecks = `deadline: 1m
+checks:
+- name: burn-in
+  command: ["sh", "-c", "sleep 2; echo GPU burn-in ok"]
+  timeout: 30s
+  match: 'ok$'
+`
 )
 
 type options struct {
@@ -119,8 +134,8 @@ func run(ctx context.Context, o options) error {
 	}
 	fleet := []armsim.ScaleSetSpec{
 		{ResourceGroup: resourceGroup, Name: "cpu", SKU: "Standard_D16s_v5", Tags: discoveryTags(0, 20)},
-		{ResourceGroup: resourceGroup, Name: "gpu-h100", SKU: "Standard_ND96isr_H100_v5", Zones: []string{"1"}, Tags: discoveryTags(0, 16)},
-		{ResourceGroup: resourceGroup, Name: "gpu-team-rl", SKU: "Standard_ND96isr_H100_v5", Zones: []string{"1"}, Tags: withTeam(discoveryTags(0, 8), "rl")},
+		{ResourceGroup: resourceGroup, Name: "gpu-h100", SKU: "Standard_ND96isr_H100_v5", Zones: []string{"1"}, Tags: withPreflight(discoveryTags(0, 16))},
+		{ResourceGroup: resourceGroup, Name: "gpu-team-rl", SKU: "Standard_ND96isr_H100_v5", Zones: []string{"1"}, Tags: withPreflight(withTeam(discoveryTags(0, 8), "rl"))},
 	}
 	for _, s := range fleet {
 		if err := sim.AddScaleSet(s); err != nil {
@@ -140,7 +155,8 @@ func run(ctx context.Context, o options) error {
 	if err := os.WriteFile(tokenFile, []byte("demo-token"), 0o600); err != nil {
 		return err
 	}
-	say("ARM simulator at %s with scale sets cpu (Standard_D16s_v5, 0-20), gpu-h100 (8x H100, 0-16), gpu-team-rl (8x H100, tainted %s=rl, 0-8)", sim.URL(), teamTaintKey)
+	say("ARM simulator at %s with scale sets cpu (Standard_D16s_v5, 0-20), gpu-h100 (8x H100, 0-16, 1 warm node), gpu-team-rl (8x H100, tainted %s=rl, 0-8);", sim.URL(), teamTaintKey)
+	say("GPU nodes join tainted %s=pending until the preflight agent (this binary's preflight subcommand) passes them", preflightKey)
 
 	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, &apiv1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating namespace %s: %w", namespace, err)
@@ -170,6 +186,8 @@ func run(ctx context.Context, o options) error {
 		"--scale-down-unneeded-time=10s",
 		"--scale-down-delay-after-add=5s",
 		"--scale-down-brake-window=20s",
+		"--node-addition-rate=120", "--node-addition-burst=6", "--node-addition-adaptive=false",
+		"--warm-pool=gpu-h100:1",
 		"-v=2",
 	}
 	as, err := cp.StartProcess(ctx, "vmss-autoscaler", autoscalerBin, args...)
@@ -178,6 +196,12 @@ func run(ctx context.Context, o options) error {
 	}
 	say("autoscaler running (pid %d): metrics and health on http://%s, log %s", as.Pid(), addr, as.LogFile)
 	say("  %s %s", autoscalerBin, strings.Join(args, " "))
+	checks := filepath.Join(o.dir, "preflight-checks.yaml")
+	if err := os.WriteFile(checks, []byte(demoChecks), 0o600); err != nil {
+		return err
+	}
+	go runAgents(ctx, cp, autoscalerBin, checks)
+	metricsURL := "http://" + addr + "/metrics"
 
 	if o.keep {
 		say("")
@@ -187,18 +211,18 @@ func run(ctx context.Context, o options) error {
 		say("  (no kubectl? from this folder: go run k8s.io/kubernetes/cmd/kubectl get nodes)")
 		say("ARM simulator: %s (CA %s, any bearer token)", sim.URL(), caFile)
 		say("Ctrl-C stops everything.")
-		progress(ctx, cp.Client, sim, as, nil, time.Duration(1<<62))
+		progress(ctx, cp.Client, sim, as, metricsURL, nil, time.Duration(1<<62))
 		return nil
 	}
 
 	say("")
-	say("submitting the sample workload: a training gang of 8 pods x 8 GPUs, 20 web pods x 2 CPUs, 2 team pods x 8 GPUs tolerating %s=rl", teamTaintKey)
+	say("submitting the sample workload: a training gang (PodGroup minCount 8) of 8 pods x 8 GPUs, 20 web pods x 2 CPUs, 2 team pods x 8 GPUs tolerating %s=rl", teamTaintKey)
 	if err := submit(ctx, cp.Client); err != nil {
 		return err
 	}
 	want := 30
 	t = time.Now()
-	if err := progress(ctx, cp.Client, sim, as, &want, o.timeout); err != nil {
+	if err := progress(ctx, cp.Client, sim, as, metricsURL, &want, o.timeout); err != nil {
 		return fmt.Errorf("%w (autoscaler log: %s; control plane logs: %s)", err, as.LogFile, cp.LogDir)
 	}
 	took := time.Since(t)
@@ -210,10 +234,10 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	t = time.Now()
-	if err := shrink(ctx, cp.Client, sim, as, o.timeout); err != nil {
+	if err := shrink(ctx, cp.Client, sim, as, metricsURL, o.timeout); err != nil {
 		return fmt.Errorf("%w (autoscaler log: %s)", err, as.LogFile)
 	}
-	say("all scale sets back to 0, %s after the workload was deleted", time.Since(t).Round(time.Second))
+	say("all scale sets back to 0 but the warm gpu-h100 node, %s after the workload was deleted", time.Since(t).Round(time.Second))
 	say("demo done in %s; logs kept in %s", time.Since(start).Round(time.Second), cp.LogDir)
 	return nil
 }
@@ -255,15 +279,22 @@ func requests(cpu string, gpus int64) apiv1.ResourceRequirements {
 
 func submit(ctx context.Context, c kubernetes.Interface) error {
 	eight := int32(8)
+	pg := &schedv1alpha2.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: namespace}}
+	pg.Spec.SchedulingPolicy.Gang = &schedv1alpha2.GangSchedulingPolicy{MinCount: eight}
+	if _, err := c.SchedulingV1alpha2().PodGroups(namespace).Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating PodGroup train: %w", err)
+	}
+	gangName := "train"
 	train := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: namespace},
 		Spec: batchv1.JobSpec{
 			Parallelism: &eight, Completions: &eight,
 			Template: apiv1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "train", "scheduling.x-k8s.io/pod-group": "train"}},
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "train"}},
 				Spec: apiv1.PodSpec{
-					RestartPolicy: apiv1.RestartPolicyNever,
-					Containers:    []apiv1.Container{{Name: "trainer", Image: "registry.k8s.io/pause:3.10", Resources: requests("90", 8)}},
+					SchedulingGroup: &apiv1.PodSchedulingGroup{PodGroupName: &gangName},
+					RestartPolicy:   apiv1.RestartPolicyNever,
+					Containers:      []apiv1.Container{{Name: "trainer", Image: "registry.k8s.io/pause:3.10", Resources: requests("90", 8)}},
 				},
 			},
 		},
@@ -303,7 +334,7 @@ func deployment(name string, replicas int32, res apiv1.ResourceRequirements, sel
 
 // progress prints one line per group every 2 s until want pods run in the
 // demo namespace (nil: until ctx ends).
-func progress(ctx context.Context, c kubernetes.Interface, sim *armsim.Server, as *harness.Process, want *int, timeout time.Duration) error {
+func progress(ctx context.Context, c kubernetes.Interface, sim *armsim.Server, as *harness.Process, metricsURL string, want *int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	start := time.Now()
 	tick := time.NewTicker(2 * time.Second)
@@ -311,7 +342,7 @@ func progress(ctx context.Context, c kubernetes.Interface, sim *armsim.Server, a
 	last := ""
 	for {
 		running, done, pending, line := snapshot(ctx, c, sim)
-		state := fmt.Sprintf("pods: %3d running %3d done %3d pending  |  %s", running, done, pending, line)
+		state := fmt.Sprintf("pods: %3d running %3d done %3d pending  |  %s  |  %s", running, done, pending, line, autoscalerLine(metricsURL))
 		// The playground prints only changes; the demo prints every tick.
 		if want != nil || state != last {
 			say("%6s  %s", time.Since(start).Round(time.Second), state)
@@ -411,29 +442,33 @@ func summary(ctx context.Context, c kubernetes.Interface, sim *armsim.Server, ad
 	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(resp.Body)
 	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "vmss_autoscaler_scaled_up_nodes_total") || strings.HasPrefix(l, "vmss_autoscaler_loop_duration_seconds_sum") ||
-			strings.HasPrefix(l, "vmss_autoscaler_loop_duration_seconds_count") {
-			say("  %s", l)
+		for _, p := range []string{"vmss_autoscaler_scaled_up_nodes_total", "vmss_autoscaler_loop_duration_seconds_sum",
+			"vmss_autoscaler_loop_duration_seconds_count", "vmss_autoscaler_node_addition_released_nodes_total",
+			"vmss_autoscaler_node_addition_cancelled_nodes_total", "vmss_autoscaler_preflight_results_total"} {
+			if strings.HasPrefix(l, p) {
+				say("  %s", l)
+			}
 		}
 	}
 }
 
 // shrink shows progress until every scale set is back to zero.
-func shrink(ctx context.Context, c kubernetes.Interface, sim *armsim.Server, as *harness.Process, timeout time.Duration) error {
+func shrink(ctx context.Context, c kubernetes.Interface, sim *armsim.Server, as *harness.Process, metricsURL string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	start := time.Now()
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	for {
 		_, _, _, line := snapshot(ctx, c, sim)
-		say("%6s  %s", time.Since(start).Round(time.Second), line)
+		say("%6s  %s  |  %s", time.Since(start).Round(time.Second), line, autoscalerLine(metricsURL))
 		total := 0
 		for _, name := range []string{"cpu", "gpu-h100", "gpu-team-rl"} {
 			if st, err := sim.ScaleSet(resourceGroup, name); err == nil {
 				total += st.Capacity
 			}
 		}
-		if total == 0 {
+		// The warm pool keeps one gpu-h100 node, held by a balloon.
+		if total == warmNodes {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -456,4 +491,66 @@ func cleanup(ctx context.Context, c kubernetes.Interface) error {
 		}
 	}
 	return nil
+}
+
+func withPreflight(tags map[string]string) map[string]string {
+	k := strings.ReplaceAll(preflightKey, "/", "__")
+	tags["k8s.io_cluster-autoscaler_node-template_taint_"+k] = "pending:NoSchedule"
+	tags["k8s.io_cluster-autoscaler_node-template_label_"+k] = "pending"
+	return tags
+}
+
+// runAgents plays the preflight DaemonSet: for each node that joins with
+// the preflight label pending, it runs the real agent against the API
+// server. The agents wait, as in a DaemonSet, until the demo ends.
+func runAgents(ctx context.Context, cp *harness.ControlPlane, bin, checks string) {
+	seen := map[string]bool{}
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		nodes, err := cp.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: preflightKey + "=pending"})
+		if err == nil {
+			for _, n := range nodes.Items {
+				if seen[n.Name] {
+					continue
+				}
+				seen[n.Name] = true
+				if _, err := cp.StartProcess(ctx, "preflight-"+n.Name, bin, "preflight", "--kubeconfig="+cp.Kubeconfig,
+					"--node-name="+n.Name, "--checks="+checks); err != nil {
+					say("starting the preflight agent for %s: %v", n.Name, err)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// autoscalerLine is what the autoscaler says of its queue, preflight and
+// warm pool on /metrics.
+func autoscalerLine(url string) string {
+	resp, err := http.Get(url)
+	if err != nil {
+		return "autoscaler metrics unavailable"
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	sums := map[string]float64{}
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, name := range []string{"vmss_autoscaler_node_addition_queue_depth", "vmss_autoscaler_preflight_pending_nodes",
+			"vmss_autoscaler_warm_pool_ready_nodes", "vmss_autoscaler_nodes_in_flight"} {
+			if strings.HasPrefix(l, name+"{") || strings.HasPrefix(l, name+" ") {
+				var v float64
+				if _, err := fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &v); err == nil {
+					sums[name] += v
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("queued %d, in flight %d, preflight pending %d, warm %d",
+		int(sums["vmss_autoscaler_node_addition_queue_depth"]), int(sums["vmss_autoscaler_nodes_in_flight"]),
+		int(sums["vmss_autoscaler_preflight_pending_nodes"]), int(sums["vmss_autoscaler_warm_pool_ready_nodes"]))
 }
