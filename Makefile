@@ -4,9 +4,13 @@
 GO ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test lint unit bench build demo
+.PHONY: test deps lint unit bench build demo
 
-test: lint unit
+test: deps lint unit
+
+# Prometheus (Debian's package) for the dashboard e2e test; a no-op when present.
+deps:
+	@./.ci/deps
 
 lint:
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || { echo "gofmt: files above need formatting"; exit 1; }

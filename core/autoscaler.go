@@ -133,6 +133,11 @@ func New(d Deps) (*Autoscaler, error) {
 	if a.nodeAdd, err = newNodeAddition(d.Options, d.Health); err != nil {
 		return nil, err
 	}
+	// Every phase's error count exists from the start, at zero, so a
+	// dashboard or an alert on its rate has a series before the first error.
+	for _, p := range a.phases() {
+		a.metrics.LoopErrors.WithLabelValues(p.name)
+	}
 	return a, nil
 }
 
@@ -171,6 +176,20 @@ type loop struct {
 	scaleDown     scaleDownReport
 }
 
+// phases are the loop's steps, in order.
+func (a *Autoscaler) phases() []phase {
+	return []phase{
+		{"cloud-refresh", a.refreshCloud},
+		{"snapshot", a.takeSnapshot},
+		{"cluster-state", a.updateClusterState},
+		{"preflight", a.replaceFailedPreflight},
+		{"balloons", a.syncBalloons},
+		{"scale-up", a.scaleUp},
+		{"scale-down", a.scaleDownPhase},
+		{"status", a.writeStatus},
+	}
+}
+
 type phase struct {
 	name string
 	run  func(context.Context, *loop) error
@@ -183,16 +202,7 @@ func (a *Autoscaler) RunOnce(ctx context.Context) error {
 	start := a.clock.Now()
 	a.epoch++
 	l := &loop{now: start, epoch: a.epoch}
-	phases := []phase{
-		{"cloud-refresh", a.refreshCloud},
-		{"snapshot", a.takeSnapshot},
-		{"cluster-state", a.updateClusterState},
-		{"preflight", a.replaceFailedPreflight},
-		{"balloons", a.syncBalloons},
-		{"scale-up", a.scaleUp},
-		{"scale-down", a.scaleDownPhase},
-		{"status", a.writeStatus},
-	}
+	phases := a.phases()
 	for _, p := range phases {
 		t := a.clock.Now()
 		err := p.run(ctx, l)

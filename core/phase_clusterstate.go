@@ -63,6 +63,15 @@ func (a *Autoscaler) updateClusterState(ctx context.Context, l *loop) error {
 }
 
 func (a *Autoscaler) publishGroupMetrics(gs *clusterstate.GroupState) {
+	// Scale-down's counters exist for every group from its first loop, at
+	// zero: dashboards and alerts on their rate have a series before the
+	// first removal or failure (a handful of series per group).
+	for _, reason := range []string{"empty", "underutilized", "unready"} {
+		a.metrics.ScaledDownNodes.WithLabelValues(gs.ID, reason)
+	}
+	for _, step := range []string{"taint", "evict", "drain-timeout", "delete"} {
+		a.metrics.FailedScaleDowns.WithLabelValues(gs.ID, step)
+	}
 	r := gs.Readiness
 	for state, v := range map[string]int{
 		"ready": r.Ready, "unready": r.Unready, "not_started": r.NotStarted, "unregistered": r.Unregistered,
