@@ -1,0 +1,1471 @@
+package charts
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/prometheus/promql/parser"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/releaseutil"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
+)
+
+const (
+	chartDir  = "vmss-autoscaler"
+	release   = "vmss-autoscaler"
+	namespace = "kube-system"
+)
+
+// fullValues turns every switch on: workload identity, a warm pool,
+// explicit nodes and discovery, the periodic preflight agent, monitoring
+// objects and dashboards, and renamed objects the RBAC must follow.
+const fullValues = `
+replicaCount: 3
+image:
+  repository: example.azurecr.io/vmss-autoscaler
+  tag: v9.9.9
+azure:
+  subscriptionID: 00000000-0000-0000-0000-000000000001
+  tenantID: 00000000-0000-0000-0000-000000000002
+  clientID: 00000000-0000-0000-0000-000000000003
+workloadIdentity:
+  enabled: true
+  tenantID: 00000000-0000-0000-0000-000000000002
+rbac:
+  podGroups: true
+config:
+  azure-auth: workload-identity
+  azure-resource-groups: [rg-gpu, rg-cpu]
+  nodes: ["0:100:gpu-h100", "1:50:cpu"]
+  node-group-auto-discovery: ["label:k8s.io_cluster-autoscaler_enabled,k8s.io_cluster-autoscaler_prod"]
+  warm-pool: ["gpu-h100:2", "cpu:10%:1:5"]
+  expander: priority,least-waste
+  node-addition-rate: 120
+  node-addition-burst: 5
+  max-nodes-in-flight: 500
+  scale-down-enabled: false
+  scale-down-delay-after-delete: 0
+  scale-down-brake-cluster-share: 0.25
+  balloon-namespace: balloons
+  balloon-priority-class: warm-balloons
+  balloon-priority-value: -1000
+  status-config-map-name: my-status
+  leader-elect-resource-name: my-lease
+  preflight-taint: example.com/burn-in=pending:NoSchedule
+  preflight-label: example.com/burn-in
+  v: 2
+priorityExpander:
+  priorities:
+    "50": [".*h100.*"]
+    "10": [".*"]
+preflight:
+  runtimeClassName: nvidia
+  periodic:
+    enabled: true
+    interval: 3h
+serviceMonitor:
+  enabled: true
+  labels: {release: prometheus}
+prometheusRule:
+  enabled: true
+  additionalLabels: {team: infra}
+dashboards:
+  enabled: true
+  annotations: {grafana_folder: Autoscaling}
+`
+
+// ---------------------------------------------------------------- rendering
+
+var loadOnce = sync.OnceValues(func() (*chart.Chart, error) { return loader.Load(chartDir) })
+
+func loadChart(t *testing.T) *chart.Chart {
+	t.Helper()
+	ch, err := loadOnce()
+	if err != nil {
+		t.Fatalf("loading chart %s: %v", chartDir, err)
+	}
+	return ch
+}
+
+func parseValues(t *testing.T, s string) map[string]any {
+	t.Helper()
+	v, err := chartutil.ReadValues([]byte(s))
+	if err != nil {
+		t.Fatalf("values: %v", err)
+	}
+	return v.AsMap()
+}
+
+// render renders the chart as `helm install -n kube-system` would, values
+// checked against values.schema.json first.
+func render(t *testing.T, values map[string]any) (map[string]string, error) {
+	t.Helper()
+	ch := loadChart(t)
+	opts := chartutil.ReleaseOptions{Name: release, Namespace: namespace, Revision: 1, IsInstall: true}
+	vals, err := chartutil.ToRenderValues(ch, values, opts, chartutil.DefaultCapabilities)
+	if err != nil {
+		return nil, err
+	}
+	return engine.Render(ch, vals)
+}
+
+// object is one rendered Kubernetes document.
+type object struct {
+	file string
+	raw  string
+	m    map[string]any
+}
+
+func (o object) kind() string { s, _ := o.m["kind"].(string); return s }
+func (o object) name() string {
+	md, _ := o.m["metadata"].(map[string]any)
+	s, _ := md["name"].(string)
+	return s
+}
+func (o object) namespace() string {
+	md, _ := o.m["metadata"].(map[string]any)
+	s, _ := md["namespace"].(string)
+	return s
+}
+
+type rendered struct {
+	objects []object
+	notes   string
+}
+
+// mustRender renders values and checks that every document parses as YAML
+// and has apiVersion, kind and metadata.name.
+func mustRender(t *testing.T, values map[string]any) rendered {
+	t.Helper()
+	out, err := render(t, values)
+	if err != nil {
+		t.Fatalf("render: %v", err)
+	}
+	var r rendered
+	files := make([]string, 0, len(out))
+	for f := range out {
+		files = append(files, f)
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		content := out[f]
+		switch {
+		case strings.HasSuffix(f, "NOTES.txt"):
+			r.notes = content
+			continue
+		case strings.HasPrefix(filepath.Base(f), "_"):
+			continue
+		}
+		docs := releaseutil.SplitManifests(content)
+		keys := make([]string, 0, len(docs))
+		for k := range docs {
+			keys = append(keys, k)
+		}
+		sort.Sort(releaseutil.BySplitManifestsOrder(keys))
+		for _, k := range keys {
+			doc := docs[k]
+			var m map[string]any
+			if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+				t.Fatalf("%s: not YAML: %v\n%s", f, err, doc)
+			}
+			if len(m) == 0 {
+				continue
+			}
+			o := object{file: f, raw: doc, m: m}
+			if av, _ := m["apiVersion"].(string); av == "" || o.kind() == "" || o.name() == "" {
+				t.Fatalf("%s: document without apiVersion, kind or metadata.name:\n%s", f, doc)
+			}
+			r.objects = append(r.objects, o)
+		}
+	}
+	if len(r.objects) == 0 {
+		t.Fatal("nothing rendered")
+	}
+	return r
+}
+
+func (r rendered) find(kind, name string) (object, bool) {
+	for _, o := range r.objects {
+		if o.kind() == kind && o.name() == name {
+			return o, true
+		}
+	}
+	return object{}, false
+}
+
+func (r rendered) get(t *testing.T, kind, name string) object {
+	t.Helper()
+	o, ok := r.find(kind, name)
+	if !ok {
+		t.Fatalf("no %s %s rendered; have %s", kind, name, r.names())
+	}
+	return o
+}
+
+func (r rendered) ofKind(kind string) []object {
+	var out []object
+	for _, o := range r.objects {
+		if o.kind() == kind {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func (r rendered) names() string {
+	var s []string
+	for _, o := range r.objects {
+		s = append(s, o.kind()+"/"+o.name())
+	}
+	return strings.Join(s, ", ")
+}
+
+// strictCodec decodes built-in kinds and fails on unknown or duplicate
+// fields, so a misspelt field (readOnlyRootFileSystem) breaks the test.
+var strictCodec = serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+
+func decode[T runtime.Object](t *testing.T, o object) T {
+	t.Helper()
+	obj, _, err := strictCodec.Decode([]byte(o.raw), nil, nil)
+	if err != nil {
+		t.Fatalf("%s %s (%s): %v", o.kind(), o.name(), o.file, err)
+	}
+	typed, ok := obj.(T)
+	if !ok {
+		t.Fatalf("%s %s decoded as %T", o.kind(), o.name(), obj)
+	}
+	return typed
+}
+
+// checkTyped decodes every built-in document strictly; the
+// monitoring.coreos.com ones are checked by their own tests.
+func checkTyped(t *testing.T, r rendered) {
+	t.Helper()
+	for _, o := range r.objects {
+		av, _ := o.m["apiVersion"].(string)
+		if strings.HasPrefix(av, "monitoring.coreos.com/") {
+			continue
+		}
+		if _, _, err := strictCodec.Decode([]byte(o.raw), nil, nil); err != nil {
+			t.Errorf("%s %s (%s): %v", o.kind(), o.name(), o.file, err)
+		}
+	}
+}
+
+func kinds(r rendered) map[string]int {
+	m := map[string]int{}
+	for _, o := range r.objects {
+		m[o.kind()]++
+	}
+	return m
+}
+
+// ---------------------------------------------------------------- the binary
+
+// binDir holds the binary built for the tests; TestMain removes it.
+var binDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+var binOnce = sync.OnceValues(func() (string, error) {
+	if p := os.Getenv("VMSS_AUTOSCALER_BIN"); p != "" {
+		return p, nil
+	}
+	dir, err := os.MkdirTemp("", "vmss-autoscaler-chart-test")
+	if err != nil {
+		return "", err
+	}
+	binDir = dir
+	bin := filepath.Join(dir, "vmss-autoscaler")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// binary is the autoscaler binary: $VMSS_AUTOSCALER_BIN, or built once.
+func binary(t *testing.T) string {
+	t.Helper()
+	bin, err := binOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+var flagRE = regexp.MustCompile(`(?m)^\s+(?:-([a-zA-Z]), )?--([a-zA-Z0-9][a-zA-Z0-9_-]*)`)
+
+// flags returns the flag names (and shorthands) of `bin args... --help`.
+func flags(t *testing.T, args ...string) map[string]bool {
+	t.Helper()
+	cmd := exec.Command(binary(t), append(args, "--help")...)
+	out, _ := cmd.CombinedOutput() // --help exits 1 (pflag.ErrHelp)
+	set := map[string]bool{}
+	for _, m := range flagRE.FindAllStringSubmatch(string(out), -1) {
+		set[m[2]] = true
+		if m[1] != "" {
+			set[m[1]] = true
+		}
+	}
+	if len(set) < 10 {
+		t.Fatalf("%v --help listed %d flags:\n%s", args, len(set), out)
+	}
+	return set
+}
+
+var (
+	autoscalerFlagsOnce sync.Once
+	autoscalerFlagSet   map[string]bool
+	agentFlagsOnce      sync.Once
+	agentFlagSet        map[string]bool
+)
+
+func autoscalerFlags(t *testing.T) map[string]bool {
+	autoscalerFlagsOnce.Do(func() { autoscalerFlagSet = flags(t) })
+	if autoscalerFlagSet == nil {
+		t.Fatal("no autoscaler flags")
+	}
+	return autoscalerFlagSet
+}
+
+func agentFlags(t *testing.T) map[string]bool {
+	agentFlagsOnce.Do(func() { agentFlagSet = flags(t, "preflight") })
+	if agentFlagSet == nil {
+		t.Fatal("no preflight agent flags")
+	}
+	return agentFlagSet
+}
+
+// checkArgs checks that every --flag of args is one the command accepts.
+func checkArgs(t *testing.T, what string, args []string, known map[string]bool) {
+	t.Helper()
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !known[name] {
+			t.Errorf("%s: argument %q is not a flag of the binary", what, a)
+		}
+	}
+}
+
+// ---------------------------------------------------------------- tests
+
+func TestRenderDefaults(t *testing.T) {
+	r := mustRender(t, nil)
+	checkTyped(t, r)
+
+	want := map[string]int{
+		"Deployment": 1, "DaemonSet": 1, "ServiceAccount": 2, "ConfigMap": 3, "Service": 1,
+		"PodDisruptionBudget": 1, "PriorityClass": 1, "ClusterRole": 2, "ClusterRoleBinding": 2,
+		"Role": 2, "RoleBinding": 2,
+	}
+	if got := kinds(r); !maps.Equal(got, want) {
+		t.Errorf("kinds rendered = %v, want %v", got, want)
+	}
+	for _, o := range r.objects {
+		if o.kind() == "ClusterRole" || o.kind() == "ClusterRoleBinding" || o.kind() == "PriorityClass" {
+			continue
+		}
+		if o.namespace() != namespace {
+			t.Errorf("%s %s in namespace %q, want %s", o.kind(), o.name(), o.namespace(), namespace)
+		}
+	}
+
+	d := decode[*appsv1.Deployment](t, r.get(t, "Deployment", "vmss-autoscaler"))
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+		t.Errorf("replicas = %v, want 2 (leader election)", d.Spec.Replicas)
+	}
+	ps := d.Spec.Template.Spec
+	if ps.PriorityClassName != "system-cluster-critical" {
+		t.Errorf("priorityClassName = %q", ps.PriorityClassName)
+	}
+	if ps.SecurityContext == nil || ps.SecurityContext.RunAsNonRoot == nil || !*ps.SecurityContext.RunAsNonRoot ||
+		ps.SecurityContext.SeccompProfile == nil || ps.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod securityContext = %+v, want runAsNonRoot and seccomp RuntimeDefault", ps.SecurityContext)
+	}
+	if len(ps.TopologySpreadConstraints) == 0 || ps.TopologySpreadConstraints[0].TopologyKey != "kubernetes.io/hostname" ||
+		ps.TopologySpreadConstraints[0].WhenUnsatisfiable != corev1.DoNotSchedule {
+		t.Errorf("topologySpreadConstraints = %+v, want the replicas on different nodes", ps.TopologySpreadConstraints)
+	}
+	if len(ps.Containers) != 1 {
+		t.Fatalf("containers = %d", len(ps.Containers))
+	}
+	c := ps.Containers[0]
+	if c.Image != "ghcr.io/vmss-autoscaler/vmss-autoscaler:0.1.0" {
+		t.Errorf("image = %q, want the appVersion tag", c.Image)
+	}
+	sc := c.SecurityContext
+	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+		t.Errorf("container securityContext = %+v", sc)
+	}
+	for _, a := range []string{"--config=/etc/vmss-autoscaler/config.yaml", "--namespace=" + namespace, "--address=:8085"} {
+		if !slices.Contains(c.Args, a) {
+			t.Errorf("args %q lack %q", c.Args, a)
+		}
+	}
+	checkArgs(t, "Deployment", c.Args, autoscalerFlags(t))
+	if p := c.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != "metrics" {
+		t.Errorf("livenessProbe = %+v, want GET /healthz on the metrics port", p)
+	}
+	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 8085 {
+		t.Errorf("ports = %+v, want 8085", c.Ports)
+	}
+	if got := c.Resources.Requests.Memory().String(); got != "6Gi" {
+		t.Errorf("memory request = %s, want 6Gi", got)
+	}
+	if got := c.Resources.Limits.Memory().String(); got != "12Gi" {
+		t.Errorf("memory limit = %s, want 12Gi", got)
+	}
+	if got := c.Resources.Requests.Cpu().String(); got != "2" {
+		t.Errorf("cpu request = %s, want 2", got)
+	}
+	if !c.Resources.Limits.Cpu().IsZero() {
+		t.Errorf("cpu limit %s: none wanted (throttling stretches the loop and lease renewals)", c.Resources.Limits.Cpu())
+	}
+	if _, ok := d.Spec.Template.Annotations["checksum/config"]; ok {
+		t.Error("checksum/config annotation with liveConfig: every config edit would restart the pods")
+	}
+	if !slices.Contains(c.Args, "--config-map=vmss-autoscaler-config") {
+		t.Errorf("args %q: the flags ConfigMap is not watched (--config-map)", c.Args)
+	}
+	if _, ok := d.Spec.Template.Labels["azure.workload.identity/use"]; ok {
+		t.Error("workload identity label without workloadIdentity.enabled")
+	}
+
+	pdb := r.get(t, "PodDisruptionBudget", "vmss-autoscaler")
+	if !strings.Contains(pdb.raw, "maxUnavailable: 1") {
+		t.Errorf("PDB:\n%s", pdb.raw)
+	}
+	pc := decode[*schedulingv1.PriorityClass](t, r.get(t, "PriorityClass", "vmss-autoscaler-balloon"))
+	if pc.Value != -100 || pc.PreemptionPolicy == nil || *pc.PreemptionPolicy != corev1.PreemptNever || pc.GlobalDefault {
+		t.Errorf("balloon PriorityClass = value %d, preemptionPolicy %v, globalDefault %v", pc.Value, pc.PreemptionPolicy, pc.GlobalDefault)
+	}
+
+	// The preflight agent (README "The preflight agent", preflight/agent/RBAC.md).
+	ds := decode[*appsv1.DaemonSet](t, r.get(t, "DaemonSet", "vmss-autoscaler-preflight"))
+	checkAgent(t, ds, "vmss-autoscaler.io/preflight", "pending")
+	ac := ds.Spec.Template.Spec.Containers[0]
+	if !slices.Equal(ac.Args, []string{"preflight", "--checks=/etc/vmss-autoscaler/preflight/checks.yaml"}) {
+		t.Errorf("agent args = %q", ac.Args)
+	}
+	for _, k := range []string{"vmss-autoscaler.io/preflight", "nvidia.com/gpu"} {
+		if !tolerates(ds.Spec.Template.Spec.Tolerations, k) {
+			t.Errorf("agent does not tolerate %s: %+v", k, ds.Spec.Template.Spec.Tolerations)
+		}
+	}
+	if _, ok := r.find("DaemonSet", "vmss-autoscaler-preflight-periodic"); ok {
+		t.Error("periodic agent rendered while preflight.periodic.enabled is false")
+	}
+
+	if !strings.Contains(r.notes, "vmss-autoscaler-status") || !strings.Contains(r.notes, "get lease vmss-autoscaler") ||
+		!strings.Contains(r.notes, "/metrics") || !strings.Contains(r.notes, "events") {
+		t.Errorf("NOTES.txt does not say what to check:\n%s", r.notes)
+	}
+	if !strings.Contains(r.notes, "WARNING") {
+		t.Error("NOTES.txt does not warn that no node group is configured")
+	}
+}
+
+// TestLiveConfigOff: without --config-map the flags are read at start only,
+// so a config change must roll the pods.
+func TestLiveConfigOff(t *testing.T) {
+	r := mustRender(t, parseValues(t, "liveConfig: {enabled: false}"))
+	d := decode[*appsv1.Deployment](t, r.get(t, "Deployment", "vmss-autoscaler"))
+	if d.Spec.Template.Annotations["checksum/config"] == "" {
+		t.Error("no checksum/config annotation: a config change would not reach the pods")
+	}
+	for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+		if strings.HasPrefix(a, "--config-map") {
+			t.Errorf("arg %q with liveConfig.enabled false", a)
+		}
+	}
+	other := mustRender(t, parseValues(t, "liveConfig: {enabled: false}\nconfig: {scan-interval: 20s}"))
+	d2 := decode[*appsv1.Deployment](t, other.get(t, "Deployment", "vmss-autoscaler"))
+	if d.Spec.Template.Annotations["checksum/config"] == d2.Spec.Template.Annotations["checksum/config"] {
+		t.Error("checksum/config does not follow the config")
+	}
+}
+
+func checkAgent(t *testing.T, ds *appsv1.DaemonSet, label, value string) {
+	t.Helper()
+	ps := ds.Spec.Template.Spec
+	if ps.NodeSelector[label] != value {
+		t.Errorf("%s nodeSelector = %v, want %s=%s", ds.Name, ps.NodeSelector, label, value)
+	}
+	if ps.ServiceAccountName != "vmss-autoscaler-preflight" {
+		t.Errorf("%s serviceAccountName = %q", ds.Name, ps.ServiceAccountName)
+	}
+	if len(ps.Containers) != 1 {
+		t.Fatalf("%s containers = %d", ds.Name, len(ps.Containers))
+	}
+	c := ps.Containers[0]
+	var nodeName bool
+	for _, e := range c.Env {
+		if e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName" {
+			nodeName = true
+		}
+	}
+	if !nodeName {
+		t.Errorf("%s: no NODE_NAME from spec.nodeName: %+v", ds.Name, c.Env)
+	}
+	if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
+		t.Errorf("%s: not privileged; the GPU checks need the devices", ds.Name)
+	}
+	if len(c.Args) == 0 || c.Args[0] != "preflight" {
+		t.Fatalf("%s args = %q, want the preflight subcommand", ds.Name, c.Args)
+	}
+	checkArgs(t, ds.Name, c.Args[1:], agentFlags(t))
+}
+
+func tolerates(ts []corev1.Toleration, key string) bool {
+	for _, tol := range ts {
+		if tol.Key == key || (tol.Key == "" && tol.Operator == corev1.TolerationOpExists) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestRenderAllSwitches(t *testing.T) {
+	r := mustRender(t, parseValues(t, fullValues))
+	checkTyped(t, r)
+
+	k := kinds(r)
+	for kind, n := range map[string]int{"ServiceMonitor": 1, "PrometheusRule": 1, "DaemonSet": 2, "PriorityClass": 1} {
+		if k[kind] != n {
+			t.Errorf("%d %s rendered, want %d", k[kind], kind, n)
+		}
+	}
+
+	// Workload identity: ServiceAccount annotation and pod label.
+	sa := decode[*corev1.ServiceAccount](t, r.get(t, "ServiceAccount", "vmss-autoscaler"))
+	if sa.Annotations["azure.workload.identity/client-id"] != "00000000-0000-0000-0000-000000000003" ||
+		sa.Annotations["azure.workload.identity/tenant-id"] != "00000000-0000-0000-0000-000000000002" {
+		t.Errorf("ServiceAccount annotations = %v", sa.Annotations)
+	}
+	d := decode[*appsv1.Deployment](t, r.get(t, "Deployment", "vmss-autoscaler"))
+	if d.Spec.Template.Labels["azure.workload.identity/use"] != "true" {
+		t.Errorf("pod labels = %v, want azure.workload.identity/use", d.Spec.Template.Labels)
+	}
+	if *d.Spec.Replicas != 3 || d.Spec.Template.Spec.Containers[0].Image != "example.azurecr.io/vmss-autoscaler:v9.9.9" {
+		t.Errorf("replicas %d, image %s", *d.Spec.Replicas, d.Spec.Template.Spec.Containers[0].Image)
+	}
+	env := map[string]string{}
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	if env["AZURE_SUBSCRIPTION_ID"] != "00000000-0000-0000-0000-000000000001" || env["AZURE_TENANT_ID"] == "" || env["AZURE_CLIENT_ID"] == "" {
+		t.Errorf("env = %v", env)
+	}
+
+	// The names the binary was told follow into the chart's objects.
+	pc := decode[*schedulingv1.PriorityClass](t, r.get(t, "PriorityClass", "warm-balloons"))
+	if pc.Value != -1000 {
+		t.Errorf("PriorityClass value %d, want config.balloon-priority-value", pc.Value)
+	}
+	r.get(t, "ConfigMap", "vmss-autoscaler-preflight-periodic-checks")
+	if o := r.get(t, "Role", "vmss-autoscaler-balloons"); o.namespace() != "balloons" {
+		t.Errorf("balloon Role in %q, want config.balloon-namespace", o.namespace())
+	}
+
+	// The periodic agent: a second DaemonSet on nodes that passed.
+	label := "example.com/burn-in"
+	checkAgent(t, decode[*appsv1.DaemonSet](t, r.get(t, "DaemonSet", "vmss-autoscaler-preflight")), label, "pending")
+	pds := decode[*appsv1.DaemonSet](t, r.get(t, "DaemonSet", "vmss-autoscaler-preflight-periodic"))
+	checkAgent(t, pds, label, "passed")
+	args := pds.Spec.Template.Spec.Containers[0].Args
+	for _, a := range []string{"--periodic", "--interval=3h", "--label=" + label, "--taint=example.com/burn-in=pending:NoSchedule"} {
+		if !slices.Contains(args, a) {
+			t.Errorf("periodic agent args %q lack %q", args, a)
+		}
+	}
+	if pds.Spec.Template.Spec.RuntimeClassName == nil || *pds.Spec.Template.Spec.RuntimeClassName != "nvidia" {
+		t.Error("preflight.runtimeClassName not applied")
+	}
+	pending := decode[*appsv1.DaemonSet](t, r.get(t, "DaemonSet", "vmss-autoscaler-preflight"))
+	if !tolerates(pending.Spec.Template.Spec.Tolerations, "example.com/burn-in") {
+		t.Error("agent does not tolerate the configured preflight taint")
+	}
+
+	// Dashboards: one ConfigMap per file, labelled for the sidecar.
+	var dashboards int
+	for _, o := range r.ofKind("ConfigMap") {
+		if !strings.Contains(o.name(), "-dashboard-") {
+			continue
+		}
+		dashboards++
+		cm := decode[*corev1.ConfigMap](t, o)
+		if cm.Labels["grafana_dashboard"] != "1" || cm.Annotations["grafana_folder"] != "Autoscaling" {
+			t.Errorf("%s labels %v annotations %v", cm.Name, cm.Labels, cm.Annotations)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(chartDir, "dashboards", "*.json"))
+	if dashboards != len(files) || dashboards < 5 {
+		t.Errorf("%d dashboard ConfigMaps for %d files (want overview, smoothing, preflight, balloons, arm)", dashboards, len(files))
+	}
+
+	sm := r.get(t, "ServiceMonitor", "vmss-autoscaler")
+	svc := decode[*corev1.Service](t, r.get(t, "Service", "vmss-autoscaler"))
+	sel, _ := yamlPath(sm.m, "spec", "selector", "matchLabels").(map[string]any)
+	for k, v := range sel {
+		if svc.Labels[k] != v {
+			t.Errorf("ServiceMonitor selects %s=%v; the Service has %q", k, v, svc.Labels[k])
+		}
+	}
+	if len(sel) == 0 {
+		t.Error("ServiceMonitor has no selector")
+	}
+}
+
+func yamlPath(m map[string]any, path ...string) any {
+	var cur any = m
+	for _, p := range path {
+		mm, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = mm[p]
+	}
+	return cur
+}
+
+// TestSchemaRejectsBadValues: values.schema.json fails `helm install` with a
+// message naming the field.
+func TestSchemaRejectsBadValues(t *testing.T) {
+	ch := loadChart(t)
+	for _, tc := range []struct {
+		name, values, field string
+	}{
+		{"replicas not a number", `replicaCount: two`, "replicaCount"},
+		{"replicas zero", `replicaCount: 0`, "replicaCount"},
+		{"unknown azure auth", `config: {azure-auth: magic}`, "azure-auth"},
+		{"no image repository", `image: {repository: ""}`, "repository"},
+		{"bad node group", `config: {nodes: ["gpu-h100"]}`, "nodes"},
+		{"bad duration", `config: {scan-interval: 10 seconds}`, "scan-interval"},
+		{"bad expander", `config: {expander: cheapest}`, "expander"},
+		{"bad warm pool", `config: {warm-pool: ["gpu:lots"]}`, "warm-pool"},
+		{"share above 1", `config: {scale-down-brake-cluster-share: 2}`, "scale-down-brake-cluster-share"},
+		{"positive balloon priority", `config: {balloon-priority-value: 10}`, "balloon-priority-value"},
+		{"map as a flag value", `config: {expander-options: {a: b}}`, "expander-options"},
+		{"namespace set by the chart", `config: {namespace: other}`, "namespace"},
+		{"config-map set by the chart", `config: {config-map: other}`, "config-map"},
+		{"typo at the top", `replicas: 2`, "replicas"},
+		{"metrics port", `metrics: {port: 0}`, "port"},
+		{"check without timeout", `preflight: {checks: {checks: [{name: gpus, command: [nvidia-smi]}]}}`, "timeout"},
+		{"check with a bad name", `preflight: {checks: {checks: [{name: "no spaces", command: [x], timeout: 1s}]}}`, "name"},
+		{"priorities key", `priorityExpander: {priorities: {high: [".*"]}}`, "priorities"},
+		{"service monitor interval", `serviceMonitor: {interval: often}`, "interval"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vals := parseValues(t, tc.values)
+			coalesced, err := chartutil.CoalesceValues(ch, vals)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = chartutil.ValidateAgainstSchema(ch, coalesced)
+			if err == nil {
+				t.Fatalf("schema accepted %s", tc.values)
+			}
+			if !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("error does not name %q:\n%v", tc.field, err)
+			}
+			if _, err := render(t, vals); err == nil {
+				t.Errorf("render accepted %s", tc.values)
+			}
+		})
+	}
+	// And the defaults and the full values pass.
+	for _, v := range []string{"", fullValues} {
+		coalesced, err := chartutil.CoalesceValues(ch, parseValues(t, v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := chartutil.ValidateAgainstSchema(ch, coalesced); err != nil {
+			t.Errorf("schema rejects good values: %v", err)
+		}
+	}
+}
+
+// TestTemplateRejectsBadValues: what the schema cannot say, the templates do.
+func TestTemplateRejectsBadValues(t *testing.T) {
+	for _, tc := range []struct{ name, values, want string }{
+		{"warm pool without balloons", "balloons: {enabled: false}\nconfig: {warm-pool: [\"gpu:2\"]}", "balloons.enabled"},
+		{"workload identity without client", "workloadIdentity: {enabled: true}", "workloadIdentity.clientID"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := render(t, parseValues(t, tc.values))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("render error = %v, want one naming %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// configOf returns the flags ConfigMap's config.yaml, raw and parsed.
+func configOf(t *testing.T, r rendered) (string, map[string]any) {
+	t.Helper()
+	cm := decode[*corev1.ConfigMap](t, r.get(t, "ConfigMap", "vmss-autoscaler-config"))
+	raw, ok := cm.Data["config.yaml"]
+	if !ok {
+		t.Fatal("flags ConfigMap has no config.yaml")
+	}
+	m := map[string]any{}
+	if err := yaml.Unmarshal([]byte(raw), &m); err != nil {
+		t.Fatalf("config.yaml: %v\n%s", err, raw)
+	}
+	return raw, m
+}
+
+// TestConfigKeysAreFlags: every key of the flags ConfigMap is a flag of the
+// binary (from its --help), as its --config loader demands.
+func TestConfigKeysAreFlags(t *testing.T) {
+	known := autoscalerFlags(t)
+	for _, f := range []string{"scan-interval", "nodes", "warm-pool", "azure-auth", "leader-elect-resource-name"} {
+		if !known[f] {
+			t.Fatalf("--help parsing lost flag %s", f)
+		}
+	}
+	for name, values := range map[string]string{"defaults": "", "full": fullValues} {
+		t.Run(name, func(t *testing.T) {
+			_, cfg := configOf(t, mustRender(t, parseValues(t, values)))
+			if len(cfg) == 0 {
+				t.Fatal("empty config.yaml")
+			}
+			for k, v := range cfg {
+				if !known[k] || k == "config" {
+					t.Errorf("config key %q is not a flag of vmss-autoscaler", k)
+				}
+				if _, isMap := v.(map[string]any); isMap {
+					t.Errorf("config key %q has a map value; the binary takes a value or a list", k)
+				}
+				if v == nil || v == "" {
+					t.Errorf("config key %q rendered empty: it would override the binary's default", k)
+				}
+			}
+		})
+	}
+	_, cfg := configOf(t, mustRender(t, parseValues(t, fullValues)))
+	if got := fmt.Sprint(cfg["nodes"]); got != "[0:100:gpu-h100 1:50:cpu]" {
+		t.Errorf("nodes = %s", got)
+	}
+	if cfg["scale-down-enabled"] != false || cfg["scale-down-delay-after-delete"] != float64(0) {
+		t.Errorf("false and 0 must be kept: scale-down-enabled=%v scale-down-delay-after-delete=%v", cfg["scale-down-enabled"], cfg["scale-down-delay-after-delete"])
+	}
+	_, defaults := configOf(t, mustRender(t, nil))
+	if _, ok := defaults["azure-subscription-id"]; ok {
+		t.Error("an empty azure-subscription-id is rendered: it would hide $AZURE_SUBSCRIPTION_ID")
+	}
+}
+
+// TestConfigAcceptedByBinary runs the binary on the rendered config.yaml,
+// with the Deployment's args and env: it must get past parsing and
+// validating every flag and building the Azure provider, and stop only at
+// the Kubernetes client (no cluster here).
+func TestConfigAcceptedByBinary(t *testing.T) {
+	for name, values := range map[string]string{"defaults": "", "full": fullValues} {
+		t.Run(name, func(t *testing.T) {
+			r := mustRender(t, parseValues(t, values))
+			raw, _ := configOf(t, r)
+			dir := t.TempDir()
+			file := filepath.Join(dir, "config.yaml")
+			if err := os.WriteFile(file, []byte(raw), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			d := decode[*appsv1.Deployment](t, r.get(t, "Deployment", "vmss-autoscaler"))
+			c := d.Spec.Template.Spec.Containers[0]
+			var args []string
+			for _, a := range c.Args {
+				if strings.HasPrefix(a, "--config=") {
+					a = "--config=" + file
+				}
+				args = append(args, a)
+			}
+			args = append(args, "--kubeconfig="+filepath.Join(dir, "no-kubeconfig"), "--address=127.0.0.1:0")
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, binary(t), args...)
+			cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir}
+			for _, e := range c.Env {
+				if e.ValueFrom == nil {
+					cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
+				}
+			}
+			if d.Spec.Template.Labels["azure.workload.identity/use"] == "true" {
+				// What the workload identity webhook injects.
+				tok := filepath.Join(dir, "token")
+				_ = os.WriteFile(tok, []byte("x"), 0o600)
+				cmd.Env = append(cmd.Env, "AZURE_FEDERATED_TOKEN_FILE="+tok, "AZURE_AUTHORITY_HOST=https://login.microsoftonline.com/")
+			}
+			out, err := cmd.CombinedOutput()
+			t.Logf("vmss-autoscaler %s:\n%s", strings.Join(args, " "), out)
+			if err == nil {
+				t.Fatalf("binary ran without a cluster?\n%s", out)
+			}
+			if bytes.Contains(out, []byte("--config=")) {
+				t.Fatalf("the binary refused the chart's config.yaml:\n%s\nconfig.yaml:\n%s", out, raw)
+			}
+			switch name {
+			case "full":
+				if !bytes.Contains(out, []byte("--kubeconfig=")) {
+					t.Errorf("want the run to stop at the Kubernetes client, got:\n%s", out)
+				}
+			case "defaults":
+				// No subscription and no node group: the provider says so.
+				if !bytes.Contains(out, []byte("--azure-subscription-id")) && !bytes.Contains(out, []byte("--nodes")) {
+					t.Errorf("want the provider's validation error, got:\n%s", out)
+				}
+			}
+		})
+	}
+}
+
+// TestPreflightChecksAcceptedByAgent runs `preflight --dry-run` on each
+// rendered checks.yaml (commands replaced by `true` so nothing runs on this
+// machine): the agent's own validation must accept the file.
+func TestPreflightChecksAcceptedByAgent(t *testing.T) {
+	r := mustRender(t, parseValues(t, fullValues))
+	for _, name := range []string{"vmss-autoscaler-preflight-checks", "vmss-autoscaler-preflight-periodic-checks"} {
+		t.Run(name, func(t *testing.T) {
+			cm := decode[*corev1.ConfigMap](t, r.get(t, "ConfigMap", name))
+			var cfg map[string]any
+			if err := yaml.Unmarshal([]byte(cm.Data["checks.yaml"]), &cfg); err != nil {
+				t.Fatal(err)
+			}
+			checks, _ := cfg["checks"].([]any)
+			if len(checks) == 0 {
+				t.Fatalf("no checks in %s", cm.Data["checks.yaml"])
+			}
+			var names []string
+			for _, c := range checks {
+				m := c.(map[string]any)
+				names = append(names, m["name"].(string))
+				m["command"] = []string{"true"}
+			}
+			if name == "vmss-autoscaler-preflight-checks" {
+				for _, want := range []string{"gpus", "dcgm", "disk", "dns"} {
+					if !slices.Contains(names, want) {
+						t.Errorf("default checks %v lack %s", names, want)
+					}
+				}
+			}
+			data, _ := yaml.Marshal(cfg)
+			file := filepath.Join(t.TempDir(), "checks.yaml")
+			if err := os.WriteFile(file, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, _ := exec.Command(binary(t), "preflight", "--dry-run", "--checks="+file).CombinedOutput()
+			if bytes.Contains(out, []byte("checks file")) || !bytes.Contains(out, []byte("preflight ")) {
+				t.Errorf("the agent refused %s:\n%s\n%s", name, out, data)
+			}
+		})
+	}
+}
+
+// TestPriorityExpanderConfigMap: the priorities parse with the expander's
+// own parser, in the ConfigMap the binary reads.
+func TestPriorityExpanderConfigMap(t *testing.T) {
+	r := mustRender(t, parseValues(t, fullValues))
+	cm := decode[*corev1.ConfigMap](t, r.get(t, "ConfigMap", "vmss-autoscaler-priority-expander"))
+	p, err := scaleup.ParsePriorities(cm.Data["priorities"])
+	if err != nil {
+		t.Fatalf("priorities: %v\n%s", err, cm.Data["priorities"])
+	}
+	if got, ok := p.PriorityOf("gpu-h100"); !ok || got != 50 {
+		t.Errorf("priority of gpu-h100 = %d, %v; want 50", got, ok)
+	}
+	if got, ok := p.PriorityOf("cpu"); !ok || got != 10 {
+		t.Errorf("priority of cpu = %d, %v; want 10", got, ok)
+	}
+}
+
+// ---------------------------------------------------------------- RBAC
+
+type grant struct {
+	group, resource, verb, name string
+}
+
+func allows(rules []rbacv1.PolicyRule, g grant) bool {
+	for _, r := range rules {
+		if !(slices.Contains(r.APIGroups, g.group) || slices.Contains(r.APIGroups, "*")) {
+			continue
+		}
+		if !(slices.Contains(r.Resources, g.resource) || slices.Contains(r.Resources, "*")) {
+			continue
+		}
+		if !(slices.Contains(r.Verbs, g.verb) || slices.Contains(r.Verbs, "*")) {
+			continue
+		}
+		if len(r.ResourceNames) > 0 && !slices.Contains(r.ResourceNames, g.name) {
+			continue
+		}
+		return true
+	}
+	return false
+}
+
+func allowsURL(rules []rbacv1.PolicyRule, url, verb string) bool {
+	for _, r := range rules {
+		if slices.Contains(r.NonResourceURLs, url) && slices.Contains(r.Verbs, verb) {
+			return true
+		}
+	}
+	return false
+}
+
+var (
+	// listerRE finds main.go's informers: factory.Core().V1().Nodes() ...
+	listerRE = regexp.MustCompile(`\b(factory|nsFactory|balloonFactory)\.(\w+)\(\)\.(\w+)\(\)\.(\w+)\(\)`)
+	// gvrRE finds its dynamic informers (the coscheduling PodGroup CRD).
+	gvrRE = regexp.MustCompile(`GroupVersionResource\{Group: "([^"]*)", Version: "([^"]*)", Resource: "([^"]*)"\}`)
+)
+
+// informerGrants are the list/watch grants the binary's informers need,
+// by scope: "cluster" (the shared factory and dynamic informers),
+// "namespace" (--namespace) and "balloons" (--balloon-namespace). They are
+// read from main.go's source (every factory.<Group>().<Version>().<Kind>()
+// and GroupVersionResource), plus the informers the scheduler framework's
+// plugins start on the shared factory (simulator.New on a fake factory).
+// The leader waits for every one of them to sync before its first loop.
+func informerGrants(t *testing.T) map[string][]grant {
+	t.Helper()
+	src, err := os.ReadFile("../main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	factories := map[string]informers.SharedInformerFactory{}
+	for _, name := range []string{"factory", "nsFactory", "balloonFactory"} {
+		factories[name] = informers.NewSharedInformerFactory(fake.NewClientset(), 0)
+	}
+	defer func() {
+		cancel()
+		for _, f := range factories {
+			f.Shutdown() // waits for the informers to stop
+		}
+	}()
+	sim, err := simulator.New(ctx, factories["factory"], "nvidia.com/gpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sim.Close() }()
+	var found []string
+	for _, m := range listerRE.FindAllSubmatch(src, -1) {
+		v := reflect.ValueOf(factories[string(m[1])])
+		for _, method := range m[2:] {
+			mv := v.MethodByName(string(method))
+			if !mv.IsValid() || mv.Type().NumIn() != 0 {
+				v = reflect.Value{}
+				break
+			}
+			v = mv.Call(nil)[0]
+		}
+		if !v.IsValid() {
+			continue // not an informer chain
+		}
+		if inf := v.MethodByName("Informer"); inf.IsValid() {
+			inf.Call(nil)
+			found = append(found, string(m[1])+"."+string(m[4]))
+		}
+	}
+	out := map[string][]grant{}
+	scope := map[string]string{"factory": "cluster", "nsFactory": "namespace", "balloonFactory": "balloons"}
+	for name, f := range factories {
+		f.Start(ctx.Done())
+		for typ := range f.WaitForCacheSync(ctx.Done()) {
+			gvks, _, err := scheme.Scheme.ObjectKinds(reflectNew(typ))
+			if err != nil || len(gvks) == 0 {
+				t.Fatalf("informer of %v: %v", typ, err)
+			}
+			plural, _ := meta.UnsafeGuessKindToResource(gvks[0])
+			for _, verb := range []string{"list", "watch"} {
+				out[scope[name]] = append(out[scope[name]], grant{group: plural.Group, resource: plural.Resource, verb: verb})
+			}
+		}
+	}
+	for _, m := range gvrRE.FindAllSubmatch(src, -1) {
+		found = append(found, "dynamic."+string(m[3]))
+		for _, verb := range []string{"list", "watch"} {
+			out["cluster"] = append(out["cluster"], grant{group: string(m[1]), resource: string(m[3]), verb: verb})
+		}
+	}
+	for _, want := range []string{"factory.Nodes", "factory.Pods", "factory.DaemonSets", "factory.PodDisruptionBudgets",
+		"factory.PodGroups", "nsFactory.ConfigMaps", "balloonFactory.Deployments", "dynamic.podgroups"} {
+		if !slices.Contains(found, want) {
+			t.Fatalf("main.go: no informer %s found (found %v); the way main.go builds informers changed, update this test", want, found)
+		}
+	}
+	return out
+}
+
+func TestRBACCoversTheCode(t *testing.T) {
+	for name, values := range map[string]string{"defaults": "", "full": fullValues} {
+		t.Run(name, func(t *testing.T) {
+			r := mustRender(t, parseValues(t, values))
+			_, cfg := configOf(t, r)
+			str := func(k, def string) string {
+				if v, ok := cfg[k].(string); ok && v != "" {
+					return v
+				}
+				return def
+			}
+			cr := decode[*rbacv1.ClusterRole](t, r.get(t, "ClusterRole", "vmss-autoscaler"))
+			role := decode[*rbacv1.Role](t, r.get(t, "Role", "vmss-autoscaler"))
+			balloons := decode[*rbacv1.Role](t, r.get(t, "Role", "vmss-autoscaler-balloons"))
+			if balloons.Namespace != str("balloon-namespace", "kube-system") {
+				t.Errorf("balloon Role in %s", balloons.Namespace)
+			}
+
+			inf := informerGrants(t)
+			for scope, rules := range map[string][]rbacv1.PolicyRule{"cluster": cr.Rules, "namespace": role.Rules, "balloons": balloons.Rules} {
+				for _, g := range inf[scope] {
+					if !allows(rules, g) {
+						t.Errorf("%s RBAC lacks %s %s.%s (an informer the leader waits for)", scope, g.verb, g.resource, g.group)
+					}
+				}
+			}
+			for _, g := range []grant{
+				{"", "nodes", "get", "n"}, {"", "nodes", "update", "n"}, // taints, cordon
+				{"", "pods/eviction", "create", ""},
+				{"", "events", "create", ""}, {"", "events", "patch", ""},
+				{"scheduling.k8s.io", "priorityclasses", "get", str("balloon-priority-class", "vmss-autoscaler-balloon")},
+				{"scheduling.k8s.io", "priorityclasses", "create", ""},
+			} {
+				if !allows(cr.Rules, g) {
+					t.Errorf("ClusterRole lacks %+v", g)
+				}
+			}
+			if !allowsURL(cr.Rules, "/metrics", "get") {
+				t.Error("ClusterRole lacks get on /metrics (adaptive rate: flow-control rejections)")
+			}
+			status, lease := str("status-config-map-name", "vmss-autoscaler-status"), str("leader-elect-resource-name", "vmss-autoscaler")
+			for _, g := range []grant{
+				{"", "configmaps", "list", ""}, {"", "configmaps", "watch", ""},
+				{"", "configmaps", "get", status}, {"", "configmaps", "create", ""}, {"", "configmaps", "update", status},
+				{"coordination.k8s.io", "leases", "get", lease}, {"coordination.k8s.io", "leases", "create", ""},
+				{"coordination.k8s.io", "leases", "update", lease},
+			} {
+				if !allows(role.Rules, g) {
+					t.Errorf("Role lacks %+v", g)
+				}
+			}
+			for _, verb := range []string{"list", "watch", "create", "update", "delete"} {
+				if !allows(balloons.Rules, grant{"apps", "deployments", verb, "vmss-autoscaler-balloon-x"}) {
+					t.Errorf("balloon Role lacks %s deployments", verb)
+				}
+			}
+			// Least privilege: nothing the code does not do.
+			for _, g := range []grant{
+				{"", "nodes", "delete", "n"}, {"", "nodes", "patch", "n"}, {"", "pods", "delete", "p"},
+				{"", "secrets", "get", "s"}, {"", "secrets", "list", ""}, {"", "configmaps", "update", "other"},
+				{"coordination.k8s.io", "leases", "update", "other"}, {"apps", "deployments", "list", ""},
+			} {
+				if allows(cr.Rules, g) || allows(role.Rules, g) {
+					t.Errorf("RBAC grants %+v, which the code never does", g)
+				}
+			}
+			for _, rules := range [][]rbacv1.PolicyRule{cr.Rules, role.Rules, balloons.Rules} {
+				for _, rule := range rules {
+					if slices.Contains(rule.Verbs, "*") || slices.Contains(rule.Resources, "*") || slices.Contains(rule.APIGroups, "*") {
+						t.Errorf("wildcard rule %+v", rule)
+					}
+				}
+			}
+
+			// The agent: exactly preflight/agent/RBAC.md.
+			agent := decode[*rbacv1.ClusterRole](t, r.get(t, "ClusterRole", "vmss-autoscaler-preflight"))
+			want := []rbacv1.PolicyRule{
+				{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "update"}},
+				{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+			}
+			if !slices.EqualFunc(agent.Rules, want, func(a, b rbacv1.PolicyRule) bool { return fmt.Sprint(a) == fmt.Sprint(b) }) {
+				t.Errorf("agent ClusterRole rules = %+v, want %+v", agent.Rules, want)
+			}
+			for _, kind := range []string{"ClusterRoleBinding", "RoleBinding"} {
+				for _, o := range r.ofKind(kind) {
+					if !strings.Contains(o.raw, "kind: ServiceAccount") {
+						t.Errorf("%s %s binds no ServiceAccount", kind, o.name())
+					}
+				}
+			}
+		})
+	}
+}
+
+// ---------------------------------------------------------------- metrics
+
+// recorder registers on a registry and remembers the collectors.
+type recorder struct {
+	reg *prometheus.Registry
+	cs  []prometheus.Collector
+}
+
+func (r *recorder) Register(c prometheus.Collector) error {
+	if err := r.reg.Register(c); err != nil {
+		return err
+	}
+	r.cs = append(r.cs, c)
+	return nil
+}
+
+func (r *recorder) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (r *recorder) Unregister(c prometheus.Collector) bool { return r.reg.Unregister(c) }
+
+// touch creates one child of a vector, whatever its number of labels.
+func touch(get func(...string) error) error {
+	var err error
+	for n := 0; n <= 8; n++ {
+		lv := make([]string, n)
+		for i := range lv {
+			lv[i] = "x"
+		}
+		if err = get(lv...); err == nil {
+			return nil
+		}
+	}
+	return err
+}
+
+var mainMetricRE = regexp.MustCompile(`Name:\s*"(vmss_autoscaler_[a-z0-9_]+)"`)
+
+// exportedMetrics is the allow-list: every series name the binary exports,
+// from its real registry: core.NewMetrics, the VMSS provider's ARM metrics
+// (through vmss.New, as main.go builds it), the Go and process collectors
+// and the gauges main.go defines, plus Prometheus' own `up`.
+func exportedMetrics(t *testing.T) map[string]bool {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	rec := &recorder{reg: reg}
+	core.NewMetrics(rec)
+	prov, err := vmss.New(vmss.Config{
+		SubscriptionID: "00000000-0000-0000-0000-000000000001",
+		ResourceGroups: []string{"rg"},
+		NodeGroups:     []cloudprovider.NodeGroupSpec{{Min: 0, Max: 1, Name: "ng"}},
+		Auth:           vmss.AuthTokenFile,
+		TokenFile:      filepath.Join(t.TempDir(), "token"),
+		Registerer:     rec,
+	})
+	if err != nil {
+		t.Fatalf("vmss.New: %v", err)
+	}
+	prov.Close()
+
+	// main.go registers the Go and process collectors and its own gauges;
+	// read them from its source so a rename there breaks this test too.
+	src, err := os.ReadFile("../main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"collectors.NewGoCollector()", "collectors.NewProcessCollector("} {
+		if !bytes.Contains(src, []byte(c)) {
+			t.Fatalf("main.go no longer registers %s; update the allow-list", c)
+		}
+	}
+	rec.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mainGauges := mainMetricRE.FindAllSubmatch(src, -1)
+	if len(mainGauges) == 0 {
+		t.Fatal("found no vmss_autoscaler_ metric defined in main.go (vmss_autoscaler_apiserver_metrics_readable)")
+	}
+	for _, m := range mainGauges {
+		rec.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: string(m[1]), Help: "main.go"}))
+	}
+
+	for _, c := range rec.cs {
+		var err error
+		switch v := c.(type) {
+		case *prometheus.CounterVec:
+			err = touch(func(lv ...string) error { _, err := v.GetMetricWithLabelValues(lv...); return err })
+		case *prometheus.GaugeVec:
+			err = touch(func(lv ...string) error { _, err := v.GetMetricWithLabelValues(lv...); return err })
+		case *prometheus.HistogramVec:
+			err = touch(func(lv ...string) error { _, err := v.GetMetricWithLabelValues(lv...); return err })
+		case *prometheus.SummaryVec:
+			err = touch(func(lv ...string) error { _, err := v.GetMetricWithLabelValues(lv...); return err })
+		}
+		if err != nil {
+			t.Fatalf("touching %T: %v", c, err)
+		}
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{"up": true}
+	var own int
+	for _, f := range families {
+		n := f.GetName()
+		if strings.HasPrefix(n, "vmss_autoscaler_") {
+			own++
+		}
+		names[n] = true
+		switch f.GetType() {
+		case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
+			names[n+"_bucket"], names[n+"_sum"], names[n+"_count"] = true, true, true
+		case dto.MetricType_SUMMARY:
+			names[n+"_sum"], names[n+"_count"] = true, true
+		}
+	}
+	if own < 40 {
+		t.Fatalf("only %d vmss_autoscaler_ families gathered", own)
+	}
+	for _, n := range []string{"vmss_autoscaler_phase_duration_seconds_bucket", "vmss_autoscaler_arm_throttled_until_seconds",
+		"vmss_autoscaler_apiserver_metrics_readable", "process_resident_memory_bytes"} {
+		if !names[n] {
+			t.Fatalf("allow-list lacks %s", n)
+		}
+	}
+	return names
+}
+
+var (
+	rangeVarRE   = regexp.MustCompile(`\$__(rate_interval|interval|range)\b|\$\{__(rate_interval|interval|range)\}`)
+	grafanaVarRE = regexp.MustCompile(`\$\{?[a-zA-Z_][a-zA-Z0-9_]*\}?`)
+	labelValsRE  = regexp.MustCompile(`^label_values\((.*),\s*[a-zA-Z_][a-zA-Z0-9_]*\)$`)
+)
+
+// grafanaToPromQL replaces Grafana's variables: range intervals by 5m,
+// other variables (only used inside label matchers) by ".*".
+func grafanaToPromQL(expr string) string {
+	expr = rangeVarRE.ReplaceAllString(expr, "5m")
+	return grafanaVarRE.ReplaceAllString(expr, ".*")
+}
+
+// promQLProblems parses expr and returns what is wrong with it: a parse
+// error, a selected metric the binary does not export, no metric at all.
+func promQLProblems(expr string, allowed map[string]bool) []string {
+	e, err := parser.NewParser(parser.Options{}).ParseExpr(expr)
+	if err != nil {
+		return []string{fmt.Sprintf("%q does not parse: %v", expr, err)}
+	}
+	var problems []string
+	var selectors int
+	parser.Inspect(e, func(node parser.Node, _ []parser.Node) error {
+		vs, ok := node.(*parser.VectorSelector)
+		if !ok {
+			return nil
+		}
+		selectors++
+		name := vs.Name
+		for _, m := range vs.LabelMatchers {
+			if m.Name == "__name__" {
+				name = m.Value
+			}
+		}
+		if !allowed[name] {
+			problems = append(problems, fmt.Sprintf("metric %q is not exported by vmss-autoscaler (in %q)", name, expr))
+		}
+		return nil
+	})
+	if selectors == 0 {
+		problems = append(problems, fmt.Sprintf("%q selects no metric", expr))
+	}
+	return problems
+}
+
+func checkPromQL(t *testing.T, where, expr string, allowed map[string]bool) {
+	t.Helper()
+	for _, p := range promQLProblems(expr, allowed) {
+		t.Errorf("%s: %s", where, p)
+	}
+}
+
+func TestDashboardsPromQL(t *testing.T) {
+	allowed := exportedMetrics(t)
+	r := mustRender(t, parseValues(t, fullValues))
+	var checked int
+	for _, o := range r.ofKind("ConfigMap") {
+		if !strings.Contains(o.name(), "-dashboard-") {
+			continue
+		}
+		cm := decode[*corev1.ConfigMap](t, o)
+		for key, data := range cm.Data {
+			var dash struct {
+				UID        string `json:"uid"`
+				Title      string `json:"title"`
+				Templating struct {
+					List []struct {
+						Name  string `json:"name"`
+						Type  string `json:"type"`
+						Query any    `json:"query"`
+					} `json:"list"`
+				} `json:"templating"`
+				Panels []struct {
+					Type    string `json:"type"`
+					Title   string `json:"title"`
+					Targets []struct {
+						Expr string `json:"expr"`
+					} `json:"targets"`
+				} `json:"panels"`
+			}
+			if err := json.Unmarshal([]byte(data), &dash); err != nil {
+				t.Errorf("%s/%s: not JSON: %v", cm.Name, key, err)
+				continue
+			}
+			if dash.UID == "" || dash.Title == "" || len(dash.Panels) == 0 {
+				t.Errorf("%s: no uid, title or panels", key)
+			}
+			for _, p := range dash.Panels {
+				if p.Type == "row" {
+					continue
+				}
+				if len(p.Targets) == 0 {
+					t.Errorf("%s: panel %q has no query", key, p.Title)
+				}
+				for _, tg := range p.Targets {
+					checkPromQL(t, key+": "+p.Title, grafanaToPromQL(tg.Expr), allowed)
+					checked++
+				}
+			}
+			for _, v := range dash.Templating.List {
+				if v.Type != "query" {
+					continue
+				}
+				q := ""
+				switch x := v.Query.(type) {
+				case string:
+					q = x
+				case map[string]any:
+					q, _ = x["query"].(string)
+				}
+				m := labelValsRE.FindStringSubmatch(q)
+				if m == nil {
+					t.Errorf("%s: variable %s query %q is not label_values(<selector>, <label>)", key, v.Name, q)
+					continue
+				}
+				checkPromQL(t, key+": variable "+v.Name, grafanaToPromQL(m[1]), allowed)
+			}
+		}
+	}
+	if checked < 40 {
+		t.Errorf("only %d dashboard queries checked", checked)
+	}
+}
+
+func TestAlertsPromQL(t *testing.T) {
+	allowed := exportedMetrics(t)
+	r := mustRender(t, parseValues(t, fullValues))
+	pr := r.get(t, "PrometheusRule", "vmss-autoscaler")
+	groups, _ := yamlPath(pr.m, "spec", "groups").([]any)
+	if len(groups) == 0 {
+		t.Fatalf("PrometheusRule has no groups:\n%s", pr.raw)
+	}
+	var alerts []string
+	for _, g := range groups {
+		rules, _ := g.(map[string]any)["rules"].([]any)
+		for _, ru := range rules {
+			rule := ru.(map[string]any)
+			name, _ := rule["alert"].(string)
+			expr, _ := rule["expr"].(string)
+			if name == "" || expr == "" {
+				t.Errorf("rule without alert or expr: %v", rule)
+				continue
+			}
+			alerts = append(alerts, name)
+			checkPromQL(t, name, expr, allowed)
+			if !strings.Contains(expr, `job="vmss-autoscaler"`) {
+				t.Errorf("%s does not select the Service's job: %s", name, expr)
+			}
+			labels, _ := rule["labels"].(map[string]any)
+			if labels["severity"] == nil || labels["team"] != "infra" {
+				t.Errorf("%s labels = %v, want severity and prometheusRule.additionalLabels", name, labels)
+			}
+			ann, _ := rule["annotations"].(map[string]any)
+			if ann["summary"] == nil {
+				t.Errorf("%s has no summary", name)
+			}
+			if f, _ := rule["for"].(string); f != "" {
+				if _, err := parser.NewParser(parser.Options{}).ParseExpr("up[" + f + "]"); err != nil {
+					t.Errorf("%s: for %q is not a duration", name, f)
+				}
+			}
+		}
+	}
+	for _, want := range []string{"VMSSAutoscalerDown", "VMSSAutoscalerNoSuccessfulLoop", "VMSSAutoscalerNodeGroupBackoff",
+		"VMSSAutoscalerARMThrottled", "VMSSAutoscalerPreflightFailureRate", "VMSSAutoscalerScaleDownBrakeEngaged",
+		"VMSSAutoscalerNodeAdditionQueueStuck", "VMSSAutoscalerConfigRejected", "VMSSAutoscalerConfigRestartRequired"} {
+		if !slices.Contains(alerts, want) {
+			t.Errorf("no alert %s; have %v", want, alerts)
+		}
+	}
+}
+
+// TestPromQLCheckCatchesRenames: the checker itself refuses a metric the
+// binary does not export and an expression that does not parse.
+func TestPromQLCheckCatchesRenames(t *testing.T) {
+	allowed := exportedMetrics(t)
+	for _, bad := range []string{
+		`vmss_autoscaler_loop_duration_seconds_bucket_total`,
+		`sum(rate(vmss_autoscaler_scaleups_total[5m]))`,
+		`{__name__="vmss_autoscaler_no_such_metric"}`,
+		`sum(rate(vmss_autoscaler_scale_ups_total[5m])`,
+	} {
+		if len(promQLProblems(bad, allowed)) == 0 {
+			t.Errorf("promQLProblems accepted %q", bad)
+		}
+	}
+	if p := promQLProblems(`sum(rate(vmss_autoscaler_scale_ups_total[5m]))`, allowed); len(p) != 0 {
+		t.Errorf("promQLProblems refused a good expression: %v", p)
+	}
+}
+
+// reflectNew returns a new object of an informer's type (*v1.Node, ...).
+func reflectNew(typ reflect.Type) runtime.Object {
+	if typ.Kind() == reflect.Pointer {
+		typ = typ.Elem()
+	}
+	return reflect.New(typ).Interface().(runtime.Object)
+}

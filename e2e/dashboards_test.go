@@ -1,0 +1,130 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	apiv1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
+	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
+)
+
+// A real Prometheus scrapes the autoscaler through a scenario that makes
+// every dashboard panel's story happen: a rate-limited scale-up with
+// queued and cancelled nodes, GPU nodes through preflight with a warm pool
+// whose balloons are displaced, a node failed by a periodic preflight run
+// (drained and replaced), a quota error, a failed ARM operation, ARM
+// throttling and server errors, and a scale-down. Then every panel's query
+// returns data over the scenario's time range.
+func TestDashboardsShowDataFromARealPrometheus(t *testing.T) {
+	sc := newScenario(t)
+	start := time.Now()
+	gpu := sc.scaleSet("gpu", "Standard_ND96isr_H100_v5", 0, preflightTags())
+	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 0, nil)
+	quota := sc.scaleSet("quota", "Standard_D16s_v5", 0, nil)
+	lro := sc.scaleSet("lro", "Standard_D16s_v5", 0, nil)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(sc.s.sim.InjectFault(sc.rg, quota, armsim.Fault{Kind: armsim.FaultQuota, Count: 1}))
+	must(sc.s.sim.InjectFault(sc.rg, lro, armsim.Fault{Kind: armsim.FaultLROFail, Count: 1}))
+	as := sc.autoscaler("autoscaler", fastScaleDown(
+		"--nodes=0:10:"+gpu, "--nodes=0:20:"+cpu, "--nodes=0:3:"+quota, "--nodes=0:3:"+lro,
+		"--warm-pool="+gpu+":1",
+		"--node-addition-rate=30", "--node-addition-burst=2",
+		"--node-addition-adaptive-interval=2s", "--node-addition-rate-min=10", "--node-addition-rate-max=100",
+		"--apiserver-metrics-interval=2s",
+		"--max-graceful-termination-sec=5",
+		"--scale-down-brake-cluster-share=1", "--scale-down-brake-group-share=1")...)
+	prom := sc.prometheus(sc.addrs[as])
+	sc.runAgents(func(string, int) bool { return false }, gpu)
+
+	// Work for every group: a GPU job that displaces the warm node's
+	// balloon, web pods held by the rate, a pod for each faulty group.
+	sc.workload("train", 2, "90", 8, gpu)
+	web := sc.deployment("web", 8, "9", 0, cpu)
+	sc.create(web)
+	sc.workload("q", 1, "9", 0, quota)
+	sc.workload("l", 1, "9", 0, lro)
+	depth := `vmss_autoscaler_node_addition_queue_depth{class="workload",node_group="` + cpu + `"}`
+	sc.eventually("web nodes queued", time.Minute, func() (bool, string) {
+		_, body := sc.get(as, "/metrics")
+		v := metricValue(body, depth)
+		return v >= 2, fmt.Sprintf("queued %v", v)
+	})
+	// Half the web pods go while their nodes are queued: cancelled.
+	sc.scaleDeployment("web", 4)
+	sc.eventually("train, web and the lro group's pod Running", 3*time.Minute, func() (bool, string) {
+		tr, w, l := sc.running("train"), sc.running("web"), sc.running("l")
+		return tr == 2 && w == 4 && l == 1, fmt.Sprintf("train %d web %d l %d", tr, w, l)
+	})
+	sc.eventually("the warm pool whole again", 2*time.Minute, func() (bool, string) {
+		_, body := sc.get(as, "/metrics")
+		v := metricValue(body, `vmss_autoscaler_warm_pool_ready_nodes{node_group="`+gpu+`"}`)
+		return v == 1, fmt.Sprintf("warm %v", v)
+	})
+	// A periodic preflight run fails a node that runs a training pod: the
+	// pod is evicted and the node replaced.
+	pods, err := sc.s.cp.Client.CoreV1().Pods(sc.ns).List(sc.ctx, metav1.ListOptions{LabelSelector: "app=train"})
+	must(err)
+	sc.updateNode(pods.Items[0].Spec.NodeName, false, func(n *apiv1.Node) {
+		n.Labels[preflight.DefaultLabel] = preflight.ValueFailed
+		n.Annotations[preflight.DefaultFailureAnnotation] = "check dcgm: diag level 1 failed"
+	})
+	sc.eventually("the failed node replaced and train Running again", 3*time.Minute, func() (bool, string) {
+		_, body := sc.get(as, "/metrics")
+		r := metricValue(body, `vmss_autoscaler_preflight_replaced_nodes_total{node_group="`+gpu+`"}`)
+		return r == 1 && sc.running("train") == 2, fmt.Sprintf("replaced %v, train %d", r, sc.running("train"))
+	})
+	// ARM trouble: reads throttled for a few seconds (no decision on a
+	// stale view: the groups' sizes are unknown until the next refresh),
+	// then server errors for the CPU group while it scales down.
+	sc.s.sim.Throttle("read", 3*time.Second)
+	sc.eventually("groups of unknown size skipped", time.Minute, func() (bool, string) {
+		_, body := sc.get(as, "/metrics")
+		return strings.Contains(body, `vmss_autoscaler_node_group_size_unknown_total{node_group="`+cpu+`"}`), "not yet"
+	})
+	must(sc.s.sim.InjectFault(sc.rg, cpu, armsim.Fault{Kind: armsim.FaultServerError, Count: 3}))
+	must(sc.s.cp.Client.AppsV1().Deployments(sc.ns).Delete(sc.ctx, "web", metav1.DeleteOptions{}))
+	sc.eventually("the web nodes removed", 3*time.Minute, func() (bool, string) {
+		c := sc.capacity(cpu)
+		return c == 0, fmt.Sprintf("cpu capacity %d", c)
+	})
+	// The last events need a couple of scrapes to show in a rate.
+	queries := dashboardQueries(t)
+	sc.eventually("every panel's query to return data", time.Minute, func() (bool, string) {
+		var missing []string
+		for _, q := range queries {
+			n, err := prom.seriesOver(sc.ctx, q.Expr, start)
+			switch {
+			case err != nil:
+				missing = append(missing, fmt.Sprintf("%s / %s: %v", q.Dashboard, q.Panel, err))
+			case n == 0:
+				missing = append(missing, fmt.Sprintf("%s / %s: no data for %s", q.Dashboard, q.Panel, q.Expr))
+			}
+		}
+		return len(missing) == 0, fmt.Sprintf("%d of %d panel queries without data:\n%s", len(missing), len(queries), strings.Join(missing, "\n"))
+	})
+	t.Logf("all %d panel queries of the chart's dashboards returned data", len(queries))
+}
+
+// scaleDeployment sets a Deployment's replicas through its scale subresource.
+func (sc *scenario) scaleDeployment(name string, replicas int32) {
+	sc.t.Helper()
+	deps := sc.s.cp.Client.AppsV1().Deployments(sc.ns)
+	s, err := deps.GetScale(sc.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		sc.t.Fatal(err)
+	}
+	s.Spec.Replicas = replicas
+	if _, err := deps.UpdateScale(sc.ctx, name, s, metav1.UpdateOptions{}); err != nil {
+		sc.t.Fatal(err)
+	}
+}
