@@ -385,7 +385,7 @@ func kwokArgs(kubeconfig, stagesFile string, pt ports, opts Options) []string {
 
 // startCore starts one of the control plane's own processes.
 func (cp *ControlPlane) startCore(ctx context.Context, name, bin string, args ...string) error {
-	p, err := startProcess(ctx, name, filepath.Join(cp.LogDir, name+".log"), bin, args...)
+	p, err := startProcess(ctx, name, filepath.Join(cp.LogDir, name+".log"), bin, nil, args...)
 	if err != nil {
 		return err
 	}
@@ -531,6 +531,12 @@ func (cp *ControlPlane) stopProcess(p *Process) {
 // with its output appended to LogDir/<name>.log. Stop stops these first. The
 // process is not bound to ctx; stop it with Process.Stop or ControlPlane.Stop.
 func (cp *ControlPlane) StartProcess(ctx context.Context, name, bin string, args ...string) (*Process, error) {
+	return cp.StartProcessEnv(ctx, name, bin, nil, args...)
+}
+
+// StartProcessEnv is StartProcess with env ("KEY=value") added to the
+// process's environment.
+func (cp *ControlPlane) StartProcessEnv(ctx context.Context, name, bin string, env []string, args ...string) (*Process, error) {
 	if name == "" || strings.ContainsAny(name, `/\`) || strings.HasPrefix(name, ".") {
 		return nil, fmt.Errorf("starting process: invalid name %q", name)
 	}
@@ -539,7 +545,7 @@ func (cp *ControlPlane) StartProcess(ctx context.Context, name, bin string, args
 	if cp.stopped {
 		return nil, fmt.Errorf("starting %s: control plane is stopped", name)
 	}
-	p, err := startProcess(klog.NewContext(ctx, cp.logger), name, filepath.Join(cp.LogDir, name+".log"), bin, args...)
+	p, err := startProcess(klog.NewContext(ctx, cp.logger), name, filepath.Join(cp.LogDir, name+".log"), bin, env, args...)
 	if err != nil {
 		return nil, err
 	}

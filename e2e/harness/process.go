@@ -37,10 +37,10 @@ type Process struct {
 	exitErr error // written once before done is closed
 }
 
-// startProcess starts bin with args, appending its output to logFile. The
-// process is not bound to ctx: it runs until Stop or Kill. ctx only carries
-// the logger.
-func startProcess(ctx context.Context, name, logFile, bin string, args ...string) (*Process, error) {
+// startProcess starts bin with args, and env added to this process's
+// environment, appending its output to logFile. The process is not bound to
+// ctx: it runs until Stop or Kill. ctx only carries the logger.
+func startProcess(ctx context.Context, name, logFile, bin string, env []string, args ...string) (*Process, error) {
 	f, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("starting %s: opening log file: %w", name, err)
@@ -48,6 +48,9 @@ func startProcess(ctx context.Context, name, logFile, bin string, args ...string
 	fmt.Fprintf(f, "### %s: %s %s\n", time.Now().Format(time.RFC3339Nano), bin, strings.Join(args, " "))
 
 	cmd := exec.Command(bin, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout = f
 	cmd.Stderr = f
 	cmd.SysProcAttr = childSysProcAttr()
