@@ -44,12 +44,14 @@ func (a *Autoscaler) applyPending(ctx context.Context) {
 	a.mu.Lock()
 	o := a.pending
 	a.pending = nil
+	old := a.opts
+	if o != nil {
+		a.opts = *o // the loop reads a.opts without the lock: it is the only writer
+	}
 	a.mu.Unlock()
 	if o == nil {
 		return
 	}
-	old := a.opts
-	a.opts = *o
 	a.registry.SetOptions(o.registryOptions())
 	a.scaleDown.planner.SetOptions(o.scaleDownOptions(a.isBalloon))
 	a.scaleDown.brake.SetOptions(o.brakeOptions())
