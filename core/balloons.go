@@ -41,12 +41,39 @@ type warmPool struct {
 // less its DaemonSet pods, pinned to the group, tolerating its taints
 // (never the preflight taint: warm nodes are nodes that passed).
 func (a *Autoscaler) syncBalloons(ctx context.Context, l *loop) error {
-	if len(a.opts.WarmPools) == 0 && a.balloons == nil {
+	var specs []balloon.GroupSpec
+	known := true
+	if len(a.opts.WarmPools) > 0 {
+		var err error
+		if specs, l.warm, known, err = a.warmSpecs(ctx, l); err != nil {
+			return err
+		}
+	}
+	a.countWarm(l, l.warm)
+	// With no pools the controller still runs: it removes the Deployments
+	// of pools dropped by a reload or before a restart (cache reads only).
+	if a.balloons == nil || !known {
 		return nil
 	}
+	res, err := a.balloons.Sync(ctx, specs)
+	if err != nil {
+		return fmt.Errorf("syncing balloon Deployments: %w", err)
+	}
+	// The controller logs what it wrote; the status ConfigMap gets an event
+	// when a pool was resized or someone's edit was undone.
+	for _, c := range res.Updated {
+		a.groupEvent(apiv1.EventTypeNormal, EventBalloonsUpdated, fmt.Sprintf("balloon Deployment %s of node group %s set to %d replicas: %s", c.Name, c.Group, c.Replicas, c.Reason))
+	}
+	return nil
+}
+
+// warmSpecs are the balloon Deployments the warm pools want, and the pools
+// to report. known is false when a group with a pool has an unknown size
+// or no template: then nothing may be deleted on this view.
+func (a *Autoscaler) warmSpecs(ctx context.Context, l *loop) ([]balloon.GroupSpec, map[string]*warmPool, bool, error) {
 	dss, err := a.listers.DaemonSets.List(labels.Everything())
 	if err != nil {
-		return fmt.Errorf("listing DaemonSets from cache: %w", err)
+		return nil, nil, false, fmt.Errorf("listing DaemonSets from cache: %w", err)
 	}
 	var specs []balloon.GroupSpec
 	known := true
@@ -88,25 +115,18 @@ func (a *Autoscaler) syncBalloons(ctx context.Context, l *loop) error {
 		}
 		specs = append(specs, balloon.GroupSpec{Group: g.ID(), Replicas: int32(target), Requests: requests, Tolerations: tols})
 	}
-	a.countWarm(l, pools)
-	l.warm = pools
-	if a.balloons == nil || !known {
-		return nil
-	}
-	res, err := a.balloons.Sync(ctx, specs)
-	if err != nil {
-		return fmt.Errorf("syncing balloon Deployments: %w", err)
-	}
-	// The controller logs what it wrote; the status ConfigMap gets an event
-	// when a pool was resized or someone's edit was undone.
-	for _, c := range res.Updated {
-		a.groupEvent(apiv1.EventTypeNormal, EventBalloonsUpdated, fmt.Sprintf("balloon Deployment %s of node group %s set to %d replicas: %s", c.Name, c.Group, c.Replicas, c.Reason))
-	}
-	return nil
+	return specs, pools, known, nil
 }
 
-// countWarm counts warm nodes and pending balloons per group.
+// countWarm counts warm nodes and pending balloons per group; with no
+// pools it only clears the metrics.
 func (a *Autoscaler) countWarm(l *loop, pools map[string]*warmPool) {
+	a.metrics.WarmTarget.Reset()
+	a.metrics.WarmReady.Reset()
+	a.metrics.BalloonsPending.Reset()
+	if len(pools) == 0 {
+		return
+	}
 	for i := 0; i < l.snap.Len(); i++ {
 		ni := l.snap.NodeInfo(i)
 		g, ok := l.groupOf[ni.Node().Name]
@@ -127,9 +147,6 @@ func (a *Autoscaler) countWarm(l *loop, pools map[string]*warmPool) {
 			}
 		}
 	}
-	a.metrics.WarmTarget.Reset()
-	a.metrics.WarmReady.Reset()
-	a.metrics.BalloonsPending.Reset()
 	for id, w := range pools {
 		a.metrics.WarmTarget.WithLabelValues(id).Set(float64(w.Target))
 		a.metrics.WarmReady.WithLabelValues(id).Set(float64(w.WarmReady))

@@ -27,14 +27,8 @@ func TestDashboardsShowDataFromARealPrometheus(t *testing.T) {
 	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 0, nil)
 	quota := sc.scaleSet("quota", "Standard_D16s_v5", 0, nil)
 	lro := sc.scaleSet("lro", "Standard_D16s_v5", 0, nil)
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(sc.s.sim.InjectFault(sc.rg, quota, armsim.Fault{Kind: armsim.FaultQuota, Count: 1}))
-	must(sc.s.sim.InjectFault(sc.rg, lro, armsim.Fault{Kind: armsim.FaultLROFail, Count: 1}))
+	must(t, sc.s.sim.InjectFault(sc.rg, quota, armsim.Fault{Kind: armsim.FaultQuota, Count: 1}))
+	must(t, sc.s.sim.InjectFault(sc.rg, lro, armsim.Fault{Kind: armsim.FaultLROFail, Count: 1}))
 	as := sc.autoscaler("autoscaler", fastScaleDown(
 		"--nodes=0:10:"+gpu, "--nodes=0:20:"+cpu, "--nodes=0:3:"+quota, "--nodes=0:3:"+lro,
 		"--warm-pool="+gpu+":1",
@@ -73,7 +67,7 @@ func TestDashboardsShowDataFromARealPrometheus(t *testing.T) {
 	// A periodic preflight run fails a node that runs a training pod: the
 	// pod is evicted and the node replaced.
 	pods, err := sc.s.cp.Client.CoreV1().Pods(sc.ns).List(sc.ctx, metav1.ListOptions{LabelSelector: "app=train"})
-	must(err)
+	must(t, err)
 	sc.updateNode(pods.Items[0].Spec.NodeName, false, func(n *apiv1.Node) {
 		n.Labels[preflight.DefaultLabel] = preflight.ValueFailed
 		n.Annotations[preflight.DefaultFailureAnnotation] = "check dcgm: diag level 1 failed"
@@ -91,8 +85,8 @@ func TestDashboardsShowDataFromARealPrometheus(t *testing.T) {
 		_, body := sc.get(as, "/metrics")
 		return strings.Contains(body, `vmss_autoscaler_node_group_size_unknown_total{node_group="`+cpu+`"}`), "not yet"
 	})
-	must(sc.s.sim.InjectFault(sc.rg, cpu, armsim.Fault{Kind: armsim.FaultServerError, Count: 3}))
-	must(sc.s.cp.Client.AppsV1().Deployments(sc.ns).Delete(sc.ctx, "web", metav1.DeleteOptions{}))
+	must(t, sc.s.sim.InjectFault(sc.rg, cpu, armsim.Fault{Kind: armsim.FaultServerError, Count: 3}))
+	must(t, sc.s.cp.Client.AppsV1().Deployments(sc.ns).Delete(sc.ctx, "web", metav1.DeleteOptions{}))
 	sc.eventually("the web nodes removed", 3*time.Minute, func() (bool, string) {
 		c := sc.capacity(cpu)
 		return c == 0, fmt.Sprintf("cpu capacity %d", c)

@@ -48,19 +48,12 @@ checks:
 `
 )
 
-// agents plays the preflight DaemonSet: for every node of the given scale
-// sets that joins pending, it runs the real agent (this binary's preflight
-// subcommand) against the API server. fails decides, per scale set and
-// join order (1-based), which nodes get the failing checks.
+// agents are the preflight DaemonSet of a scenario (the real agent, run by
+// the harness for every node of the given scale sets that joins pending).
+// fails decides, per scale set and join order (1-based), which nodes get
+// the failing checks.
 type agents struct {
-	sc     *scenario
-	sets   map[string]bool
-	fails  func(set string, nth int) bool
-	pass   string
-	fail   string
 	mu     sync.Mutex
-	seen   map[string]bool
-	count  map[string]int
 	failed map[string]bool
 	procs  []*harness.Process
 }
@@ -68,29 +61,47 @@ type agents struct {
 func (sc *scenario) runAgents(fails func(set string, nth int) bool, sets ...string) *agents {
 	sc.t.Helper()
 	dir := sc.t.TempDir()
-	ag := &agents{sc: sc, sets: map[string]bool{}, fails: fails, seen: map[string]bool{}, count: map[string]int{}, failed: map[string]bool{},
-		pass: filepath.Join(dir, "pass.yaml"), fail: filepath.Join(dir, "fail.yaml")}
+	pass, fail := filepath.Join(dir, "pass.yaml"), filepath.Join(dir, "fail.yaml")
+	if err := os.WriteFile(pass, []byte(passingChecks), 0o600); err != nil {
+		sc.t.Fatal(err)
+	}
+	if err := os.WriteFile(fail, []byte(failingChecks), 0o600); err != nil {
+		sc.t.Fatal(err)
+	}
+	mine := map[string]bool{}
 	for _, s := range sets {
-		ag.sets[s] = true
+		mine[s] = true
 	}
-	if err := os.WriteFile(ag.pass, []byte(passingChecks), 0o600); err != nil {
-		sc.t.Fatal(err)
+	ag := &agents{failed: map[string]bool{}}
+	count := map[string]int{} // only the runner's goroutine touches it
+	checksFor := func(n *apiv1.Node) string {
+		set := n.Labels[armsim.NodeGroupLabel]
+		if !mine[set] {
+			return ""
+		}
+		count[set]++
+		if fails(set, count[set]) {
+			ag.mu.Lock()
+			ag.failed[n.Name] = true
+			ag.mu.Unlock()
+			return fail
+		}
+		return pass
 	}
-	if err := os.WriteFile(ag.fail, []byte(failingChecks), 0o600); err != nil {
-		sc.t.Fatal(err)
+	started := func(p *harness.Process, err error) {
+		if err != nil {
+			sc.t.Errorf("starting a preflight agent: %v", err)
+			return
+		}
+		ag.mu.Lock()
+		ag.procs = append(ag.procs, p)
+		ag.mu.Unlock()
 	}
 	ctx, cancel := context.WithCancel(sc.ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for {
-			ag.startNew(ctx)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(300 * time.Millisecond):
-			}
-		}
+		sc.s.cp.RunPreflightAgents(ctx, sc.s.autoscaler, preflight.DefaultLabel+"="+preflight.ValuePending, checksFor, started)
 	}()
 	sc.t.Cleanup(func() {
 		cancel()
@@ -100,38 +111,6 @@ func (sc *scenario) runAgents(fails func(set string, nth int) bool, sets ...stri
 		}
 	})
 	return ag
-}
-
-func (ag *agents) startNew(ctx context.Context) {
-	nodes, err := ag.sc.s.cp.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: preflight.DefaultLabel + "=" + preflight.ValuePending})
-	if err != nil {
-		return
-	}
-	for _, n := range nodes.Items {
-		set := n.Labels[armsim.NodeGroupLabel]
-		ag.mu.Lock()
-		if !ag.sets[set] || ag.seen[n.Name] {
-			ag.mu.Unlock()
-			continue
-		}
-		ag.seen[n.Name] = true
-		ag.count[set]++
-		checks := ag.pass
-		if ag.fails(set, ag.count[set]) {
-			checks = ag.fail
-			ag.failed[n.Name] = true
-		}
-		ag.mu.Unlock()
-		p, err := ag.sc.s.cp.StartProcess(ctx, "agent-"+n.Name, ag.sc.s.autoscaler, "preflight",
-			"--kubeconfig="+ag.sc.s.cp.Kubeconfig, "--node-name="+n.Name, "--checks="+checks)
-		if err != nil {
-			ag.sc.t.Errorf("starting the agent for %s: %v", n.Name, err)
-			return
-		}
-		ag.mu.Lock()
-		ag.procs = append(ag.procs, p)
-		ag.mu.Unlock()
-	}
 }
 
 func (ag *agents) failedCount() int {

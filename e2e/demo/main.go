@@ -200,7 +200,13 @@ func run(ctx context.Context, o options) error {
 	if err := os.WriteFile(checks, []byte(demoChecks), 0o600); err != nil {
 		return err
 	}
-	go runAgents(ctx, cp, autoscalerBin, checks)
+	// The preflight DaemonSet: the real agent for every node that joins pending.
+	go cp.RunPreflightAgents(ctx, autoscalerBin, preflightKey+"=pending", func(*apiv1.Node) string { return checks },
+		func(_ *harness.Process, err error) {
+			if err != nil {
+				say("starting a preflight agent: %v", err)
+			}
+		})
 	metricsURL := "http://" + addr + "/metrics"
 
 	if o.keep {
@@ -498,35 +504,6 @@ func withPreflight(tags map[string]string) map[string]string {
 	tags["k8s.io_cluster-autoscaler_node-template_taint_"+k] = "pending:NoSchedule"
 	tags["k8s.io_cluster-autoscaler_node-template_label_"+k] = "pending"
 	return tags
-}
-
-// runAgents plays the preflight DaemonSet: for each node that joins with
-// the preflight label pending, it runs the real agent against the API
-// server. The agents wait, as in a DaemonSet, until the demo ends.
-func runAgents(ctx context.Context, cp *harness.ControlPlane, bin, checks string) {
-	seen := map[string]bool{}
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		nodes, err := cp.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: preflightKey + "=pending"})
-		if err == nil {
-			for _, n := range nodes.Items {
-				if seen[n.Name] {
-					continue
-				}
-				seen[n.Name] = true
-				if _, err := cp.StartProcess(ctx, "preflight-"+n.Name, bin, "preflight", "--kubeconfig="+cp.Kubeconfig,
-					"--node-name="+n.Name, "--checks="+checks); err != nil {
-					say("starting the preflight agent for %s: %v", n.Name, err)
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
 }
 
 // autoscalerLine is what the autoscaler says of its queue, preflight and
