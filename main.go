@@ -39,6 +39,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight/agent"
@@ -156,7 +157,7 @@ func run(ctx context.Context, args []string) error {
 	autoscaler, err := core.New(core.Deps{
 		Options: c.core, Provider: provider, Listers: listers, Simulator: sim,
 		Recorder: recorder, Status: status, Metrics: metrics,
-		Actions: &core.KubeNodeActions{Client: client}, Health: observer, Balloons: balloons, Gangs: gangs,
+		Actions: &actuation.KubeNodeActions{Client: client}, Health: observer, Balloons: balloons, Gangs: gangs,
 	})
 	if err != nil {
 		return err

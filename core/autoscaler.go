@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
@@ -48,8 +49,9 @@ type Deps struct {
 	Simulator *simulator.Simulator
 	Recorder  record.EventRecorder
 	Status    StatusWriter // nil: no status ConfigMap
-	// Actions are scale-down's Kubernetes writes; nil disables scale-down.
-	Actions NodeActions
+	// Actions are the loop's Kubernetes writes to nodes and pods; nil
+	// disables scale-down and the replacement of failed nodes.
+	Actions actuation.NodeActions
 	Metrics *Metrics
 	// Health feeds the adaptive node-addition rate; nil: no signals.
 	Health HealthSource
@@ -80,7 +82,8 @@ type Autoscaler struct {
 	events    *podEvents
 	priority  priorityCache
 	epoch     uint64
-	actions   NodeActions
+	actions   actuation.NodeActions
+	evictor   actuation.Evictor
 	scaleDown *scaleDownState
 	nodeAdd   *nodeAddition
 	preflight *preflightState
@@ -129,7 +132,8 @@ func New(d Deps) (*Autoscaler, error) {
 	}
 	a.planner = &scaleup.Planner{Estimator: &scaleup.Estimator{Sim: d.Simulator}, Expander: chain}
 	a.actions = d.Actions
-	a.scaleDown = newScaleDownState(d.Options, d.Simulator, a.isBalloon)
+	a.evictor = actuation.Evictor{Actions: d.Actions, Results: d.Metrics.Evictions}
+	a.scaleDown = newScaleDownState(d, d.Metrics)
 	if a.nodeAdd, err = newNodeAddition(d.Options, d.Health); err != nil {
 		return nil, err
 	}
@@ -166,6 +170,7 @@ type loop struct {
 	unbound []*apiv1.Pod
 	groupOf map[string]cloudprovider.NodeGroup // node name → group
 	groups  []cloudprovider.NodeGroup
+	byID    map[string]cloudprovider.NodeGroup // group ID → group
 	actions clusterstate.Actions
 	// results for status and metrics
 	unschedulable int

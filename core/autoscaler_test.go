@@ -23,6 +23,7 @@ import (
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
 	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
@@ -44,7 +45,7 @@ type env struct {
 	reg      *prometheus.Registry
 	a        *Autoscaler
 	opts     Options
-	actions  NodeActions
+	actions  actuation.NodeActions
 	health   HealthSource
 	balloons BalloonController
 	gangs    gang.MinCounts

@@ -23,9 +23,11 @@ type BalloonController interface {
 }
 
 // isBalloon says a pod is a balloon the autoscaler understands: its room
-// is free to real pods and it never makes a node needed.
-func (a *Autoscaler) isBalloon(p *apiv1.Pod) bool {
-	return a.opts.BalloonAware && a.opts.Balloons.IsBalloon(p)
+// is free to real pods and it never makes a node needed. The receiver is a
+// value: the method value o.isBalloon binds a copy of the options, so it
+// may be handed to what outlives a loop (drains) without racing a reload.
+func (o Options) isBalloon(p *apiv1.Pod) bool {
+	return o.BalloonAware && o.Balloons.IsBalloon(p)
 }
 
 // warmPool is one group's warm pool as of this loop.

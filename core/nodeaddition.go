@@ -167,7 +167,7 @@ func (a *Autoscaler) addNodes(ctx context.Context, l *loop, res scaleup.Result, 
 		}
 		var wl, bl []*apiv1.Pod
 		for _, p := range retry {
-			if a.isBalloon(p) {
+			if a.opts.isBalloon(p) {
 				bl = append(bl, p)
 			} else {
 				wl = append(wl, p)

@@ -9,6 +9,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
 )
 
@@ -21,10 +22,6 @@ func (a *Autoscaler) updateClusterState(ctx context.Context, l *loop) error {
 	logger := klog.FromContext(ctx)
 	act := a.registry.Update(l.now, l.groups, l.nodes, func(n *apiv1.Node) cloudprovider.NodeGroup { return l.groupOf[n.Name] })
 	l.actions = act
-	byID := make(map[string]cloudprovider.NodeGroup, len(l.groups))
-	for _, g := range l.groups {
-		byID[g.ID()] = g
-	}
 	for _, f := range act.Failures {
 		a.metrics.FailedScaleUps.WithLabelValues(f.Group, f.Reason).Inc()
 		logger.Info("Scale-up failed", "nodeGroup", f.Group, "reason", f.Reason, "class", f.Class.String(), "message", f.Message)
@@ -34,19 +31,18 @@ func (a *Autoscaler) updateClusterState(ctx context.Context, l *loop) error {
 		}
 		a.groupEvent(apiv1.EventTypeWarning, reason, fmt.Sprintf("node group %s: %s", f.Group, f.Message))
 	}
-	for _, id := range sortedKeys(act.Delete) {
-		ids := act.Delete[id]
-		if err := byID[id].DeleteNodes(ctx, ids); err != nil {
+	actuation.DeleteByGroup(ctx, l.byID, act.Delete, actuation.Same, func(id string, ids []string, err error) {
+		if err != nil {
 			// Retried next loop; the group's backoff is not extended again.
 			a.registry.RetryDelete(ids)
 			logger.Error(err, "Deleting failed machines", "nodeGroup", id, "count", len(ids))
-			continue
+			return
 		}
 		logger.Info("Deleted failed machines", "nodeGroup", id, "count", len(ids))
-	}
+	})
 	for _, id := range sortedKeys(act.DecreaseTarget) {
 		delta := act.DecreaseTarget[id]
-		if err := byID[id].DecreaseTargetSize(ctx, delta); err != nil {
+		if err := l.byID[id].DecreaseTargetSize(ctx, delta); err != nil {
 			logger.Error(err, "Lowering target for machines never created", "nodeGroup", id, "delta", delta)
 			continue
 		}

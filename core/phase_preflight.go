@@ -8,7 +8,7 @@ import (
 	apiv1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
@@ -83,12 +83,7 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 		a.pruneFailed(l)
 		return nil
 	}
-	byID := make(map[string]cloudprovider.NodeGroup, len(l.groups))
-	for _, g := range l.groups {
-		byID[g.ID()] = g
-	}
-	toDelete := map[string][]string{}
-	names := map[string][]string{}
+	toDelete := map[string][]*apiv1.Node{}
 	ps := a.preflight
 	for _, f := range act.PreflightFailed {
 		n := f.Node
@@ -104,25 +99,20 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 		if !a.evictForReplacement(ctx, l, n) {
 			continue
 		}
-		toDelete[f.Group] = append(toDelete[f.Group], n.Spec.ProviderID)
-		names[f.Group] = append(names[f.Group], n.Name)
+		toDelete[f.Group] = append(toDelete[f.Group], n)
 	}
-	for _, id := range sortedKeys(toDelete) {
-		g := byID[id]
-		if g == nil {
-			continue
+	actuation.DeleteByGroup(ctx, l.byID, toDelete, actuation.ProviderIDOf, func(id string, nodes []*apiv1.Node, err error) {
+		if err != nil {
+			logger.Error(err, "Deleting machines that failed preflight; retried next loop", "nodeGroup", id, "count", len(nodes))
+			return
 		}
-		if err := g.DeleteNodes(ctx, toDelete[id]); err != nil {
-			logger.Error(err, "Deleting machines that failed preflight; retried next loop", "nodeGroup", id, "count", len(toDelete[id]))
-			continue
+		for _, n := range nodes {
+			ps.deleted[n.Name] = l.now
+			delete(ps.evictedAt, n.Name)
 		}
-		for _, name := range names[id] {
-			ps.deleted[name] = l.now
-			delete(ps.evictedAt, name)
-		}
-		a.metrics.PreflightReplaced.WithLabelValues(id).Add(float64(len(toDelete[id])))
-		logger.Info("Deleted machines that failed preflight", "nodeGroup", id, "count", len(toDelete[id]))
-	}
+		a.metrics.PreflightReplaced.WithLabelValues(id).Add(float64(len(nodes)))
+		logger.Info("Deleted machines that failed preflight", "nodeGroup", id, "count", len(nodes))
+	})
 	a.pruneFailed(l)
 	return nil
 }
@@ -157,17 +147,11 @@ func (a *Autoscaler) evictForReplacement(ctx context.Context, l *loop, n *apiv1.
 			"node", klog.KObj(n), "pods", len(left))
 		return true
 	}
+	o := a.opts.evictOptions()
 	for _, p := range left {
-		grace := int64(a.opts.MaxGracefulTerminationSec)
-		if p.Spec.TerminationGracePeriodSeconds != nil && *p.Spec.TerminationGracePeriodSeconds < grace {
-			grace = *p.Spec.TerminationGracePeriodSeconds
-		}
-		if err := a.actions.Evict(ctx, p, grace); err != nil {
-			a.metrics.Evictions.WithLabelValues("blocked").Inc()
+		if err := a.evictor.Evict(ctx, o, p); err != nil {
 			klog.FromContext(ctx).V(2).Info("Eviction from a node that failed preflight refused; retried", "pod", klog.KObj(p), "err", err.Error())
-			continue
 		}
-		a.metrics.Evictions.WithLabelValues("ok").Inc()
 	}
 	return false
 }

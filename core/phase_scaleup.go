@@ -38,7 +38,7 @@ func (a *Autoscaler) scaleUp(ctx context.Context, l *loop) error {
 	}
 	for _, p := range pendingPods {
 		switch {
-		case a.isBalloon(p):
+		case a.opts.isBalloon(p):
 			balloons = append(balloons, p)
 		case a.opts.BalloonAware && a.canPreemptBalloons(p):
 			preempting = append(preempting, p)
@@ -111,7 +111,7 @@ func (a *Autoscaler) plan(ctx context.Context, l *loop, in planInput) (planOutpu
 		if a.usable(l.snap.NodeInfo(i).Node(), l.now) {
 			candidates = append(candidates, i)
 			if in.freeBalloons {
-				fork.RemovePods(i, a.isBalloon)
+				fork.RemovePods(i, a.opts.isBalloon)
 			}
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
 )
 
 // refreshCloud brings the provider's cache up to date. A failed refresh
@@ -17,6 +18,7 @@ func (a *Autoscaler) refreshCloud(ctx context.Context, l *loop) error {
 		return fmt.Errorf("refreshing cloud provider %s: %w", a.provider.Name(), err)
 	}
 	l.groups = a.provider.NodeGroups()
+	l.byID = actuation.GroupsByID(l.groups)
 	return nil
 }
 

@@ -53,8 +53,7 @@ func (a *Autoscaler) applyPending(ctx context.Context) {
 		return
 	}
 	a.registry.SetOptions(o.registryOptions())
-	a.scaleDown.planner.SetOptions(o.scaleDownOptions(a.isBalloon))
-	a.scaleDown.brake.SetOptions(o.brakeOptions())
+	a.scaleDown.setOptions(*o)
 	a.events.max, a.events.interval = o.MaxPodEventsPerLoop, o.PodEventInterval
 	if !reflect.DeepEqual(old.Expanders, o.Expanders) {
 		chain, err := scaleup.NewChain(o.Expanders, o.GPUResourceName, a.priorities, rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2)))

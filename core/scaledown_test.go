@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +27,10 @@ type fakeActions struct {
 	taints   map[string][]string
 	evicted  []string
 	cordoned []string
+	// refuse, when set, refuses evictions (a PodDisruptionBudget says not
+	// yet); graces records every eviction's grace period by pod.
+	refuse bool
+	graces map[string][]int64
 }
 
 func (f *fakeActions) AddTaint(_ context.Context, node string, t apiv1.Taint) error {
@@ -48,9 +53,16 @@ func (f *fakeActions) RemoveTaint(_ context.Context, node, key string) error {
 	return nil
 }
 
-func (f *fakeActions) Evict(_ context.Context, p *apiv1.Pod, _ int64) error {
+func (f *fakeActions) Evict(_ context.Context, p *apiv1.Pod, grace int64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.graces == nil {
+		f.graces = map[string][]int64{}
+	}
+	f.graces[p.Name] = append(f.graces[p.Name], grace)
+	if f.refuse {
+		return errors.New("Cannot evict pod as it would violate the pod's disruption budget")
+	}
 	f.evicted = append(f.evicted, p.Name)
 	return f.pods.Delete(p)
 }
@@ -205,5 +217,89 @@ func TestFailedRemovalIsUntaintedAndRecorded(t *testing.T) {
 	e.run()
 	if len(cpu.Deleted()) != 1 {
 		t.Fatalf("deleted %v after the delay, want the empty node", cpu.Deleted())
+	}
+}
+
+func (f *fakeActions) setRefuse(v bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.refuse = v
+}
+
+func (f *fakeActions) gracesOf(pod string) []int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]int64(nil), f.graces[pod]...)
+}
+
+// TestReloadDuringDrain reloads the options, loop after loop, while a
+// drain retries an eviction a PodDisruptionBudget refuses. The drain keeps
+// the options in force when it started (grace 30 s for the pod, none for
+// the balloon), and under -race the reloads and the drain never touch the
+// same memory.
+func TestReloadDuringDrain(t *testing.T) {
+	acts := &fakeActions{}
+	e := newEnv(t, withScaleDown(acts), withOptions(func(o *Options) {
+		o.ScaleDownUnneededTime = time.Minute
+		o.ScaleDownBrakeClusterShare, o.ScaleDownBrakeGroupShare = 1, 1
+		o.MaxGracefulTerminationSec = 30
+	}))
+	cpu := e.provider.AddGroup("cpu", 1, 10, cpuTemplate("cpu"), inmemory.WithTarget(2))
+	e.start()
+	e.register(cpu)
+	ids := cpu.ProviderIDs()
+	name := func(i int) string { return fmt.Sprintf("inmemory-cpu-%s", ids[i][len("inmemory://cpu/"):]) }
+	balloonOpts := e.opts.Balloons
+	e.add(to.Pod("web", to.Requests("1", "1Gi"), to.OnNode(name(0)), to.ControlledBy("ReplicaSet", "web", "rs-web")))
+	e.add(to.Pod("warm", to.Requests("1", "1Gi"), to.OnNode(name(0)), to.ControlledBy("ReplicaSet", "warm", "rs-warm"),
+		to.Labels(balloonOpts.Label, "cpu"), to.Namespace(balloonOpts.Namespace)))
+	e.add(to.Pod("db", to.Requests("10", "10Gi"), to.OnNode(name(1)), to.ControlledBy("ReplicaSet", "db", "rs-db")))
+	acts.setRefuse(true)
+	e.run()
+	e.clock.Step(2 * time.Minute)
+	e.run() // node 0 is unneeded for long enough: its drain starts
+	if !e.a.scaleDown.actuator.IsDraining(name(0)) {
+		t.Fatalf("node %s is not being drained", name(0))
+	}
+	// 12 rounds of 5 s stay within the drain's deadline: its 30 s grace
+	// plus a minute.
+	for i := 0; i < 12; i++ {
+		o := e.a.Options()
+		o.BalloonAware = i%2 == 1
+		o.MaxGracefulTerminationSec = 600 + i
+		o.MaxSoftTaintsPerLoop = 10 + i
+		if err := e.a.Reconfigure(o); err != nil {
+			t.Fatal(err)
+		}
+		e.clock.Step(5 * time.Second) // the drain retries its evictions
+		e.run()                       // and the reload lands meanwhile
+	}
+	acts.setRefuse(false)
+	deadline := time.Now().Add(30 * time.Second)
+	for e.a.scaleDown.actuator.InFlight() > 0 && len(cpu.Deleted()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the drain did not finish within 30 s of polling")
+		}
+		if e.clock.HasWaiters() {
+			e.clock.Step(5 * time.Second)
+		}
+		e.run()
+		runtime.Gosched()
+	}
+	e.a.WaitForDrains()
+	e.run()
+	if got := cpu.Deleted(); len(got) != 1 || got[0] != ids[0] {
+		t.Fatalf("deleted %v, want the drained node %s", got, ids[0])
+	}
+	for pod, want := range map[string]int64{"web": 30, "warm": 0} {
+		gs := acts.gracesOf(pod)
+		if len(gs) < 2 {
+			t.Fatalf("pod %s evicted %d times, want the refused attempts and the last", pod, len(gs))
+		}
+		for _, g := range gs {
+			if g != want {
+				t.Fatalf("pod %s evicted with grace %v, want %d every time: the drain must keep the options it started with", pod, gs, want)
+			}
+		}
 	}
 }

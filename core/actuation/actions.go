@@ -1,4 +1,9 @@
-package core
+// Package actuation holds the loop's writes to nodes and machines: taints,
+// cordons and evictions through the Kubernetes API, machine deletions
+// batched one DeleteNodes per group, and scale-down's drains, which run in
+// the background between loops. Every path that deletes or cordons goes
+// through here.
+package actuation
 
 import (
 	"context"
@@ -12,7 +17,7 @@ import (
 	"k8s.io/client-go/util/retry"
 )
 
-// NodeActions are the Kubernetes writes of scale-down.
+// NodeActions are the Kubernetes writes of the loop.
 type NodeActions interface {
 	// AddTaint adds a taint to a node unless a taint with its key is there.
 	AddTaint(ctx context.Context, node string, taint apiv1.Taint) error

@@ -1,0 +1,408 @@
+package actuation
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apiv1 "k8s.io/api/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
+)
+
+// Scale-down events, as in cluster-autoscaler.
+const (
+	EventScaleDown       = "ScaleDown"
+	EventScaleDownFailed = "ScaleDownFailed"
+)
+
+// Options are the scale-down actuator's settings.
+type Options struct {
+	Evict EvictOptions
+	// MaxSoftTaintsPerLoop caps the taint writes of SoftTaint and
+	// UntaintStale per loop (--max-soft-taints-per-loop).
+	MaxSoftTaintsPerLoop int
+}
+
+// Metrics are the actuator's metrics.
+type Metrics struct {
+	Evictions      *prometheus.CounterVec // {result}
+	ScaledDown     *prometheus.CounterVec // {node_group, reason}
+	Failed         *prometheus.CounterVec // {node_group, step}
+	DrainsInFlight prometheus.Gauge
+}
+
+// ScaleDown carries out scale-down's decisions: DeletionCandidate soft
+// taints, ToBeDeleted taints, batched deletion of empty nodes, and drains
+// in background goroutines whose nodes the next loop deletes, one
+// DeleteNodes per group. Its methods are called by the loop; drains run
+// concurrently with it and read only what they were handed when they
+// started, so a live reload never races with a drain.
+type ScaleDown struct {
+	actions NodeActions
+	evictor Evictor
+	pods    corelisters.PodLister
+	rec     record.EventRecorder // nil: no events
+	metrics Metrics
+	clock   clock.Clock
+	opts    Options // the loop's; drains get a copy
+
+	mu sync.Mutex
+	// gone holds nodes whose machines were deleted, until their Node
+	// objects disappear: they are never planned again.
+	gone map[string]bool
+	// drained holds, per group, nodes whose drain finished; the next loop
+	// deletes them with one DeleteNodes per group.
+	drained map[string][]scaledown.Removal
+	// draining are the nodes a goroutine is draining, or drained and not
+	// yet deleted.
+	draining map[string]bool
+	// lastDelete and lastFailure drive --scale-down-delay-after-delete and
+	// -after-failure; drains write them from their goroutines.
+	lastDelete, lastFailure time.Time
+	wg                      sync.WaitGroup
+}
+
+// NewScaleDown returns an idle actuator.
+func NewScaleDown(actions NodeActions, pods corelisters.PodLister, rec record.EventRecorder, m Metrics, clk clock.Clock, o Options) *ScaleDown {
+	return &ScaleDown{actions: actions, evictor: Evictor{Actions: actions, Results: m.Evictions}, pods: pods, rec: rec,
+		metrics: m, clock: clk, opts: o, gone: map[string]bool{}, drained: map[string][]scaledown.Removal{}, draining: map[string]bool{}}
+}
+
+// SetOptions changes the options for what starts next; running drains keep
+// theirs. Called by the loop, between loops.
+func (s *ScaleDown) SetOptions(o Options) { s.opts = o }
+
+// Wait blocks until running drains finish (tests, shutdown).
+func (s *ScaleDown) Wait() { s.wg.Wait() }
+
+// InFlight is the number of nodes being drained or waiting for deletion.
+func (s *ScaleDown) InFlight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.draining)
+}
+
+// IsDraining says a node is being drained or waits for its deletion.
+func (s *ScaleDown) IsDraining(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.draining[name]
+}
+
+// IsGone says a node's machine was deleted by this actuator.
+func (s *ScaleDown) IsGone(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gone[name]
+}
+
+// Forget drops deleted nodes whose Node objects are gone.
+func (s *ScaleDown) Forget(present func(name string) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name := range s.gone {
+		if !present(name) {
+			delete(s.gone, name)
+		}
+	}
+}
+
+// Held says why scale-down waits at now, or "": within a delay after the
+// last deletion or the last failure.
+func (s *ScaleDown) Held(now time.Time, afterDelete, afterFailure time.Duration) string {
+	s.mu.Lock()
+	lastDelete, lastFailure := s.lastDelete, s.lastFailure
+	s.mu.Unlock()
+	switch {
+	case !lastDelete.IsZero() && now.Sub(lastDelete) < afterDelete:
+		return "within --scale-down-delay-after-delete"
+	case !lastFailure.IsZero() && now.Sub(lastFailure) < afterFailure:
+		return "within --scale-down-delay-after-failure"
+	}
+	return ""
+}
+
+// SoftTaint keeps DeletionCandidate taints on exactly the unneeded nodes,
+// within the per-loop write budget. Which nodes carry the taint is read
+// from the nodes themselves, so a restart cleans up after the previous
+// leader.
+func (s *ScaleDown) SoftTaint(ctx context.Context, now time.Time, nodes []*apiv1.Node, unneeded []string) {
+	logger := klog.FromContext(ctx)
+	budget := s.opts.MaxSoftTaintsPerLoop
+	want := make(map[string]bool, len(unneeded))
+	for _, n := range unneeded {
+		want[n] = true
+	}
+	var has []string
+	tainted := map[string]bool{}
+	for _, n := range nodes {
+		if HasTaintKey(n, scaledown.DeletionCandidateTaint) {
+			has = append(has, n.Name)
+			tainted[n.Name] = true
+		}
+	}
+	sort.Strings(has)
+	taint := apiv1.Taint{Key: scaledown.DeletionCandidateTaint, Value: fmt.Sprint(now.Unix()), Effect: apiv1.TaintEffectPreferNoSchedule}
+	for _, n := range unneeded {
+		if tainted[n] {
+			continue
+		}
+		if budget <= 0 {
+			return
+		}
+		budget--
+		if err := s.actions.AddTaint(ctx, n, taint); err != nil {
+			logger.Error(err, "Adding deletion-candidate taint", "node", n)
+		}
+	}
+	for _, n := range has {
+		if want[n] {
+			continue
+		}
+		if budget <= 0 {
+			return
+		}
+		budget--
+		if err := s.actions.RemoveTaint(ctx, n, scaledown.DeletionCandidateTaint); err != nil {
+			logger.Error(err, "Removing deletion-candidate taint", "node", n)
+		}
+	}
+}
+
+// UntaintStale removes ToBeDeleted taints this process is not acting on
+// and whose machine is not being deleted: left by a drain that a crash or
+// a leader change interrupted, they would keep pods off a healthy node.
+// managed says a node belongs to a node group.
+func (s *ScaleDown) UntaintStale(ctx context.Context, nodes []*apiv1.Node, groups []cloudprovider.NodeGroup, managed func(name string) bool) {
+	// Only nodes whose machine is listed and not deleting are untainted; a
+	// node whose machine is gone is on its way out.
+	alive := map[string]bool{}
+	for _, g := range groups {
+		ins, err := g.Instances()
+		if err != nil {
+			continue
+		}
+		for _, in := range ins {
+			if in.State != cloudprovider.InstanceDeleting {
+				alive[in.ProviderID] = true
+			}
+		}
+	}
+	budget := s.opts.MaxSoftTaintsPerLoop
+	for _, n := range nodes {
+		if budget <= 0 {
+			return
+		}
+		if !managed(n.Name) || !HasTaintKey(n, scaledown.ToBeDeletedTaint) ||
+			s.IsDraining(n.Name) || s.IsGone(n.Name) || !alive[n.Spec.ProviderID] {
+			continue
+		}
+		budget--
+		if err := s.actions.RemoveTaint(ctx, n.Name, scaledown.ToBeDeletedTaint); err != nil {
+			klog.FromContext(ctx).Error(err, "Removing a stale to-be-deleted taint", "node", n.Name)
+			continue
+		}
+		klog.FromContext(ctx).Info("Removed a stale to-be-deleted taint", "node", n.Name)
+	}
+}
+
+// RemoveEmpty taints and deletes empty nodes, one DeleteNodes per group.
+func (s *ScaleDown) RemoveEmpty(ctx context.Context, now time.Time, groups map[string]cloudprovider.NodeGroup, empty []scaledown.Removal) {
+	perGroup := map[string][]scaledown.Removal{}
+	for _, r := range empty {
+		if err := s.actions.AddTaint(ctx, r.Node.Name, ToBeDeleted(now)); err != nil {
+			s.fail(ctx, now, r, "taint", err)
+			continue
+		}
+		perGroup[r.Group] = append(perGroup[r.Group], r)
+	}
+	s.delete(ctx, now, groups, perGroup, "Removed empty nodes")
+}
+
+// FlushDrained deletes the nodes whose drain finished since the last loop,
+// one DeleteNodes per group. It runs whatever else the loop decides: their
+// pods are gone already.
+func (s *ScaleDown) FlushDrained(ctx context.Context, now time.Time, groups map[string]cloudprovider.NodeGroup) {
+	s.mu.Lock()
+	batch := s.drained
+	s.drained = map[string][]scaledown.Removal{}
+	s.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	s.delete(ctx, now, groups, batch, "Removed drained nodes")
+	s.mu.Lock()
+	for _, rs := range batch {
+		for _, r := range rs {
+			delete(s.draining, r.Node.Name)
+		}
+	}
+	s.mu.Unlock()
+	s.metrics.DrainsInFlight.Set(float64(s.InFlight()))
+}
+
+func (s *ScaleDown) delete(ctx context.Context, now time.Time, groups map[string]cloudprovider.NodeGroup, batch map[string][]scaledown.Removal, done string) {
+	DeleteByGroup(ctx, groups, batch, func(r scaledown.Removal) string { return r.Node.Spec.ProviderID },
+		func(id string, rs []scaledown.Removal, err error) {
+			for _, r := range rs {
+				if err != nil {
+					s.fail(ctx, now, r, "delete", err)
+				} else {
+					s.removed(now, r)
+				}
+			}
+			if err == nil {
+				klog.FromContext(ctx).Info(done, "nodeGroup", id, "count", len(rs))
+			}
+		})
+}
+
+func (s *ScaleDown) removed(now time.Time, r scaledown.Removal) {
+	s.mu.Lock()
+	s.lastDelete = now
+	s.gone[r.Node.Name] = true
+	s.mu.Unlock()
+	s.metrics.ScaledDown.WithLabelValues(r.Group, r.Reason).Inc()
+	if s.rec != nil {
+		s.rec.Eventf(r.Node, apiv1.EventTypeNormal, EventScaleDown, "node removed by vmss-autoscaler (%s, utilisation %.2f)", r.Reason, r.Util)
+	}
+}
+
+// fail untaints the node and records why its removal failed.
+func (s *ScaleDown) fail(ctx context.Context, now time.Time, r scaledown.Removal, step string, err error) {
+	klog.FromContext(ctx).Error(err, "Scale-down failed", "node", r.Node.Name, "nodeGroup", r.Group, "step", step)
+	s.metrics.Failed.WithLabelValues(r.Group, step).Inc()
+	if uerr := s.actions.RemoveTaint(context.WithoutCancel(ctx), r.Node.Name, scaledown.ToBeDeletedTaint); uerr != nil {
+		klog.FromContext(ctx).Error(uerr, "Removing the to-be-deleted taint after a failed scale-down", "node", r.Node.Name)
+	}
+	s.mu.Lock()
+	s.lastFailure = now
+	s.mu.Unlock()
+	if s.rec != nil {
+		s.rec.Eventf(r.Node, apiv1.EventTypeWarning, EventScaleDownFailed, "scale-down failed at %s: %v", step, err)
+	}
+}
+
+// StartDrain taints and evicts a node in the background; the next loop's
+// FlushDrained deletes it. The drain works with a copy of the options in
+// force now.
+func (s *ScaleDown) StartDrain(ctx context.Context, now time.Time, r scaledown.Removal) {
+	s.mu.Lock()
+	s.draining[r.Node.Name] = true
+	s.mu.Unlock()
+	s.metrics.DrainsInFlight.Set(float64(s.InFlight()))
+	o := s.opts.Evict
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.drain(ctx, now, o, r); err != nil {
+			s.mu.Lock()
+			delete(s.draining, r.Node.Name)
+			s.mu.Unlock()
+			s.metrics.DrainsInFlight.Set(float64(s.InFlight()))
+			return
+		}
+		// Still marked draining until the next loop deletes it, batched
+		// with the other drained nodes of its group.
+		s.mu.Lock()
+		s.drained[r.Group] = append(s.drained[r.Group], r)
+		s.mu.Unlock()
+	}()
+}
+
+// drain taints the node, evicts its pods through the Eviction API (retrying
+// while a PodDisruptionBudget says not yet) and waits until they are gone,
+// all within the graceful-termination cap plus a minute.
+func (s *ScaleDown) drain(ctx context.Context, now time.Time, o EvictOptions, r scaledown.Removal) error {
+	if err := s.actions.AddTaint(ctx, r.Node.Name, ToBeDeleted(now)); err != nil {
+		s.fail(ctx, s.clock.Now(), r, "taint", err)
+		return err
+	}
+	deadline := s.clock.Now().Add(time.Duration(o.MaxGracefulTerminationSec)*time.Second + time.Minute)
+	pending := append([]*apiv1.Pod(nil), r.Pods...)
+	for len(pending) > 0 {
+		var retry []*apiv1.Pod
+		for _, p := range pending {
+			if err := s.evictor.Evict(ctx, o, p); err != nil {
+				retry = append(retry, p)
+				continue
+			}
+			if s.rec != nil {
+				s.rec.Eventf(p, apiv1.EventTypeNormal, EventScaleDown, "deleting pod for node scale down of %s", r.Node.Name)
+			}
+		}
+		pending = retry
+		if len(pending) == 0 {
+			break
+		}
+		if s.clock.Now().After(deadline) {
+			err := fmt.Errorf("%d pods of node %s could not be evicted before the deadline", len(pending), r.Node.Name)
+			s.fail(ctx, s.clock.Now(), r, "evict", err)
+			return err
+		}
+		if err := s.pause(ctx, 5*time.Second); err != nil {
+			s.fail(ctx, s.clock.Now(), r, "evict", err)
+			return err
+		}
+	}
+	if r.Reason == "unready" {
+		// No kubelet will confirm the pods' end on an unready node; the
+		// accepted evictions are what the node's removal waits for.
+		return nil
+	}
+	for {
+		left := 0
+		for _, p := range r.Pods {
+			cur, err := s.pods.Pods(p.Namespace).Get(p.Name)
+			if err == nil && cur.UID == p.UID && cur.Spec.NodeName == r.Node.Name && cur.Status.Phase != apiv1.PodSucceeded && cur.Status.Phase != apiv1.PodFailed {
+				left++
+			}
+		}
+		if left == 0 {
+			return nil
+		}
+		if s.clock.Now().After(deadline) {
+			err := fmt.Errorf("%d evicted pods of node %s still there at the deadline", left, r.Node.Name)
+			s.fail(ctx, s.clock.Now(), r, "drain-timeout", err)
+			return err
+		}
+		if err := s.pause(ctx, time.Second); err != nil {
+			s.fail(ctx, s.clock.Now(), r, "drain-timeout", err)
+			return err
+		}
+	}
+}
+
+// pause waits d on the actuator's clock, or until ctx ends.
+func (s *ScaleDown) pause(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.clock.After(d):
+		return nil
+	}
+}
+
+// HasTaintKey says the node has a taint with the key.
+func HasTaintKey(n *apiv1.Node, key string) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// ToBeDeleted is the taint put on a node about to be removed.
+func ToBeDeleted(now time.Time) apiv1.Taint {
+	return apiv1.Taint{Key: scaledown.ToBeDeletedTaint, Value: fmt.Sprint(now.Unix()), Effect: apiv1.TaintEffectNoSchedule}
+}
