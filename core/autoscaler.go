@@ -67,28 +67,30 @@ type Deps struct {
 
 // Autoscaler runs the loop. RunOnce must not be called concurrently.
 type Autoscaler struct {
-	opts      Options
-	provider  cloudprovider.CloudProvider
-	listers   Listers
-	sim       *simulator.Simulator
-	rec       record.EventRecorder
-	status    StatusWriter
-	metrics   *Metrics
-	clock     clock.Clock
-	builder   *snapshot.Builder
-	registry  *clusterstate.Registry
-	planner   *scaleup.Planner
-	templates *templates
-	events    *podEvents
-	priority  priorityCache
-	epoch     uint64
-	actions   actuation.NodeActions
-	evictor   actuation.Evictor
-	scaleDown *scaleDownState
-	nodeAdd   *nodeAddition
-	preflight *preflightState
-	balloons  BalloonController
-	gangs     gang.MinCounts
+	opts     Options
+	provider cloudprovider.CloudProvider
+	listers  Listers
+	sim      *simulator.Simulator
+	rec      record.EventRecorder
+	status   StatusWriter
+	metrics  *Metrics
+	clock    clock.Clock
+	builder  *snapshot.Builder
+	registry *clusterstate.Registry
+	planner  *scaleup.Planner
+	// orchestrator runs the scale-up phase with planner.
+	orchestrator *scaleup.Orchestrator
+	templates    *templates
+	events       *podEvents
+	priority     priorityCache
+	epoch        uint64
+	actions      actuation.NodeActions
+	evictor      actuation.Evictor
+	scaleDown    *scaleDownState
+	nodeAdd      *nodeAddition
+	preflight    *preflightState
+	balloons     BalloonController
+	gangs        gang.MinCounts
 
 	lastStatus string
 
@@ -131,6 +133,7 @@ func New(d Deps) (*Autoscaler, error) {
 		return nil, err
 	}
 	a.planner = &scaleup.Planner{Estimator: &scaleup.Estimator{Sim: d.Simulator}, Expander: chain}
+	a.orchestrator = &scaleup.Orchestrator{Planner: a.planner, GPU: d.Options.GPUResourceName}
 	a.actions = d.Actions
 	a.evictor = actuation.Evictor{Actions: d.Actions, Results: d.Metrics.Evictions}
 	a.scaleDown = newScaleDownState(d, d.Metrics)

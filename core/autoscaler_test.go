@@ -491,3 +491,11 @@ func TestPriorityExpanderConfigMap(t *testing.T) {
 		t.Fatalf("InvalidPriorities events = %v, want 1", ev)
 	}
 }
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}

@@ -6,12 +6,8 @@ import (
 	"sort"
 	"time"
 
-	apiv1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
-	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
-	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
 	"github.com/vmss-autoscaler/vmss-autoscaler/ratelimit"
 )
 
@@ -60,195 +56,32 @@ func newNodeAddition(o Options, health HealthSource) (*nodeAddition, error) {
 // additionReport is what the loop tells the status and the pods.
 type additionReport struct {
 	InFlight int
-	Limit    string
+	Limit    ratelimit.Limit
 	Released map[string]map[ratelimit.Class]int
 	Queued   map[string]map[ratelimit.Class]int
 }
 
-// addNodes sends the plan through the queue and requests what it releases.
-// A group the cloud refuses (quota, capacity) is backed off by the
-// increaser; its pods are planned again at once on the other groups, up to
-// once per group.
-func (a *Autoscaler) addNodes(ctx context.Context, l *loop, res scaleup.Result, cands []scaleup.Candidate, maxNew int) scaleup.Result {
-	inFlight := 0
-	for _, g := range l.groups {
-		if gs := a.registry.Group(g.ID()); gs != nil && gs.Readiness.TargetKnown {
-			inFlight += gs.Readiness.Upcoming
-		}
+// Decide asks the queue what to release now, or releases everything when
+// smoothing is off (scaleup.Queue).
+func (na *nodeAddition) Decide(now time.Time, demands []ratelimit.Demand, inFlight int) ratelimit.Decision {
+	if na.enabled {
+		return na.queue.Decide(now, demands, inFlight)
 	}
-	rep := additionReport{InFlight: inFlight, Released: map[string]map[ratelimit.Class]int{}, Queued: map[string]map[ratelimit.Class]int{}}
-	out := scaleup.Result{Fork: res.Fork, NoScale: res.NoScale}
-	inc := increaser{a: a, l: l}
-	for round := 0; ; round++ {
-		dec := a.decide(l.now, res.ScaleUps, rep.InFlight)
-		if rep.Limit == "" {
-			rep.Limit = dec.Limit
+	d := ratelimit.Decision{ReleaseClass: map[string]map[ratelimit.Class]int{}, Queued: map[string]map[ratelimit.Class]int{}}
+	for _, x := range demands {
+		if x.Count <= 0 {
+			continue
 		}
-		var retry []*apiv1.Pod
-		failed := map[string]bool{}
-		// One request per group, for all its released nodes, whatever
-		// their class; each scale-up then gets its class's share.
-		var order []string
-		byGroup := map[string][]scaleup.ScaleUp{}
-		for _, su := range res.ScaleUps {
-			if byGroup[su.Group] == nil {
-				order = append(order, su.Group)
-			}
-			byGroup[su.Group] = append(byGroup[su.Group], su)
+		if d.ReleaseClass[x.Group] == nil {
+			d.ReleaseClass[x.Group] = map[ratelimit.Class]int{}
 		}
-		for _, g := range order {
-			n := dec.Release[g]
-			if n > 0 {
-				if err := inc.IncreaseSize(ctx, g, n); err != nil {
-					a.nodeAdd.queue.Refund(n)
-					var pods []*apiv1.Pod
-					for _, su := range byGroup[g] {
-						pods = append(pods, su.Pods...)
-					}
-					out.Failed = append(out.Failed, scaleup.Failed{Group: g, Delta: n, Err: err, Pods: pods})
-					if c := cloudprovider.ClassOf(err); c != cloudprovider.ClassThrottled && c != cloudprovider.ClassConflict {
-						failed[g] = true
-						for _, su := range byGroup[g] {
-							// A gang is planned again whole by the next loop,
-							// with this group backed off.
-							if su.Gang == "" {
-								retry = append(retry, su.Pods...)
-							}
-						}
-					}
-					continue
-				}
-				rep.InFlight += n
-			}
-			for _, su := range byGroup[g] {
-				class := classOf(su)
-				r := 0
-				if byClass := dec.ReleaseClass[g]; byClass != nil && n > 0 {
-					r = byClass[class]
-					byClass[class] = 0
-				}
-				if r > 0 {
-					if rep.Released[g] == nil {
-						rep.Released[g] = map[ratelimit.Class]int{}
-					}
-					rep.Released[g][class] += r
-					a.metrics.NodesReleased.WithLabelValues(g, class.String()).Add(float64(r))
-				}
-				out.ScaleUps = append(out.ScaleUps, scaleup.ScaleUp{Group: g, Delta: r, Pods: su.Pods, Queued: su.Delta - r, Balloon: su.Balloon, Gang: su.Gang})
-			}
-		}
-		for g, byClass := range dec.Queued {
-			if failed[g] {
-				continue
-			}
-			for c, n := range byClass {
-				if rep.Queued[g] == nil {
-					rep.Queued[g] = map[ratelimit.Class]int{}
-				}
-				rep.Queued[g][c] += n
-			}
-		}
-		if len(retry) == 0 || round >= len(cands) {
-			break
-		}
-		// Plan the refused group's pods again on the groups left.
-		for i := range cands {
-			if failed[cands[i].Group] {
-				cands[i].Skip = "scale-up failed in this loop"
-			}
-		}
-		left := maxNew
-		for _, m := range []map[string]map[ratelimit.Class]int{rep.Released, rep.Queued} {
-			for _, byClass := range m {
-				for _, n := range byClass {
-					left -= n
-				}
-			}
-		}
-		var wl, bl []*apiv1.Pod
-		for _, p := range retry {
-			if a.opts.isBalloon(p) {
-				bl = append(bl, p)
-			} else {
-				wl = append(wl, p)
-			}
-		}
-		next := a.planner.Plan(ctx, res.Fork, pendingOf(simulator.GroupPods(wl, a.opts.GPUResourceName)), cands, left, planOnly{})
-		if len(bl) > 0 {
-			b := a.planner.Plan(ctx, next.Fork, pendingOf(simulator.GroupPods(bl, a.opts.GPUResourceName)), cands, left-planned(next), planOnly{})
-			markBalloon(b.ScaleUps)
-			next.ScaleUps = append(next.ScaleUps, b.ScaleUps...)
-			next.NoScale = append(next.NoScale, b.NoScale...)
-			next.Fork = b.Fork
-		}
-		res = next
-		out.Fork = res.Fork
-		out.NoScale = append(out.NoScale, res.NoScale...)
+		d.ReleaseClass[x.Group][x.Class] += x.Count
 	}
-	a.reportQueue(ctx, l, rep)
-	l.addition = rep
-	return out
+	return d
 }
 
-func pendingOf(groups []*simulator.Group) []scaleup.Pending {
-	out := make([]scaleup.Pending, 0, len(groups))
-	for _, g := range groups {
-		out = append(out, scaleup.Pending{G: g})
-	}
-	return out
-}
-
-// planned is the number of nodes a plan asks for.
-func planned(r scaleup.Result) int {
-	n := 0
-	for _, su := range r.ScaleUps {
-		n += su.Delta
-	}
-	return n
-}
-
-func markBalloon(sus []scaleup.ScaleUp) {
-	for i := range sus {
-		sus[i].Balloon = true
-	}
-}
-
-func classOf(su scaleup.ScaleUp) ratelimit.Class {
-	if su.Balloon {
-		return ratelimit.Balloon
-	}
-	return ratelimit.Workload
-}
-
-// decide asks the queue, or releases everything when smoothing is off.
-func (a *Autoscaler) decide(now time.Time, sus []scaleup.ScaleUp, inFlight int) ratelimit.Decision {
-	demands := make([]ratelimit.Demand, 0, len(sus))
-	for _, su := range sus {
-		demands = append(demands, ratelimit.Demand{Group: su.Group, Count: su.Delta, Class: classOf(su), Since: oldest(su.Pods), Gang: su.Gang})
-	}
-	if !a.nodeAdd.enabled {
-		d := ratelimit.Decision{Release: map[string]int{}, ReleaseClass: map[string]map[ratelimit.Class]int{}, Queued: map[string]map[ratelimit.Class]int{}}
-		for _, x := range demands {
-			d.Release[x.Group] += x.Count
-			if d.ReleaseClass[x.Group] == nil {
-				d.ReleaseClass[x.Group] = map[ratelimit.Class]int{}
-			}
-			d.ReleaseClass[x.Group][x.Class] += x.Count
-		}
-		return d
-	}
-	return a.nodeAdd.queue.Decide(now, demands, inFlight)
-}
-
-func oldest(pods []*apiv1.Pod) time.Time {
-	var t time.Time
-	for _, p := range pods {
-		if c := p.CreationTimestamp.Time; t.IsZero() || c.Before(t) {
-			t = c
-		}
-	}
-	return t
-}
+// Refund returns the tokens of nodes the cloud refused (scaleup.Queue).
+func (na *nodeAddition) Refund(n int) { na.queue.Refund(n) }
 
 // reportQueue updates the queue's metrics, counts cancelled demand and lets
 // the adaptive controller move the rate.
@@ -281,7 +114,7 @@ func (a *Autoscaler) reportQueue(ctx context.Context, l *loop, rep additionRepor
 			}
 			return na.health.Take()
 		}
-		if c, ok := na.adaptive.Update(l.now, rep.Limit == "rate", take); ok {
+		if c, ok := na.adaptive.Update(l.now, rep.Limit == ratelimit.LimitRate, take); ok {
 			if c.To != c.From {
 				o := na.queue.Options()
 				o.NodesPerMinute = c.To
@@ -312,7 +145,7 @@ func (a *Autoscaler) reportQueue(ctx context.Context, l *loop, rep additionRepor
 func (a *Autoscaler) queueStatus(rep additionReport) NodeAdditionStatus {
 	o := a.nodeAdd.queue.Options()
 	st := NodeAdditionStatus{Smoothing: a.nodeAdd.enabled, RateNodesPerMinute: o.NodesPerMinute, RateReason: a.nodeAdd.reason,
-		Burst: o.Burst, MaxInFlight: o.MaxInFlight, InFlight: rep.InFlight, HeldBy: rep.Limit}
+		Burst: o.Burst, MaxInFlight: o.MaxInFlight, InFlight: rep.InFlight, HeldBy: string(rep.Limit)}
 	for g, byClass := range rep.Queued {
 		for c, n := range byClass {
 			st.Queued = append(st.Queued, QueuedNodes{NodeGroup: g, Class: c.String(), Nodes: n})
@@ -327,12 +160,6 @@ func (a *Autoscaler) queueStatus(rep additionReport) NodeAdditionStatus {
 	return st
 }
 
-// planOnly accepts every scale-up: the planner's output is demand for the
-// queue, not a cloud request.
-type planOnly struct{}
-
-func (planOnly) IncreaseSize(context.Context, string, int) error { return nil }
-
 // queueOptions are the queue's bounds from the options.
 func (o Options) queueOptions() ratelimit.Options {
 	return ratelimit.Options{NodesPerMinute: o.NodeAdditionRate, Burst: o.NodeAdditionBurst, MaxInFlight: o.MaxNodesInFlight}
@@ -340,9 +167,9 @@ func (o Options) queueOptions() ratelimit.Options {
 
 // queuedMessage is the event of a pod whose nodes wait in the queue. It
 // names no counts, so it does not change from loop to loop.
-func queuedMessage(group, limit string) string {
+func queuedMessage(group string, limit ratelimit.Limit) string {
 	why := "the node-addition rate"
-	if limit == "in-flight" {
+	if limit == ratelimit.LimitInFlight {
 		why = "the cap on nodes in flight"
 	}
 	return fmt.Sprintf("pod is waiting for nodes of group %s, added gradually under %s to protect the API server", group, why)

@@ -15,22 +15,50 @@ import (
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
-	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
-	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
 )
 
-// scaleUp finds the unschedulable pods that fit neither on ready nodes nor
-// on nodes already coming, and asks node groups for the nodes they need.
+// scaleUp finds the unschedulable pods that fit neither on usable nodes
+// nor on nodes already coming, and asks node groups for the nodes they
+// need, through the node-addition queue.
 func (a *Autoscaler) scaleUp(ctx context.Context, l *loop) error {
 	a.events.startLoop()
 	defer a.events.forget(l.epoch)
-	// Three kinds of pending pods, planned in this order, each pass seeing
-	// the upcoming nodes the earlier ones took: real pods that can preempt
-	// balloons (their room is free: the scheduler will preempt them, so no
-	// node is bought for a pod that fits by displacing balloons); real pods
-	// that cannot (preemptionPolicy Never, or priority not above the
-	// balloons'); and balloons themselves, at the queue's lowest class.
+	passes := a.scaleUpPasses(l)
+	a.metrics.UnschedulablePods.Set(float64(l.unschedulable))
+	req, err := a.scaleUpRequest(ctx, l, passes)
+	if err != nil {
+		return err
+	}
+	// Even with nothing to add, the queue decides and reports: demand
+	// queued last loop and gone now was cancelled.
+	out, err := a.orchestrator.Run(ctx, req, a.nodeAdd, increaser{a: a, l: l})
+	if err != nil {
+		return err
+	}
+	l.awaiting = out.Awaiting
+	a.metrics.PodsAwaitingNodes.Set(float64(out.Awaiting))
+	rep := additionReport{InFlight: out.InFlight, Limit: out.Limit, Released: out.Released, Queued: out.Queued}
+	for g, byClass := range out.Released {
+		for c, n := range byClass {
+			a.metrics.NodesReleased.WithLabelValues(g, c.String()).Add(float64(n))
+		}
+	}
+	a.reportQueue(ctx, l, rep)
+	l.addition = rep
+	l.scaleUp = out.Result
+	a.reportScaleUp(ctx, l, out.Result)
+	return nil
+}
+
+// scaleUpPasses sorts the pending pods into the planning passes, in order,
+// and counts them in l.unschedulable: gangs still missing members, with
+// the real pods that can preempt balloons (their room is free: the
+// scheduler will preempt them, so no node is bought for a pod that fits by
+// displacing balloons); real pods that cannot (preemptionPolicy Never, or
+// priority not above the balloons'); and balloons, at the queue's lowest
+// class.
+func (a *Autoscaler) scaleUpPasses(l *loop) []scaleup.Pass {
 	var preempting, other, balloons []*apiv1.Pod
 	gangs, pendingPods := a.collectGangs(l, a.pendingPods(l))
 	for _, g := range gangs {
@@ -47,156 +75,53 @@ func (a *Autoscaler) scaleUp(ctx context.Context, l *loop) error {
 		}
 	}
 	l.unschedulable += len(preempting) + len(other)
-	a.metrics.UnschedulablePods.Set(float64(l.unschedulable))
-	var res scaleup.Result
-	var cands []scaleup.Candidate
-	maxNew, awaiting := 0, 0
-	var carry []placement
-	// Gangs go in the first pass, before single pods take the room they
-	// need; balloons' room is free to them when balloon-aware.
-	for _, pass := range []struct {
-		pods         []*apiv1.Pod
-		gangs        []*gang.Gang
-		freeBalloons bool
-		balloon      bool
-	}{{preempting, gangs, a.opts.BalloonAware, false}, {other, nil, false, false}, {balloons, nil, false, true}} {
-		if len(pass.pods) == 0 && len(pass.gangs) == 0 {
-			continue
-		}
-		out, err := a.plan(ctx, l, planInput{pods: pass.pods, gangs: pass.gangs, freeBalloons: pass.freeBalloons, reserved: planned(res), carry: carry})
-		if err != nil {
-			return err
-		}
-		carry = append(carry, out.upcoming...)
-		if pass.balloon {
-			markBalloon(out.res.ScaleUps)
-		} else {
-			awaiting += out.awaiting
-		}
-		res.ScaleUps = append(res.ScaleUps, out.res.ScaleUps...)
-		res.NoScale = append(res.NoScale, out.res.NoScale...)
-		if res.Fork == nil {
-			res.Fork = out.res.Fork
-		}
-		if cands == nil {
-			cands, maxNew = out.cands, out.maxNew
-		}
+	return []scaleup.Pass{
+		{Pods: preempting, Gangs: gangs, FreeBalloons: a.opts.BalloonAware},
+		{Pods: other},
+		{Pods: balloons, Balloon: true},
 	}
-	l.awaiting = awaiting
-	a.metrics.PodsAwaitingNodes.Set(float64(awaiting))
-	// Even with nothing to add, the queue reports: demand queued last loop
-	// and gone now was cancelled.
-	res = a.addNodes(ctx, l, res, cands, maxNew)
-	l.scaleUp = res
-	a.reportScaleUp(ctx, l, res)
-	return nil
 }
 
-// plan finds the pods that fit neither on ready nodes nor on nodes already
-// coming, and plans nodes for them: the demand for the node-addition queue.
-func (a *Autoscaler) plan(ctx context.Context, l *loop, in planInput) (planOutput, error) {
-	pending := in.pods
-	if len(pending) == 0 && len(in.gangs) == 0 {
-		return planOutput{}, nil
+// scaleUpRequest describes the loop to the orchestrator. Templates and
+// candidates are built only when some pass has pods.
+func (a *Autoscaler) scaleUpRequest(ctx context.Context, l *loop, passes []scaleup.Pass) (scaleup.Request, error) {
+	req := scaleup.Request{Now: l.now, Snap: l.snap, MaxNew: int(^uint(0) >> 1), IsBalloon: a.opts.isBalloon,
+		GangSplit: a.opts.GangSplit, Passes: passes}
+	for _, g := range l.groups {
+		if gs := a.registry.Group(g.ID()); gs != nil && gs.Readiness.TargetKnown {
+			req.InFlight += gs.Readiness.Upcoming
+		}
+	}
+	empty := true
+	for _, p := range passes {
+		empty = empty && len(p.Pods) == 0 && len(p.Gangs) == 0
+	}
+	if empty {
+		return req, nil
 	}
 	dss, err := a.listers.DaemonSets.List(labels.Everything())
 	if err != nil {
-		return planOutput{}, fmt.Errorf("listing DaemonSets from cache: %w", err)
+		return req, fmt.Errorf("listing DaemonSets from cache: %w", err)
 	}
-	groups := simulator.GroupPods(pending, a.opts.GPUResourceName)
-	fork := l.snap.Fork()
-	cands := make([]scaleup.Candidate, 0, len(l.groups))
-	var candidates []int
 	for i := 0; i < l.snap.Len(); i++ {
 		if a.usable(l.snap.NodeInfo(i).Node(), l.now) {
-			candidates = append(candidates, i)
-			if in.freeBalloons {
-				fork.RemovePods(i, a.opts.isBalloon)
-			}
+			req.Usable = append(req.Usable, i)
 		}
 	}
-	upcomingTotal := 0
+	upcoming := 0
 	for _, g := range l.groups {
-		c, tmpl := a.candidate(ctx, g, dss, l.now)
-		cands = append(cands, c)
-		gs := a.registry.Group(g.ID())
-		if gs == nil || tmpl == nil {
-			continue
+		c, tmpl := a.candidate(ctx, g, dss)
+		sg := scaleup.Group{Candidate: c}
+		if gs := a.registry.Group(g.ID()); gs != nil && tmpl != nil {
+			sg.Upcoming, sg.UpcomingTemplate = gs.Readiness.Upcoming, tmpl
+			upcoming += gs.Readiness.Upcoming
 		}
-		upcomingTotal += gs.Readiness.Upcoming
-		for i := 0; i < gs.Readiness.Upcoming; i++ {
-			idx, err := fork.AddNode(scaleup.CloneTemplate(tmpl, "upcoming-"+g.ID()+"-"+strconv.Itoa(i)))
-			if err != nil {
-				return planOutput{}, fmt.Errorf("adding upcoming node of group %s: %w", g.ID(), err)
-			}
-			candidates = append(candidates, idx)
-		}
+		req.Groups = append(req.Groups, sg)
 	}
-	for _, c := range in.carry {
-		if idx, ok := fork.Index(c.node); ok {
-			fork.AddPod(idx, c.info)
-		}
-	}
-	maxNew := int(^uint(0) >> 1)
 	if a.opts.MaxNodesTotal > 0 {
-		maxNew = a.opts.MaxNodesTotal - len(l.nodes) - upcomingTotal - in.reserved
+		req.MaxNew = a.opts.MaxNodesTotal - len(l.nodes) - upcoming
 	}
-	var out planOutput
-	if len(in.gangs) > 0 {
-		fork = a.planGangs(ctx, l, in.gangs, fork, candidates, cands, &maxNew, &out)
-	}
-	gangs := out.res
-	// Existing and coming nodes first: what fits there needs no new node.
-	var rest []scaleup.Pending
-	awaiting := out.awaiting
-	for _, g := range groups {
-		placed := a.sim.FitOnNodes(ctx, fork, g, 0, candidates, func(pod, node int) {
-			if node >= l.snap.Len() {
-				awaiting++
-				out.upcoming = append(out.upcoming, placement{node: fork.NodeInfo(node).Node().Name, info: g.PodInfo(pod)})
-			}
-		})
-		if placed < len(g.Pods) {
-			rest = append(rest, scaleup.Pending{G: g, From: placed})
-		}
-	}
-	out.cands, out.maxNew, out.awaiting = cands, maxNew, awaiting
-	if len(rest) == 0 {
-		klog.FromContext(ctx).V(2).Info("All unschedulable pods fit on existing or upcoming nodes", "pods", len(pending), "awaitingUpcoming", awaiting)
-		out.res = scaleup.Result{Fork: fork, ScaleUps: gangs.ScaleUps, NoScale: gangs.NoScale}
-		return out, nil
-	}
-	out.res = a.planner.Plan(ctx, fork, rest, cands, maxNew, planOnly{})
-	out.res.ScaleUps = append(gangs.ScaleUps, out.res.ScaleUps...)
-	out.res.NoScale = append(gangs.NoScale, out.res.NoScale...)
-	return out, nil
-}
-
-// planInput is one planning pass: the pods, whether balloons' room counts
-// as free, nodes already planned in this loop (against --max-nodes-total),
-// and pods an earlier pass put on upcoming nodes.
-type planInput struct {
-	pods         []*apiv1.Pod
-	gangs        []*gang.Gang
-	freeBalloons bool
-	reserved     int
-	carry        []placement
-}
-
-// planOutput is a pass's plan, the candidates and cap it used, the pods
-// that fit on upcoming nodes, and where they went.
-type planOutput struct {
-	res      scaleup.Result
-	cands    []scaleup.Candidate
-	maxNew   int
-	awaiting int
-	upcoming []placement
-}
-
-// placement is a pod placed on an upcoming (template) node.
-type placement struct {
-	node string
-	info fwk.PodInfo
+	return req, nil
 }
 
 // pendingPods are the unbound pods the scheduler marked unschedulable,
@@ -231,7 +156,7 @@ func isUnschedulable(p *apiv1.Pod) bool {
 }
 
 // candidate describes a group to the planner, or why it is skipped.
-func (a *Autoscaler) candidate(ctx context.Context, g cloudprovider.NodeGroup, dss []*appsv1.DaemonSet, now time.Time) (scaleup.Candidate, fwk.NodeInfo) {
+func (a *Autoscaler) candidate(ctx context.Context, g cloudprovider.NodeGroup, dss []*appsv1.DaemonSet) (scaleup.Candidate, fwk.NodeInfo) {
 	c := scaleup.Candidate{Group: g.ID()}
 	gs := a.registry.Group(g.ID())
 	switch {
@@ -286,13 +211,8 @@ type increaser struct {
 }
 
 func (in increaser) IncreaseSize(ctx context.Context, group string, delta int) error {
-	var g cloudprovider.NodeGroup
-	for _, x := range in.l.groups {
-		if x.ID() == group {
-			g = x
-		}
-	}
-	if g == nil {
+	g, ok := in.l.byID[group]
+	if !ok {
 		return fmt.Errorf("node group %s not found", group)
 	}
 	logger := klog.FromContext(ctx)

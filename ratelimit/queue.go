@@ -104,11 +104,23 @@ func (q *Queue) SetOptions(o Options) error {
 // Options returns the current bounds.
 func (q *Queue) Options() Options { return q.opts }
 
+// Limit names what held demand back in a loop.
+type Limit string
+
+// What can hold demand back.
+const (
+	// NotLimited: everything demanded was released.
+	NotLimited Limit = ""
+	// LimitRate: the token bucket was empty.
+	LimitRate Limit = "rate"
+	// LimitInFlight: the cap on nodes in flight was reached.
+	LimitInFlight Limit = "in-flight"
+)
+
 // Decision is what the queue answers for one loop.
 type Decision struct {
-	// Release is, per group, the nodes to request now (one request per
-	// group); ReleaseClass splits it by class.
-	Release      map[string]int
+	// ReleaseClass is, per group and class, the nodes to request now (one
+	// request per group for all its classes).
 	ReleaseClass map[string]map[Class]int
 	// Queued is, per group and class, the demand held back; the cluster
 	// state counts it as upcoming so the planner does not ask twice.
@@ -116,14 +128,26 @@ type Decision struct {
 	// Tokens is the bucket's fill after the release (negative while a gang
 	// larger than the burst is being paid back).
 	Tokens float64
-	// Limit says what held demand back: "rate", "in-flight" or "".
-	Limit string
+	// Limit says what held demand back first.
+	Limit Limit
+}
+
+// Release is, per group, the nodes to request now: ReleaseClass summed
+// over classes.
+func (d Decision) Release() map[string]int {
+	out := make(map[string]int, len(d.ReleaseClass))
+	for g, byClass := range d.ReleaseClass {
+		for _, n := range byClass {
+			out[g] += n
+		}
+	}
+	return out
 }
 
 // Released is the total number of nodes released.
 func (d Decision) Released() int {
 	n := 0
-	for _, c := range d.Release {
+	for _, c := range d.Release() {
 		n += c
 	}
 	return n
@@ -138,7 +162,7 @@ func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 		q.tokens = math.Max(0, math.Min(q.tokens, float64(q.opts.Burst-inFlight)))
 	}
 	q.refill(now)
-	d := Decision{Release: map[string]int{}, ReleaseClass: map[string]map[Class]int{}, Queued: map[string]map[Class]int{}}
+	d := Decision{ReleaseClass: map[string]map[Class]int{}, Queued: map[string]map[Class]int{}}
 	room := q.opts.MaxInFlight - inFlight
 	if room < 0 {
 		room = 0
@@ -162,8 +186,8 @@ func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 	for i := range ds {
 		left[i] = ds[i].Count
 	}
-	limit := func(why string) {
-		if d.Limit == "" {
+	limit := func(why Limit) {
+		if d.Limit == NotLimited {
 			d.Limit = why
 		}
 	}
@@ -188,12 +212,12 @@ func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 			case need == 0:
 				continue
 			case need > room:
-				limit("in-flight")
+				limit(LimitInFlight)
 				continue
 			case float64(need) > q.tokens && q.tokens < float64(min(need, q.opts.Burst)):
 				// A gang larger than the burst goes when the bucket is full
 				// and is paid back afterwards (tokens go negative).
-				limit("rate")
+				limit(LimitRate)
 				continue
 			}
 			q.tokens -= float64(need)
@@ -214,11 +238,11 @@ func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 		order = rotate(ds, order, q.cursor)
 		for len(order) > 0 {
 			if room == 0 {
-				limit("in-flight")
+				limit(LimitInFlight)
 				break
 			}
 			if q.tokens < 1 {
-				limit("rate")
+				limit(LimitRate)
 				break
 			}
 			next := order[:0:0]
@@ -247,11 +271,6 @@ func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 			d.Queued[x.Group][x.Class] += left[i]
 		}
 	}
-	for g, n := range d.Release {
-		if n == 0 {
-			delete(d.Release, g)
-		}
-	}
 	d.Tokens = q.tokens
 	return d
 }
@@ -266,7 +285,6 @@ func (q *Queue) Refund(n int) {
 func (q *Queue) Tokens() float64 { return q.tokens }
 
 func (d *Decision) release(x Demand, n int) {
-	d.Release[x.Group] += n
 	if d.ReleaseClass[x.Group] == nil {
 		d.ReleaseClass[x.Group] = map[Class]int{}
 	}

@@ -26,7 +26,7 @@ func TestRateAndBurst(t *testing.T) {
 		d := q.Decide(t0.Add(time.Duration(i)*10*time.Second), []Demand{{Group: "gpu", Count: demand[0].Count - released, Since: t0}}, 0)
 		released += d.Released()
 		perLoop = append(perLoop, d.Released())
-		if i > 0 && d.Limit != "rate" {
+		if i > 0 && d.Limit != LimitRate {
 			t.Fatalf("loop %d: limit %q, want rate", i, d.Limit)
 		}
 	}
@@ -42,7 +42,7 @@ func TestRateAndBurst(t *testing.T) {
 func TestInFlightCap(t *testing.T) {
 	q := newQueue(t, 1000, 1000, 50)
 	d := q.Decide(t0, []Demand{{Group: "gpu", Count: 100, Since: t0}}, 30)
-	if d.Released() != 20 || d.Limit != "in-flight" || d.Queued["gpu"][Workload] != 80 {
+	if d.Released() != 20 || d.Limit != LimitInFlight || d.Queued["gpu"][Workload] != 80 {
 		t.Fatalf("released %d limit %q queued %v; want 20 under the in-flight cap and 80 queued", d.Released(), d.Limit, d.Queued)
 	}
 	if d := q.Decide(t0.Add(time.Second), []Demand{{Group: "gpu", Count: 80, Since: t0}}, 50); d.Released() != 0 {
@@ -57,8 +57,8 @@ func TestWorkloadBeforeBalloonAndOlderFirst(t *testing.T) {
 		{Group: "new", Count: 5, Since: t0},
 		{Group: "old", Count: 1, Since: t0.Add(-time.Minute)},
 	}, 0)
-	if d.Release["old"] != 1 || d.Release["new"] != 2 || d.Release["warm"] != 0 {
-		t.Fatalf("released %v; want old's 1, then new's 2, balloons last", d.Release)
+	if d.Release()["old"] != 1 || d.Release()["new"] != 2 || d.Release()["warm"] != 0 {
+		t.Fatalf("released %v; want old's 1, then new's 2, balloons last", d.Release())
 	}
 	if d.Queued["warm"][Balloon] != 5 || d.Queued["new"][Workload] != 3 {
 		t.Fatalf("queued %v", d.Queued)
@@ -73,13 +73,13 @@ func TestRoundRobinBetweenGroups(t *testing.T) {
 		{Group: "b", Count: 10, Since: t0},
 	}
 	d := q.Decide(t0, demands, 0)
-	if d.Release["big"] != 2 || d.Release["a"] != 2 || d.Release["b"] != 2 {
-		t.Fatalf("released %v; want 2 each: one big group must not starve the rest", d.Release)
+	if d.Release()["big"] != 2 || d.Release()["a"] != 2 || d.Release()["b"] != 2 {
+		t.Fatalf("released %v; want 2 each: one big group must not starve the rest", d.Release())
 	}
 	// The next round starts after the last group served.
 	d = q.Decide(t0.Add(time.Second), demands, 0)
-	if d.Released() != 1 || d.Release["big"] != 1 {
-		t.Fatalf("released %v; want the one new token to go to the group after the cursor", d.Release)
+	if d.Released() != 1 || d.Release()["big"] != 1 {
+		t.Fatalf("released %v; want the one new token to go to the group after the cursor", d.Release())
 	}
 }
 
@@ -90,33 +90,33 @@ func TestGangReleasedTogether(t *testing.T) {
 		{Group: "cpu", Count: 8, Since: t0.Add(-time.Hour)},
 		{Group: "gpu", Count: 4, Since: t0, Gang: "train-7"},
 	}, 0)
-	if d.Release["gpu"] != 4 || d.Release["cpu"] != 6 {
-		t.Fatalf("released %v; want the gang's 4 at once (gangs go first in their class) and 6 others", d.Release)
+	if d.Release()["gpu"] != 4 || d.Release()["cpu"] != 6 {
+		t.Fatalf("released %v; want the gang's 4 at once (gangs go first in their class) and 6 others", d.Release())
 	}
 	q2 := newQueue(t, 60, 10, 100)
 	q2.Decide(t0, []Demand{{Group: "cpu", Count: 7, Since: t0}}, 0)
 	d = q2.Decide(t0, []Demand{{Group: "gpu", Count: 4, Gang: "g"}}, 0)
 	if d.Released() != 0 || d.Queued["gpu"][Workload] != 4 {
-		t.Fatalf("released %v queued %v; want the gang held whole with 3 tokens", d.Release, d.Queued)
+		t.Fatalf("released %v queued %v; want the gang held whole with 3 tokens", d.Release(), d.Queued)
 	}
 	d = q2.Decide(t0.Add(time.Minute), []Demand{{Group: "gpu", Count: 4, Gang: "g"}}, 0)
-	if d.Release["gpu"] != 4 {
-		t.Fatalf("released %v; want the whole gang once tokens allow", d.Release)
+	if d.Release()["gpu"] != 4 {
+		t.Fatalf("released %v; want the whole gang once tokens allow", d.Release())
 	}
 }
 
 func TestGangLargerThanBurstIsPaidBack(t *testing.T) {
 	q := newQueue(t, 60, 10, 1000)
 	d := q.Decide(t0, []Demand{{Group: "gpu", Count: 64, Gang: "big"}}, 0)
-	if d.Release["gpu"] != 64 || d.Tokens != -54 {
-		t.Fatalf("released %v tokens %v; want the 64-node gang at a full bucket and 54 tokens owed", d.Release, d.Tokens)
+	if d.Release()["gpu"] != 64 || d.Tokens != -54 {
+		t.Fatalf("released %v tokens %v; want the 64-node gang at a full bucket and 54 tokens owed", d.Release(), d.Tokens)
 	}
 	// Nothing else until the debt is paid: 54 tokens at 60/min.
 	if d := q.Decide(t0.Add(50*time.Second), []Demand{{Group: "cpu", Count: 1}}, 0); d.Released() != 0 {
-		t.Fatalf("released %v while paying back", d.Release)
+		t.Fatalf("released %v while paying back", d.Release())
 	}
 	if d := q.Decide(t0.Add(56*time.Second), []Demand{{Group: "cpu", Count: 1}}, 0); d.Released() != 1 {
-		t.Fatalf("released %v after the debt", d.Release)
+		t.Fatalf("released %v after the debt", d.Release())
 	}
 }
 
@@ -129,7 +129,7 @@ func TestCancelledDemandIsNeverReleased(t *testing.T) {
 	// The pods were deleted: the next loops state no demand.
 	for i := 1; i <= 30; i++ {
 		if d := q.Decide(t0.Add(time.Duration(i)*10*time.Second), nil, 5); d.Released() != 0 {
-			t.Fatalf("released %v with no demand", d.Release)
+			t.Fatalf("released %v with no demand", d.Release())
 		}
 	}
 }
@@ -196,15 +196,15 @@ func TestGangAcrossGroupsReleasedTogether(t *testing.T) {
 	// 12 nodes with a bucket of 10: the gang waits for a full bucket and
 	// then goes whole, from both groups, paid back afterwards.
 	d := q.Decide(t0, gang, 0)
-	if d.Release["gpu-a"] != 6 || d.Release["gpu-b"] != 6 {
-		t.Fatalf("released %v, want the whole gang: 6 + 6", d.Release)
+	if d.Release()["gpu-a"] != 6 || d.Release()["gpu-b"] != 6 {
+		t.Fatalf("released %v, want the whole gang: 6 + 6", d.Release())
 	}
 	if d.Tokens != -2 {
 		t.Fatalf("tokens %v, want -2 (paid back)", d.Tokens)
 	}
 	// Not enough room in flight for the whole gang: none of it goes.
 	q2 := newQueue(t, 60, 100, 10)
-	if d := q2.Decide(t0, gang, 0); d.Released() != 0 || d.Limit != "in-flight" {
-		t.Fatalf("released %v (limit %q) with room for 10 of 12", d.Release, d.Limit)
+	if d := q2.Decide(t0, gang, 0); d.Released() != 0 || d.Limit != LimitInFlight {
+		t.Fatalf("released %v (limit %q) with room for 10 of 12", d.Release(), d.Limit)
 	}
 }

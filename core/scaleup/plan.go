@@ -32,12 +32,6 @@ type Candidate struct {
 	Refuse func(*simulator.Group) string
 }
 
-// Increaser is what the planner needs from the loop: ask a group for more
-// nodes. It is the only cloud write of a scale-up.
-type Increaser interface {
-	IncreaseSize(ctx context.Context, group string, delta int) error
-}
-
 // ScaleUp is a group the planner asked for nodes.
 type ScaleUp struct {
 	Group string
@@ -82,12 +76,13 @@ type Planner struct {
 	Expander  *Chain
 }
 
-// Plan estimates every usable group for the pending pods, asks the
-// expander's choice for nodes, and repeats for the pods that choice does
-// not help, each group at most once per loop. A group whose increase fails
-// is dropped and the next best is tried at once. maxNew caps the nodes
-// added in total (--max-nodes-total minus the cluster's current size).
-func (p *Planner) Plan(ctx context.Context, fork *snapshot.Fork, pending []Pending, cands []Candidate, maxNew int, inc Increaser) Result {
+// Plan estimates every usable group for the pending pods, takes the
+// expander's choice, and repeats for the pods that choice does not help,
+// each group at most once per loop. It states demand only: nothing is
+// requested from the cloud here (the Orchestrator does that). maxNew caps
+// the nodes added in total (--max-nodes-total minus the cluster's current
+// size).
+func (p *Planner) Plan(ctx context.Context, fork *snapshot.Fork, pending []Pending, cands []Candidate, maxNew int) Result {
 	res := Result{Fork: fork}
 	pending = append([]Pending(nil), pending...)
 	// reasons[i][group] is why node group `group` cannot take pending group i.
@@ -143,30 +138,8 @@ func (p *Planner) Plan(ctx context.Context, fork *snapshot.Fork, pending []Pendi
 		if len(options) == 0 {
 			break
 		}
-		// Try options best first; a failed increase drops its group and
-		// the next best is tried in the same loop.
-		var chosen *Option
-		for len(options) > 0 {
-			best := p.Expander.Pick(options)
-			pods := placedPods(pending, best.Estimate)
-			if err := inc.IncreaseSize(ctx, best.Group, best.Estimate.NewNodes); err != nil {
-				res.Failed = append(res.Failed, Failed{Group: best.Group, Delta: best.Estimate.NewNodes, Err: err, Pods: pods})
-				for i := range pending {
-					if best.Estimate.Placed[i] > 0 {
-						reasons[i][best.Group] = "scale-up failed: " + err.Error()
-					}
-				}
-				options = removeOption(options, best)
-				usable = removeCandidate(usable, best.Group)
-				continue
-			}
-			res.ScaleUps = append(res.ScaleUps, ScaleUp{Group: best.Group, Delta: best.Estimate.NewNodes, Pods: pods})
-			chosen = best
-			break
-		}
-		if chosen == nil {
-			continue
-		}
+		chosen := p.Expander.Pick(options)
+		res.ScaleUps = append(res.ScaleUps, ScaleUp{Group: chosen.Group, Delta: chosen.Estimate.NewNodes, Pods: placedPods(pending, chosen.Estimate)})
 		fork = chosen.Estimate.Fork()
 		res.Fork = fork
 		maxNew -= chosen.Estimate.NewNodes
@@ -198,16 +171,6 @@ func placedPods(pending []Pending, est *Estimate) []*apiv1.Pod {
 	for i, n := range est.Placed {
 		if n > 0 {
 			out = append(out, pending[i].G.Pods[pending[i].From:pending[i].From+n]...)
-		}
-	}
-	return out
-}
-
-func removeOption(opts []*Option, o *Option) []*Option {
-	out := opts[:0]
-	for _, x := range opts {
-		if x != o {
-			out = append(out, x)
 		}
 	}
 	return out

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	apiv1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -16,6 +17,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/snapshot"
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/simtest"
 	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
+	"github.com/vmss-autoscaler/vmss-autoscaler/ratelimit"
 )
 
 func newSim(t testing.TB) *simulator.Simulator { return simtest.New(t) }
@@ -29,7 +31,7 @@ func podsOf(n int, prefix string, opts ...to.PodOption) []*apiv1.Pod {
 	return out
 }
 
-func pendingOf(pods ...[]*apiv1.Pod) []Pending {
+func pendingPodsOf(pods ...[]*apiv1.Pod) []Pending {
 	var all []*apiv1.Pod
 	for _, p := range pods {
 		all = append(all, p...)
@@ -40,8 +42,6 @@ func pendingOf(pods ...[]*apiv1.Pod) []Pending {
 	}
 	return out
 }
-
-func emptyFork() *snapshot.Fork { return snapshot.New(nil, to.GPU).Fork() }
 
 func tmplInfo(n *apiv1.Node, pods ...*apiv1.Pod) fwk.NodeInfo {
 	return snapshot.NewNodeInfo(n, pods...)
@@ -64,24 +64,24 @@ func TestEstimator(t *testing.T) {
 		wantPlaced int
 		wantReason string
 	}{
-		{name: "whole-node gpu pods", tmpl: tmplInfo(gpuNode), pending: pendingOf(podsOf(7, "t", to.Requests("90", "800Gi"), to.GPUs(8))),
+		{name: "whole-node gpu pods", tmpl: tmplInfo(gpuNode), pending: pendingPodsOf(podsOf(7, "t", to.Requests("90", "800Gi"), to.GPUs(8))),
 			limit: 100, wantNodes: 7, wantPlaced: 7},
-		{name: "half-node gpu pods pair up", tmpl: tmplInfo(gpuNode), pending: pendingOf(podsOf(7, "h", to.Requests("40", "400Gi"), to.GPUs(4))),
+		{name: "half-node gpu pods pair up", tmpl: tmplInfo(gpuNode), pending: pendingPodsOf(podsOf(7, "h", to.Requests("40", "400Gi"), to.GPUs(4))),
 			limit: 100, wantNodes: 4, wantPlaced: 7},
-		{name: "small pods binpack", tmpl: tmplInfo(cpuNode), pending: pendingOf(podsOf(33, "w", to.Requests("1", "1Gi"))),
+		{name: "small pods binpack", tmpl: tmplInfo(cpuNode), pending: pendingPodsOf(podsOf(33, "w", to.Requests("1", "1Gi"))),
 			limit: 100, wantNodes: 3, wantPlaced: 33},
-		{name: "daemonset overhead counts", tmpl: tmplInfo(cpuNode, dsPod), pending: pendingOf(podsOf(16, "w", to.Requests("1", "1Gi"))),
+		{name: "daemonset overhead counts", tmpl: tmplInfo(cpuNode, dsPod), pending: pendingPodsOf(podsOf(16, "w", to.Requests("1", "1Gi"))),
 			limit: 100, wantNodes: 2, wantPlaced: 16},
-		{name: "limit caps nodes", tmpl: tmplInfo(gpuNode), pending: pendingOf(podsOf(7, "t", to.Requests("90", "800Gi"), to.GPUs(8))),
+		{name: "limit caps nodes", tmpl: tmplInfo(gpuNode), pending: pendingPodsOf(podsOf(7, "t", to.Requests("90", "800Gi"), to.GPUs(8))),
 			limit: 3, wantNodes: 3, wantPlaced: 3, wantReason: "max-size"},
-		{name: "pod bigger than node", tmpl: tmplInfo(cpuNode), pending: pendingOf(podsOf(2, "big", to.Requests("32", "1Gi"))),
+		{name: "pod bigger than node", tmpl: tmplInfo(cpuNode), pending: pendingPodsOf(podsOf(2, "big", to.Requests("32", "1Gi"))),
 			limit: 100, wantNodes: 0, wantPlaced: 0, wantReason: "Insufficient cpu"},
-		{name: "anti-affinity one per node", tmpl: tmplInfo(cpuNode), pending: pendingOf(podsOf(4, "mpi", to.Requests("1", "1Gi"), to.AntiAffinity("app", "mpi"))),
+		{name: "anti-affinity one per node", tmpl: tmplInfo(cpuNode), pending: pendingPodsOf(podsOf(4, "mpi", to.Requests("1", "1Gi"), to.AntiAffinity("app", "mpi"))),
 			limit: 100, wantNodes: 4, wantPlaced: 4},
 		// One existing (full) host with no matching pod keeps the minimum at 0.
-		{name: "spread max skew 2 over new hosts", tmpl: tmplInfo(cpuNode), existing: []*apiv1.Node{to.Node("full", "0", "0")}, pending: pendingOf(podsOf(6, "sp", to.Requests("1", "1Gi"), to.SpreadByHostname(2, "app", "sp"))),
+		{name: "spread max skew 2 over new hosts", tmpl: tmplInfo(cpuNode), existing: []*apiv1.Node{to.Node("full", "0", "0")}, pending: pendingPodsOf(podsOf(6, "sp", to.Requests("1", "1Gi"), to.SpreadByHostname(2, "app", "sp"))),
 			limit: 100, wantNodes: 3, wantPlaced: 6},
-		{name: "gpu group keeps cpu pods out", tmpl: tmplInfo(gpuNode), pending: pendingOf(podsOf(3, "w", to.Requests("1", "1Gi"))),
+		{name: "gpu group keeps cpu pods out", tmpl: tmplInfo(gpuNode), pending: pendingPodsOf(podsOf(3, "w", to.Requests("1", "1Gi"))),
 			limit: 100, gpuOnly: true, wantNodes: 0, wantReason: "requests no GPU"},
 	}
 	for _, tc := range tests {
@@ -198,27 +198,60 @@ func (r *recordingIncreaser) IncreaseSize(_ context.Context, g string, d int) er
 	return r.fail[g]
 }
 
-func TestPlanSplitsPodsAcrossGroupsAndFallsBack(t *testing.T) {
+// releaseAll is a queue with smoothing off: everything at once.
+type releaseAll struct{ refunded int }
+
+func (q *releaseAll) Decide(_ time.Time, ds []ratelimit.Demand, _ int) ratelimit.Decision {
+	d := ratelimit.Decision{ReleaseClass: map[string]map[ratelimit.Class]int{}, Queued: map[string]map[ratelimit.Class]int{}}
+	for _, x := range ds {
+		if d.ReleaseClass[x.Group] == nil {
+			d.ReleaseClass[x.Group] = map[ratelimit.Class]int{}
+		}
+		d.ReleaseClass[x.Group][x.Class] += x.Count
+	}
+	return d
+}
+
+func (q *releaseAll) Refund(n int) { q.refunded += n }
+
+func TestOrchestratorSplitsPodsAcrossGroupsAndFallsBack(t *testing.T) {
 	sim := newSim(t)
 	chain, _ := NewChain([]string{LeastWaste}, to.GPU, nil, nil)
-	p := &Planner{Estimator: &Estimator{Sim: sim}, Expander: chain}
+	o := &Orchestrator{Planner: &Planner{Estimator: &Estimator{Sim: sim}, Expander: chain}, GPU: to.GPU}
 	gpuTmpl := tmplInfo(to.Node("gpu", "96", "900Gi", to.NodeGPUs(8)))
 	cpuTmpl := tmplInfo(to.Node("cpu", "16", "64Gi"))
-	cands := []Candidate{
-		{Group: "gpu-a", Template: gpuTmpl, Limit: 10, GPUPodsOnly: true},
-		{Group: "gpu-b", Template: gpuTmpl, Limit: 10, GPUPodsOnly: true},
-		{Group: "cpu", Template: cpuTmpl, Limit: 10},
-		{Group: "gpu-c", Skip: "node group in backoff"},
+	groups := []Group{
+		{Candidate: Candidate{Group: "gpu-a", Template: gpuTmpl, Limit: 10, GPUPodsOnly: true}},
+		{Candidate: Candidate{Group: "gpu-b", Template: gpuTmpl, Limit: 10, GPUPodsOnly: true}},
+		{Candidate: Candidate{Group: "cpu", Template: cpuTmpl, Limit: 10}},
+		{Candidate: Candidate{Group: "gpu-c", Skip: "node group in backoff"}},
 	}
 	inc := &recordingIncreaser{fail: map[string]error{"gpu-a": errors.New("quota")}}
-	pending := pendingOf(podsOf(2, "t", to.Requests("90", "800Gi"), to.GPUs(8)), podsOf(8, "w", to.Requests("4", "8Gi")), podsOf(1, "huge", to.GPUs(16)))
-	res := p.Plan(context.Background(), emptyFork(), pending, cands, 100, inc)
-	want := []string{"gpu-a+2", "gpu-b+2", "cpu+2"}
-	if strings.Join(inc.calls, ",") != strings.Join(want, ",") {
-		t.Fatalf("increase calls %v, want %v", inc.calls, want)
+	var pods []*apiv1.Pod
+	for _, ps := range [][]*apiv1.Pod{podsOf(2, "t", to.Requests("90", "800Gi"), to.GPUs(8)), podsOf(8, "w", to.Requests("4", "8Gi")), podsOf(1, "huge", to.GPUs(16))} {
+		pods = append(pods, ps...)
 	}
-	if len(res.ScaleUps) != 2 || len(res.Failed) != 1 {
-		t.Fatalf("scale-ups %+v failed %+v", res.ScaleUps, res.Failed)
+	q := &releaseAll{}
+	out, err := o.Run(context.Background(), Request{Snap: snapshot.New(nil, to.GPU), Groups: groups, MaxNew: 100, Passes: []Pass{{Pods: pods}}}, q, inc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := out.Result
+	want := []string{"gpu-a+2", "cpu+2", "gpu-b+2"}
+	if strings.Join(inc.calls, ",") != strings.Join(want, ",") {
+		t.Fatalf("increase calls %v, want %v: the refused group's pods planned again at once on the next best", inc.calls, want)
+	}
+	if q.refunded != 2 {
+		t.Fatalf("refunded %d tokens, want the refused request's 2", q.refunded)
+	}
+	var got []string
+	for _, su := range res.ScaleUps {
+		if su.Delta > 0 {
+			got = append(got, fmt.Sprintf("%s+%d", su.Group, su.Delta))
+		}
+	}
+	if strings.Join(got, ",") != "cpu+2,gpu-b+2" || len(res.Failed) != 1 {
+		t.Fatalf("scale-ups %v failed %+v", got, res.Failed)
 	}
 	if len(res.NoScale) != 1 || res.NoScale[0].Pods[0].Name != "huge-0" {
 		t.Fatalf("no-scale %+v, want the 16-GPU pod", res.NoScale)
@@ -230,5 +263,31 @@ func TestPlanSplitsPodsAcrossGroupsAndFallsBack(t *testing.T) {
 		if !strings.Contains(res.NoScale[0].Reason, want) {
 			t.Errorf("reason %q does not mention %q", res.NoScale[0].Reason, want)
 		}
+	}
+}
+
+// TestPassesShareAGroupsLimit: each pass gets its own copy of the
+// candidates, less what earlier passes planned, so two passes never plan
+// a group past its max size together.
+func TestPassesShareAGroupsLimit(t *testing.T) {
+	sim := newSim(t)
+	chain, _ := NewChain([]string{LeastWaste}, to.GPU, nil, nil)
+	o := &Orchestrator{Planner: &Planner{Estimator: &Estimator{Sim: sim}, Expander: chain}, GPU: to.GPU}
+	groups := []Group{{Candidate: Candidate{Group: "gpu", Template: tmplInfo(to.Node("gpu", "96", "900Gi", to.NodeGPUs(8))), Limit: 5}}}
+	whole := []to.PodOption{to.Requests("90", "800Gi"), to.GPUs(8)}
+	req := Request{Snap: snapshot.New(nil, to.GPU), Groups: groups, MaxNew: 100, Passes: []Pass{
+		{Pods: podsOf(4, "first", whole...)},
+		{Pods: podsOf(4, "second", whole...)},
+	}}
+	inc := &recordingIncreaser{}
+	out, err := o.Run(context.Background(), req, &releaseAll{}, inc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(inc.calls, ",") != "gpu+5" {
+		t.Fatalf("increase calls %v, want gpu+5: the group's max less what the first pass took", inc.calls)
+	}
+	if len(out.Result.NoScale) != 1 || len(out.Result.NoScale[0].Pods) != 3 {
+		t.Fatalf("no-scale %+v, want the 3 pods of the second pass beyond the max", out.Result.NoScale)
 	}
 }

@@ -1,0 +1,428 @@
+package scaleup
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/snapshot"
+	"github.com/vmss-autoscaler/vmss-autoscaler/ratelimit"
+)
+
+// Queue decides which demand is requested now (ratelimit.Queue, or
+// everything at once when smoothing is off) and takes back the tokens of
+// nodes the cloud refused.
+type Queue interface {
+	Decide(now time.Time, demands []ratelimit.Demand, inFlight int) ratelimit.Decision
+	Refund(n int)
+}
+
+// Increaser asks a node group for more nodes: the only cloud write of a
+// scale-up. It records successes and failures (cluster state, backoff,
+// metrics, events); an error says the nodes were not requested.
+type Increaser interface {
+	IncreaseSize(ctx context.Context, group string, delta int) error
+}
+
+// Orchestrator runs one loop's scale-up: the planning passes and their
+// gangs state demand; the queue releases part of it; the released nodes
+// are requested, one request per group; the pods of a group the cloud
+// refused are planned again, at once, on the groups left.
+type Orchestrator struct {
+	Planner *Planner
+	// GPU is the extended resource counted as GPUs.
+	GPU apiv1.ResourceName
+}
+
+// Group is a node group as the loop sees it.
+type Group struct {
+	// Candidate describes the group to the planner (Skip says why not).
+	Candidate Candidate
+	// Upcoming nodes are coming (requested, booting, pending preflight);
+	// each pass puts them in its fork as copies of UpcomingTemplate, which
+	// is set even for a group the planner skips (backoff, at max size).
+	Upcoming         int
+	UpcomingTemplate fwk.NodeInfo
+}
+
+// Pass is one planning pass: its pods, its gangs, whether balloons' room
+// is free to them, and whether its demand is for balloons.
+type Pass struct {
+	Pods         []*apiv1.Pod
+	Gangs        []*gang.Gang
+	FreeBalloons bool
+	Balloon      bool
+}
+
+// Request is one loop's scale-up.
+type Request struct {
+	Now  time.Time
+	Snap *snapshot.Snapshot
+	// Usable are the indexes in Snap of nodes that can take pods now.
+	Usable []int
+	Groups []Group
+	// MaxNew caps the nodes this loop may plan (--max-nodes-total less the
+	// nodes there and coming).
+	MaxNew int
+	// IsBalloon says a pod is a balloon (for passes with FreeBalloons).
+	IsBalloon func(*apiv1.Pod) bool
+	// GangSplit lets a gang span several groups (--gang-allow-split).
+	GangSplit bool
+	// Passes run in order, each seeing the upcoming nodes earlier passes'
+	// pods took, and each with its own copy of the candidates, less what
+	// earlier passes planned.
+	Passes []Pass
+	// InFlight is the number of nodes requested and not yet usable.
+	InFlight int
+}
+
+// Outcome is what a loop's scale-up did.
+type Outcome struct {
+	// Result has the requested (Delta) and queued nodes per scale-up, the
+	// refused requests and the pods no group was asked for.
+	Result Result
+	// Awaiting is the number of real pods that fit on upcoming nodes.
+	Awaiting int
+	// Released and Queued are nodes by group and class.
+	Released, Queued map[string]map[ratelimit.Class]int
+	// Limit is what held demand back first.
+	Limit ratelimit.Limit
+	// InFlight is the nodes in flight after the requests.
+	InFlight int
+}
+
+// Run plans, queues and requests.
+func (o *Orchestrator) Run(ctx context.Context, req Request, q Queue, inc Increaser) (Outcome, error) {
+	demand, err := o.plan(ctx, req)
+	if err != nil {
+		return Outcome{}, err
+	}
+	out := o.execute(ctx, req, demand, q, inc)
+	out.Awaiting = demand.awaiting
+	return out, nil
+}
+
+// demand is what the passes planned.
+type demand struct {
+	res      Result
+	awaiting int
+}
+
+// placement is a pod placed on an upcoming (template) node.
+type placement struct {
+	node string
+	info fwk.PodInfo
+}
+
+// passOutput is one pass's plan and the pods it put on upcoming nodes.
+type passOutput struct {
+	res      Result
+	awaiting int
+	upcoming []placement
+}
+
+// plan runs the passes. The fork of the first pass that planned anything
+// is the result's: a re-plan starts from it.
+func (o *Orchestrator) plan(ctx context.Context, req Request) (demand, error) {
+	var d demand
+	var carry []placement
+	var planned []ScaleUp
+	for _, pass := range req.Passes {
+		if len(pass.Pods) == 0 && len(pass.Gangs) == 0 {
+			continue
+		}
+		cands := candidates(req.Groups, planned, nil)
+		out, err := o.planPass(ctx, req, pass, cands, req.MaxNew-total(planned), carry)
+		if err != nil {
+			return demand{}, err
+		}
+		carry = append(carry, out.upcoming...)
+		if pass.Balloon {
+			markBalloon(out.res.ScaleUps)
+		} else {
+			d.awaiting += out.awaiting
+		}
+		planned = append(planned, out.res.ScaleUps...)
+		d.res.ScaleUps = append(d.res.ScaleUps, out.res.ScaleUps...)
+		d.res.NoScale = append(d.res.NoScale, out.res.NoScale...)
+		if d.res.Fork == nil {
+			d.res.Fork = out.res.Fork
+		}
+	}
+	return d, nil
+}
+
+// planPass finds the pods of a pass that fit neither on usable nodes nor
+// on nodes already coming, and plans nodes for them: gangs first, whole.
+func (o *Orchestrator) planPass(ctx context.Context, req Request, pass Pass, cands []Candidate, maxNew int, carry []placement) (passOutput, error) {
+	fork := req.Snap.Fork()
+	nodes := append([]int(nil), req.Usable...)
+	if pass.FreeBalloons && req.IsBalloon != nil {
+		for _, i := range req.Usable {
+			fork.RemovePods(i, req.IsBalloon)
+		}
+	}
+	for _, g := range req.Groups {
+		if g.UpcomingTemplate == nil {
+			continue
+		}
+		for i := 0; i < g.Upcoming; i++ {
+			idx, err := fork.AddNode(CloneTemplate(g.UpcomingTemplate, "upcoming-"+g.Candidate.Group+"-"+strconv.Itoa(i)))
+			if err != nil {
+				return passOutput{}, fmt.Errorf("adding upcoming node of group %s: %w", g.Candidate.Group, err)
+			}
+			nodes = append(nodes, idx)
+		}
+	}
+	for _, c := range carry {
+		if idx, ok := fork.Index(c.node); ok {
+			fork.AddPod(idx, c.info)
+		}
+	}
+	var out passOutput
+	if len(pass.Gangs) > 0 {
+		fork = o.planGangs(ctx, req, pass.Gangs, fork, nodes, cands, &maxNew, &out)
+	}
+	gangs := out.res
+	// Usable and coming nodes first: what fits there needs no new node.
+	var rest []Pending
+	for _, g := range simulator.GroupPods(pass.Pods, o.GPU) {
+		placed := o.Planner.Estimator.Sim.FitOnNodes(ctx, fork, g, 0, nodes, func(pod, node int) {
+			if node >= req.Snap.Len() {
+				out.awaiting++
+				out.upcoming = append(out.upcoming, placement{node: fork.NodeInfo(node).Node().Name, info: g.PodInfo(pod)})
+			}
+		})
+		if placed < len(g.Pods) {
+			rest = append(rest, Pending{G: g, From: placed})
+		}
+	}
+	if len(rest) == 0 {
+		klog.FromContext(ctx).V(2).Info("All unschedulable pods fit on existing or upcoming nodes", "pods", len(pass.Pods), "awaitingUpcoming", out.awaiting)
+		out.res = Result{Fork: fork, ScaleUps: gangs.ScaleUps, NoScale: gangs.NoScale}
+		return out, nil
+	}
+	out.res = o.Planner.Plan(ctx, fork, rest, cands, maxNew)
+	out.res.ScaleUps = append(gangs.ScaleUps, out.res.ScaleUps...)
+	out.res.NoScale = append(gangs.NoScale, out.res.NoScale...)
+	return out, nil
+}
+
+// execute sends the demand through the queue and requests what it
+// releases. A group the cloud refuses (quota, capacity; not throttling or
+// a conflict) is dropped for this loop and its pods — gangs aside, which
+// the next loop plans again whole — are planned at once on the groups
+// left, up to once per group.
+func (o *Orchestrator) execute(ctx context.Context, req Request, d demand, q Queue, inc Increaser) Outcome {
+	out := Outcome{InFlight: req.InFlight, Released: map[string]map[ratelimit.Class]int{}, Queued: map[string]map[ratelimit.Class]int{}}
+	out.Result = Result{Fork: d.res.Fork, NoScale: d.res.NoScale}
+	res := d.res
+	failed := map[string]bool{}
+	for round := 0; ; round++ {
+		dec := q.Decide(req.Now, demands(res.ScaleUps), out.InFlight)
+		if out.Limit == ratelimit.NotLimited {
+			out.Limit = dec.Limit
+		}
+		var retry []*apiv1.Pod
+		order, byGroup := groupScaleUps(res.ScaleUps)
+		for _, g := range order {
+			sus := byGroup[g]
+			released := dec.ReleaseClass[g]
+			if n := sum(released); n > 0 {
+				if err := inc.IncreaseSize(ctx, g, n); err != nil {
+					q.Refund(n)
+					var pods []*apiv1.Pod
+					for _, su := range sus {
+						pods = append(pods, su.Pods...)
+					}
+					out.Result.Failed = append(out.Result.Failed, Failed{Group: g, Delta: n, Err: err, Pods: pods})
+					if c := cloudprovider.ClassOf(err); c != cloudprovider.ClassThrottled && c != cloudprovider.ClassConflict {
+						failed[g] = true
+						for _, su := range sus {
+							if su.Gang == "" {
+								retry = append(retry, su.Pods...)
+							}
+						}
+					}
+					continue
+				}
+				out.InFlight += n
+			}
+			// Each scale-up gets its class's release, in plan order, up to
+			// what it asked for; the rest of its demand is queued.
+			left := map[ratelimit.Class]int{}
+			for c, n := range released {
+				left[c] = n
+			}
+			for _, su := range sus {
+				class := su.Class()
+				r := min(left[class], su.Delta)
+				left[class] -= r
+				add(out.Released, g, class, r)
+				out.Result.ScaleUps = append(out.Result.ScaleUps, ScaleUp{Group: g, Delta: r, Pods: su.Pods, Queued: su.Delta - r, Balloon: su.Balloon, Gang: su.Gang})
+			}
+		}
+		for g, byClass := range dec.Queued {
+			if failed[g] {
+				continue
+			}
+			for c, n := range byClass {
+				add(out.Queued, g, c, n)
+			}
+		}
+		if len(retry) == 0 || round >= len(req.Groups) {
+			break
+		}
+		res = o.replan(ctx, req, res.Fork, retry, out, failed)
+		out.Result.Fork = res.Fork
+		out.Result.NoScale = append(out.Result.NoScale, res.NoScale...)
+	}
+	return out
+}
+
+// replan plans the pods of refused groups on the groups left: workload
+// first, then balloons, each on candidates less what is released or
+// queued already.
+func (o *Orchestrator) replan(ctx context.Context, req Request, fork *snapshot.Fork, pods []*apiv1.Pod, out Outcome, failed map[string]bool) Result {
+	var standing []ScaleUp
+	for _, m := range []map[string]map[ratelimit.Class]int{out.Released, out.Queued} {
+		for g, byClass := range m {
+			standing = append(standing, ScaleUp{Group: g, Delta: sum(byClass)})
+		}
+	}
+	maxNew := req.MaxNew - total(standing)
+	var wl, bl []*apiv1.Pod
+	for _, p := range pods {
+		if req.IsBalloon != nil && req.IsBalloon(p) {
+			bl = append(bl, p)
+		} else {
+			wl = append(wl, p)
+		}
+	}
+	res := Result{Fork: fork}
+	for _, part := range []struct {
+		pods    []*apiv1.Pod
+		balloon bool
+	}{{wl, false}, {bl, true}} {
+		if len(part.pods) == 0 {
+			continue
+		}
+		cands := candidates(req.Groups, standing, failed)
+		next := o.Planner.Plan(ctx, res.Fork, pendingOf(simulator.GroupPods(part.pods, o.GPU)), cands, maxNew-total(res.ScaleUps))
+		if part.balloon {
+			markBalloon(next.ScaleUps)
+		}
+		standing = append(standing, next.ScaleUps...)
+		res.ScaleUps = append(res.ScaleUps, next.ScaleUps...)
+		res.NoScale = append(res.NoScale, next.NoScale...)
+		res.Fork = next.Fork
+	}
+	return res
+}
+
+// candidates copies the groups' candidates for one pass: each group's
+// limit less what is planned for it already, and refused groups skipped.
+func candidates(groups []Group, planned []ScaleUp, failed map[string]bool) []Candidate {
+	byGroup := map[string]int{}
+	for _, su := range planned {
+		byGroup[su.Group] += su.Delta
+	}
+	out := make([]Candidate, 0, len(groups))
+	for _, g := range groups {
+		c := g.Candidate
+		c.Limit -= byGroup[c.Group]
+		if failed[c.Group] {
+			c.Skip = "scale-up failed in this loop"
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// Class is the queue class of a scale-up's demand.
+func (su ScaleUp) Class() ratelimit.Class {
+	if su.Balloon {
+		return ratelimit.Balloon
+	}
+	return ratelimit.Workload
+}
+
+func demands(sus []ScaleUp) []ratelimit.Demand {
+	out := make([]ratelimit.Demand, 0, len(sus))
+	for _, su := range sus {
+		out = append(out, ratelimit.Demand{Group: su.Group, Count: su.Delta, Class: su.Class(), Since: oldest(su.Pods), Gang: su.Gang})
+	}
+	return out
+}
+
+// groupScaleUps groups scale-ups by group, groups in first-seen order.
+func groupScaleUps(sus []ScaleUp) ([]string, map[string][]ScaleUp) {
+	var order []string
+	by := map[string][]ScaleUp{}
+	for _, su := range sus {
+		if by[su.Group] == nil {
+			order = append(order, su.Group)
+		}
+		by[su.Group] = append(by[su.Group], su)
+	}
+	return order, by
+}
+
+func oldest(pods []*apiv1.Pod) time.Time {
+	var t time.Time
+	for _, p := range pods {
+		if c := p.CreationTimestamp.Time; t.IsZero() || c.Before(t) {
+			t = c
+		}
+	}
+	return t
+}
+
+func pendingOf(groups []*simulator.Group) []Pending {
+	out := make([]Pending, 0, len(groups))
+	for _, g := range groups {
+		out = append(out, Pending{G: g})
+	}
+	return out
+}
+
+// total is the number of nodes scale-ups ask for.
+func total(sus []ScaleUp) int {
+	n := 0
+	for _, su := range sus {
+		n += su.Delta
+	}
+	return n
+}
+
+func markBalloon(sus []ScaleUp) {
+	for i := range sus {
+		sus[i].Balloon = true
+	}
+}
+
+func add(m map[string]map[ratelimit.Class]int, g string, c ratelimit.Class, n int) {
+	if n <= 0 {
+		return
+	}
+	if m[g] == nil {
+		m[g] = map[ratelimit.Class]int{}
+	}
+	m[g][c] += n
+}
+
+func sum[K comparable](m map[K]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
