@@ -164,35 +164,19 @@ func (r *Registry) Options() Options { return r.opts }
 type NodeGroupForNode func(*apiv1.Node) cloudprovider.NodeGroup
 
 // Update recomputes every group's readiness from the nodes and the
-// provider's cached instances, and returns the actions to take.
+// provider's cached instances, and returns the actions to take. Per group:
+// count its nodes, read its target and instances, classify the instances,
+// and check for targets the cloud never created; then forget what is gone.
 func (r *Registry) Update(now time.Time, groups []cloudprovider.NodeGroup, nodes []*apiv1.Node, groupOf NodeGroupForNode) Actions {
 	act := Actions{Delete: map[string][]string{}, DecreaseTarget: map[string]int{}}
-	nodeByID := make(map[string]*apiv1.Node, len(nodes))
-	perGroup := map[string][]*apiv1.Node{}
-	for _, n := range nodes {
-		g := groupOf(n)
-		if g == nil {
-			continue
-		}
-		nodeByID[n.Spec.ProviderID] = n
-		perGroup[g.ID()] = append(perGroup[g.ID()], n)
-	}
-	seen := map[string]bool{}
-	prev := r.prevUpdate
+	u := updateState{now: now, prev: r.prevUpdate, act: &act, seen: map[string]bool{}, nodeByID: make(map[string]*apiv1.Node, len(nodes)),
+		perGroup: map[string][]*apiv1.Node{}}
 	r.prevUpdate = now
-	// appearedAt is the earliest time a machine or target first seen now
-	// can date from: after the previous update, and not before the group's
-	// last scale-up. After a restart there is no previous update, and age
-	// counts from now.
-	appearedAt := func(group string) time.Time {
-		if prev.IsZero() {
-			return now
+	for _, n := range nodes {
+		if g := groupOf(n); g != nil {
+			u.nodeByID[n.Spec.ProviderID] = n
+			u.perGroup[g.ID()] = append(u.perGroup[g.ID()], n)
 		}
-		t := prev
-		if su := r.lastScaleUp[group]; su.After(t) && !su.After(now) {
-			t = su
-		}
-		return t
 	}
 	r.groups = make(map[string]*GroupState, len(groups))
 	r.order = r.order[:0]
@@ -200,130 +184,187 @@ func (r *Registry) Update(now time.Time, groups []cloudprovider.NodeGroup, nodes
 		gs := &GroupState{ID: g.ID(), Min: g.MinSize(), Max: g.MaxSize(), LastScaleUp: r.lastScaleUp[g.ID()]}
 		r.groups[g.ID()] = gs
 		r.order = append(r.order, g.ID())
-		opts := g.Options(r.opts.GroupDefaults)
-		provision := opts.MaxNodeProvisionTime
-		if provision <= 0 {
-			provision = r.opts.MaxNodeProvisionTime
-		}
-		rd := &gs.Readiness
-		for _, n := range perGroup[g.ID()] {
-			rd.Registered++
-			pf, why := r.opts.Preflight.Classify(n, now)
-			if pf == preflight.Passed && r.preflightPending[n.Name] != "" {
-				delete(r.preflightPending, n.Name)
-				act.PreflightPassed = append(act.PreflightPassed, NodeResult{Group: g.ID(), Node: n})
-			}
-			switch {
-			case pf == preflight.Failed:
-				rd.PreflightFailed++
-				r.preflightFailure(&act, g.ID(), n, why, now)
-			case pf == preflight.Pending:
-				rd.Preflight++
-				r.preflightPending[n.Name] = g.ID()
-			case isReady(n):
-				rd.Ready++
-			case now.Sub(n.CreationTimestamp.Time) < r.opts.MaxNodeStartupTime:
-				rd.NotStarted++
-			default:
-				rd.Unready++
-			}
-		}
-		target, err := g.TargetSize()
-		if err != nil {
-			gs.SizeError = err
-		} else {
-			rd.Target, rd.TargetKnown = target, true
-		}
-		instances, ierr := g.Instances()
-		if ierr != nil && gs.SizeError == nil {
-			gs.SizeError = cloudprovider.ErrSizeUnknown(g.ID(), fmt.Errorf("listing instances: %w", ierr))
-			rd.TargetKnown = false
-		}
-		if gs.SizeError != nil {
-			// Nothing is decided on a group whose cloud view is unknown or
-			// stale (CA #3240: a throttled read once led to deleting 197 of
-			// 200 nodes): its machines are neither counted nor acted on.
-			for _, in := range instances {
-				seen[in.ProviderID] = true
-			}
-			gs.Backoff = r.backoff.Status(g.ID(), now)
-			continue
-		}
-		live := 0
+		r.countNodes(&u, gs)
+		instances := r.readCloud(gs, g)
 		for _, in := range instances {
-			id := in.ProviderID
-			seen[id] = true
-			if in.State == cloudprovider.InstanceDeleting {
-				rd.Deleting++
-				continue
-			}
-			live++
-			if in.Error != nil {
-				rd.InError++
-				switch {
-				case !r.handled[id]:
-					r.handled[id] = true
-					act.Delete[g.ID()] = append(act.Delete[g.ID()], id)
-					act.Failures = append(act.Failures, r.fail(g.ID(), in.Error.Class, errorReason(in.Error.Class),
-						fmt.Sprintf("instance %s failed: %s %s", id, in.Error.Code, in.Error.Message), now))
-				case r.retry[id]:
-					delete(r.retry, id)
-					act.Delete[g.ID()] = append(act.Delete[g.ID()], id)
-				}
-				continue
-			}
-			if _, ok := nodeByID[id]; ok {
-				delete(r.unregisteredSince, id)
-				continue
-			}
-			since, ok := r.unregisteredSince[id]
-			if !ok {
-				since = appearedAt(g.ID())
-				r.unregisteredSince[id] = since
-			}
-			if now.Sub(since) <= provision {
-				rd.Unregistered++
-				continue
-			}
-			rd.LongUnregistered++
-			switch {
-			case !r.handled[id]:
-				r.handled[id] = true
-				act.Delete[g.ID()] = append(act.Delete[g.ID()], id)
-				act.Failures = append(act.Failures, r.fail(g.ID(), cloudprovider.ClassOther, "provision-timeout",
-					fmt.Sprintf("instance %s did not register as a node within %s", id, provision), now))
-			case r.retry[id]:
-				delete(r.retry, id)
-				act.Delete[g.ID()] = append(act.Delete[g.ID()], id)
-			}
+			u.seen[in.ProviderID] = true
 		}
-		if rd.TargetKnown {
-			rd.NotCreated = rd.Target - live
-			if rd.NotCreated < 0 {
-				rd.NotCreated = 0
+		// Nothing is decided on a group whose cloud view is unknown or
+		// stale (CA #3240: a throttled read once led to deleting 197 of 200
+		// nodes): its machines are neither counted nor acted on.
+		if gs.SizeError == nil {
+			provision := g.Options(r.opts.GroupDefaults).MaxNodeProvisionTime
+			if provision <= 0 {
+				provision = r.opts.MaxNodeProvisionTime
 			}
-			if rd.NotCreated > 0 {
-				since, ok := r.notCreatedSince[g.ID()]
-				if !ok {
-					since = appearedAt(g.ID())
-					r.notCreatedSince[g.ID()] = since
-				}
-				if now.Sub(since) > provision {
-					act.DecreaseTarget[g.ID()] = -rd.NotCreated
-					act.Failures = append(act.Failures, r.fail(g.ID(), cloudprovider.ClassOther, "provision-timeout",
-						fmt.Sprintf("%d requested machines were not created within %s", rd.NotCreated, provision), now))
-					delete(r.notCreatedSince, g.ID())
-				}
-			} else {
-				delete(r.notCreatedSince, g.ID())
-			}
-			rd.Upcoming = rd.Target - rd.Ready - rd.Unready - rd.LongUnregistered - rd.InError - rd.PreflightFailed
-			if rd.Upcoming < 0 {
-				rd.Upcoming = 0
-			}
+			live := r.classifyInstances(&u, gs, instances, provision)
+			r.checkNeverCreated(&u, gs, live, provision)
+			gs.Readiness.Upcoming = max(0, gs.Readiness.Target-gs.Readiness.Ready-gs.Readiness.Unready-
+				gs.Readiness.LongUnregistered-gs.Readiness.InError-gs.Readiness.PreflightFailed)
 		}
 		gs.Backoff = r.backoff.Status(g.ID(), now)
 	}
+	r.forgetGone(u.seen, nodes)
+	return act
+}
+
+// updateState is the working state of one Update.
+type updateState struct {
+	now, prev time.Time
+	act       *Actions
+	// seen are the provider IDs of every instance listed.
+	seen     map[string]bool
+	nodeByID map[string]*apiv1.Node   // managed nodes by provider ID
+	perGroup map[string][]*apiv1.Node // managed nodes by group
+}
+
+// appearedAt is the earliest time a machine or target first seen now can
+// date from: after the previous update, and not before the group's last
+// scale-up. After a restart there is no previous update, and age counts
+// from now.
+func (r *Registry) appearedAt(u *updateState, group string) time.Time {
+	if u.prev.IsZero() {
+		return u.now
+	}
+	t := u.prev
+	if su := r.lastScaleUp[group]; su.After(t) && !su.After(u.now) {
+		t = su
+	}
+	return t
+}
+
+// countNodes counts a group's registered nodes by stage and tracks their
+// preflight outcomes.
+func (r *Registry) countNodes(u *updateState, gs *GroupState) {
+	rd := &gs.Readiness
+	for _, n := range u.perGroup[gs.ID] {
+		rd.Registered++
+		pf, why := r.opts.Preflight.Classify(n, u.now)
+		if pf == preflight.Passed && r.preflightPending[n.Name] != "" {
+			delete(r.preflightPending, n.Name)
+			u.act.PreflightPassed = append(u.act.PreflightPassed, NodeResult{Group: gs.ID, Node: n})
+		}
+		switch {
+		case pf == preflight.Failed:
+			rd.PreflightFailed++
+			r.preflightFailure(u.act, gs.ID, n, why, u.now)
+		case pf == preflight.Pending:
+			rd.Preflight++
+			r.preflightPending[n.Name] = gs.ID
+		case isReady(n):
+			rd.Ready++
+		case u.now.Sub(n.CreationTimestamp.Time) < r.opts.MaxNodeStartupTime:
+			rd.NotStarted++
+		default:
+			rd.Unready++
+		}
+	}
+}
+
+// readCloud reads a group's target size and instances from the provider's
+// cache; either failing sets the group's SizeError.
+func (r *Registry) readCloud(gs *GroupState, g cloudprovider.NodeGroup) []cloudprovider.Instance {
+	rd := &gs.Readiness
+	if target, err := g.TargetSize(); err != nil {
+		gs.SizeError = err
+	} else {
+		rd.Target, rd.TargetKnown = target, true
+	}
+	instances, err := g.Instances()
+	if err != nil && gs.SizeError == nil {
+		gs.SizeError = cloudprovider.ErrSizeUnknown(g.ID(), fmt.Errorf("listing instances: %w", err))
+		rd.TargetKnown = false
+	}
+	return instances
+}
+
+// classifyInstances counts a group's machines as deleting, in error,
+// registered, unregistered or long unregistered, lists failed and
+// never-registered machines for deletion, and returns the number of live
+// (not deleting) machines.
+func (r *Registry) classifyInstances(u *updateState, gs *GroupState, instances []cloudprovider.Instance, provision time.Duration) int {
+	rd := &gs.Readiness
+	live := 0
+	for _, in := range instances {
+		id := in.ProviderID
+		if in.State == cloudprovider.InstanceDeleting {
+			rd.Deleting++
+			continue
+		}
+		live++
+		if in.Error != nil {
+			rd.InError++
+			r.deleteOnce(u.act, gs.ID, id, func() Failure {
+				return r.fail(gs.ID, in.Error.Class, errorReason(in.Error.Class),
+					fmt.Sprintf("instance %s failed: %s %s", id, in.Error.Code, in.Error.Message), u.now)
+			})
+			continue
+		}
+		if _, ok := u.nodeByID[id]; ok {
+			delete(r.unregisteredSince, id)
+			continue
+		}
+		since, ok := r.unregisteredSince[id]
+		if !ok {
+			since = r.appearedAt(u, gs.ID)
+			r.unregisteredSince[id] = since
+		}
+		if u.now.Sub(since) <= provision {
+			rd.Unregistered++
+			continue
+		}
+		rd.LongUnregistered++
+		r.deleteOnce(u.act, gs.ID, id, func() Failure {
+			return r.fail(gs.ID, cloudprovider.ClassOther, "provision-timeout",
+				fmt.Sprintf("instance %s did not register as a node within %s", id, provision), u.now)
+		})
+	}
+	return live
+}
+
+// deleteOnce lists a failed machine for deletion: the first time with its
+// failure (which backs the group off), afterwards only when its deletion
+// failed and is to be asked again (RetryDelete).
+func (r *Registry) deleteOnce(act *Actions, group, id string, failure func() Failure) {
+	switch {
+	case !r.handled[id]:
+		r.handled[id] = true
+		act.Delete[group] = append(act.Delete[group], id)
+		act.Failures = append(act.Failures, failure())
+	case r.retry[id]:
+		delete(r.retry, id)
+		act.Delete[group] = append(act.Delete[group], id)
+	}
+}
+
+// checkNeverCreated lowers the target by the machines requested and not
+// created within the provision time, as a failed scale-up.
+func (r *Registry) checkNeverCreated(u *updateState, gs *GroupState, live int, provision time.Duration) {
+	rd := &gs.Readiness
+	if !rd.TargetKnown {
+		return
+	}
+	rd.NotCreated = max(0, rd.Target-live)
+	if rd.NotCreated == 0 {
+		delete(r.notCreatedSince, gs.ID)
+		return
+	}
+	since, ok := r.notCreatedSince[gs.ID]
+	if !ok {
+		since = r.appearedAt(u, gs.ID)
+		r.notCreatedSince[gs.ID] = since
+	}
+	if u.now.Sub(since) > provision {
+		u.act.DecreaseTarget[gs.ID] = -rd.NotCreated
+		u.act.Failures = append(u.act.Failures, r.fail(gs.ID, cloudprovider.ClassOther, "provision-timeout",
+			fmt.Sprintf("%d requested machines were not created within %s", rd.NotCreated, provision), u.now))
+		delete(r.notCreatedSince, gs.ID)
+	}
+}
+
+// forgetGone drops what the registry remembers of machines no longer
+// listed and nodes no longer there.
+func (r *Registry) forgetGone(seen map[string]bool, nodes []*apiv1.Node) {
 	for id := range r.unregisteredSince {
 		if !seen[id] {
 			delete(r.unregisteredSince, id)
@@ -349,7 +390,6 @@ func (r *Registry) Update(now time.Time, groups []cloudprovider.NodeGroup, nodes
 			delete(r.preflightFailed, name)
 		}
 	}
-	return act
 }
 
 // preflightFailure lists a failed node for replacement and, the first time
