@@ -55,8 +55,14 @@ type config struct {
 func newFlagSet(c *config) *pflag.FlagSet {
 	d := core.DefaultOptions()
 	c.core = d
+	// Each flag is defined on fs, restart-only, or on live: a new value of
+	// a live flag in the flags ConfigMap takes effect at the next loop; any
+	// other needs a restart (it is bound to informers, clients or objects
+	// made at start).
 	fs := pflag.NewFlagSet("vmss-autoscaler", pflag.ContinueOnError)
 	fs.SortFlags = false
+	live := pflag.NewFlagSet("live", pflag.ContinueOnError)
+	live.SortFlags = false
 	fs.StringVar(&c.configFile, "config", "", "YAML file whose keys are flag names (the Helm chart mounts its ConfigMap here); flags given on the command line win")
 	fs.StringVar(&c.configMap, "config-map", "", "ConfigMap (in --namespace) of flag values, watched through the API: live keys take effect on the next loop without a restart; empty: not watched")
 	fs.StringVar(&c.configMapKey, "config-map-key", "config.yaml", "key of --config-map holding the YAML of flag values")
@@ -65,74 +71,74 @@ func newFlagSet(c *config) *pflag.FlagSet {
 	fs.IntVar(&c.kubeClientBurst, "kube-client-burst", 40, "burst of the Kubernetes client")
 	fs.StringVar(&c.cloudProvider, "cloud-provider", "azure", "cloud provider (azure)")
 	fs.StringArrayVar(&c.nodes, "nodes", nil, "node group as min:max:<scale set>; repeat for each group")
-	fs.DurationVar(&c.core.ScanInterval, "scan-interval", d.ScanInterval, "time between loops")
-	fs.IntVar(&c.core.MaxNodesTotal, "max-nodes-total", d.MaxNodesTotal, "maximum number of nodes in the cluster, 0 for no limit")
-	fs.StringVar(&c.expander, "expander", strings.Join(d.Expanders, ","), "expander chain, comma-separated: "+strings.Join(scaleup.ValidExpanders(), ", "))
-	fs.DurationVar(&c.core.NewPodScaleUpDelay, "new-pod-scale-up-delay", d.NewPodScaleUpDelay, "pods younger than this do not trigger a scale-up yet (lets a gang or Job burst arrive)")
-	fs.DurationVar(&c.core.MaxNodeProvisionTime, "max-node-provision-time", d.MaxNodeProvisionTime, "time a new machine may take to register as a node")
-	fs.DurationVar(&c.core.MaxNodeStartupTime, "max-node-startup-time", d.MaxNodeStartupTime, "time a registered node may stay not ready before it counts as unready")
-	fs.DurationVar(&c.core.InitialNodeGroupBackoffDuration, "initial-node-group-backoff-duration", d.InitialNodeGroupBackoffDuration, "first backoff of a group after a failed scale-up")
-	fs.DurationVar(&c.core.MaxNodeGroupBackoffDuration, "max-node-group-backoff-duration", d.MaxNodeGroupBackoffDuration, "longest backoff of a group (quota errors go straight to it)")
-	fs.DurationVar(&c.core.NodeGroupBackoffResetTimeout, "node-group-backoff-reset-timeout", d.NodeGroupBackoffResetTimeout, "a group with no failure for this long starts its backoff afresh")
+	live.DurationVar(&c.core.ScanInterval, "scan-interval", d.ScanInterval, "time between loops")
+	live.IntVar(&c.core.MaxNodesTotal, "max-nodes-total", d.MaxNodesTotal, "maximum number of nodes in the cluster, 0 for no limit")
+	live.StringVar(&c.expander, "expander", strings.Join(d.Expanders, ","), "expander chain, comma-separated: "+strings.Join(scaleup.ValidExpanders(), ", "))
+	live.DurationVar(&c.core.NewPodScaleUpDelay, "new-pod-scale-up-delay", d.NewPodScaleUpDelay, "pods younger than this do not trigger a scale-up yet (lets a gang or Job burst arrive)")
+	live.DurationVar(&c.core.MaxNodeProvisionTime, "max-node-provision-time", d.MaxNodeProvisionTime, "time a new machine may take to register as a node")
+	live.DurationVar(&c.core.MaxNodeStartupTime, "max-node-startup-time", d.MaxNodeStartupTime, "time a registered node may stay not ready before it counts as unready")
+	live.DurationVar(&c.core.InitialNodeGroupBackoffDuration, "initial-node-group-backoff-duration", d.InitialNodeGroupBackoffDuration, "first backoff of a group after a failed scale-up")
+	live.DurationVar(&c.core.MaxNodeGroupBackoffDuration, "max-node-group-backoff-duration", d.MaxNodeGroupBackoffDuration, "longest backoff of a group (quota errors go straight to it)")
+	live.DurationVar(&c.core.NodeGroupBackoffResetTimeout, "node-group-backoff-reset-timeout", d.NodeGroupBackoffResetTimeout, "a group with no failure for this long starts its backoff afresh")
 	fs.StringVar(&c.gpuResourceName, "gpu-resource-name", string(d.GPUResourceName), "extended resource counted as GPUs")
-	fs.BoolVar(&c.core.GPUGroupsForGPUPodsOnly, "gpu-groups-for-gpu-pods-only", d.GPUGroupsForGPUPodsOnly, "pods that request no GPU never scale up groups of GPU machines")
+	live.BoolVar(&c.core.GPUGroupsForGPUPodsOnly, "gpu-groups-for-gpu-pods-only", d.GPUGroupsForGPUPodsOnly, "pods that request no GPU never scale up groups of GPU machines")
 	fs.StringVar(&c.core.Namespace, "namespace", d.Namespace, "namespace of the status, priority and leader-election objects")
 	fs.StringVar(&c.core.StatusConfigMapName, "status-config-map-name", d.StatusConfigMapName, "name of the status ConfigMap")
 	fs.BoolVar(&c.core.WriteStatusConfigMap, "write-status-configmap", d.WriteStatusConfigMap, "write the status ConfigMap")
 	fs.StringVar(&c.core.PriorityConfigMapName, "priority-expander-configmap", d.PriorityConfigMapName, "ConfigMap of the priority expander (key \"priorities\", CA's format)")
-	fs.IntVar(&c.core.MaxPodEventsPerLoop, "max-pod-events-per-loop", d.MaxPodEventsPerLoop, "cap on pod events (TriggeredScaleUp, NotTriggerScaleUp) written per loop")
-	fs.DurationVar(&c.core.PodEventInterval, "pod-event-interval", d.PodEventInterval, "an unchanged event for the same pod is repeated at most this often")
-	fs.BoolVar(&c.core.ScaleDownEnabled, "scale-down-enabled", d.ScaleDownEnabled, "remove unneeded nodes")
-	fs.Float64Var(&c.core.ScaleDownUtilizationThreshold, "scale-down-utilization-threshold", d.ScaleDownUtilizationThreshold, "a node whose highest CPU or memory request share is below this may be removed")
-	fs.Float64Var(&c.core.ScaleDownGPUUtilizationThreshold, "scale-down-gpu-utilization-threshold", d.ScaleDownGPUUtilizationThreshold, "the same for GPU nodes, GPUs included")
-	fs.DurationVar(&c.core.ScaleDownUnneededTime, "scale-down-unneeded-time", d.ScaleDownUnneededTime, "how long a node must be unneeded before it is removed")
-	fs.DurationVar(&c.core.ScaleDownUnreadyTime, "scale-down-unready-time", d.ScaleDownUnreadyTime, "how long an unready node must be unneeded before it is removed")
-	fs.DurationVar(&c.core.ScaleDownDelayAfterAdd, "scale-down-delay-after-add", d.ScaleDownDelayAfterAdd, "no scale-down in a group for this long after it scaled up")
-	fs.DurationVar(&c.core.ScaleDownDelayAfterDelete, "scale-down-delay-after-delete", d.ScaleDownDelayAfterDelete, "no scale-down for this long after a node was removed")
-	fs.DurationVar(&c.core.ScaleDownDelayAfterFailure, "scale-down-delay-after-failure", d.ScaleDownDelayAfterFailure, "no scale-down for this long after a removal failed")
-	fs.IntVar(&c.core.MaxScaleDownParallelism, "max-scale-down-parallelism", d.MaxScaleDownParallelism, "nodes drained at once")
-	fs.IntVar(&c.core.MaxEmptyBulkDelete, "max-empty-bulk-delete", d.MaxEmptyBulkDelete, "empty nodes removed per loop")
-	fs.IntVar(&c.core.MaxGracefulTerminationSec, "max-graceful-termination-sec", d.MaxGracefulTerminationSec, "cap on a pod's graceful termination when draining")
-	fs.BoolVar(&c.core.SkipNodesWithSystemPods, "skip-nodes-with-system-pods", d.SkipNodesWithSystemPods, "keep nodes running kube-system pods that have no PodDisruptionBudget")
-	fs.BoolVar(&c.core.SkipNodesWithLocalStorage, "skip-nodes-with-local-storage", d.SkipNodesWithLocalStorage, "keep nodes running pods with emptyDir or hostPath volumes")
-	fs.Float64Var(&c.core.ScaleDownBrakeClusterShare, "scale-down-brake-cluster-share", d.ScaleDownBrakeClusterShare, "safety brake: at most this share of the cluster's nodes removed within --scale-down-brake-window")
-	fs.Float64Var(&c.core.ScaleDownBrakeGroupShare, "scale-down-brake-group-share", d.ScaleDownBrakeGroupShare, "safety brake: at most this share of a group's nodes removed within the window")
-	fs.DurationVar(&c.core.ScaleDownBrakeWindow, "scale-down-brake-window", d.ScaleDownBrakeWindow, "the safety brake's window")
-	fs.Float64Var(&c.core.ScaleDownMaxUnreadyShare, "scale-down-max-unready-share", d.ScaleDownMaxUnreadyShare, "a group with more unready nodes than this share (and more than 3) is not scaled down; other groups are")
-	fs.IntVar(&c.core.MaxSoftTaintsPerLoop, "max-soft-taints-per-loop", d.MaxSoftTaintsPerLoop, "cap on DeletionCandidate taint writes per loop")
-	fs.BoolVar(&c.core.NodeAdditionSmoothing, "node-addition-smoothing", d.NodeAdditionSmoothing, "send new nodes to the cloud through the rate-limited node-addition queue (off: every planned node at once)")
-	fs.Float64Var(&c.core.NodeAdditionRate, "node-addition-rate", d.NodeAdditionRate, "nodes requested per minute at most (the adaptive mode's starting rate)")
-	fs.IntVar(&c.core.NodeAdditionBurst, "node-addition-burst", d.NodeAdditionBurst, "nodes that may be requested at once after a quiet period")
-	fs.IntVar(&c.core.MaxNodesInFlight, "max-nodes-in-flight", d.MaxNodesInFlight, "cap on nodes requested and not yet ready")
-	fs.BoolVar(&c.core.NodeAdditionAdaptive, "node-addition-adaptive", d.NodeAdditionAdaptive, "move the node-addition rate with the API server's health: halve it on 429s, 5xx, slow requests or flow-control rejections, raise it while healthy")
+	live.IntVar(&c.core.MaxPodEventsPerLoop, "max-pod-events-per-loop", d.MaxPodEventsPerLoop, "cap on pod events (TriggeredScaleUp, NotTriggerScaleUp) written per loop")
+	live.DurationVar(&c.core.PodEventInterval, "pod-event-interval", d.PodEventInterval, "an unchanged event for the same pod is repeated at most this often")
+	live.BoolVar(&c.core.ScaleDownEnabled, "scale-down-enabled", d.ScaleDownEnabled, "remove unneeded nodes")
+	live.Float64Var(&c.core.ScaleDownUtilizationThreshold, "scale-down-utilization-threshold", d.ScaleDownUtilizationThreshold, "a node whose highest CPU or memory request share is below this may be removed")
+	live.Float64Var(&c.core.ScaleDownGPUUtilizationThreshold, "scale-down-gpu-utilization-threshold", d.ScaleDownGPUUtilizationThreshold, "the same for GPU nodes, GPUs included")
+	live.DurationVar(&c.core.ScaleDownUnneededTime, "scale-down-unneeded-time", d.ScaleDownUnneededTime, "how long a node must be unneeded before it is removed")
+	live.DurationVar(&c.core.ScaleDownUnreadyTime, "scale-down-unready-time", d.ScaleDownUnreadyTime, "how long an unready node must be unneeded before it is removed")
+	live.DurationVar(&c.core.ScaleDownDelayAfterAdd, "scale-down-delay-after-add", d.ScaleDownDelayAfterAdd, "no scale-down in a group for this long after it scaled up")
+	live.DurationVar(&c.core.ScaleDownDelayAfterDelete, "scale-down-delay-after-delete", d.ScaleDownDelayAfterDelete, "no scale-down for this long after a node was removed")
+	live.DurationVar(&c.core.ScaleDownDelayAfterFailure, "scale-down-delay-after-failure", d.ScaleDownDelayAfterFailure, "no scale-down for this long after a removal failed")
+	live.IntVar(&c.core.MaxScaleDownParallelism, "max-scale-down-parallelism", d.MaxScaleDownParallelism, "nodes drained at once")
+	live.IntVar(&c.core.MaxEmptyBulkDelete, "max-empty-bulk-delete", d.MaxEmptyBulkDelete, "empty nodes removed per loop")
+	live.IntVar(&c.core.MaxGracefulTerminationSec, "max-graceful-termination-sec", d.MaxGracefulTerminationSec, "cap on a pod's graceful termination when draining")
+	live.BoolVar(&c.core.SkipNodesWithSystemPods, "skip-nodes-with-system-pods", d.SkipNodesWithSystemPods, "keep nodes running kube-system pods that have no PodDisruptionBudget")
+	live.BoolVar(&c.core.SkipNodesWithLocalStorage, "skip-nodes-with-local-storage", d.SkipNodesWithLocalStorage, "keep nodes running pods with emptyDir or hostPath volumes")
+	live.Float64Var(&c.core.ScaleDownBrakeClusterShare, "scale-down-brake-cluster-share", d.ScaleDownBrakeClusterShare, "safety brake: at most this share of the cluster's nodes removed within --scale-down-brake-window")
+	live.Float64Var(&c.core.ScaleDownBrakeGroupShare, "scale-down-brake-group-share", d.ScaleDownBrakeGroupShare, "safety brake: at most this share of a group's nodes removed within the window")
+	live.DurationVar(&c.core.ScaleDownBrakeWindow, "scale-down-brake-window", d.ScaleDownBrakeWindow, "the safety brake's window")
+	live.Float64Var(&c.core.ScaleDownMaxUnreadyShare, "scale-down-max-unready-share", d.ScaleDownMaxUnreadyShare, "a group with more unready nodes than this share (and more than 3) is not scaled down; other groups are")
+	live.IntVar(&c.core.MaxSoftTaintsPerLoop, "max-soft-taints-per-loop", d.MaxSoftTaintsPerLoop, "cap on DeletionCandidate taint writes per loop")
+	live.BoolVar(&c.core.NodeAdditionSmoothing, "node-addition-smoothing", d.NodeAdditionSmoothing, "send new nodes to the cloud through the rate-limited node-addition queue (off: every planned node at once)")
+	live.Float64Var(&c.core.NodeAdditionRate, "node-addition-rate", d.NodeAdditionRate, "nodes requested per minute at most (the adaptive mode's starting rate)")
+	live.IntVar(&c.core.NodeAdditionBurst, "node-addition-burst", d.NodeAdditionBurst, "nodes that may be requested at once after a quiet period")
+	live.IntVar(&c.core.MaxNodesInFlight, "max-nodes-in-flight", d.MaxNodesInFlight, "cap on nodes requested and not yet ready")
+	live.BoolVar(&c.core.NodeAdditionAdaptive, "node-addition-adaptive", d.NodeAdditionAdaptive, "move the node-addition rate with the API server's health: halve it on 429s, 5xx, slow requests or flow-control rejections, raise it while healthy")
 	ad := &c.core.NodeAdditionAdaptiveOptions
-	fs.Float64Var(&ad.Min, "node-addition-rate-min", ad.Min, "adaptive mode: lowest rate, nodes per minute")
-	fs.Float64Var(&ad.Max, "node-addition-rate-max", ad.Max, "adaptive mode: highest rate, nodes per minute")
-	fs.Float64Var(&ad.DecreaseFactor, "node-addition-rate-decrease-factor", ad.DecreaseFactor, "adaptive mode: the rate is multiplied by this on trouble")
-	fs.Float64Var(&ad.IncreaseStep, "node-addition-rate-increase-step", ad.IncreaseStep, "adaptive mode: nodes per minute added to the rate per healthy interval while the rate holds demand back")
-	fs.DurationVar(&ad.Interval, "node-addition-adaptive-interval", ad.Interval, "adaptive mode: how often the rate is reconsidered")
-	fs.DurationVar(&ad.LatencyThreshold, "node-addition-latency-threshold", ad.LatencyThreshold, "adaptive mode: a request of the autoscaler slower than this is slow; more than 10% slow is trouble")
+	live.Float64Var(&ad.Min, "node-addition-rate-min", ad.Min, "adaptive mode: lowest rate, nodes per minute")
+	live.Float64Var(&ad.Max, "node-addition-rate-max", ad.Max, "adaptive mode: highest rate, nodes per minute")
+	live.Float64Var(&ad.DecreaseFactor, "node-addition-rate-decrease-factor", ad.DecreaseFactor, "adaptive mode: the rate is multiplied by this on trouble")
+	live.Float64Var(&ad.IncreaseStep, "node-addition-rate-increase-step", ad.IncreaseStep, "adaptive mode: nodes per minute added to the rate per healthy interval while the rate holds demand back")
+	live.DurationVar(&ad.Interval, "node-addition-adaptive-interval", ad.Interval, "adaptive mode: how often the rate is reconsidered")
+	live.DurationVar(&ad.LatencyThreshold, "node-addition-latency-threshold", ad.LatencyThreshold, "adaptive mode: a request of the autoscaler slower than this is slow; more than 10% slow is trouble")
 	fs.DurationVar(&c.apiserverMetricsInterval, "apiserver-metrics-interval", 30*time.Second, "adaptive mode: how often the API server's /metrics is read for apiserver_flowcontrol_rejected_requests_total (needs get on the non-resource URL /metrics); 0 to never read it")
 	pf := &c.core.Preflight
-	fs.BoolVar(&pf.Enabled, "preflight-enabled", pf.Enabled, "treat nodes carrying the preflight taint as coming capacity until the preflight agent passes them, and replace the ones that fail")
-	fs.StringVar(&c.preflightTaint, "preflight-taint", pf.Taint.Key+"="+pf.Taint.Value+":"+string(pf.Taint.Effect), "taint new nodes join with until they pass preflight (key=value:Effect; key and effect identify it)")
-	fs.StringVar(&pf.Label, "preflight-label", pf.Label, "node label holding pending|passed|failed")
-	fs.StringVar(&pf.FailureAnnotation, "preflight-failure-annotation", pf.FailureAnnotation, "node annotation where the agent writes why a node failed")
-	fs.DurationVar(&pf.MaxPreflightTime, "max-preflight-time", pf.MaxPreflightTime, "a node still pending preflight this long after it registered counts as failed and is replaced")
-	fs.IntVar(&c.core.PreflightFailuresBeforeBackoff, "preflight-failures-before-backoff", d.PreflightFailuresBeforeBackoff, "this many preflight failures in a group within --preflight-failure-window back the group off; 0 never")
-	fs.DurationVar(&c.core.PreflightFailureWindow, "preflight-failure-window", d.PreflightFailureWindow, "window of --preflight-failures-before-backoff")
+	live.BoolVar(&pf.Enabled, "preflight-enabled", pf.Enabled, "treat nodes carrying the preflight taint as coming capacity until the preflight agent passes them, and replace the ones that fail")
+	live.StringVar(&c.preflightTaint, "preflight-taint", pf.Taint.Key+"="+pf.Taint.Value+":"+string(pf.Taint.Effect), "taint new nodes join with until they pass preflight (key=value:Effect; key and effect identify it)")
+	live.StringVar(&pf.Label, "preflight-label", pf.Label, "node label holding pending|passed|failed")
+	live.StringVar(&pf.FailureAnnotation, "preflight-failure-annotation", pf.FailureAnnotation, "node annotation where the agent writes why a node failed")
+	live.DurationVar(&pf.MaxPreflightTime, "max-preflight-time", pf.MaxPreflightTime, "a node still pending preflight this long after it registered counts as failed and is replaced")
+	live.IntVar(&c.core.PreflightFailuresBeforeBackoff, "preflight-failures-before-backoff", d.PreflightFailuresBeforeBackoff, "this many preflight failures in a group within --preflight-failure-window back the group off; 0 never")
+	live.DurationVar(&c.core.PreflightFailureWindow, "preflight-failure-window", d.PreflightFailureWindow, "window of --preflight-failures-before-backoff")
 	bo := &c.core.Balloons
-	fs.BoolVar(&c.core.BalloonAware, "balloon-aware", d.BalloonAware, "treat balloon pods' room as free: real pods that fit by preempting balloons buy no node, balloons never keep a node needed")
-	fs.StringArrayVar(&c.warmPools, "warm-pool", nil, "warm nodes held by balloons for a node group: "+balloon.PolicyFormat+"; repeat per group (the percentage is of the group's target size)")
+	live.BoolVar(&c.core.BalloonAware, "balloon-aware", d.BalloonAware, "treat balloon pods' room as free: real pods that fit by preempting balloons buy no node, balloons never keep a node needed")
+	live.StringArrayVar(&c.warmPools, "warm-pool", nil, "warm nodes held by balloons for a node group: "+balloon.PolicyFormat+"; repeat per group (the percentage is of the group's target size)")
 	fs.StringVar(&bo.Label, "balloon-label", bo.Label, "label marking balloon pods (value: the node group)")
 	fs.StringVar(&bo.PriorityClassName, "balloon-priority-class", bo.PriorityClassName, "PriorityClass of balloon pods (created if missing, preemptionPolicy Never)")
 	fs.Int32Var(&bo.PriorityValue, "balloon-priority-value", bo.PriorityValue, "value of that PriorityClass; negative")
 	fs.StringVar(&bo.Image, "balloon-image", bo.Image, "image of the balloon pods' container")
 	fs.StringVar(&bo.Namespace, "balloon-namespace", bo.Namespace, "namespace of the balloon Deployments")
 	fs.StringVar(&bo.NodeGroupLabel, "balloon-node-group-label", bo.NodeGroupLabel, "node label naming a node's group, which balloons are pinned by (set from the scale set's tags)")
-	fs.BoolVar(&c.core.BorrowersScaleTeamGroups, "borrowers-scale-team-groups", d.BorrowersScaleTeamGroups, "let pods that tolerate a team's taint only through a catch-all toleration grow that team's node group")
-	fs.StringArrayVar(&c.core.StatusTaints, "status-taint", nil, "taint key a separate manager puts on live nodes, stripped from node templates; repeatable")
-	fs.BoolVar(&c.core.GangSplit, "gang-allow-split", d.GangSplit, "let a gang span several node groups when no single group can take it (one group, same fabric, is always preferred)")
+	live.BoolVar(&c.core.BorrowersScaleTeamGroups, "borrowers-scale-team-groups", d.BorrowersScaleTeamGroups, "let pods that tolerate a team's taint only through a catch-all toleration grow that team's node group")
+	live.StringArrayVar(&c.core.StatusTaints, "status-taint", nil, "taint key a separate manager puts on live nodes, stripped from node templates; repeatable")
+	live.BoolVar(&c.core.GangSplit, "gang-allow-split", d.GangSplit, "let a gang span several node groups when no single group can take it (one group, same fabric, is always preferred)")
 	fs.StringVar(&c.address, "address", ":8085", "address of /metrics and /healthz")
 	fs.DurationVar(&c.maxInactivity, "max-inactivity", 10*time.Minute, "/healthz fails when no loop has run for this long")
 	fs.DurationVar(&c.maxFailingTime, "max-failing-time", 15*time.Minute, "/healthz fails when no loop has succeeded for this long")
@@ -141,6 +147,8 @@ func newFlagSet(c *config) *pflag.FlagSet {
 	fs.DurationVar(&c.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "leader election renew deadline")
 	fs.DurationVar(&c.retryPeriod, "leader-elect-retry-period", 2*time.Second, "leader election retry period")
 	fs.StringVar(&c.leaderElectResource, "leader-elect-resource-name", "vmss-autoscaler", "name of the leader election Lease")
+	markLive(live)
+	fs.AddFlagSet(live)
 	return fs
 }
 
@@ -291,4 +299,24 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// reloadAnnotation marks, on a flag, whether a new value in the flags
+// ConfigMap takes effect live: "live"; absent: restart-only.
+const reloadAnnotation = "vmss-autoscaler.io/reload"
+
+// markLive marks every flag of fs live.
+func markLive(fs *pflag.FlagSet) {
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Annotations == nil {
+			f.Annotations = map[string][]string{}
+		}
+		f.Annotations[reloadAnnotation] = []string{"live"}
+	})
+}
+
+// isLive says a flag's new value takes effect at the next loop.
+func isLive(f *pflag.Flag) bool {
+	v := f.Annotations[reloadAnnotation]
+	return len(v) == 1 && v[0] == "live"
 }

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"net/http"
 	"sync"
 	"time"
-
-	"k8s.io/klog/v2"
 )
 
 // health answers /healthz: a leader is unhealthy when its loop has not run
@@ -68,11 +65,4 @@ func (h *health) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	fmt.Fprintf(w, "ok: leader, last successful loop %s\n", last.UTC().Format(time.RFC3339))
-}
-
-// klogFlagSet exposes klog's flags (-v, --vmodule, ...) on the command line.
-func klogFlagSet() *flag.FlagSet {
-	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(fs)
-	return fs
 }

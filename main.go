@@ -68,10 +68,10 @@ func main() {
 // run configures and runs the autoscaler until ctx ends or leadership is lost.
 func run(ctx context.Context, args []string) error {
 	var prov providerFlags
+	kf := newKlogFlags()
 	c, flags, err := parseConfigFrom(args, func(fs *pflag.FlagSet) {
 		prov.register(fs)
-		klogFlags := klogFlagSet()
-		fs.AddGoFlagSet(klogFlags)
+		kf.addReal(fs)
 	}, nil, "")
 	if err != nil {
 		return err
@@ -170,9 +170,10 @@ func run(ctx context.Context, args []string) error {
 		reloadExtra := func(fs *pflag.FlagSet) {
 			var p providerFlags
 			p.register(fs)
-			fs.AddGoFlagSet(klogFlagSet())
+			kf.addShadows(fs)
 		}
 		r := newReloader(args, reloadExtra, flags, c, autoscaler.Reconfigure, recorder, metrics, health.isLeader)
+		r.klog = kf.apply
 		handle := func(obj any) {
 			if cm, ok := obj.(*apiv1.ConfigMap); ok && cm.Name == c.configMap {
 				r.reload(ctx, cm)

@@ -11,6 +11,7 @@ import (
 	apiv1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/core"
 )
@@ -22,59 +23,49 @@ const (
 	eventConfigRestartRequired = "ConfigRestartRequired"
 )
 
-// liveFlag says whether a flag's new value takes effect on the next loop.
-// The rest (cloud, identity, namespaces, leader election, the address,
-// informer-bound names) need a restart.
-func liveFlag(name string) bool {
-	for _, p := range []string{"scale-down-", "node-addition-", "preflight-", "max-preflight-", "node-group-backoff-"} {
-		if strings.HasPrefix(name, p) {
-			return true
-		}
-	}
-	switch name {
-	case "scan-interval", "max-nodes-total", "expander", "new-pod-scale-up-delay", "max-node-provision-time",
-		"max-node-startup-time", "initial-node-group-backoff-duration", "max-node-group-backoff-duration",
-		"gpu-groups-for-gpu-pods-only", "max-pod-events-per-loop", "pod-event-interval", "max-scale-down-parallelism",
-		"max-empty-bulk-delete", "max-graceful-termination-sec", "skip-nodes-with-system-pods",
-		"skip-nodes-with-local-storage", "max-soft-taints-per-loop", "max-nodes-in-flight", "warm-pool", "balloon-aware",
-		"gang-allow-split", "borrowers-scale-team-groups", "status-taint", "v":
-		return true
-	}
-	return false
-}
-
 // reloader applies edits of the flags ConfigMap: the whole new set is
 // parsed and validated as at start; a bad value refuses it all (the last
 // good configuration stays) with an event and a log line naming the key
 // and the value; live keys go to the autoscaler for its next loop; other
-// changed keys are reported as needing a restart.
+// changed keys are reported as needing a restart. Which keys are live is
+// declared where each flag is defined (isLive).
 type reloader struct {
-	args      []string
-	extra     func(*pflag.FlagSet)
-	source    string
-	key       string
-	apply     func(core.Options) error
-	rec       record.EventRecorder
-	metrics   *core.Metrics
-	isLeader  func() bool
-	mu        sync.Mutex
-	lastData  string
-	values    map[string]string // flag values of the configuration in force
-	restart   map[string]bool   // keys changed that wait for a restart
-	startCore core.Options
+	args     []string
+	extra    func(*pflag.FlagSet)
+	source   string
+	key      string
+	apply    func(core.Options) error
+	klog     func(name, value string) error // applies a live klog flag; nil: none
+	rec      record.EventRecorder
+	metrics  *core.Metrics
+	isLeader func() bool
+	mu       sync.Mutex
+	lastData string
+	values   map[string]string   // flag values of the configuration in force
+	settings map[string][]string // the same, as values to set again
+	restart  map[string]bool     // keys changed that wait for a restart
 }
 
 func newReloader(args []string, extra func(*pflag.FlagSet), fs *pflag.FlagSet, c *config, apply func(core.Options) error,
 	rec record.EventRecorder, m *core.Metrics, isLeader func() bool) *reloader {
+	values, settings := flagValues(fs)
 	return &reloader{args: args, extra: extra, source: fmt.Sprintf("ConfigMap %s/%s key %s", c.core.Namespace, c.configMap, c.configMapKey),
-		key: c.configMapKey, apply: apply, rec: rec, metrics: m, isLeader: isLeader, values: flagValues(fs), restart: map[string]bool{},
-		startCore: c.core}
+		key: c.configMapKey, apply: apply, rec: rec, metrics: m, isLeader: isLeader, values: values, settings: settings, restart: map[string]bool{}}
 }
 
-func flagValues(fs *pflag.FlagSet) map[string]string {
-	out := map[string]string{}
-	fs.VisitAll(func(f *pflag.Flag) { out[f.Name] = f.Value.String() })
-	return out
+// flagValues are the flags' values as strings, to compare, and as what
+// sets them again (a list for repeatable flags).
+func flagValues(fs *pflag.FlagSet) (map[string]string, map[string][]string) {
+	values, settings := map[string]string{}, map[string][]string{}
+	fs.VisitAll(func(f *pflag.Flag) {
+		values[f.Name] = f.Value.String()
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			settings[f.Name] = sv.GetSlice()
+		} else {
+			settings[f.Name] = []string{f.Value.String()}
+		}
+	})
+	return values, settings
 }
 
 // reload handles one version of the ConfigMap.
@@ -88,21 +79,34 @@ func (r *reloader) reload(ctx context.Context, cm *apiv1.ConfigMap) {
 	}
 	r.lastData = data
 	c, fs, err := parseConfigFrom(r.args, r.extra, []byte(data), r.source)
-	var live, restart []string
+	var live, restart, klogLive []string
 	var values map[string]string
+	var settings map[string][]string
 	if err == nil {
-		values = flagValues(fs)
+		values, settings = flagValues(fs)
+		var pinned []string
 		for name, v := range values {
+			f := fs.Lookup(name)
 			switch {
 			case r.values[name] == v:
-			case liveFlag(name):
+			case isLive(f):
 				live = append(live, name+"="+v)
+				if isKlog(f) {
+					klogLive = append(klogLive, name)
+				}
 			default:
 				restart = append(restart, name+"="+v)
+				pinned = append(pinned, name)
 			}
 		}
-		if len(live) > 0 {
-			err = r.apply(r.keepRestartOnly(c.core))
+		if len(live) > len(klogLive) {
+			if len(pinned) > 0 {
+				// Restart-only keys keep the values in force.
+				c, err = r.parsePinned([]byte(data), pinned)
+			}
+			if err == nil {
+				err = r.apply(c.core)
+			}
 		}
 	}
 	if err != nil {
@@ -117,11 +121,20 @@ func (r *reloader) reload(ctx context.Context, cm *apiv1.ConfigMap) {
 	}
 	sort.Strings(live)
 	sort.Strings(restart)
+	// klog's live flags apply only now that the whole set is accepted.
+	for _, name := range klogLive {
+		if r.klog == nil {
+			continue
+		}
+		if err := r.klog(name, values[name]); err != nil {
+			logger.Error(err, "Applying a klog flag from the flags ConfigMap", "flag", name)
+		}
+	}
 	// Restart-only keys keep their old value in force, and are reported.
 	for name := range r.restart {
-		values[name] = r.values[name]
+		values[name], settings[name] = r.values[name], r.settings[name]
 	}
-	r.values = values
+	r.values, r.settings = values, settings
 	r.metrics.ConfigReloads.WithLabelValues("applied").Inc()
 	if len(r.restart) > 0 {
 		r.metrics.ConfigRestartRequired.Set(1)
@@ -136,17 +149,27 @@ func (r *reloader) reload(ctx context.Context, cm *apiv1.ConfigMap) {
 	}
 }
 
-// keepRestartOnly puts back the options that only a restart may change:
-// they are bound to informers and objects created at start.
-func (r *reloader) keepRestartOnly(o core.Options) core.Options {
-	s := r.startCore
-	o.Namespace, o.StatusConfigMapName, o.WriteStatusConfigMap, o.PriorityConfigMapName = s.Namespace, s.StatusConfigMapName, s.WriteStatusConfigMap, s.PriorityConfigMapName
-	o.GPUResourceName = s.GPUResourceName
-	aware := o.BalloonAware
-	o.Balloons = s.Balloons
-	o.BalloonAware = aware
-	o.Balloons.PreflightTaintKey = o.Preflight.Taint.Key
-	return o
+// parsePinned parses data again with the named restart-only keys set to
+// the values in force: only a restart may change them.
+func (r *reloader) parsePinned(data []byte, names []string) (*config, error) {
+	raw := map[string]any{}
+	if err := yaml.Unmarshal(data, &raw); err != nil {
+		return nil, fmt.Errorf("%s: %w", r.source, err)
+	}
+	for _, name := range names {
+		delete(raw, "--"+name)
+		vs := make([]any, 0, len(r.settings[name]))
+		for _, v := range r.settings[name] {
+			vs = append(vs, v)
+		}
+		raw[name] = vs
+	}
+	pinned, err := yaml.Marshal(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r.source, err)
+	}
+	c, _, err := parseConfigFrom(r.args, r.extra, pinned, r.source)
+	return c, err
 }
 
 func (r *reloader) event(cm *apiv1.ConfigMap, typ, reason, msg string) {

@@ -7,9 +7,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/spf13/pflag"
 	apiv1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/core"
 )
@@ -88,5 +90,81 @@ func TestReloadFlagsConfigMap(t *testing.T) {
 				step.check(t)
 			}
 		})
+	}
+}
+
+// TestKlogFlagsApplyOnlyOnceAccepted: -v in a refused ConfigMap changes
+// nothing; in an accepted one it takes effect, with no options reload.
+func TestKlogFlagsApplyOnlyOnceAccepted(t *testing.T) {
+	kf := newKlogFlags()
+	args := []string{"--config-map=flags", "--namespace=kube-system", "--nodes=0:10:gpu"}
+	c, fs, err := parseConfigFrom(args, kf.addReal, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kf.apply("v", "0") })
+	applied := 0
+	m := core.NewMetrics(prometheus.NewRegistry())
+	r := newReloader(args, kf.addShadows, fs, c, func(core.Options) error { applied++; return nil }, nil, m, nil)
+	r.klog = kf.apply
+	cm := func(data string) *apiv1.ConfigMap {
+		return &apiv1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "flags", Namespace: "kube-system"}, Data: map[string]string{"config.yaml": data}}
+	}
+	ctx := context.Background()
+	for _, step := range []struct {
+		name, data   string
+		wantV7       bool
+		wantRejected float64
+	}{
+		{"refused with a bad value elsewhere", "v: 7\nnode-addition-burst: 0\n", false, 1},
+		{"refused with a bad level", "v: loud\n", false, 2},
+		{"accepted", "v: 7\n", true, 2},
+		{"back to the default", "v: 0\n", false, 2},
+	} {
+		t.Run(step.name, func(t *testing.T) {
+			r.reload(ctx, cm(step.data))
+			if got := bool(klog.V(7).Enabled()); got != step.wantV7 {
+				t.Fatalf("klog.V(7).Enabled() = %v, want %v", got, step.wantV7)
+			}
+			if got := testutil.ToFloat64(m.ConfigReloads.WithLabelValues("rejected")); got != step.wantRejected {
+				t.Fatalf("rejected reloads %v, want %v", got, step.wantRejected)
+			}
+			if applied != 0 {
+				t.Fatalf("options reloaded %d times for a klog flag alone", applied)
+			}
+		})
+	}
+}
+
+// TestFlagsDeclareLiveOrRestart: the reload path's two lists come from the
+// flags' definitions; these are the ones an operator relies on.
+func TestFlagsDeclareLiveOrRestart(t *testing.T) {
+	var prov providerFlags
+	c, fs, err := parseConfigFrom([]string{"--nodes=0:10:gpu"}, func(fs *pflag.FlagSet) {
+		prov.register(fs)
+		newKlogFlags().addShadows(fs)
+	}, nil, "")
+	if err != nil || c == nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		flag string
+		live bool
+	}{
+		{"scan-interval", true}, {"node-addition-rate", true}, {"max-nodes-in-flight", true}, {"scale-down-unneeded-time", true},
+		{"warm-pool", true}, {"balloon-aware", true}, {"preflight-taint", true}, {"max-preflight-time", true}, {"expander", true},
+		{"status-taint", true}, {"gang-allow-split", true}, {"v", true},
+		{"namespace", false}, {"kubeconfig", false}, {"config-map", false}, {"address", false}, {"leader-elect", false},
+		{"balloon-namespace", false}, {"balloon-label", false}, {"gpu-resource-name", false}, {"status-config-map-name", false},
+		{"cloud-provider", false}, {"kube-client-qps", false}, {"vmodule", false}, {"azure-subscription-id", false},
+	} {
+		f := fs.Lookup(tc.flag)
+		if f == nil {
+			t.Errorf("--%s: not defined", tc.flag)
+			continue
+		}
+		if isLive(f) != tc.live {
+			t.Errorf("--%s: live %v, want %v", tc.flag, isLive(f), tc.live)
+		}
 	}
 }
