@@ -4,9 +4,9 @@
 GO ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test deps lint unit bench build demo
+.PHONY: test deps lint unit e2e bench build demo
 
-test: deps lint unit
+test: deps lint unit e2e
 
 # Prometheus (Debian's package) for the dashboard e2e test; a no-op when present.
 deps:
@@ -17,8 +17,14 @@ lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
+# Every package but the end-to-end ones, with the race detector.
 unit:
-	$(GO) test -count=1 -timeout 30m ./...
+	$(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v /e2e)
+
+# End-to-end: a real control plane, kwok and the ARM simulator (the control
+# plane is built into .cache/bin on first use).
+e2e:
+	$(GO) test -count=1 -timeout 60m ./e2e/...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 5x -timeout 60m ./core/...
