@@ -15,6 +15,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/balloon"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
 )
@@ -138,6 +139,7 @@ func newFlagSet(c *config) *pflag.FlagSet {
 	fs.StringVar(&bo.NodeGroupLabel, "balloon-node-group-label", bo.NodeGroupLabel, "node label naming a node's group, which balloons are pinned by (set from the scale set's tags)")
 	live.BoolVar(&c.core.BorrowersScaleTeamGroups, "borrowers-scale-team-groups", d.BorrowersScaleTeamGroups, "let pods that tolerate a team's taint only through a catch-all toleration grow that team's node group")
 	live.StringArrayVar(&c.core.StatusTaints, "status-taint", nil, "taint key a separate manager puts on live nodes, stripped from node templates; repeatable")
+	live.StringArrayVar(&c.core.StartupTaints, "startup-taint", d.StartupTaints, "taint key an agent removes once a new node is set up: a node carrying one is coming capacity, not ready capacity, and templates never carry it (keys with the prefix "+clusterstate.StartupTaintPrefix+" are startup taints too); repeatable")
 	live.BoolVar(&c.core.GangSplit, "gang-allow-split", d.GangSplit, "let a gang span several node groups when no single group can take it (one group, same fabric, is always preferred)")
 	fs.StringVar(&c.address, "address", ":8085", "address of /metrics and /healthz")
 	fs.DurationVar(&c.maxInactivity, "max-inactivity", 10*time.Minute, "/healthz fails when no loop has run for this long")

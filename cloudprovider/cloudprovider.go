@@ -6,6 +6,7 @@ package cloudprovider
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	apiv1 "k8s.io/api/core/v1"
@@ -108,3 +109,9 @@ type GroupOptions struct {
 	ScaleDownUnreadyTime             time.Duration
 	MaxNodeProvisionTime             time.Duration
 }
+
+// ProviderIDKey is the form in which provider IDs are compared: Azure's
+// resource IDs are case-insensitive, and the same VM's ID differs in case
+// between ARM (the resource group as created, e.g. MC_rg_cluster_eastus)
+// and its Node (the Azure cloud provider lower-cases the resource group).
+func ProviderIDKey(id string) string { return strings.ToLower(id) }

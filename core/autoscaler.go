@@ -161,7 +161,12 @@ func (o Options) registryOptions() clusterstate.Options {
 		Preflight:                      o.Preflight,
 		PreflightFailuresBeforeBackoff: o.PreflightFailuresBeforeBackoff,
 		PreflightFailureWindow:         o.PreflightFailureWindow,
+		Startup:                        o.startupOptions(),
 	}
+}
+
+func (o Options) startupOptions() clusterstate.StartupOptions {
+	return clusterstate.StartupOptions{TaintKeys: o.StartupTaints, GPUResource: o.GPUResourceName, GPULabel: o.GPULabel}
 }
 
 // loop is the state of one RunOnce, handed from phase to phase.
@@ -172,6 +177,7 @@ type loop struct {
 	snap    *snapshot.Snapshot
 	unbound []*apiv1.Pod
 	groupOf map[string]cloudprovider.NodeGroup // node name → group
+	nodesOf map[string][]*apiv1.Node           // group ID → its nodes
 	groups  []cloudprovider.NodeGroup
 	byID    map[string]cloudprovider.NodeGroup // group ID → group
 	actions clusterstate.Actions

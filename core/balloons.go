@@ -92,7 +92,7 @@ func (a *Autoscaler) warmSpecs(ctx context.Context, l *loop) ([]balloon.GroupSpe
 			known = false
 			continue
 		}
-		tmpl, err := a.templates.build(ctx, a, g, dss)
+		tmpl, err := a.templates.build(ctx, a, l, g, dss)
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "No balloons for a group without a template", "nodeGroup", g.ID())
 			known = false
@@ -132,7 +132,7 @@ func (a *Autoscaler) countWarm(l *loop, pools map[string]*warmPool) {
 	for i := 0; i < l.snap.Len(); i++ {
 		ni := l.snap.NodeInfo(i)
 		g, ok := l.groupOf[ni.Node().Name]
-		if !ok || pools[g.ID()] == nil || !a.usable(ni.Node(), l.now) {
+		if !ok || pools[g.ID()] == nil || !a.usable(l, ni.Node()) {
 			continue
 		}
 		for _, pi := range ni.GetPods() {

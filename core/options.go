@@ -109,6 +109,13 @@ type Options struct {
 	BorrowersScaleTeamGroups bool
 	// StatusTaints are taint keys stripped from templates (--status-taint).
 	StatusTaints []string
+	// StartupTaints are taint keys an agent removes once a new node is set
+	// up (--startup-taint; keys with clusterstate.StartupTaintPrefix are
+	// too): a node carrying one is coming capacity, and templates never
+	// carry them.
+	StartupTaints []string
+	// GPULabel marks GPU nodes before their GPUs are advertised.
+	GPULabel string
 	// GangSplit lets a gang span several node groups when no single group
 	// can take it (--gang-allow-split).
 	GangSplit bool
@@ -170,6 +177,11 @@ func DefaultOptions() Options {
 
 		BalloonAware: true,
 		Balloons:     balloon.DefaultOptions(),
+
+		// Cilium's agent taint (its documented way to keep pods off a node
+		// until the agent runs) and the node lifecycle's no-network taint.
+		StartupTaints: []string{"node.cilium.io/agent-not-ready", apiv1.TaintNodeNetworkUnavailable},
+		GPULabel:      "kubernetes.azure.com/accelerator",
 	}
 }
 

@@ -36,13 +36,20 @@ func newPreflightState() *preflightState {
 	return &preflightState{evictedAt: map[string]time.Time{}, deleted: map[string]time.Time{}}
 }
 
-// usable says a node can take pods now: ready, and past preflight.
-func (a *Autoscaler) usable(n *apiv1.Node, now time.Time) bool {
+// usable says a node can take pods now: ready, past preflight, and not
+// starting up (no startup taint; GPUs advertised on a GPU group's node).
+func (a *Autoscaler) usable(l *loop, n *apiv1.Node) bool {
 	if !clusterstate.IsReady(n) {
 		return false
 	}
-	st, _ := a.opts.Preflight.Classify(n, now)
-	return st == preflight.Passed
+	if st, _ := a.opts.Preflight.Classify(n, l.now); st != preflight.Passed {
+		return false
+	}
+	group := ""
+	if g, ok := l.groupOf[n.Name]; ok {
+		group = g.ID()
+	}
+	return a.registry.StartingUp(n, group) == ""
 }
 
 // replaceFailedPreflight handles the cluster state's preflight results:

@@ -171,7 +171,7 @@ func (a *Autoscaler) scaleDownNodes(l *loop) []scaledown.Node {
 		gone := act.IsGone(n.Name)
 		// A node whose machine was deleted but whose Node object lingers is
 		// no destination for moved pods.
-		sn := scaledown.Node{Node: n, Ready: a.usable(n, l.now) && !gone, Requested: &scaledown.Requested{
+		sn := scaledown.Node{Node: n, Ready: a.usable(l, n) && !gone, Requested: &scaledown.Requested{
 			MilliCPU: req.GetMilliCPU(), Memory: req.GetMemory(), GPU: req.GetScalarResources()[a.opts.GPUResourceName]}}
 		// A node pending preflight is coming capacity and one that failed
 		// is being replaced: neither is a scale-down candidate.

@@ -104,13 +104,13 @@ func (a *Autoscaler) scaleUpRequest(ctx context.Context, l *loop, passes []scale
 		return req, fmt.Errorf("listing DaemonSets from cache: %w", err)
 	}
 	for i := 0; i < l.snap.Len(); i++ {
-		if a.usable(l.snap.NodeInfo(i).Node(), l.now) {
+		if a.usable(l, l.snap.NodeInfo(i).Node()) {
 			req.Usable = append(req.Usable, i)
 		}
 	}
 	upcoming := 0
 	for _, g := range l.groups {
-		c, tmpl := a.candidate(ctx, g, dss)
+		c, tmpl := a.candidate(ctx, l, g, dss)
 		sg := scaleup.Group{Candidate: c}
 		if gs := a.registry.Group(g.ID()); gs != nil && tmpl != nil {
 			sg.Upcoming, sg.UpcomingTemplate = gs.Readiness.Upcoming, tmpl
@@ -156,7 +156,7 @@ func isUnschedulable(p *apiv1.Pod) bool {
 }
 
 // candidate describes a group to the planner, or why it is skipped.
-func (a *Autoscaler) candidate(ctx context.Context, g cloudprovider.NodeGroup, dss []*appsv1.DaemonSet) (scaleup.Candidate, fwk.NodeInfo) {
+func (a *Autoscaler) candidate(ctx context.Context, l *loop, g cloudprovider.NodeGroup, dss []*appsv1.DaemonSet) (scaleup.Candidate, fwk.NodeInfo) {
 	c := scaleup.Candidate{Group: g.ID()}
 	gs := a.registry.Group(g.ID())
 	switch {
@@ -167,7 +167,7 @@ func (a *Autoscaler) candidate(ctx context.Context, g cloudprovider.NodeGroup, d
 		c.Skip = "node group size unknown"
 		return c, nil
 	}
-	tmpl, err := a.templates.build(ctx, a, g, dss)
+	tmpl, err := a.templates.build(ctx, a, l, g, dss)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Skipping node group without template", "nodeGroup", g.ID())
 		c.Skip = "no template node: " + err.Error()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	apiv1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
@@ -37,6 +38,7 @@ func (a *Autoscaler) takeSnapshot(ctx context.Context, l *loop) error {
 	l.nodes, l.snap, l.unbound = nodes, snap, unbound
 	a.metrics.SnapshotRebuilt.Set(float64(st.RebuiltNodes))
 	l.groupOf = make(map[string]cloudprovider.NodeGroup, len(nodes))
+	l.nodesOf = make(map[string][]*apiv1.Node, len(l.groups))
 	for _, n := range nodes {
 		g, err := a.provider.NodeGroupForNode(n)
 		if err != nil {
@@ -44,6 +46,7 @@ func (a *Autoscaler) takeSnapshot(ctx context.Context, l *loop) error {
 		}
 		if g != nil {
 			l.groupOf[n.Name] = g
+			l.nodesOf[g.ID()] = append(l.nodesOf[g.ID()], n)
 		}
 	}
 	klog.FromContext(ctx).V(4).Info("Snapshot taken", "nodes", st.Nodes, "boundPods", st.Pods,

@@ -14,12 +14,16 @@ func (a *Autoscaler) writeStatus(ctx context.Context, l *loop) error {
 	}
 	st := Status{Nodes: len(l.nodes), UnschedulablePods: l.unschedulable, PodsAwaitingNodes: l.awaiting}
 	for _, n := range l.nodes {
-		if a.usable(n, l.now) {
+		if a.usable(l, n) {
 			st.ReadyNodes++
 		}
 	}
 	for _, gs := range a.registry.Groups() {
-		st.NodeGroups = append(st.NodeGroups, groupStatus(gs))
+		g := groupStatus(gs)
+		if ng, ok := l.byID[gs.ID]; ok {
+			g.TemplateSource, _ = a.templates.source(a, l, ng)
+		}
+		st.NodeGroups = append(st.NodeGroups, g)
 	}
 	st.ScaleDown = ScaleDownInfo{UnneededNodes: l.scaleDown.Unneeded, Removing: l.scaleDown.Removing,
 		BrakeEngaged: l.scaleDown.Braked, RecentDeletions: l.scaleDown.RecentCount, HeldBecause: l.scaleDown.Skipped}

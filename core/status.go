@@ -83,6 +83,10 @@ type GroupStatus struct {
 	PreflightFailed  int            `json:"preflightFailed"`
 	Backoff          *BackoffStatus `json:"backoff,omitempty"`
 	LastScaleUp      *time.Time     `json:"lastScaleUp,omitempty"`
+	// TemplateSource is where the group's template node comes from:
+	// "node/<name>", a live node of the group, or "sku", the VM size less
+	// the reserved-resource estimate (a group with no usable node).
+	TemplateSource string `json:"templateSource,omitempty"`
 }
 
 // BackoffStatus is a group's backoff in the status ConfigMap.

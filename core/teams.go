@@ -55,20 +55,14 @@ func borrows(tols []apiv1.Toleration, t apiv1.Taint) bool {
 	return wildcard
 }
 
-// stripStatusTaints removes the taints named by --status-taint from a
-// template: a separate manager puts them on live nodes (team assignment,
-// maintenance), and a node built from the template will not have them.
-func stripStatusTaints(n *apiv1.Node, keys []string) {
-	if len(keys) == 0 {
-		return
-	}
+// stripTaints removes the taints whose key drop says so from a template:
+// taints a separate manager puts on live nodes (--status-taint) and
+// startup taints (--startup-taint), which a node built from the template
+// will not have when it takes pods.
+func stripTaints(n *apiv1.Node, drop func(key string) bool) {
 	out := n.Spec.Taints[:0:0]
 	for _, t := range n.Spec.Taints {
-		drop := false
-		for _, k := range keys {
-			drop = drop || t.Key == k
-		}
-		if !drop {
+		if !drop(t.Key) {
 			out = append(out, t)
 		}
 	}

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"maps"
+	"slices"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	apiv1 "k8s.io/api/core/v1"
@@ -13,15 +16,22 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/snapshot"
 )
 
-// templates builds each group's template NodeInfo: the provider's template
-// node plus the DaemonSet pods that would run on it, as decided by the
-// scheduler framework. Results are cached until the template or the
-// DaemonSets change.
+// templates builds each group's template NodeInfo, as cluster-autoscaler
+// does: a sanitized copy of one of the group's usable nodes when it has one
+// (its real allocatable, labels and taints), else the provider's template
+// (the VM size less the reserved-resource estimate), plus the DaemonSet
+// pods that would run on it, as decided by the scheduler framework. Results
+// are cached until the template or the DaemonSets change.
 type templates struct {
 	cache map[string]templateEntry
+	// learned is, per group, the node the template was last learned from:
+	// kept while it stays usable, so the template does not flap.
+	learned map[string]string
 }
 
 type templateEntry struct {
@@ -29,7 +39,15 @@ type templateEntry struct {
 	info fwk.NodeInfo
 }
 
-func newTemplates() *templates { return &templates{cache: map[string]templateEntry{}} }
+func newTemplates() *templates {
+	return &templates{cache: map[string]templateEntry{}, learned: map[string]string{}}
+}
+
+// Template sources, for the status.
+const (
+	templateFromSKU  = "sku"
+	templateFromNode = "node/"
+)
 
 // daemonSetTolerations are the tolerations the DaemonSet controller adds to
 // every DaemonSet pod.
@@ -70,15 +88,53 @@ func daemonSetPod(ds *appsv1.DaemonSet, node string) *apiv1.Pod {
 	return p
 }
 
-// build returns the template NodeInfo for a group.
-func (t *templates) build(ctx context.Context, a *Autoscaler, g cloudprovider.NodeGroup, dss []*appsv1.DaemonSet) (fwk.NodeInfo, error) {
-	node, err := g.TemplateNode()
-	if err != nil {
-		return nil, fmt.Errorf("template node of group %s: %w", g.ID(), err)
+// source names the node a group's template is learned from
+// ("node/<name>"), or "sku" when the group has no usable node, and returns
+// that node (nil for the SKU).
+func (t *templates) source(a *Autoscaler, l *loop, g cloudprovider.NodeGroup) (string, *apiv1.Node) {
+	eligible := func(n *apiv1.Node) bool {
+		return a.usable(l, n) && !n.Spec.Unschedulable && !actuation.HasTaintKey(n, scaledown.ToBeDeletedTaint) &&
+			(a.scaleDown.actuator == nil || !a.scaleDown.actuator.IsGone(n.Name))
 	}
-	// Pods wait for preflight; they never need to tolerate it.
+	nodes := l.nodesOf[g.ID()]
+	if name, ok := t.learned[g.ID()]; ok {
+		for _, n := range nodes {
+			if n.Name == name && eligible(n) {
+				return templateFromNode + n.Name, n
+			}
+		}
+	}
+	var pick *apiv1.Node
+	for _, n := range nodes {
+		if (pick == nil || n.Name < pick.Name) && eligible(n) {
+			pick = n
+		}
+	}
+	if pick == nil {
+		delete(t.learned, g.ID())
+		return templateFromSKU, nil
+	}
+	t.learned[g.ID()] = pick.Name
+	return templateFromNode + pick.Name, pick
+}
+
+// build returns the template NodeInfo for a group.
+func (t *templates) build(ctx context.Context, a *Autoscaler, l *loop, g cloudprovider.NodeGroup, dss []*appsv1.DaemonSet) (fwk.NodeInfo, error) {
+	var node *apiv1.Node
+	if _, live := t.source(a, l, g); live != nil {
+		node = a.sanitize(live, g.ID())
+	} else {
+		var err error
+		if node, err = g.TemplateNode(); err != nil {
+			return nil, fmt.Errorf("template node of group %s: %w", g.ID(), err)
+		}
+	}
+	// Pods wait for preflight and for startup; they never need to
+	// tolerate either.
 	a.opts.Preflight.StripTemplate(node)
-	stripStatusTaints(node, a.opts.StatusTaints)
+	stripTaints(node, func(key string) bool {
+		return a.opts.startupOptions().IsStartupTaint(key) || slices.Contains(a.opts.StatusTaints, key)
+	})
 	node.Name = "template-" + g.ID()
 	if node.Labels == nil {
 		node.Labels = map[string]string{}
@@ -100,6 +156,30 @@ func (t *templates) build(ctx context.Context, a *Autoscaler, g cloudprovider.No
 	info := snapshot.NewNodeInfo(node, pods...)
 	t.cache[g.ID()] = templateEntry{sig: sig, info: info}
 	return info, nil
+}
+
+// sanitize turns a live node into a template: its labels, taints, capacity
+// and allocatable, without what belongs to that node alone (its name and
+// hostname, its pods, its conditions, and the taints of its moment:
+// lifecycle, cordon, scale-down's own).
+func (a *Autoscaler) sanitize(n *apiv1.Node, group string) *apiv1.Node {
+	out := &apiv1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "template-" + group, Labels: maps.Clone(n.Labels)},
+		Status: apiv1.NodeStatus{
+			Capacity:    n.Status.Capacity.DeepCopy(),
+			Allocatable: n.Status.Allocatable.DeepCopy(),
+			Conditions:  []apiv1.NodeCondition{{Type: apiv1.NodeReady, Status: apiv1.ConditionTrue}},
+		},
+	}
+	for _, t := range n.Spec.Taints {
+		switch {
+		case t.Key == scaledown.ToBeDeletedTaint, t.Key == scaledown.DeletionCandidateTaint,
+			strings.HasPrefix(t.Key, "node.kubernetes.io/"), strings.HasPrefix(t.Key, "node.cloudprovider.kubernetes.io/"):
+			continue
+		}
+		out.Spec.Taints = append(out.Spec.Taints, t)
+	}
+	return out
 }
 
 // signature identifies a template node and the DaemonSets it was built with.

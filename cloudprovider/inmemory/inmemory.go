@@ -19,7 +19,8 @@ type Provider struct {
 	mu     sync.Mutex
 	groups map[string]*Group
 	order  []string
-	// byProviderID maps an instance's provider ID to its group.
+	// byProviderID maps an instance's provider ID (ProviderIDKey: compared
+	// case-insensitively, as Azure does) to its group.
 	byProviderID map[string]*Group
 	nextID       int
 }
@@ -64,7 +65,7 @@ func (p *Provider) addInstanceLocked(g *Group, state cloudprovider.InstanceState
 		State:      state,
 	}}
 	g.instances = append(g.instances, in)
-	p.byProviderID[in.ProviderID] = g
+	p.byProviderID[cloudprovider.ProviderIDKey(in.ProviderID)] = g
 	return in
 }
 
@@ -86,7 +87,7 @@ func (p *Provider) NodeGroups() []cloudprovider.NodeGroup {
 func (p *Provider) NodeGroupForNode(node *apiv1.Node) (cloudprovider.NodeGroup, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if g, ok := p.byProviderID[node.Spec.ProviderID]; ok {
+	if g, ok := p.byProviderID[cloudprovider.ProviderIDKey(node.Spec.ProviderID)]; ok {
 		return g, nil
 	}
 	return nil, nil
@@ -190,15 +191,16 @@ func (g *Group) DeleteNodes(_ context.Context, providerIDs []string) error {
 	}
 	want := map[string]bool{}
 	for _, id := range providerIDs {
-		if g.p.byProviderID[id] != g {
+		key := cloudprovider.ProviderIDKey(id)
+		if g.p.byProviderID[key] != g {
 			return fmt.Errorf("instance %s is not in node group %s", id, g.id)
 		}
-		want[id] = true
+		want[key] = true
 	}
 	kept := g.instances[:0]
 	for _, in := range g.instances {
-		if want[in.ProviderID] {
-			delete(g.p.byProviderID, in.ProviderID)
+		if key := cloudprovider.ProviderIDKey(in.ProviderID); want[key] {
+			delete(g.p.byProviderID, key)
 			g.deleted = append(g.deleted, in.ProviderID)
 			g.target--
 			continue
@@ -299,7 +301,7 @@ func (g *Group) Reset() {
 	g.p.mu.Lock()
 	defer g.p.mu.Unlock()
 	for _, in := range g.instances[g.initial:] {
-		delete(g.p.byProviderID, in.ProviderID)
+		delete(g.p.byProviderID, cloudprovider.ProviderIDKey(in.ProviderID))
 	}
 	g.instances = g.instances[:g.initial]
 	g.target = g.initial

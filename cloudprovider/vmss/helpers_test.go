@@ -89,11 +89,20 @@ func TestTemplateNodeFromSKUAndTags(t *testing.T) {
 	if got := alloc.Name("nvidia.com/gpu", "").Value(); got != 8 {
 		t.Errorf("gpus %d, want 8", got)
 	}
-	if got := alloc.Cpu().Value(); got != 96 {
-		t.Errorf("cpu %d, want 96", got)
+	// Capacity is the SKU's; allocatable what AKS leaves after
+	// kube-reserved (1060m of 96 cores; 2250Mi for 110 pods) and the
+	// 100Mi eviction threshold.
+	if got := n.Status.Capacity.Cpu().Value(); got != 96 {
+		t.Errorf("cpu capacity %d, want 96", got)
 	}
-	if got := alloc.Memory().Value(); got != 1900*1024*1024*1024 {
-		t.Errorf("memory %d, want 1900Gi", got)
+	if got := n.Status.Capacity.Memory().Value(); got != 1900*1024*1024*1024 {
+		t.Errorf("memory capacity %d, want 1900Gi", got)
+	}
+	if got := alloc.Cpu().MilliValue(); got != 96000-1060 {
+		t.Errorf("allocatable cpu %dm, want 94940m", got)
+	}
+	if got := alloc.Memory().Value(); got != (1900*1024-2250-100)*1024*1024 {
+		t.Errorf("allocatable memory %d, want 1943250Mi", got)
 	}
 	if got := alloc.Pods().Value(); got != DefaultMaxPods {
 		t.Errorf("pods %d", got)
@@ -196,5 +205,22 @@ func TestInstanceStateFromProvisioningAndPowerState(t *testing.T) {
 				t.Errorf("error %+v, want code %s class %s", in.Error, tc.errorCode, tc.errClass)
 			}
 		})
+	}
+}
+
+func TestTemplateResourceTagsOverrideTheReservedEstimate(t *testing.T) {
+	view := &scaleSetView{name: "cpu", location: "eastus", tags: map[string]string{
+		tagResourcesPrefix + "cpu":    "15500m",
+		tagResourcesPrefix + "memory": "60Gi",
+	}}
+	n, err := templateNode(view, skuInfo{name: "Standard_D16s_v5", vcpus: 16, memoryGB: 64, arch: "amd64"}, "nvidia.com/gpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Status.Allocatable.Cpu().MilliValue(); got != 15500 {
+		t.Errorf("allocatable cpu %dm, want the tag's 15500m", got)
+	}
+	if got := n.Status.Allocatable.Memory().Value(); got != 60<<30 {
+		t.Errorf("allocatable memory %d, want the tag's 60Gi", got)
 	}
 }

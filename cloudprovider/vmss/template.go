@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/reserved"
 )
 
 // Tag names in cluster-autoscaler's form. In tag keys, where Azure forbids
@@ -98,6 +99,10 @@ func templateNode(ss *scaleSetView, sku skuInfo, gpuResource string) (*apiv1.Nod
 		labels[AcceleratorLabel] = "nvidia"
 	}
 	var taints []apiv1.Taint
+	// Pods get what AKS leaves after kube-reserved and the eviction
+	// threshold; a resources tag states a resource outright (capacity and
+	// allocatable), overriding the estimate.
+	overrides := apiv1.ResourceList{}
 	keys := make([]string, 0, len(ss.tags))
 	for k := range ss.tags {
 		keys = append(keys, k)
@@ -124,14 +129,19 @@ func templateNode(ss *scaleSetView, sku skuInfo, gpuResource string) (*apiv1.Nod
 				return nil, fmt.Errorf("scale set %s: tag %s=%q: %w", ss.name, k, v, err)
 			}
 			capacity[apiv1.ResourceName(tagKey(strings.TrimPrefix(k, tagResourcesPrefix)))] = q
+			overrides[apiv1.ResourceName(tagKey(strings.TrimPrefix(k, tagResourcesPrefix)))] = q
 		}
+	}
+	allocatable := reserved.Allocatable(capacity)
+	for r, q := range overrides {
+		allocatable[r] = q
 	}
 	return &apiv1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec:       apiv1.NodeSpec{Taints: taints},
 		Status: apiv1.NodeStatus{
 			Capacity:    capacity,
-			Allocatable: capacity.DeepCopy(),
+			Allocatable: allocatable,
 			Conditions:  []apiv1.NodeCondition{{Type: apiv1.NodeReady, Status: apiv1.ConditionTrue}},
 		},
 	}, nil

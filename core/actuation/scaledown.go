@@ -193,7 +193,7 @@ func (s *ScaleDown) UntaintStale(ctx context.Context, nodes []*apiv1.Node, group
 		}
 		for _, in := range ins {
 			if in.State != cloudprovider.InstanceDeleting {
-				alive[in.ProviderID] = true
+				alive[cloudprovider.ProviderIDKey(in.ProviderID)] = true
 			}
 		}
 	}
@@ -203,7 +203,7 @@ func (s *ScaleDown) UntaintStale(ctx context.Context, nodes []*apiv1.Node, group
 			return
 		}
 		if !managed(n.Name) || !HasTaintKey(n, scaledown.ToBeDeletedTaint) ||
-			s.IsDraining(n.Name) || s.IsGone(n.Name) || !alive[n.Spec.ProviderID] {
+			s.IsDraining(n.Name) || s.IsGone(n.Name) || !alive[cloudprovider.ProviderIDKey(n.Spec.ProviderID)] {
 			continue
 		}
 		budget--

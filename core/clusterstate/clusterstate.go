@@ -34,6 +34,8 @@ type Options struct {
 	// must not loop); 0 never backs off for preflight.
 	PreflightFailuresBeforeBackoff int
 	PreflightFailureWindow         time.Duration
+	// Startup says which Ready nodes are not capacity yet.
+	Startup StartupOptions
 }
 
 // Readiness counts a group's machines by stage.
@@ -42,6 +44,8 @@ type Readiness struct {
 	Target      int
 	TargetKnown bool
 	// Registered nodes have a Node object; Ready, Unready and NotStarted split them.
+	// NotStarted includes Ready nodes that are not capacity yet (a startup
+	// taint, GPUs not advertised yet) within the startup time.
 	Registered, Ready, Unready, NotStarted int
 	// Unregistered machines exist in the cloud without a Node object, within
 	// the provision time; LongUnregistered ones are past it.
@@ -71,6 +75,9 @@ type GroupState struct {
 	SizeError   error
 	Backoff     BackoffStatus
 	LastScaleUp time.Time
+	// GPU says the group makes GPU nodes: its nodes are not capacity until
+	// they advertise their GPUs.
+	GPU bool
 }
 
 // Failure is a scale-up failure found by Update.
@@ -174,14 +181,15 @@ func (r *Registry) Update(now time.Time, groups []cloudprovider.NodeGroup, nodes
 	r.prevUpdate = now
 	for _, n := range nodes {
 		if g := groupOf(n); g != nil {
-			u.nodeByID[n.Spec.ProviderID] = n
+			u.nodeByID[cloudprovider.ProviderIDKey(n.Spec.ProviderID)] = n
 			u.perGroup[g.ID()] = append(u.perGroup[g.ID()], n)
 		}
 	}
 	r.groups = make(map[string]*GroupState, len(groups))
 	r.order = r.order[:0]
 	for _, g := range groups {
-		gs := &GroupState{ID: g.ID(), Min: g.MinSize(), Max: g.MaxSize(), LastScaleUp: r.lastScaleUp[g.ID()]}
+		gs := &GroupState{ID: g.ID(), Min: g.MinSize(), Max: g.MaxSize(), LastScaleUp: r.lastScaleUp[g.ID()],
+			GPU: r.opts.Startup.isGPUGroup(g)}
 		r.groups[g.ID()] = gs
 		r.order = append(r.order, g.ID())
 		r.countNodes(&u, gs)
@@ -214,7 +222,7 @@ type updateState struct {
 	act       *Actions
 	// seen are the provider IDs of every instance listed.
 	seen     map[string]bool
-	nodeByID map[string]*apiv1.Node   // managed nodes by provider ID
+	nodeByID map[string]*apiv1.Node   // managed nodes by ProviderIDKey
 	perGroup map[string][]*apiv1.Node // managed nodes by group
 }
 
@@ -251,7 +259,7 @@ func (r *Registry) countNodes(u *updateState, gs *GroupState) {
 		case pf == preflight.Pending:
 			rd.Preflight++
 			r.preflightPending[n.Name] = gs.ID
-		case isReady(n):
+		case isReady(n) && r.opts.Startup.Pending(n, gs.GPU) == "":
 			rd.Ready++
 		case u.now.Sub(n.CreationTimestamp.Time) < r.opts.MaxNodeStartupTime:
 			rd.NotStarted++
@@ -300,7 +308,7 @@ func (r *Registry) classifyInstances(u *updateState, gs *GroupState, instances [
 			})
 			continue
 		}
-		if _, ok := u.nodeByID[id]; ok {
+		if _, ok := u.nodeByID[cloudprovider.ProviderIDKey(id)]; ok {
 			delete(r.unregisteredSince, id)
 			continue
 		}
@@ -459,6 +467,17 @@ func isReady(n *apiv1.Node) bool {
 // IsReady reports whether a node is ready to take pods: Ready condition
 // true, and no not-ready, unreachable or uninitialized taint.
 func IsReady(n *apiv1.Node) bool { return isReady(n) }
+
+// StartingUp says why a Ready node is not capacity yet (a startup taint,
+// GPUs not advertised), or "". group is the node's group ID, "" for an
+// unmanaged node.
+func (r *Registry) StartingUp(n *apiv1.Node, group string) string {
+	gpu := false
+	if gs := r.groups[group]; gs != nil {
+		gpu = gs.GPU
+	}
+	return r.opts.Startup.Pending(n, gpu)
+}
 
 // RetryDelete asks for the given machines to be deleted again at the next
 // Update (their deletion failed), without counting a new failure.
