@@ -39,6 +39,10 @@ type GroupSpec struct {
 	// say). A toleration of the preflight taint, or one matching every
 	// taint, is dropped: a balloon must not hold a node still in preflight.
 	Tolerations []apiv1.Toleration
+	// NodeLabel and NodeLabelValue select the group's nodes (node
+	// affinity); empty: the node-group label with the group's name. An AKS
+	// node pool's nodes, say, carry kubernetes.azure.com/agentpool=<pool>.
+	NodeLabel, NodeLabelValue string
 }
 
 // DeploymentName is the name of a group's balloon Deployment:
@@ -108,6 +112,10 @@ func (o Options) Deployment(s GroupSpec) *appsv1.Deployment {
 
 func (o Options) podSpec(s GroupSpec) apiv1.PodSpec {
 	requests := containerResources(s.Requests)
+	key, value := o.NodeGroupLabel, s.Group
+	if s.NodeLabel != "" {
+		key, value = s.NodeLabel, s.NodeLabelValue
+	}
 	return apiv1.PodSpec{
 		PriorityClassName:             o.PriorityClassName,
 		TerminationGracePeriodSeconds: new(int64(0)),
@@ -123,7 +131,7 @@ func (o Options) podSpec(s GroupSpec) apiv1.PodSpec {
 			RequiredDuringSchedulingIgnoredDuringExecution: &apiv1.NodeSelector{
 				NodeSelectorTerms: []apiv1.NodeSelectorTerm{{
 					MatchExpressions: []apiv1.NodeSelectorRequirement{{
-						Key: o.NodeGroupLabel, Operator: apiv1.NodeSelectorOpIn, Values: []string{s.Group},
+						Key: key, Operator: apiv1.NodeSelectorOpIn, Values: []string{value},
 					}},
 				}},
 			},

@@ -319,3 +319,16 @@ func TestPriorityClass(t *testing.T) {
 		t.Fatalf("the API server would refuse the PriorityClass: %v", errs.ToAggregate())
 	}
 }
+
+func TestDeploymentPinnedByAnotherLabel(t *testing.T) {
+	s := spec("h100-pool-vmss", 1)
+	s.NodeLabel, s.NodeLabelValue = "kubernetes.azure.com/agentpool", "h100pool"
+	d := DefaultOptions().Deployment(s)
+	req := d.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0]
+	if req.Key != "kubernetes.azure.com/agentpool" || len(req.Values) != 1 || req.Values[0] != "h100pool" {
+		t.Fatalf("affinity %+v, want kubernetes.azure.com/agentpool in [h100pool]", req)
+	}
+	if d.Labels[DefaultLabel] != "h100-pool-vmss" {
+		t.Fatalf("labels %v: the balloon label still names the group", d.Labels)
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/vmss-autoscaler/vmss-autoscaler/balloon"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
@@ -193,12 +194,14 @@ func (e *env) events(reason string) []string {
 	}
 }
 
+// gpuTemplate and cpuTemplate are a group's template; the nodes built from
+// them carry the node-group label, as a scale set's custom data sets it.
 func gpuTemplate(name string) *apiv1.Node {
-	return to.Node(name, "96", "900Gi", to.NodeGPUs(8), to.NodeLabels("pool", name))
+	return to.Node(name, "96", "900Gi", to.NodeGPUs(8), to.NodeLabels("pool", name, balloon.DefaultNodeGroupLabel, name))
 }
 
 func cpuTemplate(name string) *apiv1.Node {
-	return to.Node(name, "16", "64Gi", to.NodeLabels("pool", name))
+	return to.Node(name, "16", "64Gi", to.NodeLabels("pool", name, balloon.DefaultNodeGroupLabel, name))
 }
 
 func pendingPods(n int, prefix string, opts ...to.PodOption) []*apiv1.Pod {

@@ -108,6 +108,13 @@ func (a *Autoscaler) warmSpecs(ctx context.Context, l *loop) ([]balloon.GroupSpe
 		if gpus := alloc.GetScalarResources()[a.opts.GPUResourceName] - req.GetScalarResources()[a.opts.GPUResourceName]; gpus > 0 {
 			requests[a.opts.GPUResourceName] = *resource.NewQuantity(gpus, resource.DecimalSI)
 		}
+		label, value, ok := a.groupSelector(g.ID(), tmpl.Node())
+		if !ok {
+			klog.FromContext(ctx).Error(nil, "No balloons for a group whose nodes no label selects", "nodeGroup", g.ID(),
+				"labels", []string{a.opts.Balloons.NodeGroupLabel, AgentPoolLabel})
+			known = false
+			continue
+		}
 		var tols []apiv1.Toleration
 		for _, t := range tmpl.Node().Spec.Taints {
 			if t.Key == a.opts.Preflight.Taint.Key {
@@ -115,9 +122,30 @@ func (a *Autoscaler) warmSpecs(ctx context.Context, l *loop) ([]balloon.GroupSpe
 			}
 			tols = append(tols, apiv1.Toleration{Key: t.Key, Operator: apiv1.TolerationOpEqual, Value: t.Value, Effect: t.Effect})
 		}
-		specs = append(specs, balloon.GroupSpec{Group: g.ID(), Replicas: int32(target), Requests: requests, Tolerations: tols})
+		specs = append(specs, balloon.GroupSpec{Group: g.ID(), Replicas: int32(target), Requests: requests, Tolerations: tols,
+			NodeLabel: label, NodeLabelValue: value})
 	}
 	return specs, pools, known, nil
+}
+
+// AgentPoolLabel is the label AKS puts on a node pool's nodes, with the
+// pool's name.
+const AgentPoolLabel = "kubernetes.azure.com/agentpool"
+
+// groupSelector is the label that selects a group's nodes, read off its
+// template (a live node when it has one): the node-group label naming the
+// group when the nodes carry it (from the scale set's custom data:
+// kubelet --node-labels), else AKS's agent-pool label. ok is false when
+// neither is there: balloons pinned by a label the nodes lack would never
+// run, and each would buy a node.
+func (a *Autoscaler) groupSelector(group string, tmpl *apiv1.Node) (label, value string, ok bool) {
+	if tmpl.Labels[a.opts.Balloons.NodeGroupLabel] == group {
+		return "", "", true // the default: the node-group label
+	}
+	if pool := tmpl.Labels[AgentPoolLabel]; pool != "" {
+		return AgentPoolLabel, pool, true
+	}
+	return "", "", false
 }
 
 // countWarm counts warm nodes and pending balloons per group; with no

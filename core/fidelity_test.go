@@ -310,3 +310,41 @@ func removeTaint(n *apiv1.Node, key string) {
 	}
 	n.Spec.Taints = ts
 }
+
+// TestBalloonsPinnedByALabelTheNodesCarry: balloons select a group's nodes
+// by the node-group label when its nodes carry it, else by AKS's
+// agent-pool label; with neither, no balloons (they would never run, and
+// each would buy a node) and nothing of the group's is deleted.
+func TestBalloonsPinnedByALabelTheNodesCarry(t *testing.T) {
+	for _, tc := range []struct {
+		name                 string
+		labels               []string
+		wantLabel, wantValue string
+		wantSpecs            bool
+	}{
+		{"the node-group label", []string{balloon.DefaultNodeGroupLabel, "gpu"}, "", "", true},
+		{"an AKS node pool", []string{AgentPoolLabel, "h100pool"}, AgentPoolLabel, "h100pool", true},
+		{"neither: refused", []string{"pool", "gpu"}, "", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recordingBalloons{}
+			e := newEnv(t, withOptions(func(o *Options) { o.WarmPools = map[string]balloon.Policy{"gpu": {Fixed: 1}} }))
+			e.balloons = rec
+			e.provider.AddGroup("gpu", 0, 20, to.Node("gpu", "96", "900Gi", to.NodeGPUs(8), to.NodeLabels(tc.labels...)))
+			e.start()
+			e.run()
+			if !tc.wantSpecs {
+				if len(rec.specs) != 0 {
+					t.Fatalf("Sync called with %+v: with no label to pin by, nothing may be synced (or deleted)", rec.specs)
+				}
+				return
+			}
+			if len(rec.specs) != 1 || len(rec.specs[0]) != 1 {
+				t.Fatalf("specs %+v, want one", rec.specs)
+			}
+			if s := rec.specs[0][0]; s.NodeLabel != tc.wantLabel || s.NodeLabelValue != tc.wantValue {
+				t.Fatalf("pinned by %q=%q, want %q=%q", s.NodeLabel, s.NodeLabelValue, tc.wantLabel, tc.wantValue)
+			}
+		})
+	}
+}

@@ -224,3 +224,27 @@ func TestTemplateResourceTagsOverrideTheReservedEstimate(t *testing.T) {
 		t.Errorf("allocatable memory %d, want the tag's 60Gi", got)
 	}
 }
+
+func TestTemplateOfAnAKSNodePool(t *testing.T) {
+	sku := skuInfo{name: "Standard_D16s_v5", vcpus: 16, memoryGB: 64, arch: "amd64"}
+	for _, tc := range []struct {
+		name      string
+		tags      map[string]string
+		wantGroup string
+		wantPool  string
+	}{
+		{"self-managed: the node-group label", nil, "aks-web-1234-vmss", ""},
+		{"AKS pool: the agent-pool label only", map[string]string{tagAKSPool: "web"}, "", "web"},
+		{"AKS pool with our label in a tag: both", map[string]string{tagAKSPool: "web", tagLabelPrefix + "vmss-autoscaler.io__node-group": "aks-web-1234-vmss"}, "aks-web-1234-vmss", "web"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, err := templateNode(&scaleSetView{name: "aks-web-1234-vmss", location: "eastus", tags: tc.tags}, sku, "nvidia.com/gpu")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n.Labels[NodeGroupLabel] != tc.wantGroup || n.Labels[AgentPoolLabel] != tc.wantPool {
+				t.Fatalf("labels %v, want node-group %q agent-pool %q", n.Labels, tc.wantGroup, tc.wantPool)
+			}
+		})
+	}
+}

@@ -29,6 +29,11 @@ const (
 
 	// NodeGroupLabel is the label a scale set's nodes carry with its name.
 	NodeGroupLabel = "vmss-autoscaler.io/node-group"
+	// AgentPoolLabel is the label AKS puts on a node pool's nodes, with the
+	// pool's name; tagAKSPool is the tag naming the pool of an AKS-managed
+	// scale set.
+	AgentPoolLabel = "kubernetes.azure.com/agentpool"
+	tagAKSPool     = "aks-managed-poolName"
 	// AcceleratorLabel marks GPU nodes, as AKS does.
 	AcceleratorLabel = "kubernetes.azure.com/accelerator"
 	// DefaultMaxPods is the pods capacity of a template node without a tag.
@@ -90,7 +95,15 @@ func templateNode(ss *scaleSetView, sku skuInfo, gpuResource string) (*apiv1.Nod
 		apiv1.LabelTopologyRegion:     strings.ToLower(ss.location),
 		apiv1.LabelArchStable:         sku.arch,
 		apiv1.LabelOSStable:           "linux",
-		NodeGroupLabel:                ss.name,
+	}
+	// A self-managed scale set's nodes carry the node-group label (kubelet
+	// --node-labels in its custom data). An AKS node pool's carry the
+	// agent-pool label, and ours only when a label tag says so: a template
+	// must not promise a label its nodes lack.
+	if pool, ok := ss.tags[tagAKSPool]; ok {
+		labels[AgentPoolLabel] = pool
+	} else {
+		labels[NodeGroupLabel] = ss.name
 	}
 	if len(ss.zones) > 0 {
 		labels[apiv1.LabelTopologyZone] = strings.ToLower(ss.location) + "-" + ss.zones[0]
