@@ -41,7 +41,11 @@ func (k *klogFlags) addReal(fs *pflag.FlagSet) {
 func (k *klogFlags) addShadows(fs *pflag.FlagSet) {
 	k.real.VisitAll(func(f *flag.Flag) {
 		v := &shadowValue{value: k.defaults[f.Name], check: shadowCheck(f)}
-		pf := fs.VarPF(v, f.Name, "", f.Usage)
+		short := ""
+		if len(f.Name) == 1 {
+			short = f.Name // as pflag's AddGoFlagSet does: -v=2
+		}
+		pf := fs.VarPF(v, f.Name, short, f.Usage)
 		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
 			pf.NoOptDefVal = "true"
 		}

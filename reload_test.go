@@ -115,11 +115,13 @@ func TestKlogFlagsApplyOnlyOnceAccepted(t *testing.T) {
 		name, data   string
 		wantV7       bool
 		wantRejected float64
+		wantApplied  int
 	}{
-		{"refused with a bad value elsewhere", "v: 7\nnode-addition-burst: 0\n", false, 1},
-		{"refused with a bad level", "v: loud\n", false, 2},
-		{"accepted", "v: 7\n", true, 2},
-		{"back to the default", "v: 0\n", false, 2},
+		{"a live key", "node-addition-rate: 50\n", false, 0, 1},
+		{"refused with a bad value elsewhere", "node-addition-rate: 50\nv: 7\nnode-addition-burst: 0\n", false, 1, 1},
+		{"refused with a bad level", "node-addition-rate: 50\nv: loud\n", false, 2, 1},
+		{"accepted, no options reload for a klog flag alone", "node-addition-rate: 50\nv: 7\n", true, 2, 1},
+		{"back", "node-addition-rate: 50\nv: 0\n", false, 2, 1},
 	} {
 		t.Run(step.name, func(t *testing.T) {
 			r.reload(ctx, cm(step.data))
@@ -129,10 +131,29 @@ func TestKlogFlagsApplyOnlyOnceAccepted(t *testing.T) {
 			if got := testutil.ToFloat64(m.ConfigReloads.WithLabelValues("rejected")); got != step.wantRejected {
 				t.Fatalf("rejected reloads %v, want %v", got, step.wantRejected)
 			}
-			if applied != 0 {
-				t.Fatalf("options reloaded %d times for a klog flag alone", applied)
+			if applied != step.wantApplied {
+				t.Fatalf("options reloaded %d times, want %d", applied, step.wantApplied)
 			}
 		})
+	}
+}
+
+// TestKlogShortFlagOnTheCommandLine: -v=2 (pflag's short form of klog's
+// -v) parses on the reload path as at start.
+func TestKlogShortFlagOnTheCommandLine(t *testing.T) {
+	kf := newKlogFlags()
+	args := []string{"--config-map=flags", "--namespace=kube-system", "--nodes=0:10:gpu", "-v=2"}
+	c, fs, err := parseConfigFrom(args, kf.addShadows, nil, "")
+	if err != nil {
+		t.Fatalf("parsing %v with shadow klog flags: %v", args, err)
+	}
+	m := core.NewMetrics(prometheus.NewRegistry())
+	applied := 0
+	r := newReloader(args, kf.addShadows, fs, c, func(core.Options) error { applied++; return nil }, nil, m, nil)
+	r.reload(context.Background(), &apiv1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "flags", Namespace: "kube-system"},
+		Data: map[string]string{"config.yaml": "node-addition-rate: 50\n"}})
+	if got := testutil.ToFloat64(m.ConfigReloads.WithLabelValues("rejected")); got != 0 || applied != 1 {
+		t.Fatalf("rejected %v applied %d, want the edit applied", got, applied)
 	}
 }
 
