@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	apiv1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
@@ -164,6 +165,11 @@ func run(ctx context.Context, args []string) error {
 	}
 
 	health := newHealth(c.maxInactivity, c.maxFailingTime, autoscaler.LastSuccess, autoscaler.LastRun)
+	// readConfig hands the flags ConfigMap to the reloader once, directly,
+	// before the first loop: event handlers run after the cache syncs, and a
+	// loop must never act on the command line's values (or a mounted file
+	// the kubelet has not refreshed yet) while the ConfigMap says otherwise.
+	readConfig := func(context.Context) {}
 	if c.configMap != "" {
 		// Every replica follows the flags ConfigMap, so a standby that takes
 		// over runs the latest configuration; only the leader records events.
@@ -184,6 +190,17 @@ func run(ctx context.Context, args []string) error {
 		}); err != nil {
 			return fmt.Errorf("watching the flags ConfigMap: %w", err)
 		}
+		readConfig = func(ctx context.Context) {
+			cm, err := listers.ConfigMaps.Get(c.configMap)
+			switch {
+			case err == nil:
+				r.reload(ctx, cm)
+			case apierrors.IsNotFound(err):
+				logger.Info("Flags ConfigMap not found; running on the command line and --config", "configMap", klog.KRef(c.core.Namespace, c.configMap))
+			default:
+				logger.Error(err, "Reading the flags ConfigMap from cache", "configMap", klog.KRef(c.core.Namespace, c.configMap))
+			}
+		}
 	}
 	srvErr := serve(ctx, c.address, reg, health)
 
@@ -197,6 +214,7 @@ func run(ctx context.Context, args []string) error {
 			}
 		}
 		nsFactory.WaitForCacheSync(ctx.Done())
+		readConfig(ctx)
 		balloonFactory.WaitForCacheSync(ctx.Done())
 		if dynFactory != nil {
 			dynFactory.WaitForCacheSync(ctx.Done())
