@@ -24,6 +24,7 @@ func TestNewValidatesOptions(t *testing.T) {
 	}{
 		{"no subscription", Options{}, "subscription ID is required"},
 		{"negative delay", Options{SubscriptionID: testSub, BootDelay: -time.Second}, "boot delay"},
+		{"negative jitter", Options{SubscriptionID: testSub, BootJitter: -time.Second}, "boot jitter must not be negative"},
 		{"negative reads", Options{SubscriptionID: testSub, ReadsPerWindow: -1}, "requests per window"},
 		{"public address", Options{SubscriptionID: testSub, Addr: "0.0.0.0:0"}, "loopback"},
 		{"bad SKU", Options{SubscriptionID: testSub, SKUs: []SKU{{Name: "x", Family: "f", VCPUs: 1, MemoryGB: 1, Arch: "sparc"}}}, "architecture"},
