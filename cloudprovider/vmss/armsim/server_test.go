@@ -35,12 +35,7 @@ func TestNewValidatesOptions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := New(tt.opts)
-			switch {
-			case tt.wantErr == "" && err != nil:
-				t.Fatalf("New: %v", err)
-			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
-				t.Fatalf("New error = %v, want it to contain %q", err, tt.wantErr)
-			}
+			wantError(t, "New", err, tt.wantErr)
 		})
 	}
 }
