@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -372,5 +373,98 @@ func TestKubeNodeHookRetryAfterStatusFailure(t *testing.T) {
 	env.step(DefaultDevicePluginDelay)
 	if c, _ := gpus(env.node(t, nodeName(vm))); c != "8" {
 		t.Fatalf("GPUs %s after the device plugin's delay, want 8", c)
+	}
+}
+
+// TestRealisticFleet runs the simulator with a realistic hook on one fake
+// clock: a GPU scale set in an AKS-style node resource group scales out,
+// VMs boot at jittered times, each node registers without GPUs and gets
+// them DefaultDevicePluginDelay later, and every node's providerID is the
+// ID ARM lists for its VM with the resource group lower-cased.
+func TestRealisticFleet(t *testing.T) {
+	const rg, set, n = "MC_rg_cluster_eastus", "aks-h100-vmss", 6
+	client := fake.NewClientset()
+	hook := &KubeNodeHook{Client: client, Realism: DefaultRealism()}
+	env := newTestEnv(t, Options{BootDelay: time.Minute, BootJitter: 20 * time.Second, Seed: 3, Hook: hook},
+		ScaleSetSpec{ResourceGroup: rg, Name: set, SKU: "Standard_ND96isr_H100_v5", Zones: []string{"1", "2"}})
+	hook.Clock = env.clock
+	ctx := t.Context()
+	capacity := int64(n)
+	if _, err := env.sets.BeginUpdate(ctx, rg, set, armcompute.VirtualMachineScaleSetUpdate{SKU: &armcompute.SKU{Capacity: &capacity}}, nil); err != nil {
+		t.Fatalf("scaling to %d: %v", n, err)
+	}
+	const tick = 5 * time.Second
+	registered, advertised := map[string]time.Duration{}, map[string]time.Duration{}
+	for at := time.Duration(0); at <= 2*time.Minute; at += tick {
+		env.srv.Advance(ctx)
+		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("listing nodes: %v", err)
+		}
+		for i := range nodes.Items {
+			node := &nodes.Items[i]
+			if _, ok := registered[node.Name]; !ok {
+				registered[node.Name] = at
+			}
+			if c, _ := gpus(node); c == "8" {
+				if _, ok := advertised[node.Name]; !ok {
+					advertised[node.Name] = at
+				}
+			}
+		}
+		env.clock.Step(tick)
+		hook.Wait()
+	}
+	if len(registered) != n {
+		t.Fatalf("%d nodes registered, want %d", len(registered), n)
+	}
+	times := map[time.Duration]bool{}
+	for name, at := range registered {
+		times[at] = true
+		if at < 40*time.Second || at > 80*time.Second {
+			t.Errorf("node %s registered at %v, want within 1m±20s", name, at)
+		}
+		if adv, ok := advertised[name]; !ok || adv-at != DefaultDevicePluginDelay {
+			t.Errorf("node %s registered at %v, GPUs at %v (seen %v), want %v later", name, at, adv, ok, DefaultDevicePluginDelay)
+		}
+	}
+	if len(times) < 2 {
+		t.Errorf("every node registered at %v: no jitter", registered)
+	}
+
+	// ARM lists its IDs with the resource group as created; the nodes carry
+	// them lower-cased.
+	pager := env.vms.NewListPager(rg, set, nil)
+	var ids []string
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			t.Fatalf("listing VMs: %v", err)
+		}
+		for _, vm := range page.Value {
+			ids = append(ids, "azure://"+*vm.ID)
+		}
+	}
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("listing nodes: %v", err)
+	}
+	for _, node := range nodes.Items {
+		id := node.Spec.ProviderID
+		if !strings.Contains(id, "/resourceGroups/mc_rg_cluster_eastus/") {
+			t.Errorf("node %s providerID %s: resource group not lower-cased", node.Name, id)
+		}
+		matches := 0
+		for _, armID := range ids {
+			if strings.EqualFold(armID, id) {
+				matches++
+				if !strings.Contains(armID, "/resourceGroups/"+rg+"/") || armID == id {
+					t.Errorf("ARM ID %s should keep the resource group %s as created", armID, rg)
+				}
+			}
+		}
+		if matches != 1 {
+			t.Errorf("node %s providerID %s matches %d of ARM's IDs %v case-insensitively, want 1", node.Name, id, matches, ids)
+		}
 	}
 }

@@ -10,7 +10,26 @@
 // and injectable faults (quota, allocation failure, failed or slow
 // operations, server errors). Time-based transitions (VM boot, VM deletion,
 // operation completion) follow Options.Clock, so tests can drive them with a
-// fake clock.
+// fake clock. VMs boot after Options.BootDelay ± Options.BootJitter, drawn
+// from a source seeded by Options.Seed.
+//
+// KubeNodeHook registers a Kubernetes Node for each running VM, and by
+// default (NewKubeNodeHook, cmd/armsim) registers it as an AKS node is, not
+// as the SKU's ideal: allocatable below capacity by AKS's kube-reserved and
+// eviction thresholds, a providerID with the resource group lower-cased as
+// cloud-provider-azure writes it (ARM keeps returning it as created), GPUs
+// advertised only once the device plugin would have started, optional
+// network-agent startup taints removed after a delay, and AKS's node pool
+// labels. Realism holds the knobs and documents what each models; Exact()
+// (the zero Realism) is the ideal node for tests whose subject is elsewhere.
+//
+// The hook's later node updates (GPUs, startup taints) read the node and
+// Update it (UpdateStatus for the GPUs), so they keep whatever else changed
+// meanwhile. kwok, which fakes the kubelets in e2e, does not undo them: its
+// node-initialize stage copies status.capacity and status.allocatable as
+// they are (filling defaults only when they are empty) and runs once, while
+// the node is not Ready; its heartbeat stage rewrites only conditions,
+// addresses and daemonEndpoints.
 package armsim
 
 import (
