@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -29,6 +31,8 @@ type config struct {
 	location        string
 	scaleSets       []string
 	bootDelay       time.Duration
+	bootJitter      time.Duration
+	seed            uint64
 	deleteDelay     time.Duration
 	lroDuration     time.Duration
 	readsPerWindow  int
@@ -37,9 +41,33 @@ type config struct {
 	pageSize        int
 	caOut           string
 	kubeconfig      string
-	startupTaints   []string
+	registerTaints  []string
 	annotations     []string
+
+	// Realism of the registered nodes.
+	exact             bool
+	reservation       string
+	maxPods           int
+	ephemeralStorage  string
+	providerIDs       string
+	devicePluginDelay time.Duration
+	startupTaints     []string
+	startupTaintDelay time.Duration
 }
+
+// Values of --provider-ids.
+const (
+	providerIDsAzure = "azure"
+	providerIDsARM   = "arm"
+)
+
+// defaultBootDelay and defaultBootJitter: a scale set VM takes a minute or
+// so from the capacity change to a running OS, and VMs of one scale-out
+// come up tens of seconds apart.
+const (
+	defaultBootDelay  = time.Minute
+	defaultBootJitter = 20 * time.Second
+)
 
 func main() {
 	klogFlags := goflag.NewFlagSet("klog", goflag.ExitOnError)
@@ -51,6 +79,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
+	cfg.complete(fs)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, cfg); err != nil {
@@ -68,7 +97,10 @@ func bindFlags(fs *pflag.FlagSet) *config {
 	fs.StringVar(&cfg.location, "location", "eastus", "Azure location of the scale sets.")
 	fs.StringArrayVar(&cfg.scaleSets, "scale-set", nil,
 		`Scale set to create, "rg/name:SKU:capacity[:k=v,k=v]" (the optional last part is tags). Repeatable.`)
-	fs.DurationVar(&cfg.bootDelay, "boot-delay", 0, "How long new VMs stay Creating.")
+	fs.DurationVar(&cfg.bootDelay, "boot-delay", defaultBootDelay, "How long new VMs stay Creating, on average (see --boot-jitter).")
+	fs.DurationVar(&cfg.bootJitter, "boot-jitter", defaultBootJitter,
+		"Each VM boots after --boot-delay plus a uniform draw from [-jitter, +jitter]; 0 = every VM takes --boot-delay.")
+	fs.Uint64Var(&cfg.seed, "seed", 1, "Seed of the boot jitter: the same seed and requests give the same boot times.")
 	fs.DurationVar(&cfg.deleteDelay, "delete-delay", 0, "How long deleted VMs stay Deleting.")
 	fs.DurationVar(&cfg.lroDuration, "lro-duration", 0, "How long asynchronous operations stay InProgress.")
 	fs.IntVar(&cfg.readsPerWindow, "reads-per-window", 0, "Subscription read requests allowed per window; 0 = unlimited.")
@@ -77,9 +109,104 @@ func bindFlags(fs *pflag.FlagSet) *config {
 	fs.IntVar(&cfg.pageSize, "page-size", 1000, "VM list page size.")
 	fs.StringVar(&cfg.caOut, "ca-out", "", "File to write the PEM of the server's self-signed certificate to.")
 	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", "Kubeconfig of a cluster to register a Node in for each running VM.")
-	fs.StringArrayVar(&cfg.startupTaints, "startup-taint", nil, "Taint key=value:Effect to put on every registered Node. Repeatable.")
+	fs.StringArrayVar(&cfg.registerTaints, "register-taint", nil,
+		"Taint key=value:Effect put on every registered Node and left there, as kubelet's --register-with-taints (the preflight taint, say). Repeatable.")
 	fs.StringArrayVar(&cfg.annotations, "node-annotation", nil, "Annotation k=v to put on every registered Node. Repeatable.")
+
+	// Realism: the defaults register nodes as AKS does (armsim.DefaultRealism).
+	def := armsim.DefaultRealism()
+	fs.BoolVar(&cfg.exact, "exact", false, "Register ideal nodes: allocatable = capacity (110 pods, 100Gi ephemeral storage), ARM's resource ID "+
+		"as providerID, GPUs at registration, no boot jitter. Realism flags given explicitly still apply.")
+	fs.StringVar(&cfg.reservation, "reservation", def.Reservation.String(),
+		"Allocatable CPU and memory: aks (AKS on Kubernetes 1.29+), aks-legacy (AKS before 1.29) or none (allocatable = capacity).")
+	fs.IntVar(&cfg.maxPods, "max-pods", def.MaxPods, "Pods capacity of a node (AKS: 250 with Azure CNI Overlay, 110 with kubenet, 30 with Azure CNI).")
+	fs.StringVar(&cfg.ephemeralStorage, "ephemeral-storage", def.EphemeralStorage.String(),
+		"Ephemeral-storage capacity of a node (AKS, 128 GB OS disk: 129886128Ki); 10% is the eviction threshold unless --reservation=none.")
+	fs.StringVar(&cfg.providerIDs, "provider-ids", providerIDsAzure,
+		"Node providerIDs: azure (as cloud-provider-azure writes them, resource group lower-cased) or arm (ARM's resource ID as it is).")
+	fs.DurationVar(&cfg.devicePluginDelay, "device-plugin-delay", def.DevicePluginDelay,
+		"How long after registering a GPU node advertises nvidia.com/gpu, as the NVIDIA device plugin does; 0 = at registration.")
+	fs.StringArrayVar(&cfg.startupTaints, "startup-taint", nil,
+		"Taint key=value:Effect put on every registered Node and removed --startup-taint-delay later, as a network agent does "+
+			"(Cilium: node.cilium.io/agent-not-ready=true:NoSchedule). Repeatable.")
+	fs.DurationVar(&cfg.startupTaintDelay, "startup-taint-delay", def.StartupTaintDelay, "How long startup taints stay on a new Node.")
 	return cfg
+}
+
+// complete applies --exact: realism flags not given explicitly take the
+// exact mode's values.
+func (cfg *config) complete(fs *pflag.FlagSet) {
+	if !cfg.exact {
+		return
+	}
+	exact := armsim.Exact()
+	defaults := map[string]func(){
+		"boot-jitter":         func() { cfg.bootJitter = 0 },
+		"reservation":         func() { cfg.reservation = exact.Reservation.String() },
+		"max-pods":            func() { cfg.maxPods = exact.MaxPods },
+		"ephemeral-storage":   func() { cfg.ephemeralStorage = "" },
+		"provider-ids":        func() { cfg.providerIDs = providerIDsARM },
+		"device-plugin-delay": func() { cfg.devicePluginDelay = exact.DevicePluginDelay },
+	}
+	for name, set := range defaults {
+		if !fs.Changed(name) {
+			set()
+		}
+	}
+}
+
+// realism builds the registered nodes' Realism from the flags.
+func (cfg *config) realism() (armsim.Realism, error) {
+	var r armsim.Realism
+	var err error
+	if r.Reservation, err = armsim.ParseReservation(cfg.reservation); err != nil {
+		return r, fmt.Errorf("--reservation: %w", err)
+	}
+	if cfg.maxPods < 0 {
+		return r, fmt.Errorf("--max-pods %d: must not be negative", cfg.maxPods)
+	}
+	r.MaxPods = cfg.maxPods
+	if cfg.ephemeralStorage != "" {
+		if r.EphemeralStorage, err = resource.ParseQuantity(cfg.ephemeralStorage); err != nil {
+			return r, fmt.Errorf("--ephemeral-storage %q: %w", cfg.ephemeralStorage, err)
+		}
+		if r.EphemeralStorage.Sign() <= 0 {
+			return r, fmt.Errorf("--ephemeral-storage %q: must be positive", cfg.ephemeralStorage)
+		}
+	}
+	switch cfg.providerIDs {
+	case providerIDsAzure:
+		r.AzureProviderIDs = true
+	case providerIDsARM:
+	default:
+		return r, fmt.Errorf("--provider-ids %q: want %s or %s", cfg.providerIDs, providerIDsAzure, providerIDsARM)
+	}
+	for name, d := range map[string]time.Duration{"--device-plugin-delay": cfg.devicePluginDelay, "--startup-taint-delay": cfg.startupTaintDelay} {
+		if d < 0 {
+			return r, fmt.Errorf("%s %v: must not be negative", name, d)
+		}
+	}
+	r.DevicePluginDelay, r.StartupTaintDelay = cfg.devicePluginDelay, cfg.startupTaintDelay
+	if r.StartupTaints, err = parseTaints("--startup-taint", cfg.startupTaints); err != nil {
+		return r, err
+	}
+	if err := r.Validate(); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// parseTaints parses the values of a repeatable taint flag.
+func parseTaints(flag string, values []string) ([]v1.Taint, error) {
+	var taints []v1.Taint
+	for _, s := range values {
+		taint, err := armsim.ParseTaint(s)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", flag, err)
+		}
+		taints = append(taints, taint)
+	}
+	return taints, nil
 }
 
 func run(ctx context.Context, cfg *config) error {
@@ -95,6 +222,8 @@ func run(ctx context.Context, cfg *config) error {
 		SubscriptionID:  cfg.subscription,
 		Location:        cfg.location,
 		BootDelay:       cfg.bootDelay,
+		BootJitter:      cfg.bootJitter,
+		Seed:            cfg.seed,
 		DeleteDelay:     cfg.deleteDelay,
 		LRODuration:     cfg.lroDuration,
 		ReadsPerWindow:  cfg.readsPerWindow,
@@ -103,8 +232,15 @@ func run(ctx context.Context, cfg *config) error {
 		PageSize:        cfg.pageSize,
 		Addr:            cfg.listen,
 	}
+	if cfg.bootJitter < 0 {
+		return fmt.Errorf("--boot-jitter %v: must not be negative", cfg.bootJitter)
+	}
+	realism, err := cfg.realism()
+	if err != nil {
+		return err
+	}
 	if cfg.kubeconfig != "" {
-		hook, err := newKubeHook(cfg)
+		hook, err := newKubeHook(cfg, realism)
 		if err != nil {
 			return err
 		}
@@ -163,9 +299,13 @@ func parseScaleSet(s string) (armsim.ScaleSetSpec, error) {
 	return spec, nil
 }
 
-// newKubeHook builds the node hook from --kubeconfig, --startup-taint and
-// --node-annotation.
-func newKubeHook(cfg *config) (*armsim.KubeNodeHook, error) {
+// newKubeHook builds the node hook from --kubeconfig, --register-taint,
+// --node-annotation and the realism flags.
+func newKubeHook(cfg *config, realism armsim.Realism) (*armsim.KubeNodeHook, error) {
+	registerTaints, err := parseTaints("--register-taint", cfg.registerTaints)
+	if err != nil {
+		return nil, err
+	}
 	restCfg, err := clientcmd.BuildConfigFromFlags("", cfg.kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("loading kubeconfig %s: %w", cfg.kubeconfig, err)
@@ -174,14 +314,7 @@ func newKubeHook(cfg *config) (*armsim.KubeNodeHook, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating a Kubernetes client: %w", err)
 	}
-	hook := &armsim.KubeNodeHook{Client: client}
-	for _, s := range cfg.startupTaints {
-		taint, err := armsim.ParseTaint(s)
-		if err != nil {
-			return nil, fmt.Errorf("--startup-taint: %w", err)
-		}
-		hook.StartupTaints = append(hook.StartupTaints, taint)
-	}
+	hook := &armsim.KubeNodeHook{Client: client, RegisterTaints: registerTaints, Realism: realism}
 	for _, s := range cfg.annotations {
 		k, v, ok := strings.Cut(s, "=")
 		if !ok || k == "" {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -174,5 +175,17 @@ func eventually(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
+	}
+}
+
+// wantError fails the test unless err is nil when want is empty, or an
+// error containing want otherwise.
+func wantError(t *testing.T, call string, err error, want string) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Fatalf("%s: %v", call, err)
+	case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+		t.Fatalf("%s error = %v, want it to contain %q", call, err, want)
 	}
 }

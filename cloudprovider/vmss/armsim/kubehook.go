@@ -8,13 +8,15 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // Tag key prefixes through which a scale set declares its nodes' labels and
@@ -35,46 +37,95 @@ const (
 	GPUResource v1.ResourceName = "nvidia.com/gpu"
 )
 
+// Labels AKS puts on its nodes.
+const (
+	// AgentPoolLabel names the node's AKS node pool; the simulator uses the
+	// scale set's name, as AKS names a pool's scale set after it.
+	AgentPoolLabel = "kubernetes.azure.com/agentpool"
+	// ClusterLabel carries the cluster's node resource group.
+	ClusterLabel = "kubernetes.azure.com/cluster"
+)
+
 // KubeNodeHook is a NodeHook that registers a Kubernetes Node for each
 // running VM and deletes it when the VM is gone, the way a kubelet (and the
-// cloud node lifecycle controller) would.
+// cloud node lifecycle controller) would. Realism says how close to a real
+// AKS node the Node is; its zero value is the exact mode, so use
+// NewKubeNodeHook (or set Realism to DefaultRealism()) for nodes as AKS
+// registers them.
+//
+// A node's later changes (GPUs advertised, startup taints removed) are timed
+// by Clock and made by the hook's own goroutines; they stop when the ctx
+// given to VMRunning ends, when VMDeleted is called for the VM, or when the
+// node is gone (a deleted node is never recreated or updated). Use a
+// KubeNodeHook through a pointer only.
 type KubeNodeHook struct {
 	// Client talks to the cluster. Required.
 	Client kubernetes.Interface
-	// StartupTaints are added to every node, after the taints from tags.
-	StartupTaints []v1.Taint
+	// RegisterTaints are put on every node at registration, after the
+	// taints from tags, and left there (kubelet's --register-with-taints:
+	// the preflight taint, say).
+	RegisterTaints []v1.Taint
 	// Annotations are set on every node (kwok, for one, needs
 	// kwok.x-k8s.io/node=fake to manage a node).
 	Annotations map[string]string
+	// Realism is how the node departs from its SKU's ideal; the zero value
+	// is Exact().
+	Realism Realism
+	// Clock times the delayed updates; nil means the real clock.
+	Clock clock.WithDelayedExecution
+
+	mu      sync.Mutex
+	pending map[string][]*delayedUpdate // by node name
+	running sync.WaitGroup
 }
 
 var _ NodeHook = (*KubeNodeHook)(nil)
 
-// VMRunning creates the VM's Node (named by its lower-cased computer name).
-// A Node that already exists is left as it is.
+// NewKubeNodeHook returns a hook registering nodes through client as AKS
+// registers them (DefaultRealism), timed by the real clock.
+func NewKubeNodeHook(client kubernetes.Interface) *KubeNodeHook {
+	return &KubeNodeHook{Client: client, Realism: DefaultRealism()}
+}
+
+// VMRunning creates the VM's Node (named by its lower-cased computer name)
+// and, when Realism delays them, schedules the GPUs' advertisement and the
+// startup taints' removal. A Node that already exists with its status set
+// is left as it is.
 func (h *KubeNodeHook) VMRunning(ctx context.Context, vm VM) error {
-	node := h.Node(vm)
-	created, err := h.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		return nil
+	if err := h.Realism.Validate(); err != nil {
+		return fmt.Errorf("registering node for VM %s: %w", vm.ProviderID, err)
 	}
-	if err != nil {
+	node := h.Node(vm)
+	nodes := h.Client.CoreV1().Nodes()
+	created, err := nodes.Create(ctx, node, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		// A retry after setting the status failed, or someone else's node.
+		if created, err = nodes.Get(ctx, node.Name, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("reading node %s for VM %s: %w", node.Name, vm.ProviderID, err)
+		}
+		if len(created.Status.Capacity) > 0 || created.Spec.ProviderID != node.Spec.ProviderID {
+			return nil
+		}
+	} else if err != nil {
 		return fmt.Errorf("creating node %s for VM %s: %w", node.Name, vm.ProviderID, err)
 	}
 	// An API server may drop the status on create; set it as a kubelet does.
 	if len(created.Status.Capacity) == 0 {
 		created.Status = node.Status
-		if _, err := h.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		if _, err := nodes.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("setting status of node %s for VM %s: %w", node.Name, vm.ProviderID, err)
 		}
 	}
-	klog.V(2).InfoS("Registered node for VM", "node", node.Name, "providerID", vm.ProviderID)
+	h.scheduleUpdates(ctx, vm, created)
+	klog.V(2).InfoS("Registered node for VM", "node", node.Name, "providerID", node.Spec.ProviderID)
 	return nil
 }
 
-// VMDeleted deletes the VM's Node; a Node already gone is fine.
+// VMDeleted deletes the VM's Node, and cancels its pending updates; a Node
+// already gone is fine.
 func (h *KubeNodeHook) VMDeleted(ctx context.Context, vm VM) error {
 	name := nodeName(vm)
+	h.cancel(name)
 	err := h.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting node %s for VM %s: %w", name, vm.ProviderID, err)
@@ -87,7 +138,8 @@ func (h *KubeNodeHook) VMDeleted(ctx context.Context, vm VM) error {
 // must be.
 func nodeName(vm VM) string { return strings.ToLower(vm.ComputerName) }
 
-// Node returns the Node the hook registers for vm.
+// Node returns the Node the hook registers for vm: as it is at
+// registration, before the device plugin and network agents have run.
 func (h *KubeNodeHook) Node(vm VM) *v1.Node {
 	name := nodeName(vm)
 	labels := map[string]string{}
@@ -118,6 +170,8 @@ func (h *KubeNodeHook) Node(vm VM) *v1.Node {
 	labels[v1.LabelArchStable] = arch
 	labels[v1.LabelOSStable] = "linux"
 	labels[NodeGroupLabel] = vm.ScaleSet
+	labels[AgentPoolLabel] = labelValue(vm.ScaleSet)
+	labels[ClusterLabel] = labelValue(vm.ResourceGroup)
 	if vm.SKU.GPUs > 0 {
 		labels[AcceleratorLabel] = "nvidia"
 	}
@@ -125,16 +179,19 @@ func (h *KubeNodeHook) Node(vm VM) *v1.Node {
 	slices.SortFunc(taints, func(a, b v1.Taint) int {
 		return cmp.Or(strings.Compare(a.Key, b.Key), strings.Compare(string(a.Effect), string(b.Effect)))
 	})
-	taints = append(taints, h.StartupTaints...)
-
-	capacity := v1.ResourceList{
-		v1.ResourceCPU:              *resource.NewQuantity(int64(vm.SKU.VCPUs), resource.DecimalSI),
-		v1.ResourceMemory:           *resource.NewQuantity(int64(vm.SKU.MemoryGB*(1<<30)), resource.BinarySI),
-		v1.ResourcePods:             *resource.NewQuantity(110, resource.DecimalSI),
-		v1.ResourceEphemeralStorage: resource.MustParse("100Gi"),
+	taints = append(taints, h.RegisterTaints...)
+	if h.Realism.StartupTaintDelay > 0 {
+		taints = append(taints, h.Realism.StartupTaints...)
 	}
-	if vm.SKU.GPUs > 0 {
-		capacity[GPUResource] = *resource.NewQuantity(int64(vm.SKU.GPUs), resource.DecimalSI)
+
+	capacity, allocatable := h.Realism.Resources(vm.SKU)
+	if h.Realism.DevicePluginDelay > 0 {
+		delete(capacity, GPUResource)
+		delete(allocatable, GPUResource)
+	}
+	providerID := vm.ProviderID
+	if h.Realism.AzureProviderIDs {
+		providerID = AzureProviderID(providerID)
 	}
 	var annotations map[string]string
 	if len(h.Annotations) > 0 {
@@ -142,10 +199,10 @@ func (h *KubeNodeHook) Node(vm VM) *v1.Node {
 	}
 	return &v1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: annotations},
-		Spec:       v1.NodeSpec{ProviderID: vm.ProviderID, Taints: taints},
+		Spec:       v1.NodeSpec{ProviderID: providerID, Taints: taints},
 		Status: v1.NodeStatus{
 			Capacity:    capacity,
-			Allocatable: capacity.DeepCopy(),
+			Allocatable: allocatable,
 			NodeInfo: v1.NodeSystemInfo{
 				Architecture:    arch,
 				OperatingSystem: "linux",
@@ -153,6 +210,27 @@ func (h *KubeNodeHook) Node(vm VM) *v1.Node {
 			},
 		},
 	}
+}
+
+// labelValue makes s a valid label value as AKS does for names it puts in
+// labels: at most 63 characters, starting and ending alphanumeric, other
+// characters outside [-_.A-Za-z0-9] replaced by '-'.
+func labelValue(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !isAlnum(c) && c != '-' && c != '_' && c != '.' {
+			b[i] = '-'
+		}
+	}
+	if len(b) > validation.LabelValueMaxLength {
+		b = b[:validation.LabelValueMaxLength]
+	}
+	// Every byte is ASCII now.
+	return strings.TrimFunc(string(b), func(r rune) bool { return !isAlnum(byte(r)) })
+}
+
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
 }
 
 // parseTaint parses a taint tag's value, "<value>:<Effect>".

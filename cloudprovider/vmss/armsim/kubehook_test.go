@@ -12,12 +12,14 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 )
 
+// TestKubeNodeHookNode registers nodes in exact mode: labels and taints
+// from tags, resources equal to the SKU's, ARM's provider ID.
 func TestKubeNodeHookNode(t *testing.T) {
 	skus := map[string]SKU{}
 	for _, k := range DefaultSKUs() {
 		skus[k.Name] = k
 	}
-	startup := v1.Taint{Key: "node.example.com/initializing", Value: "true", Effect: v1.TaintEffectNoSchedule}
+	registered := v1.Taint{Key: "node.example.com/initializing", Value: "true", Effect: v1.TaintEffectNoSchedule}
 	tests := []struct {
 		name            string
 		vm              VM
@@ -53,6 +55,8 @@ func TestKubeNodeHookNode(t *testing.T) {
 				"kubernetes.io/os":                 "linux",
 				"kubernetes.azure.com/accelerator": "nvidia",
 				"vmss-autoscaler.io/node-group":    "H100Pool",
+				"kubernetes.azure.com/agentpool":   "H100Pool",
+				"kubernetes.azure.com/cluster":     "rg",
 				"team":                             "ml",
 				"example.com/pool":                 "gpu",
 			},
@@ -60,7 +64,7 @@ func TestKubeNodeHookNode(t *testing.T) {
 			wantTaints: []v1.Taint{
 				{Key: "dedicated", Value: "ml", Effect: v1.TaintEffectNoExecute},
 				{Key: "nvidia.com/gpu", Value: "present", Effect: v1.TaintEffectNoSchedule},
-				startup,
+				registered,
 			},
 			wantCapacity: map[v1.ResourceName]string{
 				v1.ResourceCPU: "96", v1.ResourceMemory: "1900Gi", GPUResource: "8",
@@ -82,7 +86,7 @@ func TestKubeNodeHookNode(t *testing.T) {
 				"vmss-autoscaler.io/node-group": "arm",
 			},
 			absentLabels:    []string{"topology.kubernetes.io/zone", "kubernetes.azure.com/accelerator"},
-			wantTaints:      []v1.Taint{startup},
+			wantTaints:      []v1.Taint{registered},
 			wantCapacity:    map[v1.ResourceName]string{v1.ResourceCPU: "16", v1.ResourceMemory: "64Gi"},
 			wantNoGPU:       true,
 			wantArch:        "arm64",
@@ -93,9 +97,10 @@ func TestKubeNodeHookNode(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			client := fake.NewClientset()
 			hook := &KubeNodeHook{
-				Client:        client,
-				StartupTaints: []v1.Taint{startup},
-				Annotations:   map[string]string{"kwok.x-k8s.io/node": "fake"},
+				Client:         client,
+				RegisterTaints: []v1.Taint{registered},
+				Annotations:    map[string]string{"kwok.x-k8s.io/node": "fake"},
+				Realism:        Exact(), // this test is about labels, taints and the exact resources
 			}
 			ctx := context.Background()
 			if err := hook.VMRunning(ctx, tt.vm); err != nil {

@@ -398,13 +398,24 @@ func (s *Server) newVM(set *scaleSet, now time.Time) *vmRecord {
 		vmID:       newUUID(),
 		state:      StateCreating,
 		created:    now,
-		readyAt:    now.Add(s.opts.BootDelay),
+		readyAt:    now.Add(s.bootTime()),
 	}
 	if len(set.zones) > 0 {
 		vm.zone = set.zones[id%len(set.zones)]
 	}
 	set.vms[id] = vm
 	return vm
+}
+
+// bootTime is how long a new VM stays Creating: BootDelay plus a uniform
+// draw from [-BootJitter, +BootJitter], never negative. Callers hold s.mu
+// (the random source is not safe for concurrent use).
+func (s *Server) bootTime() time.Duration {
+	d := s.opts.BootDelay
+	if j := s.opts.BootJitter; j > 0 {
+		d += time.Duration(s.rng.Int64N(2*int64(j)+1)) - j
+	}
+	return max(d, 0)
 }
 
 // resize creates or starts deleting VMs so that the capacity becomes n. New

@@ -10,7 +10,26 @@
 // and injectable faults (quota, allocation failure, failed or slow
 // operations, server errors). Time-based transitions (VM boot, VM deletion,
 // operation completion) follow Options.Clock, so tests can drive them with a
-// fake clock.
+// fake clock. VMs boot after Options.BootDelay ± Options.BootJitter, drawn
+// from a source seeded by Options.Seed.
+//
+// KubeNodeHook registers a Kubernetes Node for each running VM, and by
+// default (NewKubeNodeHook, cmd/armsim) registers it as an AKS node is, not
+// as the SKU's ideal: allocatable below capacity by AKS's kube-reserved and
+// eviction thresholds, a providerID with the resource group lower-cased as
+// cloud-provider-azure writes it (ARM keeps returning it as created), GPUs
+// advertised only once the device plugin would have started, optional
+// network-agent startup taints removed after a delay, and AKS's node pool
+// labels. Realism holds the knobs and documents what each models; Exact()
+// (the zero Realism) is the ideal node for tests whose subject is elsewhere.
+//
+// The hook's later node updates (GPUs, startup taints) read the node and
+// Update it (UpdateStatus for the GPUs), so they keep whatever else changed
+// meanwhile. kwok, which fakes the kubelets in e2e, does not undo them: its
+// node-initialize stage copies status.capacity and status.allocatable as
+// they are (filling defaults only when they are empty) and runs once, while
+// the node is not Ready; its heartbeat stage rewrites only conditions,
+// addresses and daemonEndpoints.
 package armsim
 
 import (
@@ -18,6 +37,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -38,13 +58,24 @@ const (
 	runTick = 100 * time.Millisecond
 	// operationRetention is how long finished operations stay pollable.
 	operationRetention = time.Hour
+	// jitterStream is the second half of the PCG seed: any constant works,
+	// one that is not zero keeps seed 0 from being a degenerate state.
+	jitterStream = 0x9e3779b97f4a7c15
 )
 
 // Options configure a Server.
 type Options struct {
-	SubscriptionID  string        // required
-	Location        string        // default "eastus"
-	BootDelay       time.Duration // Creating -> Running (default 0: running at the next Advance)
+	SubscriptionID string        // required
+	Location       string        // default "eastus"
+	BootDelay      time.Duration // Creating -> Running (default 0: running at the next Advance)
+	// BootJitter spreads boot times: each VM boots after BootDelay plus a
+	// uniform draw from [-BootJitter, +BootJitter] (never before it was
+	// created), as real scale set VMs of one scale-out come up minutes
+	// apart. Default 0: every VM takes exactly BootDelay.
+	BootJitter time.Duration
+	// Seed seeds the jitter's random source (math/rand/v2 PCG), so a run
+	// is repeatable: the same seed and requests give the same boot times.
+	Seed            uint64
 	DeleteDelay     time.Duration // Deleting -> gone (default 0: gone at the next Advance)
 	LRODuration     time.Duration // how long an async operation stays InProgress (default 0)
 	ReadsPerWindow  int           // subscription-wide token bucket for reads (GET); 0 = unlimited
@@ -72,6 +103,7 @@ type Server struct {
 	hookMu sync.Mutex
 
 	mu      sync.Mutex
+	rng     *rand.Rand            // boot jitter; seeded by Options.Seed
 	sets    map[string]*scaleSet  // by setKey
 	ops     map[string]*operation // by operation ID
 	gone    []*vmRecord           // removed VMs whose VMDeleted hook is pending
@@ -109,8 +141,8 @@ func New(opts Options) (*Server, error) {
 	if len(opts.SKUs) == 0 {
 		opts.SKUs = DefaultSKUs()
 	}
-	for name, d := range map[string]time.Duration{"boot delay": opts.BootDelay, "delete delay": opts.DeleteDelay,
-		"LRO duration": opts.LRODuration, "window": opts.Window} {
+	for name, d := range map[string]time.Duration{"boot delay": opts.BootDelay, "boot jitter": opts.BootJitter,
+		"delete delay": opts.DeleteDelay, "LRO duration": opts.LRODuration, "window": opts.Window} {
 		if d < 0 {
 			return nil, fmt.Errorf("armsim: %s must not be negative, got %v", name, d)
 		}
@@ -142,6 +174,7 @@ func New(opts Options) (*Server, error) {
 		clock: opts.Clock,
 		hook:  opts.Hook,
 		skus:  skus,
+		rng:   rand.New(rand.NewPCG(opts.Seed, opts.Seed^jitterStream)),
 		sets:  map[string]*scaleSet{},
 		ops:   map[string]*operation{},
 		calls: map[string]int{},

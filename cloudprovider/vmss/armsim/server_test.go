@@ -24,6 +24,7 @@ func TestNewValidatesOptions(t *testing.T) {
 	}{
 		{"no subscription", Options{}, "subscription ID is required"},
 		{"negative delay", Options{SubscriptionID: testSub, BootDelay: -time.Second}, "boot delay"},
+		{"negative jitter", Options{SubscriptionID: testSub, BootJitter: -time.Second}, "boot jitter must not be negative"},
 		{"negative reads", Options{SubscriptionID: testSub, ReadsPerWindow: -1}, "requests per window"},
 		{"public address", Options{SubscriptionID: testSub, Addr: "0.0.0.0:0"}, "loopback"},
 		{"bad SKU", Options{SubscriptionID: testSub, SKUs: []SKU{{Name: "x", Family: "f", VCPUs: 1, MemoryGB: 1, Arch: "sparc"}}}, "architecture"},
@@ -34,12 +35,7 @@ func TestNewValidatesOptions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := New(tt.opts)
-			switch {
-			case tt.wantErr == "" && err != nil:
-				t.Fatalf("New: %v", err)
-			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
-				t.Fatalf("New error = %v, want it to contain %q", err, tt.wantErr)
-			}
+			wantError(t, "New", err, tt.wantErr)
 		})
 	}
 }
