@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/reserved"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -240,7 +241,7 @@ func ParseReservation(s string) (Reservation, error) {
 func (r Reservation) memoryMi(memoryMi int64, maxPods int) (kubeReserved, eviction int64) {
 	switch r {
 	case ReservationAKS:
-		return min(20*int64(maxPods)+50, memoryMi/4), 100
+		return reserved.Memory(memoryMi<<20, int64(maxPods)) >> 20, reserved.EvictionThreshold >> 20
 	case ReservationAKSLegacy:
 		return regressive(memoryMi, []bracket{{4 << 10, 25}, {8 << 10, 20}, {16 << 10, 10}, {128 << 10, 6}, {-1, 2}}), 750
 	}
@@ -272,12 +273,9 @@ func regressive(amount int64, bands []bracket) int64 {
 	return sum / 100
 }
 
-// kubeReservedCPUMilli is AKS's kube-reserved CPU for a node of vcpus cores:
-// 60m for the first core, 40m for the second, 20m each for the third and
-// fourth, 10m for every further core.
-func kubeReservedCPUMilli(vcpus int) int64 {
-	return regressive(int64(vcpus)*1000, []bracket{{1000, 6}, {2000, 4}, {4000, 2}, {-1, 1}})
-}
+// kubeReservedCPUMilli is AKS's kube-reserved CPU for a node of vcpus cores
+// (the same table as the autoscaler's estimate for a group at zero).
+func kubeReservedCPUMilli(vcpus int) int64 { return reserved.CPU(int64(vcpus)) }
 
 // nodefsEvictionBytes is the kubelet's nodefs.available<10% hard eviction
 // threshold for a filesystem of capacity bytes, computed as the kubelet does
