@@ -34,11 +34,29 @@ type suite struct {
 }
 
 // filterHook registers nodes through the Kubernetes hook, except for
-// scale sets whose VMs must never register (the provision-timeout test).
+// scale sets whose VMs must never register (the provision-timeout test) and
+// scale sets a test gave a hook of their own (other realism).
 type filterHook struct {
 	inner  armsim.NodeHook
 	mu     sync.Mutex
 	silent map[string]bool
+	own    map[string]armsim.NodeHook
+}
+
+// use registers a scale set's VMs through h.
+func (h *filterHook) use(scaleSet string, hook armsim.NodeHook) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.own[strings.ToLower(scaleSet)] = hook
+}
+
+func (h *filterHook) hookFor(vm armsim.VM) armsim.NodeHook {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if o, ok := h.own[strings.ToLower(vm.ScaleSet)]; ok {
+		return o
+	}
+	return h.inner
 }
 
 func (h *filterHook) silence(scaleSet string) {
@@ -57,11 +75,20 @@ func (h *filterHook) VMRunning(ctx context.Context, vm armsim.VM) error {
 	if h.isSilent(vm) {
 		return nil
 	}
-	return h.inner.VMRunning(ctx, vm)
+	return h.hookFor(vm).VMRunning(ctx, vm)
 }
 
 func (h *filterHook) VMDeleted(ctx context.Context, vm armsim.VM) error {
-	return h.inner.VMDeleted(ctx, vm)
+	return h.hookFor(vm).VMDeleted(ctx, vm)
+}
+
+// realisticHook registers nodes as AKS kubelets do (armsim.DefaultRealism:
+// allocatable below capacity, lower-cased resource groups in providerIDs,
+// GPUs advertised 20 s after registration), for kwok to run.
+func realisticHook(cp *harness.ControlPlane) *armsim.KubeNodeHook {
+	h := armsim.NewKubeNodeHook(cp.Client)
+	h.Annotations = map[string]string{"kwok.x-k8s.io/node": "fake"}
+	return h
 }
 
 // theSuite is set once by TestMain, before any test runs, and only read after.
@@ -97,11 +124,10 @@ func runMain(m *testing.M) int {
 	}
 	defer cp.Stop()
 	klog.InfoS("Control plane up", "after", time.Since(start).Round(time.Second), "logs", cp.LogDir)
-	hook := &filterHook{
-		inner:  &armsim.KubeNodeHook{Client: cp.Client, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"}},
-		silent: map[string]bool{},
-	}
-	sim, err := armsim.New(armsim.Options{SubscriptionID: subscription, Location: "eastus", BootDelay: time.Second, Hook: hook})
+	hook := &filterHook{inner: realisticHook(cp), silent: map[string]bool{}, own: map[string]armsim.NodeHook{}}
+	// VMs boot in 1 s ± 0.5 s: compressed, but not in lockstep.
+	sim, err := armsim.New(armsim.Options{SubscriptionID: subscription, Location: "eastus", BootDelay: time.Second,
+		BootJitter: 500 * time.Millisecond, Seed: 1, Hook: hook})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: ARM simulator:", err)
 		return 1

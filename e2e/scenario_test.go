@@ -51,7 +51,7 @@ func newScenario(t *testing.T) *scenario {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := &scenario{t: t, ctx: ctx, s: theSuite, ns: ns, rg: "rg-" + short, prefix: short, addrs: map[*harness.Process]string{}}
+	sc := &scenario{t: t, ctx: ctx, s: theSuite, ns: ns, rg: "MC_e2e_" + short + "_eastus", prefix: short, addrs: map[*harness.Process]string{}}
 	t.Cleanup(func() {
 		for _, p := range sc.procs {
 			_ = p.Stop()

@@ -42,7 +42,7 @@ import (
 
 const (
 	subscription  = "de300000-0000-0000-0000-000000000001"
-	resourceGroup = "demo"
+	resourceGroup = "MC_demo_Cluster_eastus"
 	namespace     = "demo"
 	teamTaintKey  = "openai.com/team"
 	preflightKey  = "vmss-autoscaler.io/preflight"
@@ -125,9 +125,14 @@ func run(ctx context.Context, o options) error {
 	defer cp.Stop()
 	say("control plane up in %s; logs in %s", time.Since(t).Round(100*time.Millisecond), cp.LogDir)
 
+	// Nodes join as AKS kubelets do: allocatable below the VM size,
+	// providerIDs with the resource group lower-cased, GPUs advertised by
+	// the device plugin 20 s after registration; VMs boot with jitter.
+	hook := armsim.NewKubeNodeHook(cp.Client)
+	hook.Annotations = map[string]string{"kwok.x-k8s.io/node": "fake"}
 	sim, err := armsim.New(armsim.Options{
-		SubscriptionID: subscription, Location: "eastus", BootDelay: o.bootDelay,
-		Hook: &armsim.KubeNodeHook{Client: cp.Client, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"}},
+		SubscriptionID: subscription, Location: "eastus", BootDelay: o.bootDelay, BootJitter: o.bootDelay / 2, Seed: 1,
+		Hook: hook,
 	})
 	if err != nil {
 		return err
