@@ -198,7 +198,12 @@ func TestWholeNodeBalloonsFitTheNodesTheyBuy(t *testing.T) {
 // for it buy no second node, and it is neither ready nor unready until the
 // startup time passes.
 func TestGPUsAdvertisedLateAreComingCapacity(t *testing.T) {
-	e := newEnv(t, withOptions(func(o *Options) { o.MaxNodeStartupTime = 10 * time.Minute }))
+	acts := &fakeActions{}
+	e := newEnv(t, withScaleDown(acts), withOptions(func(o *Options) {
+		o.MaxNodeStartupTime = 10 * time.Minute
+		o.ScaleDownUnneededTime, o.ScaleDownUnreadyTime = time.Minute, time.Minute
+		o.ScaleDownBrakeClusterShare, o.ScaleDownBrakeGroupShare = 1, 1
+	}))
 	gpu := e.provider.AddGroup("gpu", 0, 20, gpuTemplate("gpu"), inmemory.WithTarget(4))
 	e.start()
 	e.register(gpu, noGPUsYet())
@@ -209,6 +214,9 @@ func TestGPUsAdvertisedLateAreComingCapacity(t *testing.T) {
 	}
 	if got := gpu.Increases(); len(got) != 0 {
 		t.Fatalf("increases %v: pods waiting for GPUs still being advertised bought more nodes", got)
+	}
+	if got := gpu.Deleted(); len(got) != 0 {
+		t.Fatalf("deleted %v: a node waiting for its device plugin is no scale-down candidate", got)
 	}
 	for state, want := range map[string]float64{"ready": 0, "not_started": 4, "unready": 0} {
 		if got := testutil.ToFloat64(e.a.metrics.Nodes.WithLabelValues("gpu", state)); got != want {
@@ -226,7 +234,7 @@ func TestGPUsAdvertisedLateAreComingCapacity(t *testing.T) {
 func TestStartupTaintedNodeIsNeitherRemovedNorDoubleCounted(t *testing.T) {
 	acts := &fakeActions{}
 	e := newEnv(t, withScaleDown(acts), withOptions(func(o *Options) {
-		o.ScaleDownUnneededTime = time.Minute
+		o.ScaleDownUnneededTime, o.ScaleDownUnreadyTime = time.Minute, time.Minute
 		o.ScaleDownBrakeClusterShare, o.ScaleDownBrakeGroupShare = 1, 1
 	}))
 	cpu := e.provider.AddGroup("cpu", 0, 20, cpuTemplate("cpu"), inmemory.WithTarget(1))

@@ -36,6 +36,17 @@ func newPreflightState() *preflightState {
 	return &preflightState{evictedAt: map[string]time.Time{}, deleted: map[string]time.Time{}}
 }
 
+// startingUp says a node is Ready but still starting up (a startup taint,
+// GPUs not advertised) and young enough to be coming capacity; past
+// --max-node-startup-time it is unready like any node that never made it.
+func (a *Autoscaler) startingUp(l *loop, n *apiv1.Node) bool {
+	group := ""
+	if g, ok := l.groupOf[n.Name]; ok {
+		group = g.ID()
+	}
+	return l.now.Sub(n.CreationTimestamp.Time) < a.opts.MaxNodeStartupTime && a.registry.StartingUp(n, group) != ""
+}
+
 // usable says a node can take pods now: ready, past preflight, and not
 // starting up (no startup taint; GPUs advertised on a GPU group's node).
 func (a *Autoscaler) usable(l *loop, n *apiv1.Node) bool {

@@ -173,10 +173,12 @@ func (a *Autoscaler) scaleDownNodes(l *loop) []scaledown.Node {
 		// no destination for moved pods.
 		sn := scaledown.Node{Node: n, Ready: a.usable(l, n) && !gone, Requested: &scaledown.Requested{
 			MilliCPU: req.GetMilliCPU(), Memory: req.GetMemory(), GPU: req.GetScalarResources()[a.opts.GPUResourceName]}}
-		// A node pending preflight is coming capacity and one that failed
-		// is being replaced: neither is a scale-down candidate.
+		// A node pending preflight, or still starting up (a startup taint,
+		// GPUs not advertised yet) within --max-node-startup-time, is coming
+		// capacity, and one that failed preflight is being replaced: none is
+		// a scale-down candidate.
 		pf, _ := a.opts.Preflight.Classify(n, l.now)
-		if g, ok := l.groupOf[n.Name]; ok && pf == preflight.Passed && !act.IsDraining(n.Name) && !gone {
+		if g, ok := l.groupOf[n.Name]; ok && pf == preflight.Passed && !a.startingUp(l, n) && !act.IsDraining(n.Name) && !gone {
 			sn.Group = g.ID()
 			o := groupOpts[g.ID()]
 			sn.UnneededTime, sn.UnreadyTime = o.ScaleDownUnneededTime, o.ScaleDownUnreadyTime
