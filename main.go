@@ -41,6 +41,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/version"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight/agent"
 	"github.com/vmss-autoscaler/vmss-autoscaler/ratelimit"
 )
@@ -48,9 +49,16 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	var err error
-	if len(os.Args) > 1 && os.Args[1] == "preflight" {
+	sub := ""
+	if len(os.Args) > 1 {
+		sub = os.Args[1]
+	}
+	switch sub {
+	case "--version", "version":
+		fmt.Println(version.Get())
+	case "preflight":
 		err = agent.Main(ctx, os.Args[2:])
-	} else {
+	default:
 		err = run(ctx, os.Args[1:])
 	}
 	stop()
@@ -76,6 +84,8 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	logger := klog.FromContext(ctx)
+	v := version.Get()
+	logger.Info("Starting vmss-autoscaler", "version", v.Version, "commit", v.Commit, "goVersion", v.GoVersion)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestRunRejectsBadUse: errors come before any compiling, and name what is wrong.
+func TestRunRejectsBadUse(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "none.crt")
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no subcommand", nil, "want a subcommand: build or push"},
+		{"unknown subcommand", []string{"bake"}, `unknown subcommand "bake"`},
+		{"stray argument", []string{"build", "now"}, `build: unexpected arguments ["now"]`},
+		{"no CA certificates", []string{"build", "--ca-certificates=" + missing}, "CA certificates " + missing + ": not found"},
+		{"bad platform", []string{"build", "--ca-certificates=" + missing, "--platforms=amd64"}, `--platforms: platform "amd64": want os/arch`},
+		{"push without a reference", []string{"push"}, "push: want one image reference"},
+		{"push two references", []string{"push", "a/b:1", "c/d:2"}, "push: want one image reference"},
+		{"push without a layout", []string{"push", "--layout=" + filepath.Join(t.TempDir(), "oci"), "example.com/a:1"}, "run make image first"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := run(context.Background(), tc.args)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
