@@ -41,6 +41,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/statuscmd"
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/version"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight/agent"
 	"github.com/vmss-autoscaler/vmss-autoscaler/ratelimit"
@@ -58,6 +59,8 @@ func main() {
 		fmt.Println(version.Get())
 	case "preflight":
 		err = agent.Main(ctx, os.Args[2:])
+	case "status":
+		err = statuscmd.Main(ctx, os.Args[2:], os.Stdout)
 	default:
 		err = run(ctx, os.Args[1:])
 	}
