@@ -15,7 +15,7 @@ REVISION ?=
 CA_CERTS ?= /etc/ssl/certs/ca-certificates.crt
 IMAGE ?=
 
-.PHONY: test deps lint unit bench build demo image push
+.PHONY: test deps lint unit bench build demo image push dashboards
 
 test: deps lint unit
 
@@ -39,6 +39,11 @@ build:
 
 image:
 	$(GO) run ./cmd/image build --out=$(IMAGE_DIR) --ca-certificates=$(CA_CERTS) $(if $(VERSION),--version=$(VERSION)) $(if $(REVISION),--revision=$(REVISION))
+
+# The Grafana dashboards' JSON, generated from Go (charts/dashboards); a
+# unit test fails when the committed JSON is out of date.
+dashboards:
+	$(GO) generate ./charts/dashboards
 
 # Pushes what make image last built (it does not rebuild: the version built is the one pushed).
 push:
