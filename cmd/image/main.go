@@ -103,13 +103,16 @@ func buildImage(ctx context.Context, o buildOptions) error {
 		}
 		platforms = append(platforms, p)
 	}
-	if _, err := image.ReadCACerts(o.caCerts); err != nil {
-		return err
-	}
 	if o.version == "" {
 		if o.version, err = image.ChartAppVersion(root); err != nil {
 			return err
 		}
+	}
+	if err := image.ValidateVersion(o.version); err != nil {
+		return fmt.Errorf("--version: %w", err)
+	}
+	if _, err := image.ReadCACerts(o.caCerts); err != nil {
+		return err
 	}
 	if o.revision == "" {
 		if o.revision, err = image.GitRevision(ctx, root); err != nil {

@@ -66,6 +66,15 @@ const (
 // tagRE is what an image tag may be (the distribution spec's reference grammar).
 var tagRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
 
+// ValidateVersion checks that v can be the image's tag (and so its
+// version label and the binary's --version).
+func ValidateVersion(v string) error {
+	if !tagRE.MatchString(v) {
+		return fmt.Errorf("version %q: must be usable as an image tag: letters, digits, '_', '.', '-', at most 128, not starting with '.' or '-'", v)
+	}
+	return nil
+}
+
 // Platform is an OS and architecture, "linux/amd64".
 type Platform struct{ OS, Architecture string }
 
@@ -116,8 +125,8 @@ func (o *Options) validate() error {
 			errs = append(errs, fmt.Errorf("binaries[%s]=%s: not a regular file", p, bin))
 		}
 	}
-	if !tagRE.MatchString(o.Version) {
-		errs = append(errs, fmt.Errorf("version %q: must be usable as an image tag: letters, digits, '_', '.', '-', at most 128, not starting with '.' or '-'", o.Version))
+	if err := ValidateVersion(o.Version); err != nil {
+		errs = append(errs, err)
 	}
 	if o.Revision == "" || strings.ContainsFunc(o.Revision, unicode.IsSpace) {
 		errs = append(errs, fmt.Errorf("revision %q: required, without spaces", o.Revision))
