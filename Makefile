@@ -14,6 +14,11 @@ VERSION ?=
 REVISION ?=
 CA_CERTS ?= /etc/ssl/certs/ca-certificates.crt
 IMAGE ?=
+# The preflight agent's image: the binary on a GPU-tools base (e.g. NVIDIA's
+# DCGM image), built by make image when PREFLIGHT_BASE is set and pushed by
+# make push when PREFLIGHT_IMAGE is.
+PREFLIGHT_BASE ?=
+PREFLIGHT_IMAGE ?=
 
 .PHONY: test deps lint unit bench build demo image push dashboards
 
@@ -38,7 +43,7 @@ build:
 	$(GO) build -o bin/vmss-autoscaler .
 
 image:
-	$(GO) run ./cmd/image build --out=$(IMAGE_DIR) --ca-certificates=$(CA_CERTS) $(if $(VERSION),--version=$(VERSION)) $(if $(REVISION),--revision=$(REVISION))
+	$(GO) run ./cmd/image build --out=$(IMAGE_DIR) --ca-certificates=$(CA_CERTS) $(if $(VERSION),--version=$(VERSION)) $(if $(REVISION),--revision=$(REVISION)) $(if $(PREFLIGHT_BASE),--preflight-base=$(PREFLIGHT_BASE))
 
 # The Grafana dashboards' JSON, generated from Go (charts/dashboards); a
 # unit test fails when the committed JSON is out of date.
@@ -49,6 +54,7 @@ dashboards:
 push:
 	@test -n "$(IMAGE)" || { echo "usage: make push IMAGE=<registry>/vmss-autoscaler:<tag>" >&2; exit 1; }
 	$(GO) run ./cmd/image push --layout=$(IMAGE_DIR)/oci $(IMAGE)
+	$(if $(PREFLIGHT_IMAGE),$(GO) run ./cmd/image push --layout=$(IMAGE_DIR)/preflight-oci $(PREFLIGHT_IMAGE))
 
 demo:
 	$(GO) run ./e2e/demo $(ARGS)

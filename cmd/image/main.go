@@ -1,14 +1,16 @@
 // Command image builds and pushes the vmss-autoscaler container image
 // without a Docker daemon (internal/image, go-containerregistry):
 //
-//	go run ./cmd/image build [--out .cache/image] [--version V] [--revision R]   # make image
-//	go run ./cmd/image push  [--layout .cache/image/oci] registry/name:tag       # make push IMAGE=...
+//	go run ./cmd/image build [--out .cache/image] [--version V] [--revision R] [--preflight-base B]   # make image
+//	go run ./cmd/image push  [--layout .cache/image/oci] registry/name:tag                         # make push IMAGE=...
 //
 // build cross-compiles a static binary per platform, assembles the OCI
 // image index and writes it as an OCI image layout (<out>/oci) and an
-// oci-archive tarball (<out>/vmss-autoscaler-<version>.oci.tar). push sends
-// that layout to a registry with the standard keychain (docker login, az
-// acr login, credential helpers).
+// oci-archive tarball (<out>/vmss-autoscaler-<version>.oci.tar). With
+// --preflight-base it also builds the preflight agent's image: the same
+// binaries on a GPU-tools base (<out>/preflight-oci). push sends a layout
+// to a registry with the standard keychain (docker login, az acr login,
+// credential helpers).
 package main
 
 import (
@@ -21,7 +23,9 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
@@ -67,6 +71,9 @@ func newFlagSet(name string) *pflag.FlagSet {
 type buildOptions struct {
 	root, out, version, revision, source, caCerts string
 	platforms                                     []string
+	// preflightBase, when set, is a GPU-tools image to build the preflight
+	// agent's image on.
+	preflightBase string
 }
 
 func build(ctx context.Context, args []string) error {
@@ -79,6 +86,7 @@ func build(ctx context.Context, args []string) error {
 	fs.StringVar(&o.source, "source", image.Source, "the org.opencontainers.image.source label")
 	fs.StringVar(&o.caCerts, "ca-certificates", image.DefaultCACerts, "PEM bundle of CA certificates copied into the image (from this machine)")
 	fs.StringSliceVar(&o.platforms, "platforms", []string{"linux/amd64", "linux/arm64"}, "platforms of the image index")
+	fs.StringVar(&o.preflightBase, "preflight-base", "", "also build the preflight agent's image on this GPU-tools image (e.g. NVIDIA's DCGM image), pulled with the standard keychain, into <out>/preflight-oci")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("build: %w", err)
 	}
@@ -123,6 +131,13 @@ func buildImage(ctx context.Context, o buildOptions) error {
 	if err != nil {
 		return err
 	}
+	var base *image.Base
+	if o.preflightBase != "" {
+		logger.Info("Pulling the preflight image's base", "base", o.preflightBase)
+		if base, err = image.PullBase(ctx, o.preflightBase, platforms); err != nil {
+			return fmt.Errorf("--preflight-base: %w", err)
+		}
+	}
 	out := o.out
 	if !filepath.IsAbs(out) {
 		out = filepath.Join(root, out)
@@ -141,21 +156,43 @@ func buildImage(ctx context.Context, o buildOptions) error {
 	if err != nil {
 		return err
 	}
-	layoutDir := filepath.Join(out, "oci")
-	if err := image.WriteLayout(layoutDir, idx, o.version); err != nil {
-		return err
-	}
-	archive := filepath.Join(out, "vmss-autoscaler-"+o.version+".oci.tar")
-	if err := image.WriteArchive(layoutDir, archive, created); err != nil {
-		return err
-	}
-	digest, err := idx.Digest()
+	where, err := writeOutputs(idx, out, "oci", "vmss-autoscaler", o.version, created)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("built vmss-autoscaler %s (revision %s) for %s\n  index   %s\n  layout  %s\n  archive %s\npush it with: make push IMAGE=<registry>/vmss-autoscaler:%s\n",
-		o.version, o.revision, strings.Join(o.platforms, ", "), digest, layoutDir, archive, o.version)
+	fmt.Printf("built vmss-autoscaler %s (revision %s) for %s\n%spush it with: make push IMAGE=<registry>/vmss-autoscaler:%s\n",
+		o.version, o.revision, strings.Join(o.platforms, ", "), where, o.version)
+	if base == nil {
+		return nil
+	}
+	pidx, err := image.OnBase(opts, base)
+	if err != nil {
+		return fmt.Errorf("preflight image: %w", err)
+	}
+	if where, err = writeOutputs(pidx, out, "preflight-oci", "vmss-autoscaler-preflight", o.version, created); err != nil {
+		return err
+	}
+	fmt.Printf("built the preflight image on %s (%s)\n%spush it with: make push IMAGE=... PREFLIGHT_IMAGE=<registry>/vmss-autoscaler-preflight:%s\n",
+		o.preflightBase, base.Digest, where, o.version)
 	return nil
+}
+
+// writeOutputs writes idx as the layout <out>/<dir> and the archive
+// <out>/<name>-<version>.oci.tar, and says where, with the digest.
+func writeOutputs(idx v1.ImageIndex, out, dir, name, version string, created time.Time) (string, error) {
+	layoutDir := filepath.Join(out, dir)
+	if err := image.WriteLayout(layoutDir, idx, version); err != nil {
+		return "", err
+	}
+	archive := filepath.Join(out, name+"-"+version+".oci.tar")
+	if err := image.WriteArchive(layoutDir, archive, created); err != nil {
+		return "", err
+	}
+	digest, err := idx.Digest()
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", layoutDir, err)
+	}
+	return fmt.Sprintf("  index   %s\n  layout  %s\n  archive %s\n", digest, layoutDir, archive), nil
 }
 
 func push(ctx context.Context, args []string) error {

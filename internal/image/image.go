@@ -181,72 +181,106 @@ func Build(o Options) (v1.ImageIndex, error) {
 		return nil, err
 	}
 	created := o.Created.UTC().Truncate(time.Second)
-	base, err := layer(baseFiles(certs), created)
+	base, err := layer(baseFiles(certs), created, types.OCILayer)
 	if err != nil {
 		return nil, fmt.Errorf("base layer: %w", err)
 	}
+	labels := o.labels(created)
+	scratch := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	return assemble(o, created, labels, types.OCIImageIndex, func(p Platform) (platformed, error) {
+		bin, err := binaryLayer(o, p, created, types.OCILayer)
+		if err != nil {
+			return platformed{}, err
+		}
+		img, err := mutate.Append(scratch,
+			mutate.Addendum{Layer: base, History: history(created, "users, CA certificates", "base")},
+			mutate.Addendum{Layer: bin, History: history(created, BinaryPath, "binary")})
+		if err != nil {
+			return platformed{}, err
+		}
+		img, err = withConfig(img, created, func(cf *v1.ConfigFile) {
+			cf.OS, cf.Architecture = p.OS, p.Architecture
+			cf.Config = v1.Config{
+				User:       User,
+				Entrypoint: []string{BinaryPath},
+				WorkingDir: "/",
+				Env:        []string{"SSL_CERT_FILE=" + CACertsPath},
+				Labels:     labels,
+			}
+		})
+		return platformed{img, &v1.Platform{OS: p.OS, Architecture: p.Architecture}}, err
+	})
+}
+
+// labels are the OCI labels (and annotations) of the image.
+func (o *Options) labels(created time.Time) map[string]string {
+	return map[string]string{
+		LabelSource: o.Source, LabelVersion: o.Version, LabelRevision: o.Revision,
+		LabelCreated: created.Format(time.RFC3339), LabelTitle: "vmss-autoscaler",
+		LabelDescription: "Cluster autoscaler for Kubernetes GPU clusters on Azure VM Scale Sets",
+	}
+}
+
+// platformed is an image and the platform its index entry says.
+type platformed struct {
+	img      v1.Image
+	platform *v1.Platform
+}
+
+// assemble builds one image per platform of o.Binaries, in name order,
+// into an index of media type mt annotated with labels.
+func assemble(o Options, created time.Time, labels map[string]string, mt types.MediaType, build func(Platform) (platformed, error)) (v1.ImageIndex, error) {
 	platforms := make([]Platform, 0, len(o.Binaries))
 	for p := range o.Binaries {
 		platforms = append(platforms, p)
 	}
 	sort.Slice(platforms, func(i, j int) bool { return platforms[i].String() < platforms[j].String() })
-
-	labels := map[string]string{
-		LabelSource: o.Source, LabelVersion: o.Version, LabelRevision: o.Revision,
-		LabelCreated: created.Format(time.RFC3339), LabelTitle: "vmss-autoscaler",
-		LabelDescription: "Cluster autoscaler for Kubernetes GPU clusters on Azure VM Scale Sets",
-	}
-	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 	var adds []mutate.IndexAddendum
 	for _, p := range platforms {
-		bin, err := os.ReadFile(o.Binaries[p])
-		if err != nil {
-			return nil, fmt.Errorf("binaries[%s]: %w", p, err)
-		}
-		binLayer, err := layer(binaryFiles(bin), created)
-		if err != nil {
-			return nil, fmt.Errorf("binary layer for %s: %w", p, err)
-		}
-		img, err := platformImage(p, labels, created, base, binLayer)
+		pi, err := build(p)
 		if err != nil {
 			return nil, fmt.Errorf("image for %s: %w", p, err)
 		}
-		adds = append(adds, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{
-			Platform: &v1.Platform{OS: p.OS, Architecture: p.Architecture},
-		}})
+		img := pi.img
+		if mt == types.OCIImageIndex {
+			img = mutate.Annotations(img, labels).(v1.Image)
+		}
+		adds = append(adds, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: pi.platform}})
 	}
-	idx = mutate.AppendManifests(idx, adds...)
+	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, mt), adds...)
+	if mt != types.OCIImageIndex {
+		return idx, nil // a Docker manifest list has no annotations
+	}
 	return mutate.Annotations(idx, labels).(v1.ImageIndex), nil
 }
 
-func platformImage(p Platform, labels map[string]string, created time.Time, layers ...v1.Layer) (v1.Image, error) {
-	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-	img, err := mutate.Append(img, []mutate.Addendum{
-		{Layer: layers[0], History: v1.History{Created: v1.Time{Time: created}, CreatedBy: "vmss-autoscaler image: users, CA certificates", Comment: "base"}},
-		{Layer: layers[1], History: v1.History{Created: v1.Time{Time: created}, CreatedBy: "vmss-autoscaler image: " + BinaryPath, Comment: "binary"}},
-	}...)
+// binaryLayer is the layer holding the binary built for p.
+func binaryLayer(o Options, p Platform, created time.Time, mt types.MediaType) (v1.Layer, error) {
+	bin, err := os.ReadFile(o.Binaries[p])
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("binaries[%s]: %w", p, err)
 	}
+	l, err := layer(binaryFiles(bin), created, mt)
+	if err != nil {
+		return nil, fmt.Errorf("binary layer: %w", err)
+	}
+	return l, nil
+}
+
+func history(created time.Time, what, comment string) v1.History {
+	return v1.History{Created: v1.Time{Time: created}, CreatedBy: "vmss-autoscaler image: " + what, Comment: comment}
+}
+
+// withConfig edits img's config file and dates it.
+func withConfig(img v1.Image, created time.Time, edit func(*v1.ConfigFile)) (v1.Image, error) {
 	cf, err := img.ConfigFile()
 	if err != nil {
 		return nil, err
 	}
 	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = p.OS, p.Architecture
+	edit(cf)
 	cf.Created = v1.Time{Time: created}
-	cf.Config = v1.Config{
-		User:       User,
-		Entrypoint: []string{BinaryPath},
-		WorkingDir: "/",
-		Env:        []string{"SSL_CERT_FILE=" + CACertsPath},
-		Labels:     labels,
-	}
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		return nil, err
-	}
-	return mutate.Annotations(img, labels).(v1.Image), nil
+	return mutate.ConfigFile(img, cf)
 }
 
 // file is one entry of a layer.
@@ -293,8 +327,9 @@ func binaryFiles(bin []byte) []file {
 }
 
 // layer writes files as an uncompressed tar, every entry with mtime t,
-// and returns it as a gzip-compressed OCI layer.
-func layer(files []file, t time.Time) (v1.Layer, error) {
+// and returns it as a gzip-compressed layer of media type mt (OCI, or
+// Docker's for a Docker base).
+func layer(files []file, t time.Time, mt types.MediaType) (v1.Layer, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, f := range files {
@@ -321,5 +356,5 @@ func layer(files []file, t time.Time) (v1.Layer, error) {
 	}
 	data := buf.Bytes()
 	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil },
-		tarball.WithMediaType(types.OCILayer))
+		tarball.WithMediaType(mt))
 }
