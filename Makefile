@@ -1,10 +1,26 @@
 # The two commands of the README:
 #   make demo   run the autoscaler on a local control plane with the ARM simulator
 #   make test   run the whole test suite (what CI runs)
+# and the image, built without Docker (cmd/image, go-containerregistry):
+#   make image                          OCI layout + archive under $(IMAGE_DIR), linux/amd64 and linux/arm64
+#   make push IMAGE=registry/name:tag   push it with the standard keychain (docker login, az acr login)
 GO ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# Output of make image (git-ignored). VERSION defaults to the chart's
+# appVersion, REVISION to `git rev-parse HEAD`, CA_CERTS to this machine's
+# bundle (Debian's ca-certificates).
+IMAGE_DIR ?= .cache/image
+VERSION ?=
+REVISION ?=
+CA_CERTS ?= /etc/ssl/certs/ca-certificates.crt
+IMAGE ?=
+# The preflight agent's image: the binary on a GPU-tools base (e.g. NVIDIA's
+# DCGM image), built by make image when PREFLIGHT_BASE is set and pushed by
+# make push when PREFLIGHT_IMAGE is.
+PREFLIGHT_BASE ?=
+PREFLIGHT_IMAGE ?=
 
-.PHONY: test deps lint unit e2e bench build demo
+.PHONY: test deps lint unit e2e bench build demo image push dashboards
 
 test: deps lint unit e2e
 
@@ -31,6 +47,20 @@ bench:
 
 build:
 	$(GO) build -o bin/vmss-autoscaler .
+
+image:
+	$(GO) run ./cmd/image build --out=$(IMAGE_DIR) --ca-certificates=$(CA_CERTS) $(if $(VERSION),--version=$(VERSION)) $(if $(REVISION),--revision=$(REVISION)) $(if $(PREFLIGHT_BASE),--preflight-base=$(PREFLIGHT_BASE))
+
+# The Grafana dashboards' JSON, generated from Go (charts/dashboards); a
+# unit test fails when the committed JSON is out of date.
+dashboards:
+	$(GO) generate ./charts/dashboards
+
+# Pushes what make image last built (it does not rebuild: the version built is the one pushed).
+push:
+	@test -n "$(IMAGE)" || { echo "usage: make push IMAGE=<registry>/vmss-autoscaler:<tag>" >&2; exit 1; }
+	$(GO) run ./cmd/image push --layout=$(IMAGE_DIR)/oci $(IMAGE)
+	$(if $(PREFLIGHT_IMAGE),$(GO) run ./cmd/image push --layout=$(IMAGE_DIR)/preflight-oci $(PREFLIGHT_IMAGE))
 
 demo:
 	$(GO) run ./e2e/demo $(ARGS)

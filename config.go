@@ -64,6 +64,17 @@ func newFlagSet(c *config) *pflag.FlagSet {
 	fs.SortFlags = false
 	live := pflag.NewFlagSet("live", pflag.ContinueOnError)
 	live.SortFlags = false
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage:
+  vmss-autoscaler [flags]             run the autoscaler
+  vmss-autoscaler preflight [flags]   run the preflight agent on a node (preflight --help)
+  vmss-autoscaler status [flags]      print what the autoscaler thinks, per node group (status --help)
+  vmss-autoscaler --version           print the version and commit
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&c.configFile, "config", "", "YAML file whose keys are flag names (the Helm chart mounts its ConfigMap here); flags given on the command line win")
 	fs.StringVar(&c.configMap, "config-map", "", "ConfigMap (in --namespace) of flag values, watched through the API: live keys take effect on the next loop without a restart; empty: not watched")
 	fs.StringVar(&c.configMapKey, "config-map-key", "config.yaml", "key of --config-map holding the YAML of flag values")

@@ -43,6 +43,8 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/statuscmd"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/version"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight/agent"
 	"github.com/vmss-autoscaler/vmss-autoscaler/ratelimit"
 )
@@ -50,9 +52,18 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	var err error
-	if len(os.Args) > 1 && os.Args[1] == "preflight" {
+	sub := ""
+	if len(os.Args) > 1 {
+		sub = os.Args[1]
+	}
+	switch sub {
+	case "--version", "version":
+		fmt.Println(version.Get())
+	case "preflight":
 		err = agent.Main(ctx, os.Args[2:])
-	} else {
+	case "status":
+		err = statuscmd.Main(ctx, os.Args[2:], os.Stdout)
+	default:
 		err = run(ctx, os.Args[1:])
 	}
 	stop()
@@ -78,6 +89,8 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	logger := klog.FromContext(ctx)
+	v := version.Get()
+	logger.Info("Starting vmss-autoscaler", "version", v.Version, "commit", v.Commit, "goVersion", v.GoVersion)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -701,6 +701,13 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"metrics port", `metrics: {port: 0}`, "port"},
 		{"check without timeout", `preflight: {checks: {checks: [{name: gpus, command: [nvidia-smi]}]}}`, "timeout"},
 		{"check with a bad name", `preflight: {checks: {checks: [{name: "no spaces", command: [x], timeout: 1s}]}}`, "name"},
+		{"check rule misspelt", `preflight: {checks: {checks: [{name: x, command: [x], timeout: 1s, mustNotMatches: y}]}}`, "mustNotMatches"},
+		{"check retries above 10", `preflight: {checks: {checks: [{name: x, command: [x], timeout: 1s, retries: 11}]}}`, "retries"},
+		{"library: unknown check", `preflight: {library: {nvlink: {enabled: true}}}`, "nvlink"},
+		{"library: dcgm level 5", `preflight: {library: {dcgm: {level: 5}}}`, "level"},
+		{"library: gpu count zero", `preflight: {library: {gpus: {count: 0}}}`, "count"},
+		{"library: bandwidth not a number", `preflight: {library: {allReduce: {minBusBandwidth: fast}}}`, "minBusBandwidth"},
+		{"library: xid not a number", `preflight: {library: {xid: {xids: [79, fallen]}}}`, "xids"},
 		{"priorities key", `priorityExpander: {priorities: {high: [".*"]}}`, "priorities"},
 		{"service monitor interval", `serviceMonitor: {interval: often}`, "interval"},
 	} {
@@ -739,6 +746,8 @@ func TestTemplateRejectsBadValues(t *testing.T) {
 	for _, tc := range []struct{ name, values, want string }{
 		{"warm pool without balloons", "balloons: {enabled: false}\nconfig: {warm-pool: [\"gpu:2\"]}", "balloons.enabled"},
 		{"workload identity without client", "workloadIdentity: {enabled: true}", "workloadIdentity.clientID"},
+		{"no preflight check at all", "preflight: {checks: {checks: []}, library: {gpus: {enabled: false}, ecc: {enabled: false}, xid: {enabled: false}, dcgm: {enabled: false}}}",
+			"preflight: no check at all"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := render(t, parseValues(t, tc.values))
@@ -890,7 +899,7 @@ func TestPreflightChecksAcceptedByAgent(t *testing.T) {
 				m["command"] = []string{"true"}
 			}
 			if name == "vmss-autoscaler-preflight-checks" {
-				for _, want := range []string{"gpus", "dcgm", "disk", "dns"} {
+				for _, want := range []string{"gpus", "ecc", "xid", "dcgm", "disk", "dns"} {
 					if !slices.Contains(names, want) {
 						t.Errorf("default checks %v lack %s", names, want)
 					}
@@ -906,6 +915,102 @@ func TestPreflightChecksAcceptedByAgent(t *testing.T) {
 				t.Errorf("the agent refused %s:\n%s\n%s", name, out, data)
 			}
 		})
+	}
+}
+
+// TestPreflightLibraryRendering: the library's entries land in checks.yaml
+// in cost order (quick library checks, the chart's own, then the slow
+// ones), follow their parameters, and never run periodically when slow.
+// (What each rule catches is tested against the tools' output in
+// preflight/agent, library_test.go.)
+func TestPreflightLibraryRendering(t *testing.T) {
+	type check struct {
+		Name         string   `json:"name"`
+		Command      []string `json:"command"`
+		Timeout      string   `json:"timeout"`
+		Match        string   `json:"match"`
+		MinMatches   int      `json:"minMatches"`
+		MustNotMatch string   `json:"mustNotMatch"`
+		Min          *float64 `json:"min"`
+		Max          *float64 `json:"max"`
+		Retries      int      `json:"retries"`
+		RetryDelay   string   `json:"retryDelay"`
+	}
+	checksOf := func(t *testing.T, r rendered, cm string) []check {
+		t.Helper()
+		var cfg struct {
+			Deadline    string  `json:"deadline"`
+			OutputLimit int     `json:"outputLimit"`
+			Checks      []check `json:"checks"`
+		}
+		data := decode[*corev1.ConfigMap](t, r.get(t, "ConfigMap", cm)).Data["checks.yaml"]
+		if err := yaml.UnmarshalStrict([]byte(data), &cfg); err != nil {
+			t.Fatalf("%s: %v\n%s", cm, err, data)
+		}
+		return cfg.Checks
+	}
+	names := func(cs []check) []string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, c.Name)
+		}
+		return out
+	}
+	byName := func(cs []check, name string) check {
+		for _, c := range cs {
+			if c.Name == name {
+				return c
+			}
+		}
+		t.Fatalf("no check %s in %v", name, names(cs))
+		return check{}
+	}
+
+	// Defaults: GPU count, ECC and XID (quick), the chart's disk and dns,
+	// DCGM level 1 (seconds); InfiniBand and the all-reduce are off.
+	def := checksOf(t, mustRender(t, nil), "vmss-autoscaler-preflight-checks")
+	if got, want := names(def), []string{"gpus", "ecc", "xid", "disk", "dns", "dcgm"}; !slices.Equal(got, want) {
+		t.Errorf("default checks %v, want %v", got, want)
+	}
+	if d := byName(def, "dcgm"); strings.Join(d.Command, " ") != "dcgmi diag -r 1" || d.Timeout != "2m" {
+		t.Errorf("dcgm = %+v, want level 1 with a 2m timeout", d)
+	}
+
+	r := mustRender(t, parseValues(t, `
+preflight:
+  periodic: {enabled: true}
+  library:
+    gpus: {count: 4, model: "NVIDIA A100-SXM4-80GB"}
+    infiniband: {enabled: true, ports: 4, rate: 200}
+    dcgm: {level: 3}
+    allReduce: {enabled: true, minBusBandwidth: 150.5}
+`))
+	all := checksOf(t, r, "vmss-autoscaler-preflight-checks")
+	if got, want := names(all), []string{"gpus", "ecc", "xid", "infiniband", "disk", "dns", "dcgm", "all-reduce"}; !slices.Equal(got, want) {
+		t.Errorf("checks %v, want %v", got, want)
+	}
+	if g := byName(all, "gpus"); g.MinMatches != 4 || g.Match != `^\s*\d+, NVIDIA A100-SXM4-80GB, ` {
+		t.Errorf("gpus = %+v, want 4 matches of the A100's name, quoted", g)
+	}
+	if e := byName(all, "ecc"); e.MinMatches != 4 {
+		t.Errorf("ecc wants %d GPUs, want gpus.count 4", e.MinMatches)
+	}
+	if ib := byName(all, "infiniband"); ib.MinMatches != 4 || ib.Match != `^\s*Rate: 200\s*$` {
+		t.Errorf("infiniband = %+v", ib)
+	}
+	if d := byName(all, "dcgm"); strings.Join(d.Command, " ") != "dcgmi diag -r 3" || d.Timeout != "45m" {
+		t.Errorf("dcgm = %+v, want level 3 with a 45m timeout", d)
+	}
+	if a := byName(all, "all-reduce"); a.Min == nil || *a.Min != 150.5 || a.Command[len(a.Command)-1] != "4" {
+		t.Errorf("all-reduce = %+v, want min 150.5 on 4 GPUs", a)
+	}
+	// Periodically: the quick library checks and dns, never dcgm or the all-reduce.
+	if got, want := names(checksOf(t, r, "vmss-autoscaler-preflight-periodic-checks")), []string{"gpus", "ecc", "xid", "infiniband", "dns"}; !slices.Equal(got, want) {
+		t.Errorf("periodic checks %v, want %v", got, want)
+	}
+	off := mustRender(t, parseValues(t, "preflight: {periodic: {enabled: true, library: false}}"))
+	if got := names(checksOf(t, off, "vmss-autoscaler-preflight-periodic-checks")); !slices.Equal(got, []string{"dns"}) {
+		t.Errorf("periodic checks with library off: %v, want [dns]", got)
 	}
 }
 

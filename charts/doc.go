@@ -4,4 +4,5 @@
 // every key of the flags ConfigMap is a flag of the binary, the RBAC covers
 // what the code reads and writes, and every PromQL expression of the
 // dashboards and alerts parses and names only metrics the autoscaler exports.
+// The dashboards themselves are Go, in the dashboards package below.
 package charts

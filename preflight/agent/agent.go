@@ -264,11 +264,11 @@ func (a *agent) once(ctx context.Context) error {
 func logResult(logger klog.Logger, res *runResult) {
 	for _, c := range res.Checks {
 		if c.Passed {
-			logger.Info("Check passed", "check", c.Name, "duration", c.Duration, "matches", c.Matches)
+			logger.Info("Check passed", "check", c.Name, "duration", c.Duration, "matches", c.Matches, "attempts", c.Attempts)
 			continue
 		}
 		logger.Info("Check failed", "check", c.Name, "duration", c.Duration, "failure", c.Failure,
-			"reason", c.Reason, "exitCode", c.ExitCode, "outputBytes", c.OutputBytes, "output", c.Output)
+			"reason", c.Reason, "attempts", c.Attempts, "exitCode", c.ExitCode, "outputBytes", c.OutputBytes, "output", c.Output)
 	}
 }
 

@@ -1,10 +1,12 @@
 package agent
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"regexp"
+	"strconv"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -19,6 +21,11 @@ const (
 	maxOutputLimit = 64 << 10
 	// maxNameLength keeps check names short enough for events and logs.
 	maxNameLength = 63
+	// maxRetries bounds a check's retries: a flaky node is a faulty node.
+	maxRetries = 10
+	// defaultRetryDelay is the pause between attempts when retries are set
+	// without retryDelay.
+	defaultRetryDelay = 10 * time.Second
 )
 
 // checkName is what a check may be called: it is printed in the failure
@@ -45,6 +52,26 @@ type checkSpec struct {
 	// output (besides exit code 0) for the check to pass.
 	Match      *regexp.Regexp
 	MinMatches int
+	// Min and Max, when set, bound the number Match captures (its group
+	// named "value", else its first group) on every line it matches.
+	Min, Max *float64
+	// ValueGroup is the index of that group in Match; 0 without Min/Max.
+	ValueGroup int
+	// MustNotMatch, when set, fails the check if any line matches it.
+	MustNotMatch *regexp.Regexp
+	// Retries is how many times a failed check runs again, RetryDelay
+	// apart, within the deadline; the last attempt decides.
+	Retries    int
+	RetryDelay time.Duration
+}
+
+// hasThreshold says whether the check compares a captured number.
+func (c *checkSpec) hasThreshold() bool { return c.Min != nil || c.Max != nil }
+
+// worstCase is the longest the check can take: every attempt to its
+// timeout, with the delays between them.
+func (c *checkSpec) worstCase() time.Duration {
+	return time.Duration(c.Retries+1)*c.Timeout + time.Duration(c.Retries)*c.RetryDelay
 }
 
 // rawConfig is the YAML as written, before validation. Durations stay
@@ -62,6 +89,13 @@ type rawCheck struct {
 	Timeout    string   `json:"timeout"`
 	Match      string   `json:"match,omitempty"`
 	MinMatches *int     `json:"minMatches,omitempty"`
+	// Min, Max and Retries stay raw so that a wrong value can be quoted
+	// with its field.
+	Min          json.RawMessage `json:"min,omitempty"`
+	Max          json.RawMessage `json:"max,omitempty"`
+	MustNotMatch string          `json:"mustNotMatch,omitempty"`
+	Retries      json.RawMessage `json:"retries,omitempty"`
+	RetryDelay   string          `json:"retryDelay,omitempty"`
 }
 
 // loadConfig reads and validates the check configuration at path.
@@ -138,30 +172,14 @@ func (r *rawConfig) validate() (*checkConfig, error) {
 			fail("%s.timeout: must be positive, got %q", field, rc.Timeout)
 		} else {
 			ch.Timeout = d
-			sum += d
 			if d > longest {
 				longest, longestAt = d, i
 			}
 		}
 
-		if rc.Match != "" {
-			re, err := regexp.Compile(rc.Match)
-			if err != nil {
-				fail("%s.match: invalid regexp %q: %w", field, rc.Match, err)
-			}
-			ch.Match = re
-			ch.MinMatches = 1
-		}
-		if rc.MinMatches != nil {
-			switch n := *rc.MinMatches; {
-			case rc.Match == "":
-				fail("%s.minMatches: set to %d without match", field, n)
-			case n < 1:
-				fail("%s.minMatches: must be at least 1, got %d", field, n)
-			default:
-				ch.MinMatches = n
-			}
-		}
+		errs = append(errs, rc.validateOutputRules(field, &ch)...)
+		errs = append(errs, rc.validateRetries(field, &ch)...)
+		sum += ch.worstCase()
 		c.Checks = append(c.Checks, ch)
 	}
 
@@ -182,4 +200,97 @@ func (r *rawConfig) validate() (*checkConfig, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// validateOutputRules checks match, minMatches, min, max and mustNotMatch
+// and sets them on ch.
+func (rc *rawCheck) validateOutputRules(field string, ch *checkSpec) []error {
+	var errs []error
+	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if rc.Match != "" {
+		re, err := regexp.Compile(rc.Match)
+		if err != nil {
+			fail("%s.match: invalid regexp %q: %w", field, rc.Match, err)
+		}
+		ch.Match = re
+		ch.MinMatches = 1
+	}
+	if rc.MinMatches != nil {
+		switch n := *rc.MinMatches; {
+		case rc.Match == "":
+			fail("%s.minMatches: set to %d without match", field, n)
+		case n < 1:
+			fail("%s.minMatches: must be at least 1, got %d", field, n)
+		default:
+			ch.MinMatches = n
+		}
+	}
+	for _, b := range []struct {
+		name string
+		raw  json.RawMessage
+		dst  **float64
+	}{{"min", rc.Min, &ch.Min}, {"max", rc.Max, &ch.Max}} {
+		if b.raw == nil {
+			continue
+		}
+		v, err := strconv.ParseFloat(string(b.raw), 64)
+		switch {
+		case err != nil:
+			fail("%s.%s: want a number, got %s", field, b.name, b.raw)
+		case rc.Match == "":
+			fail("%s.%s: set to %s without match (whose capture group holds the number)", field, b.name, b.raw)
+		default:
+			*b.dst = &v
+		}
+	}
+	if ch.Min != nil && ch.Max != nil && *ch.Min > *ch.Max {
+		fail("%s.min: %v is greater than max %v", field, *ch.Min, *ch.Max)
+	}
+	if ch.hasThreshold() && ch.Match != nil {
+		if i := ch.Match.SubexpIndex("value"); i > 0 {
+			ch.ValueGroup = i
+		} else if ch.Match.NumSubexp() >= 1 {
+			ch.ValueGroup = 1
+		} else {
+			fail("%s.match: min/max compare the number match captures, but %q has no capture group: write one such as ([0-9.]+)", field, rc.Match)
+		}
+	}
+	if rc.MustNotMatch != "" {
+		re, err := regexp.Compile(rc.MustNotMatch)
+		if err != nil {
+			fail("%s.mustNotMatch: invalid regexp %q: %w", field, rc.MustNotMatch, err)
+		}
+		ch.MustNotMatch = re
+	}
+	return errs
+}
+
+// validateRetries checks retries and retryDelay and sets them on ch.
+func (rc *rawCheck) validateRetries(field string, ch *checkSpec) []error {
+	var errs []error
+	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if rc.Retries != nil {
+		if n, err := strconv.Atoi(string(rc.Retries)); err != nil || n < 0 || n > maxRetries {
+			fail("%s.retries: must be a whole number between 0 and %d, got %s", field, maxRetries, rc.Retries)
+		} else {
+			ch.Retries = n
+		}
+	}
+	if ch.Retries > 0 {
+		ch.RetryDelay = defaultRetryDelay
+	}
+	if rc.RetryDelay != "" {
+		d, err := time.ParseDuration(rc.RetryDelay)
+		switch {
+		case err != nil:
+			fail("%s.retryDelay: invalid duration %q: want a Go duration such as 10s", field, rc.RetryDelay)
+		case d < 0:
+			fail("%s.retryDelay: must not be negative, got %q", field, rc.RetryDelay)
+		case ch.Retries == 0:
+			fail("%s.retryDelay: set to %q without retries", field, rc.RetryDelay)
+		default:
+			ch.RetryDelay = d
+		}
+	}
+	return errs
 }

@@ -106,6 +106,21 @@ func TestParseConfigRejectsBadFields(t *testing.T) {
 		{"deadline shorter than a timeout", "deadline: 1m\nchecks:\n" + good + yamlCheck(`name: dcgm`, `command: ["true"]`, `timeout: 5m`),
 			`deadline: "1m" is shorter than checks[1].timeout "5m" (dcgm)`},
 		{"zero outputLimit", "outputLimit: 0\nchecks:\n" + good, "outputLimit: must be between 1 and 65536, got 0"},
+		{"bad mustNotMatch", "checks:\n" + yamlCheck(`name: b`, `command: ["true"]`, `timeout: 1s`, `mustNotMatch: "Xid ("`), `checks[0].mustNotMatch: invalid regexp "Xid ("`},
+		{"min without match", "checks:\n" + yamlCheck(`name: b`, `command: ["true"]`, `timeout: 1s`, `min: 180`), "checks[0].min: set to 180 without match"},
+		{"max without match", "checks:\n" + yamlCheck(`name: b`, `command: ["true"]`, `timeout: 1s`, `max: 0`), "checks[0].max: set to 0 without match"},
+		{"threshold without a group", "checks:\n" + yamlCheck(`name: b`, `command: ["true"]`, `timeout: 1s`, `match: 'bandwidth: \d+'`, `min: 180`),
+			`checks[0].match: min/max compare the number match captures, but "bandwidth: \\d+" has no capture group`},
+		{"min above max", "checks:\n" + yamlCheck(`name: b`, `command: ["true"]`, `timeout: 1s`, `match: '(\d+)'`, `min: 5`, `max: 1`), "checks[0].min: 5 is greater than max 1"},
+		{"min not a number", "checks:\n" + yamlCheck(`name: b`, `command: ["true"]`, `timeout: 1s`, `match: '(\d+)'`, `min: lots`), `checks[0].min: want a number, got "lots"`},
+		{"max a list", "checks:\n" + yamlCheck(`name: b`, `command: ["true"]`, `timeout: 1s`, `match: '(\d+)'`, `max: [1]`), `checks[0].max: want a number, got [1]`},
+		{"negative retries", "checks:\n" + yamlCheck(`name: b`, `command: ["true"]`, `timeout: 1s`, `retries: -1`), "checks[0].retries: must be a whole number between 0 and 10, got -1"},
+		{"too many retries", "checks:\n" + yamlCheck(`name: b`, `command: ["true"]`, `timeout: 1s`, `retries: 50`), "checks[0].retries: must be a whole number between 0 and 10, got 50"},
+		{"fractional retries", "checks:\n" + yamlCheck(`name: b`, `command: ["true"]`, `timeout: 1s`, `retries: 1.5`), "checks[0].retries: must be a whole number between 0 and 10, got 1.5"},
+		{"bad retryDelay", "checks:\n" + yamlCheck(`name: b`, `command: ["true"]`, `timeout: 1s`, `retries: 2`, `retryDelay: later`), `checks[0].retryDelay: invalid duration "later"`},
+		{"negative retryDelay", "checks:\n" + yamlCheck(`name: b`, `command: ["true"]`, `timeout: 1s`, `retries: 2`, `retryDelay: -1s`), `checks[0].retryDelay: must not be negative, got "-1s"`},
+		{"retryDelay without retries", "checks:\n" + yamlCheck(`name: b`, `command: ["true"]`, `timeout: 1s`, `retryDelay: 5s`), `checks[0].retryDelay: set to "5s" without retries`},
+		{"misspelt rule", "checks:\n" + yamlCheck(`name: b`, `command: ["true"]`, `timeout: 1s`, `mustNotMatches: x`), `unknown field "mustNotMatches"`},
 		{"huge outputLimit", "outputLimit: 1000000\nchecks:\n" + good, "outputLimit: must be between 1 and 65536, got 1000000"},
 	}
 	for _, tc := range tests {
@@ -118,6 +133,56 @@ func TestParseConfigRejectsBadFields(t *testing.T) {
 				t.Fatalf("err = %v\nwant one containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestParseConfigOutputRulesAndRetries(t *testing.T) {
+	c, err := parseConfig([]byte(`
+checks:
+- name: ecc
+  command: ["nvidia-smi", "--query-gpu=index,ecc.mode.current,ecc.errors.uncorrected.volatile.total", "--format=csv,noheader,nounits"]
+  timeout: 30s
+  match: '^\d+, Enabled, (\d+)$'
+  minMatches: 8
+  max: 0
+- name: nccl
+  command: ["all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "8"]
+  timeout: 5m
+  match: '^# Avg bus bandwidth\s*:\s*(?P<value>[0-9.]+)'
+  min: 180.5
+  retries: 2
+  retryDelay: 30s
+- name: xid
+  command: ["dmesg"]
+  timeout: 10s
+  mustNotMatch: 'NVRM: Xid \(PCI:[^)]*\): (48|79),'
+  retries: 1
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecc, nccl, xid := c.Checks[0], c.Checks[1], c.Checks[2]
+	if ecc.Max == nil || *ecc.Max != 0 || ecc.Min != nil || ecc.ValueGroup != 1 || ecc.MinMatches != 8 {
+		t.Errorf("ecc = %+v, want max 0 on group 1, 8 matches", ecc)
+	}
+	if nccl.Min == nil || *nccl.Min != 180.5 || nccl.ValueGroup != 1 || nccl.Retries != 2 || nccl.RetryDelay != 30*time.Second {
+		t.Errorf("nccl = %+v, want min 180.5 on the value group, 2 retries 30s apart", nccl)
+	}
+	if xid.MustNotMatch == nil || xid.Match != nil || xid.Retries != 1 || xid.RetryDelay != defaultRetryDelay {
+		t.Errorf("xid = %+v, want mustNotMatch only, 1 retry after the default delay", xid)
+	}
+	// The default deadline covers every attempt and delay: 30s + 3×5m + 2×30s + 2×10s + 10s.
+	if want := 30*time.Second + 15*time.Minute + time.Minute + 20*time.Second + 10*time.Second; c.Deadline != want {
+		t.Errorf("deadline = %s, want %s", c.Deadline, want)
+	}
+
+	// A named group "value" wins over the first group.
+	c, err = parseConfig([]byte("checks:\n- {name: a, command: [x], timeout: 1s, match: '^(GPU|CPU) temp (?P<value>\\d+)', max: 85}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Checks[0].ValueGroup != 2 {
+		t.Errorf("value group = %d, want 2 (the group named value)", c.Checks[0].ValueGroup)
 	}
 }
 

@@ -42,25 +42,56 @@
 // # Checks
 //
 // The checks are read from a YAML file (--checks, mounted from a
-// ConfigMap):
+// ConfigMap; unknown fields are errors, and every error names the field and
+// the value):
 //
-//	deadline: 10m        # all checks together; default: the sum of the timeouts
+//	deadline: 10m        # all checks together; default: the sum of every check's
+//	                     # timeouts, retries and retry delays
 //	outputLimit: 2048    # bytes of a failing check's output kept (1..65536)
 //	checks:
 //	- name: gpus
-//	  command: ["nvidia-smi", "-L"]
+//	  command: ["nvidia-smi", "--query-gpu=index,name,pci.bus_id", "--format=csv,noheader"]
 //	  timeout: 30s
-//	  match: '^GPU \d+:' # RE2; counted per line of stdout+stderr
+//	  match: '^\s*\d+, NVIDIA H100 80GB HBM3, '   # RE2, per line of stdout+stderr
 //	  minMatches: 8      # default 1 when match is set
-//	- name: dcgm
-//	  command: ["dcgmi", "diag", "-r", "1"]
+//	- name: ecc
+//	  command: ["nvidia-smi", "--query-gpu=index,ecc.mode.current,ecc.errors.uncorrected.volatile.total", "--format=csv,noheader,nounits"]
+//	  timeout: 30s
+//	  match: '^\s*\d+, Enabled, (\S+)\s*$'
+//	  minMatches: 8
+//	  max: 0             # bound on the captured number, on every matching line
+//	- name: xid
+//	  command: ["dmesg"]
+//	  timeout: 30s
+//	  mustNotMatch: 'NVRM: Xid \(PCI:[0-9A-Fa-f:.]+\): (?:48|79|94|95)\b'
+//	- name: all-reduce
+//	  command: ["all_reduce_perf", "-b", "1G", "-e", "8G", "-f", "2", "-g", "8"]
 //	  timeout: 5m
+//	  match: '^# Avg bus bandwidth\s*:\s*([0-9.]+)'
+//	  min: 300
+//	  retries: 1         # run again after a failure (0..10) ...
+//	  retryDelay: 10s    # ... this long after it (default 10s)
 //
-// A check passes when its command exits 0 and, if it has a match, at least
-// minMatches lines of its combined output match. Each command is a real
-// process in its own process group: on timeout the group gets SIGTERM and,
-// after a grace period, SIGKILL, and whatever the command left running is
-// killed when it ends, so no check outlives its run.
+// A check passes when its command exits 0 and its output keeps every rule:
+//
+//   - match: at least minMatches lines match;
+//   - min / max: on every line match matches, the number its group named
+//     "value" (else its first group) captures is within [min, max]; a
+//     capture that is not a number (nvidia-smi's "[N/A]") fails;
+//   - mustNotMatch: no line matches.
+//
+// The failure says which rule broke and quotes the first offending line
+// and value. A failed check runs again up to retries times, retryDelay
+// apart, within the deadline (a command that could not start is not
+// retried); the last attempt decides. Each command is a real process in
+// its own process group: on timeout the group gets SIGTERM and, after a
+// grace period, SIGKILL, and whatever the command left running is killed
+// when it ends, so no check outlives its run.
+//
+// The Helm chart ships a library of GPU-node checks built on these rules
+// (GPU count and model, ECC, XID, InfiniBand, DCGM diagnostics, NCCL
+// all-reduce), tested against fixtures of the tools' output in
+// testdata/library (library_test.go).
 //
 // # RBAC
 //

@@ -2,7 +2,9 @@ package agent
 
 import (
 	"bytes"
-	"regexp"
+	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -20,19 +22,40 @@ const (
 )
 
 // capture is the writer a check's stdout and stderr share. It keeps the
-// last captureCap bytes and counts the lines that match a regexp as the
-// output streams by, so that memory stays bounded however much the check
-// prints and matches are counted over all of it. Not safe for concurrent
-// writes; the runner has a single reader feeding it.
+// last captureCap bytes and applies the check's line rules (match and its
+// thresholds, mustNotMatch) as the output streams by, so that memory stays
+// bounded however much the check prints and every line is judged. Not safe
+// for concurrent writes; the runner has a single reader feeding it.
 type capture struct {
-	match   *regexp.Regexp // nil: no counting
-	matches int
-	total   int64  // bytes written
-	tail    []byte // the last bytes written (at most 2×captureCap before trimming)
-	line    []byte // the current, unterminated line (at most maxLineLength)
+	rules *checkSpec // nil: no line rules
+	lines lineStats
+	total int64  // bytes written
+	tail  []byte // the last bytes written (at most 2×captureCap before trimming)
+	line  []byte // the current, unterminated line (at most maxLineLength)
 }
 
-func newCapture(match *regexp.Regexp) *capture { return &capture{match: match} }
+// lineStats is what the line rules saw.
+type lineStats struct {
+	matches int // lines matching Match
+	// values out of [Min, Max] (or not numbers) among the matches, and the
+	// first such line and its value
+	violations     int
+	firstViolation string
+	violationValue string
+	// lines matching MustNotMatch, and the first
+	forbidden      int
+	firstForbidden string
+}
+
+// quotedLineLimit bounds a line quoted in a failure reason.
+const quotedLineLimit = 200
+
+func newCapture(rules *checkSpec) *capture {
+	if rules != nil && rules.Match == nil && rules.MustNotMatch == nil {
+		rules = nil
+	}
+	return &capture{rules: rules}
+}
 
 // Write never fails.
 func (c *capture) Write(p []byte) (int, error) {
@@ -41,7 +64,7 @@ func (c *capture) Write(p []byte) (int, error) {
 	if len(c.tail) > 2*captureCap {
 		c.tail = append(c.tail[:0], c.tail[len(c.tail)-captureCap:]...)
 	}
-	if c.match == nil {
+	if c.rules == nil {
 		return len(p), nil
 	}
 	rest := p
@@ -66,18 +89,80 @@ func (c *capture) addToLine(p []byte) {
 }
 
 func (c *capture) endLine() {
-	line := bytes.TrimSuffix(c.line, []byte("\r"))
-	if c.match.Match(line) {
-		c.matches++
-	}
+	c.lines.observe(c.rules, bytes.TrimSuffix(c.line, []byte("\r")))
 	c.line = c.line[:0]
 }
 
-// finish counts a last line that has no newline. Call it once, after the
+// observe applies the rules to one line of output.
+func (s *lineStats) observe(r *checkSpec, line []byte) {
+	if r.MustNotMatch != nil && r.MustNotMatch.Match(line) {
+		if s.forbidden == 0 {
+			s.firstForbidden = truncateHead(string(line), quotedLineLimit)
+		}
+		s.forbidden++
+	}
+	if r.Match == nil {
+		return
+	}
+	if !r.hasThreshold() {
+		if r.Match.Match(line) {
+			s.matches++
+		}
+		return
+	}
+	m := r.Match.FindSubmatch(line)
+	if m == nil {
+		return
+	}
+	s.matches++
+	raw := string(m[r.ValueGroup])
+	v, err := strconv.ParseFloat(strings.TrimSpace(raw), 64)
+	if err == nil && !math.IsNaN(v) && (r.Min == nil || v >= *r.Min) && (r.Max == nil || v <= *r.Max) {
+		return
+	}
+	if s.violations == 0 {
+		s.firstViolation = truncateHead(string(line), quotedLineLimit)
+		s.violationValue = truncateHead(raw, quotedLineLimit)
+	}
+	s.violations++
+}
+
+// finish judges a last line that has no newline. Call it once, after the
 // last Write.
 func (c *capture) finish() {
-	if c.match != nil && len(c.line) > 0 {
+	if c.rules != nil && len(c.line) > 0 {
 		c.endLine()
+	}
+}
+
+// verdict judges the output of a check that exited 0: forbidden lines
+// first, then numbers out of range, then too few matches. It returns an
+// empty failure when the output passes.
+func (s *lineStats) verdict(r *checkSpec) (failure, string) {
+	switch {
+	case r.MustNotMatch != nil && s.forbidden > 0:
+		return failForbidden, fmt.Sprintf("%d %s matched mustNotMatch '%s', the first: %q",
+			s.forbidden, plural(s.forbidden, "line", "lines"), r.MustNotMatch, s.firstForbidden)
+	case r.hasThreshold() && s.violations > 0:
+		return failThreshold, fmt.Sprintf("%d of %d %s matching '%s' out of range (%s), the first: value %q in %q",
+			s.violations, s.matches, plural(s.matches, "line", "lines"), r.Match, rangeText(r.Min, r.Max), s.violationValue, s.firstViolation)
+	case r.Match != nil && s.matches < r.MinMatches:
+		return failNoMatch, fmt.Sprintf("%d %s matched '%s', want %d", s.matches, plural(s.matches, "line", "lines"), r.Match, r.MinMatches)
+	}
+	return "", ""
+}
+
+// rangeText says what a threshold wants: "want at least 180", "want at
+// most 0", "want between 1 and 2".
+func rangeText(lo, hi *float64) string {
+	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	switch {
+	case lo != nil && hi != nil:
+		return fmt.Sprintf("want between %s and %s", f(*lo), f(*hi))
+	case lo != nil:
+		return "want at least " + f(*lo)
+	default:
+		return "want at most " + f(*hi)
 	}
 }
 

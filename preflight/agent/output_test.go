@@ -9,7 +9,7 @@ import (
 )
 
 func TestCaptureCountsMatchesAcrossWrites(t *testing.T) {
-	c := newCapture(regexp.MustCompile(`^GPU \d+:`))
+	c := newCapture(&checkSpec{Match: regexp.MustCompile(`^GPU \d+:`)})
 	// Lines split at every possible place across writes.
 	text := "GPU 0: a\nGPU 1: b\r\nnot a GPU 2: c\nGPU 3: d"
 	for i := 0; i < len(text); i += 3 {
@@ -18,8 +18,8 @@ func TestCaptureCountsMatchesAcrossWrites(t *testing.T) {
 		}
 	}
 	c.finish()
-	if c.matches != 3 {
-		t.Errorf("matches = %d, want 3", c.matches)
+	if c.lines.matches != 3 {
+		t.Errorf("matches = %d, want 3", c.lines.matches)
 	}
 	if got := string(c.output()); got != text {
 		t.Errorf("output = %q, want %q", got, text)
@@ -27,7 +27,7 @@ func TestCaptureCountsMatchesAcrossWrites(t *testing.T) {
 }
 
 func TestCaptureKeepsBoundedTail(t *testing.T) {
-	c := newCapture(regexp.MustCompile(`^line`))
+	c := newCapture(&checkSpec{Match: regexp.MustCompile(`^line`)})
 	var all bytes.Buffer
 	for i := 0; i < 20000; i++ {
 		line := "line " + strings.Repeat("x", i%50) + "\n"
@@ -40,8 +40,8 @@ func TestCaptureKeepsBoundedTail(t *testing.T) {
 		}
 	}
 	c.finish()
-	if c.matches != 20000 {
-		t.Errorf("matches = %d, want 20000: every line counts, kept or not", c.matches)
+	if c.lines.matches != 20000 {
+		t.Errorf("matches = %d, want 20000: every line counts, kept or not", c.lines.matches)
 	}
 	if c.total != int64(all.Len()) {
 		t.Errorf("total = %d, want %d", c.total, all.Len())
@@ -52,14 +52,14 @@ func TestCaptureKeepsBoundedTail(t *testing.T) {
 }
 
 func TestCaptureLongLineMatchesOnItsBeginning(t *testing.T) {
-	c := newCapture(regexp.MustCompile(`^GPU 0:.*x$`))
+	c := newCapture(&checkSpec{Match: regexp.MustCompile(`^GPU 0:.*x$`)})
 	line := "GPU 0: " + strings.Repeat("x", 3*maxLineLength)
 	if _, err := c.Write([]byte(line)); err != nil {
 		t.Fatal(err)
 	}
 	c.finish()
-	if c.matches != 1 || cap(c.line) > 2*maxLineLength {
-		t.Errorf("matches = %d (want 1), line buffer %d bytes (want at most %d)", c.matches, cap(c.line), 2*maxLineLength)
+	if c.lines.matches != 1 || cap(c.line) > 2*maxLineLength {
+		t.Errorf("matches = %d (want 1), line buffer %d bytes (want at most %d)", c.lines.matches, cap(c.line), 2*maxLineLength)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"k8s.io/klog/v2"
 )
 
 // defaultGrace is how long a check gets to exit after SIGTERM (timeout,
@@ -21,11 +23,13 @@ const defaultGrace = 5 * time.Second
 type failure string
 
 const (
-	failExit     failure = "exit"     // non-zero exit status or killed by a signal
-	failTimeout  failure = "timeout"  // the check's own timeout
-	failDeadline failure = "deadline" // the total deadline of all checks
-	failNoMatch  failure = "no-match" // exit 0 but too few matching lines
-	failStart    failure = "start"    // the command could not be started
+	failExit      failure = "exit"      // non-zero exit status or killed by a signal
+	failTimeout   failure = "timeout"   // the check's own timeout
+	failDeadline  failure = "deadline"  // the total deadline of all checks
+	failNoMatch   failure = "no-match"  // exit 0 but too few matching lines
+	failForbidden failure = "forbidden" // exit 0 but a line matched mustNotMatch
+	failThreshold failure = "threshold" // exit 0 but a captured number was out of [min, max]
+	failStart     failure = "start"     // the command could not be started
 )
 
 // checkResult is what one check did.
@@ -42,7 +46,10 @@ type checkResult struct {
 	// config's OutputLimit bytes, valid UTF-8.
 	Output      string
 	OutputBytes int64 // how much the check printed in all
-	Duration    time.Duration
+	// Attempts is how many times the check ran (1 + retries used); the
+	// fields above are the last attempt's, Duration covers them all.
+	Attempts int
+	Duration time.Duration
 }
 
 // runResult is the outcome of a run: the checks that ran, in order. Only the
@@ -81,7 +88,7 @@ func (r runner) run(ctx context.Context, cfg *checkConfig) (runResult, error) {
 
 	var res runResult
 	for _, ch := range cfg.Checks {
-		cr, err := r.runCheck(ctx, ch, cfg.OutputLimit, errDeadline)
+		cr, err := r.runWithRetries(ctx, ch, cfg.OutputLimit, errDeadline)
 		if err != nil {
 			res.Duration = time.Since(start)
 			return res, err
@@ -93,6 +100,38 @@ func (r runner) run(ctx context.Context, cfg *checkConfig) (runResult, error) {
 	}
 	res.Duration = time.Since(start)
 	return res, nil
+}
+
+// runWithRetries runs a check, and again after a failure while it has
+// retries left, RetryDelay apart. A command that could not start is not
+// retried (it will not start the next time either). When the deadline
+// ends the delay, the last failure stands.
+func (r runner) runWithRetries(ctx context.Context, ch checkSpec, outputLimit int, errDeadline error) (checkResult, error) {
+	start := time.Now()
+	for attempt := 1; ; attempt++ {
+		cr, err := r.runCheck(ctx, ch, outputLimit, errDeadline)
+		cr.Attempts = attempt
+		cr.Duration = time.Since(start)
+		if err != nil || cr.Passed || cr.Failure == failStart || cr.Failure == failDeadline || attempt > ch.Retries {
+			if !cr.Passed && attempt > 1 {
+				cr.Reason += fmt.Sprintf(" (attempt %d of %d)", attempt, ch.Retries+1)
+			}
+			return cr, err
+		}
+		klog.FromContext(ctx).Info("Check failed; retrying", "check", ch.Name, "attempt", attempt, "of", ch.Retries+1,
+			"reason", cr.Reason, "retryDelay", ch.RetryDelay)
+		t := time.NewTimer(ch.RetryDelay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			if context.Cause(ctx) != errDeadline {
+				return cr, fmt.Errorf("check %s interrupted: %w", ch.Name, context.Cause(ctx))
+			}
+			cr.Reason += fmt.Sprintf(" (attempt %d of %d; the deadline came before the next)", attempt, ch.Retries+1)
+			return cr, nil
+		}
+	}
 }
 
 // runCheck runs one check. The command runs in its own process group so
@@ -141,7 +180,7 @@ func (r runner) runCheck(ctx context.Context, ch checkSpec, outputLimit int, err
 	}
 	pgid := cmd.Process.Pid
 
-	out := newCapture(ch.Match)
+	out := newCapture(&ch)
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
@@ -162,7 +201,7 @@ func (r runner) runCheck(ctx context.Context, ch checkSpec, outputLimit int, err
 
 	cr.Output = truncateTail(string(out.output()), outputLimit)
 	cr.OutputBytes = out.total
-	cr.Matches = out.matches
+	cr.Matches = out.lines.matches
 	if cmd.ProcessState != nil {
 		cr.ExitCode = cmd.ProcessState.ExitCode()
 	}
@@ -177,9 +216,8 @@ func (r runner) runCheck(ctx context.Context, ch checkSpec, outputLimit int, err
 		return cr, nil
 	}
 
-	if ch.Match != nil && out.matches < ch.MinMatches {
-		cr.Failure = failNoMatch
-		cr.Reason = fmt.Sprintf("%d %s matched '%s', want %d", out.matches, plural(out.matches, "line", "lines"), ch.Match, ch.MinMatches)
+	if f, why := out.lines.verdict(&ch); f != "" {
+		cr.Failure, cr.Reason = f, why
 		return cr, nil
 	}
 	cr.Passed = true

@@ -380,3 +380,106 @@ func TestFailureMessage(t *testing.T) {
 		})
 	}
 }
+
+func mustNotMatch(re string) checkOption {
+	return func(c *checkSpec) { c.MustNotMatch = regexp.MustCompile(re) }
+}
+
+// threshold sets min and/or max (nil for none) on the check's match, whose
+// first group holds the number.
+func threshold(lo, hi *float64) checkOption {
+	return func(c *checkSpec) { c.Min, c.Max, c.ValueGroup = lo, hi, 1 }
+}
+
+func retries(n int, delay time.Duration) checkOption {
+	return func(c *checkSpec) { c.Retries, c.RetryDelay = n, delay }
+}
+
+func num(v float64) *float64 { return &v }
+
+func TestRunOutputRules(t *testing.T) {
+	t.Parallel()
+	xid := sh(`echo '[  12.5] NVRM: loading NVIDIA UNIX x86_64 Kernel Module'; echo '[ 345.6] NVRM: Xid (PCI:0000:1b:00): 79, pid=0, GPU has fallen off the bus.'`)
+	counts := sh(`printf '0\n0\n3\n'`)
+	tests := []struct {
+		name    string
+		check   checkSpec
+		failure failure // empty: passes
+		reason  string
+	}{
+		{"forbidden line", newCheck("xid", xid, mustNotMatch(`NVRM: Xid \(PCI:[^)]*\): 79,`)), failForbidden,
+			`1 line matched mustNotMatch 'NVRM: Xid \(PCI:[^)]*\): 79,', the first: "[ 345.6] NVRM: Xid (PCI:0000:1b:00): 79, pid=0, GPU has fallen off the bus."`},
+		{"nothing forbidden", newCheck("xid", xid, mustNotMatch(`NVRM: Xid \(PCI:[^)]*\): 48,`)), "", ""},
+		{"value above max", newCheck("ecc", counts, match(`^(\d+)$`, 3), threshold(nil, num(0))), failThreshold,
+			`1 of 3 lines matching '^(\d+)$' out of range (want at most 0), the first: value "3" in "3"`},
+		{"values within max", newCheck("ecc", sh(`printf '0\n0\n'`), match(`^(\d+)$`, 2), threshold(nil, num(0))), "", ""},
+		{"value below min", newCheck("bw", sh(`echo '# Avg bus bandwidth    : 92.4'`), match(`bandwidth\s*:\s*([0-9.]+)`, 1), threshold(num(180), nil)), failThreshold,
+			`1 of 1 line matching 'bandwidth\s*:\s*([0-9.]+)' out of range (want at least 180), the first: value "92.4" in "# Avg bus bandwidth    : 92.4"`},
+		{"value above min", newCheck("bw", sh(`echo '# Avg bus bandwidth    : 181.07'`), match(`bandwidth\s*:\s*([0-9.]+)`, 1), threshold(num(180), nil)), "", ""},
+		{"not a number", newCheck("ecc", sh(`echo '0, [N/A]'`), match(`^\d+, (\S+)$`, 1), threshold(nil, num(0))), failThreshold,
+			`1 of 1 line matching '^\d+, (\S+)$' out of range (want at most 0), the first: value "[N/A]" in "0, [N/A]"`},
+		{"within a range", newCheck("t", sh(`echo 'temp 41'`), match(`temp (\d+)`, 1), threshold(num(20), num(85))), "", ""},
+		{"too few values", newCheck("ecc", counts, match(`^(\d+)$`, 8), threshold(nil, num(5))), failNoMatch, `3 lines matched '^(\d+)$', want 8`},
+		{"forbidden wins over the rest", newCheck("all", counts, match(`^(\d+)$`, 8), threshold(nil, num(0)), mustNotMatch(`^3$`)), failForbidden,
+			`1 line matched mustNotMatch '^3$', the first: "3"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			res := runWithin(t, runner{}, newConfig([]checkSpec{tc.check}))
+			c := res.Checks[0]
+			if c.Passed != (tc.failure == "") || c.Failure != tc.failure || c.Reason != tc.reason {
+				t.Fatalf("result: passed %v failure %q reason %q\nwant failure %q reason %q", c.Passed, c.Failure, c.Reason, tc.failure, tc.reason)
+			}
+		})
+	}
+}
+
+func TestRunRetries(t *testing.T) {
+	t.Parallel()
+	// flaky fails until its third run, counting runs in a file.
+	flaky := func(t *testing.T) []string {
+		f := filepath.Join(t.TempDir(), "runs")
+		return sh(fmt.Sprintf(`n=$(cat %[1]s 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[1]s; echo run $n; [ $n -ge 3 ]`, f))
+	}
+	tests := []struct {
+		name     string
+		check    func(t *testing.T) checkSpec
+		passed   bool
+		attempts int
+		reason   string
+	}{
+		{"passes on the third attempt", func(t *testing.T) checkSpec { return newCheck("flaky", flaky(t), retries(2, 10*time.Millisecond)) }, true, 3, ""},
+		{"out of retries", func(t *testing.T) checkSpec { return newCheck("flaky", flaky(t), retries(1, 10*time.Millisecond)) }, false, 2, "exit code 1 (attempt 2 of 2)"},
+		{"no retries", func(t *testing.T) checkSpec { return newCheck("flaky", flaky(t)) }, false, 1, "exit code 1"},
+		{"a missing program is not retried", func(t *testing.T) checkSpec {
+			return newCheck("n", []string{"/nonexistent/preflight-check"}, retries(3, 10*time.Millisecond))
+		}, false, 1, "start: fork/exec /nonexistent/preflight-check: no such file or directory"},
+		{"output rules are retried too", func(t *testing.T) checkSpec {
+			return newCheck("m", sh("echo GPU 0: x"), match(`^GPU \d+:`, 8), retries(1, 10*time.Millisecond))
+		}, false, 2, `1 line matched '^GPU \d+:', want 8 (attempt 2 of 2)`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			res := runWithin(t, runner{}, newConfig([]checkSpec{tc.check(t)}))
+			c := res.Checks[0]
+			if c.Passed != tc.passed || c.Attempts != tc.attempts || c.Reason != tc.reason {
+				t.Fatalf("result: passed %v attempts %d reason %q; want %v, %d, %q", c.Passed, c.Attempts, c.Reason, tc.passed, tc.attempts, tc.reason)
+			}
+		})
+	}
+}
+
+// The deadline ends a retry delay: the last failure stands, and the run
+// returns at the deadline, not after the delay (which is longer than the
+// test's deadline).
+func TestRunRetryDelayEndsAtTheDeadline(t *testing.T) {
+	t.Parallel()
+	cfg := newConfig([]checkSpec{newCheck("f", []string{"false"}, retries(3, 2*testDeadline))}, deadline(500*time.Millisecond))
+	res := runWithin(t, runner{}, cfg)
+	c := res.Failed()
+	if c == nil || c.Failure != failExit || c.Attempts != 1 || c.Reason != "exit code 1 (attempt 1 of 4; the deadline came before the next)" {
+		t.Fatalf("result = %+v", res.Checks)
+	}
+}

@@ -141,3 +141,79 @@ sorted order. false and 0 are kept.
 {{- "{}" }}
 {{- end }}
 {{- end }}
+
+{{/*
+The preflight check library (values preflight.library, README "Preflight
+check library"): the enabled entries as checks, each built from its few
+parameters. Call with (dict "lib" .Values.preflight.library "slow" false)
+for the quick ones (GPU count and model, ECC, XID, InfiniBand: about a
+second each) or "slow" true for DCGM diagnostics and the NCCL all-reduce.
+Output: a YAML list of checks (possibly []). Every rule here is tested
+against fixtures of the real tools' output in preflight/agent (library_test.go).
+*/}}
+{{- define "vmss-autoscaler.preflightLibrary" -}}
+{{- $lib := .lib }}
+{{- $out := list }}
+{{- if not .slow }}
+{{- with $lib.gpus }}{{ if .enabled }}
+{{- /* "0, NVIDIA H100 80GB HBM3, 00000000:18:00.0": one line per GPU. */}}
+{{- $out = append $out (dict "name" "gpus" "timeout" .timeout
+      "command" (list "nvidia-smi" "--query-gpu=index,name,pci.bus_id" "--format=csv,noheader")
+      "match" (printf "^\\s*\\d+, %s, " (regexQuoteMeta .model)) "minMatches" (int .count)
+      "mustNotMatch" "Unable to determine the device handle|\\[GPU requires reset\\]|\\[Unknown Error\\]") }}
+{{- end }}{{ end }}
+{{- with $lib.ecc }}{{ if .enabled }}
+{{- /* "0, Enabled, 0": ECC on and no uncorrectable error since the driver loaded, on every GPU. */}}
+{{- $out = append $out (dict "name" "ecc" "timeout" .timeout
+      "command" (list "nvidia-smi" "--query-gpu=index,ecc.mode.current,ecc.errors.uncorrected.volatile.total" "--format=csv,noheader,nounits")
+      "match" "^\\s*\\d+, Enabled, (\\S+)\\s*$" "minMatches" (int $lib.gpus.count) "max" 0) }}
+{{- end }}{{ end }}
+{{- with $lib.xid }}{{ if .enabled }}
+{{- /* "NVRM: Xid (PCI:0000:18:00): 79, pid=..., GPU has fallen off the bus.", and the driver's multi-line "fallen off the bus" without an XID. */}}
+{{- $xids := list }}{{ range .xids }}{{ $xids = append $xids (toString (int .)) }}{{ end }}
+{{- $out = append $out (dict "name" "xid" "timeout" .timeout "command" (list "dmesg")
+      "mustNotMatch" (printf "NVRM: Xid \\(PCI:[0-9A-Fa-f:.]+\\): (?:%s)\\b|NVRM: .*fallen off the bus" (join "|" $xids))) }}
+{{- end }}{{ end }}
+{{- with $lib.infiniband }}{{ if .enabled }}
+{{- /* ibstat: per port "State: Active" and "Rate: 400"; a port Down, Initializing (no subnet manager) or Armed fails. */}}
+{{- $out = append $out (dict "name" "infiniband" "timeout" .timeout "command" (list "ibstat")
+      "match" (printf "^\\s*Rate: %d\\s*$" (int .rate)) "minMatches" (int .ports)
+      "mustNotMatch" "^\\s*State: (?:Down|Initializing|Armed)\\s*$") }}
+{{- end }}{{ end }}
+{{- else }}
+{{- with $lib.dcgm }}{{ if .enabled }}
+{{- /* dcgmi diag's table: "| memory | Fail", "|  | GPU3: Fail" (DCGM 4), "| PCIe | Fail - All" (DCGM 3). */}}
+{{- $timeout := .timeout }}
+{{- if not $timeout }}{{ $timeout = index (dict "1" "2m" "2" "10m" "3" "45m" "4" "3h") (toString (int .level)) }}{{ end }}
+{{- $out = append $out (dict "name" "dcgm" "timeout" (required "preflight.library.dcgm.level: must be 1, 2, 3 or 4" $timeout)
+      "command" (list "dcgmi" "diag" "-r" (toString (int .level)))
+      "match" "^Successfully ran diagnostic for group" "mustNotMatch" "\\|\\s*(?:GPU ?\\d+: )?Fail\\b") }}
+{{- end }}{{ end }}
+{{- with $lib.allReduce }}{{ if .enabled }}
+{{- /* nccl-tests: "# Avg bus bandwidth    : 401.2" (GB/s); "# Out of bounds values : 3 FAILED" when results were wrong. */}}
+{{- $out = append $out (dict "name" "all-reduce" "timeout" .timeout
+      "command" (list "all_reduce_perf" "-b" .minBytes "-e" .maxBytes "-f" "2" "-g" (toString (int $lib.gpus.count)))
+      "match" "^# Avg bus bandwidth\\s*:\\s*([0-9.]+)" "min" .minBusBandwidth
+      "mustNotMatch" "^# Out of bounds values\\s*:\\s*[1-9]"
+      "retries" (int .retries) "retryDelay" "10s") }}
+{{- end }}{{ end }}
+{{- end }}
+{{- toYaml $out }}
+{{- end }}
+
+{{/*
+A preflight checks.yaml: the quick library checks, then the given checks
+(preflight.checks or preflight.periodic.checks), then the slow library
+checks. Call with (dict "root" . "checks" <checks values> "quick" bool "slow" bool).
+*/}}
+{{- define "vmss-autoscaler.preflightChecksYAML" -}}
+{{- $lib := .root.Values.preflight.library }}
+{{- $all := list }}
+{{- if .quick }}{{ $all = concat $all (include "vmss-autoscaler.preflightLibrary" (dict "lib" $lib "slow" false) | fromYamlArray) }}{{ end }}
+{{- $all = concat $all (default list .checks.checks) }}
+{{- if .slow }}{{ $all = concat $all (include "vmss-autoscaler.preflightLibrary" (dict "lib" $lib "slow" true) | fromYamlArray) }}{{ end }}
+{{- if not $all }}{{ fail "preflight: no check at all: enable a preflight.library entry or list checks" }}{{ end }}
+{{- $cfg := omit .checks "checks" }}
+{{- $_ := set $cfg "checks" $all }}
+{{- toYaml $cfg }}
+{{- end }}

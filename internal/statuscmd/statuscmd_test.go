@@ -1,0 +1,303 @@
+package statuscmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"sigs.k8s.io/yaml"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/core"
+)
+
+var now = time.Date(2026, 5, 4, 3, 2, 1, 0, time.UTC)
+
+func intp(n int) *int { return &n }
+
+// statusYAML renders st as the autoscaler writes it into the ConfigMap
+// (core.renderStatus: sigs.k8s.io/yaml of core.Status).
+func statusYAML(t *testing.T, st core.Status) string {
+	t.Helper()
+	b, err := yaml.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestTableFromStatus: the ConfigMap's status, parsed as the command parses
+// it, printed as the table; each case names the lines it must print.
+func TestTableFromStatus(t *testing.T) {
+	until := now.Add(4*time.Minute + 12*time.Second)
+	scaleUp := core.Status{
+		LastChange: now.Add(-12 * time.Second), Nodes: 14, ReadyNodes: 11, UnschedulablePods: 40, PodsAwaitingNodes: 24,
+		NodeGroups: []core.GroupStatus{
+			{Name: "gpu-h100", Min: 0, Max: 100, Target: intp(12), Ready: 9, Upcoming: 3, Preflight: 2, PreflightFailed: 1},
+			{Name: "cpu", Min: 1, Max: 50, Target: intp(3), Ready: 2, Unready: 1, InError: 1,
+				Backoff: &core.BackoffStatus{Until: until, Reason: "quota exceeded"}},
+			{Name: "gpu-team-rl", Min: 0, Max: 20, SizeError: "scale set read throttled until 03:05:00"},
+		},
+		NodeAddition: core.NodeAdditionStatus{Smoothing: true, RateNodesPerMinute: 120, RateReason: "healthy", Burst: 6, MaxInFlight: 300,
+			InFlight: 5, HeldBy: "rate", Queued: []core.QueuedNodes{
+				{NodeGroup: "gpu-h100", Class: "workload", Nodes: 6}, {NodeGroup: "gpu-h100", Class: "balloon", Nodes: 1},
+				{NodeGroup: "cpu", Class: "workload", Nodes: 2}}},
+		WarmPools: []core.WarmPoolStatus{{NodeGroup: "gpu-h100", Target: 2, WarmReady: 1, BalloonsPending: 1}},
+		ScaleDown: core.ScaleDownInfo{UnneededNodes: 2, Removing: 1, BrakeEngaged: true, RecentDeletions: 7},
+	}
+	quiet := core.Status{
+		LastChange: now.Add(-2 * time.Hour), Nodes: 3, ReadyNodes: 3,
+		NodeGroups:   []core.GroupStatus{{Name: "cpu", Min: 3, Max: 10, Target: intp(3), Ready: 3}},
+		NodeAddition: core.NodeAdditionStatus{Smoothing: false},
+	}
+	tests := []struct {
+		name string
+		st   core.Status
+		rows [][]string // the table's header and rows, by cell
+		want []string   // lines under the table
+	}{
+		{"scale-up under way", scaleUp, [][]string{
+			{"NODE GROUP", "MIN", "TARGET", "MAX", "READY", "UPCOMING", "PREFLIGHT", "FAILED", "WARM", "QUEUED", "BACKOFF"},
+			{"cpu", "1", "3", "50", "2", "0", "0", "1", "-", "2", "quota exceeded (4m12s left)"},
+			{"gpu-h100", "0", "12", "100", "9", "3", "2", "1", "1/2", "7 (1 balloon, 6 workload)", "-"},
+			{"gpu-team-rl", "0", "?", "20", "0", "0", "0", "0", "-", "-", "-"},
+		}, []string{
+			"gpu-team-rl: size unknown: scale set read throttled until 03:05:00",
+			"From configmap kube-system/vmss-autoscaler-status, changed 12s ago (2026-05-04T03:01:49Z).",
+			"Pods: 40 unschedulable, 24 waiting for upcoming nodes. Nodes: 14, 11 ready.",
+			"Node-addition queue: 9 nodes queued, held by the rate; rate 120 nodes/min (healthy), burst 6; 5 in flight (at most 300).",
+			"Scale-down: 2 unneeded, 1 being removed; the safety brake is engaged (7 deletions in its window).",
+		}},
+		{"quiet, no smoothing", quiet, [][]string{
+			{"NODE GROUP", "MIN", "TARGET", "MAX", "READY", "UPCOMING", "PREFLIGHT", "FAILED", "WARM", "QUEUED", "BACKOFF"},
+			{"cpu", "3", "3", "10", "3", "0", "0", "0", "-", "-", "-"},
+		}, []string{
+			"changed 2h0m ago",
+			"Node-addition queue: smoothing off (every planned node is requested at once).",
+			"Scale-down: 0 unneeded, 0 being removed.",
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := ParseStatus(statusYAML(t, tc.st))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			if err := Render(&out, FromStatus("configmap kube-system/vmss-autoscaler-status", st), OutputTable, now); err != nil {
+				t.Fatal(err)
+			}
+			if got := tableCells(out.String(), len(tc.rows)); !reflect.DeepEqual(got, tc.rows) {
+				t.Errorf("table cells\n%q\nwant\n%q\n%s", got, tc.rows, out.String())
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("table lacks %q:\n%s", want, out.String())
+				}
+			}
+		})
+	}
+}
+
+// cellSep separates a table's columns: tabwriter pads them with at least 3
+// spaces, and no cell has two spaces in a row.
+var cellSep = regexp.MustCompile(`\s{2,}`)
+
+// tableCells splits the first n lines of out into cells.
+func tableCells(out string, n int) [][]string {
+	var rows [][]string
+	for _, line := range strings.SplitN(out, "\n", n+1)[:n] {
+		rows = append(rows, cellSep.Split(strings.TrimSpace(line), -1))
+	}
+	return rows
+}
+
+// TestJSONAndYAML: -o json and -o yaml print the same view, which parses
+// back, with the derived numbers (queued per group, failed).
+func TestJSONAndYAML(t *testing.T) {
+	st := &core.Status{LastChange: now,
+		NodeGroups: []core.GroupStatus{{Name: "a", Min: 1, Max: 5, Target: intp(4), Ready: 2, Upcoming: 2, PreflightFailed: 1, InError: 2}},
+		NodeAddition: core.NodeAdditionStatus{Smoothing: true, HeldBy: "in-flight",
+			Queued: []core.QueuedNodes{{NodeGroup: "a", Class: "workload", Nodes: 3}}}}
+	v := FromStatus("configmap ns/name", st)
+	var js, ys bytes.Buffer
+	if err := Render(&js, v, OutputJSON, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := Render(&ys, v, OutputYAML, now); err != nil {
+		t.Fatal(err)
+	}
+	var fromJSON, fromYAML View
+	if err := json.Unmarshal(js.Bytes(), &fromJSON); err != nil {
+		t.Fatalf("%v\n%s", err, js.String())
+	}
+	if err := yaml.UnmarshalStrict(ys.Bytes(), &fromYAML); err != nil {
+		t.Fatalf("%v\n%s", err, ys.String())
+	}
+	for _, got := range []View{fromJSON, fromYAML} {
+		g := got.NodeGroups[0]
+		if g.Name != "a" || *g.Target != 4 || g.Queued != 3 || g.QueuedByClass["workload"] != 3 || g.Failed() != 3 ||
+			got.Queue.HeldBy != "in-flight" || got.Queue.Queued != 3 || got.Source != "configmap ns/name" {
+			t.Errorf("view = %+v", got)
+		}
+	}
+	if err := Render(&js, v, "xml", now); err == nil || !strings.Contains(err.Error(), `-o="xml"`) {
+		t.Errorf("err = %v", err)
+	}
+}
+
+// metricsServer serves a real core.NewMetrics registry, set as a leader in
+// the middle of a scale-up would set it, on 127.0.0.1.
+func metricsServer(t *testing.T) string {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m := core.NewMetrics(reg)
+	for g, sizes := range map[string][3]float64{"gpu-h100": {0, 12, 100}, "cpu": {1, 3, 50}} {
+		m.MinSize.WithLabelValues(g).Set(sizes[0])
+		m.TargetSize.WithLabelValues(g).Set(sizes[1])
+		m.MaxSize.WithLabelValues(g).Set(sizes[2])
+	}
+	for state, n := range map[string]float64{"ready": 9, "upcoming": 3, "preflight": 2, "preflight_failed": 1, "unready": 0} {
+		m.Nodes.WithLabelValues("gpu-h100", state).Set(n)
+	}
+	m.Nodes.WithLabelValues("cpu", "ready").Set(3)
+	m.Nodes.WithLabelValues("cpu", "in_error").Set(1)
+	m.Backoff.WithLabelValues("cpu").Set(1)
+	m.Backoff.WithLabelValues("gpu-h100").Set(0)
+	m.WarmTarget.WithLabelValues("gpu-h100").Set(2)
+	m.WarmReady.WithLabelValues("gpu-h100").Set(1)
+	m.WarmTarget.WithLabelValues("cpu").Set(0)
+	m.QueueDepth.WithLabelValues("gpu-h100", "workload").Set(6)
+	m.QueueDepth.WithLabelValues("gpu-h100", "balloon").Set(1)
+	m.QueueDepth.WithLabelValues("cpu", "workload").Set(0)
+	m.AdditionRate.Set(120)
+	m.AdditionRateReason.WithLabelValues("healthy").Set(1)
+	m.AdditionRateReason.WithLabelValues("client-429").Set(0)
+	m.AdditionTokens.Set(0.5)
+	m.NodesInFlight.Set(5)
+	m.UnschedulablePods.Set(40)
+	m.PodsAwaitingNodes.Set(24)
+	m.UnneededNodes.Set(2)
+	m.LastSuccessfulLoop.Set(float64(now.Add(-3 * time.Second).Unix()))
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/metrics"
+}
+
+// TestMainFromMetrics runs the command against a real registry's /metrics
+// over HTTP.
+func TestMainFromMetrics(t *testing.T) {
+	u := metricsServer(t)
+	var out bytes.Buffer
+	if err := Main(context.Background(), []string{"--metrics-url=" + u, "-o", "json"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	var v View
+	if err := json.Unmarshal(out.Bytes(), &v); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if len(v.NodeGroups) != 2 {
+		t.Fatalf("groups %+v", v.NodeGroups)
+	}
+	cpu, gpu := v.NodeGroups[0], v.NodeGroups[1]
+	if gpu.Name != "gpu-h100" || gpu.Min != 0 || *gpu.Target != 12 || gpu.Max != 100 || gpu.Ready != 9 || gpu.Upcoming != 3 ||
+		gpu.Preflight != 2 || gpu.PreflightFailed != 1 || gpu.Warm == nil || gpu.Warm.Ready != 1 || gpu.Warm.Target != 2 ||
+		gpu.Queued != 7 || gpu.Backoff != nil {
+		t.Errorf("gpu-h100 = %+v", gpu)
+	}
+	if cpu.Name != "cpu" || cpu.Min != 1 || *cpu.Target != 3 || cpu.InError != 1 || cpu.Backoff == nil || cpu.Warm != nil || cpu.Queued != 0 {
+		t.Errorf("cpu = %+v (a zero warm target is no warm pool; a zero queue depth is nothing queued)", cpu)
+	}
+	q := v.Queue
+	if q.RateNodesPerMinute != 120 || q.RateReason != "healthy" || q.InFlight != 5 || q.Queued != 7 || q.Tokens == nil || *q.Tokens != 0.5 || q.HeldBy != "" {
+		t.Errorf("queue = %+v", q)
+	}
+	if v.UnschedulablePods != 40 || v.PodsAwaitingNodes != 24 || v.ScaleDown.UnneededNodes != 2 || v.AsOf == nil || !v.AsOf.Equal(now.Add(-3*time.Second)) {
+		t.Errorf("view = %+v", v)
+	}
+
+	out.Reset()
+	if err := Main(context.Background(), []string{"--metrics-url=" + u}, &out); err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{
+		{"NODE GROUP", "MIN", "TARGET", "MAX", "READY", "UPCOMING", "PREFLIGHT", "FAILED", "WARM", "QUEUED", "BACKOFF"},
+		{"cpu", "1", "3", "50", "3", "0", "0", "1", "-", "-", "yes"},
+		{"gpu-h100", "0", "12", "100", "9", "3", "2", "1", "1/2", "7 (1 balloon, 6 workload)", "-"},
+	}
+	if got := tableCells(out.String(), 3); !reflect.DeepEqual(got, want) {
+		t.Errorf("table cells\n%q\nwant\n%q", got, want)
+	}
+	for _, want := range []string{
+		"7 nodes queued (what holds them is in the status ConfigMap, not /metrics); rate 120 nodes/min (healthy), 0.5 tokens; 5 in flight.",
+		"last successful loop",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestMainFromMetricsErrors(t *testing.T) {
+	notOurs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("# TYPE up gauge\nup 1\n"))
+	}))
+	defer notOurs.Close()
+	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "nope", http.StatusServiceUnavailable)
+	}))
+	defer broken.Close()
+	for _, tc := range []struct{ url, want string }{
+		{notOurs.URL, "not vmss-autoscaler's /metrics"},
+		{broken.URL, "HTTP 503 Service Unavailable: nope"},
+	} {
+		err := Main(context.Background(), []string{"--metrics-url=" + tc.url}, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.url) {
+			t.Errorf("err = %v, want one naming %s and containing %q", err, tc.url, tc.want)
+		}
+	}
+}
+
+func TestParseOptions(t *testing.T) {
+	o, err := parseOptions(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.namespace != "kube-system" || o.name != "vmss-autoscaler-status" || o.output != "table" {
+		t.Errorf("defaults %+v, want the autoscaler's namespace and status ConfigMap", o)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-o", "wide"}, `-o="wide": want table, json or yaml`},
+		{[]string{"--metrics-url=localhost:8085"}, `--metrics-url="localhost:8085": want an http(s) URL`},
+		{[]string{"--metrics-url=http://x/metrics", "--namespace=a"}, "--namespace: not with --metrics-url"},
+		{[]string{"--request-timeout=0s"}, "--request-timeout=0s: must be positive"},
+		{[]string{"extra"}, `unexpected arguments ["extra"]`},
+		{[]string{"--nmespace=a"}, "unknown flag: --nmespace"},
+	} {
+		if _, err := parseOptions(tc.args); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parseOptions(%q) = %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestShortDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		-time.Second: "0s", 45 * time.Second: "45s", 4*time.Minute + 10*time.Second: "4m10s",
+		4 * time.Minute: "4m", 2*time.Hour + 5*time.Minute + 20*time.Second: "2h5m",
+	} {
+		if got := shortDuration(d); got != want {
+			t.Errorf("shortDuration(%s) = %q, want %q", d, got, want)
+		}
+	}
+}

@@ -1,0 +1,298 @@
+// Package statuscmd is `vmss-autoscaler status`: what the autoscaler
+// thinks, per node group, as a kubectl-style table (or JSON, YAML), read
+// from the status ConfigMap the leader writes (core.Status) or from the
+// /metrics of a running replica.
+package statuscmd
+
+import (
+	"sort"
+	"strings"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/core"
+)
+
+// View is what the command prints: the same shape from either source.
+// Fields a source cannot tell are nil or empty (see FromMetrics).
+type View struct {
+	// Source says where the view was read: "configmap <ns>/<name>" or
+	// "metrics <url>".
+	Source string `json:"source"`
+	// AsOf is when the autoscaler last changed the status (ConfigMap), or
+	// its last successful loop (metrics).
+	AsOf              *time.Time     `json:"asOf,omitempty"`
+	Nodes             *int           `json:"nodes,omitempty"`
+	ReadyNodes        *int           `json:"readyNodes,omitempty"`
+	UnschedulablePods int            `json:"unschedulablePods"`
+	PodsAwaitingNodes int            `json:"podsAwaitingUpcomingNodes"`
+	NodeGroups        []GroupView    `json:"nodeGroups"`
+	Queue             QueueView      `json:"nodeAdditionQueue"`
+	ScaleDown         *ScaleDownView `json:"scaleDown,omitempty"`
+}
+
+// GroupView is one node group's row: the group as the status ConfigMap
+// has it (core.GroupStatus, the same JSON keys), its warm pool and its
+// queued nodes.
+type GroupView struct {
+	core.GroupStatus
+	// Warm is the group's warm pool, nil without one.
+	Warm *WarmView `json:"warm,omitempty"`
+	// Queued is the nodes planned for the group that the node-addition
+	// queue holds back, by class (workload, balloon).
+	Queued        int            `json:"queued"`
+	QueuedByClass map[string]int `json:"queuedByClass,omitempty"`
+}
+
+// Failed is the group's machines that failed: preflight, or created in
+// error by the cloud.
+func (g GroupView) Failed() int { return g.PreflightFailed + g.InError }
+
+// WarmView is a warm pool: ready warm nodes of the target.
+type WarmView struct {
+	Target          int `json:"target"`
+	Ready           int `json:"ready"`
+	BalloonsPending int `json:"balloonsPending"`
+}
+
+// QueueView is the node-addition queue.
+type QueueView struct {
+	Smoothing          *bool    `json:"smoothing,omitempty"`
+	RateNodesPerMinute float64  `json:"rateNodesPerMinute"`
+	RateReason         string   `json:"rateReason,omitempty"`
+	Burst              *int     `json:"burst,omitempty"`
+	Tokens             *float64 `json:"tokens,omitempty"`
+	InFlight           int      `json:"inFlight"`
+	MaxInFlight        *int     `json:"maxInFlight,omitempty"`
+	// HeldBy is what held queued nodes back in the last loop: "rate" (the
+	// token bucket) or "in-flight" (the cap on nodes requested and not yet
+	// ready); empty when nothing was held, or unknown (metrics).
+	HeldBy string `json:"heldBy,omitempty"`
+	Queued int    `json:"queued"`
+}
+
+// ScaleDownView is the scale-down pass.
+type ScaleDownView struct {
+	UnneededNodes   int    `json:"unneededNodes"`
+	Removing        int    `json:"removing"`
+	BrakeEngaged    bool   `json:"brakeEngaged"`
+	RecentDeletions *int   `json:"deletionsInBrakeWindow,omitempty"`
+	HeldBecause     string `json:"heldBecause,omitempty"`
+}
+
+// FromStatus is the view of the status ConfigMap's content.
+func FromStatus(source string, st *core.Status) *View {
+	v := &View{Source: source, UnschedulablePods: st.UnschedulablePods, PodsAwaitingNodes: st.PodsAwaitingNodes}
+	if !st.LastChange.IsZero() {
+		t := st.LastChange
+		v.AsOf = &t
+	}
+	nodes, ready := st.Nodes, st.ReadyNodes
+	v.Nodes, v.ReadyNodes = &nodes, &ready
+	warm := map[string]core.WarmPoolStatus{}
+	for _, w := range st.WarmPools {
+		warm[w.NodeGroup] = w
+	}
+	queued := map[string]map[string]int{}
+	for _, q := range st.NodeAddition.Queued {
+		if queued[q.NodeGroup] == nil {
+			queued[q.NodeGroup] = map[string]int{}
+		}
+		queued[q.NodeGroup][q.Class] += q.Nodes
+	}
+	for _, g := range st.NodeGroups {
+		gv := GroupView{GroupStatus: g}
+		if w, ok := warm[g.Name]; ok {
+			gv.Warm = &WarmView{Target: w.Target, Ready: w.WarmReady, BalloonsPending: w.BalloonsPending}
+		}
+		gv.setQueued(queued[g.Name])
+		v.NodeGroups = append(v.NodeGroups, gv)
+	}
+	na := st.NodeAddition
+	smoothing, burst, maxInFlight := na.Smoothing, na.Burst, na.MaxInFlight
+	v.Queue = QueueView{Smoothing: &smoothing, RateNodesPerMinute: na.RateNodesPerMinute, RateReason: na.RateReason,
+		Burst: &burst, InFlight: na.InFlight, MaxInFlight: &maxInFlight, HeldBy: na.HeldBy, Queued: totalQueued(v.NodeGroups)}
+	sd := st.ScaleDown
+	recent := sd.RecentDeletions
+	v.ScaleDown = &ScaleDownView{UnneededNodes: sd.UnneededNodes, Removing: sd.Removing, BrakeEngaged: sd.BrakeEngaged,
+		RecentDeletions: &recent, HeldBecause: sd.HeldBecause}
+	sortGroups(v.NodeGroups)
+	return v
+}
+
+func (g *GroupView) setQueued(byClass map[string]int) {
+	if len(byClass) == 0 {
+		return
+	}
+	g.QueuedByClass = byClass
+	for _, n := range byClass {
+		g.Queued += n
+	}
+}
+
+func totalQueued(groups []GroupView) int {
+	n := 0
+	for _, g := range groups {
+		n += g.Queued
+	}
+	return n
+}
+
+func sortGroups(gs []GroupView) {
+	sort.Slice(gs, func(i, j int) bool { return gs[i].Name < gs[j].Name })
+}
+
+// The metric names FromMetrics reads (core.NewMetrics, README "Metrics
+// reference").
+const metricPrefix = "vmss_autoscaler_"
+
+// FromMetrics is the view of a replica's /metrics. A standby replica
+// exports no node groups: only the leader runs loops. /metrics does not
+// say why a group is backed off or what holds the queue; those fields stay
+// empty (the ConfigMap has them).
+func FromMetrics(source string, families map[string]*dto.MetricFamily) *View {
+	v := &View{Source: source}
+	groups := map[string]*GroupView{}
+	group := func(name string) *GroupView {
+		if groups[name] == nil {
+			groups[name] = &GroupView{GroupStatus: core.GroupStatus{Name: name}}
+		}
+		return groups[name]
+	}
+	each := func(metric string, f func(labels map[string]string, value float64)) {
+		fam := families[metricPrefix+metric]
+		if fam == nil {
+			return
+		}
+		for _, m := range fam.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			f(labels, sampleValue(m))
+		}
+	}
+	// Per-group gauges into the group's fields; "nodes" by its state label.
+	type field func(*GroupView) *int
+	perGroup := map[string]field{
+		"node_group_min_size":    func(g *GroupView) *int { return &g.Min },
+		"node_group_max_size":    func(g *GroupView) *int { return &g.Max },
+		"warm_pool_target_nodes": func(g *GroupView) *int { return &warm(g).Target },
+		"warm_pool_ready_nodes":  func(g *GroupView) *int { return &warm(g).Ready },
+		"balloon_pods_pending":   func(g *GroupView) *int { return &warm(g).BalloonsPending },
+	}
+	for metric, f := range perGroup {
+		each(metric, func(l map[string]string, x float64) { *f(group(l["node_group"])) = int(x) })
+	}
+	byState := map[string]field{
+		"ready":             func(g *GroupView) *int { return &g.Ready },
+		"unready":           func(g *GroupView) *int { return &g.Unready },
+		"upcoming":          func(g *GroupView) *int { return &g.Upcoming },
+		"preflight":         func(g *GroupView) *int { return &g.Preflight },
+		"preflight_failed":  func(g *GroupView) *int { return &g.PreflightFailed },
+		"in_error":          func(g *GroupView) *int { return &g.InError },
+		"not_started":       func(g *GroupView) *int { return &g.NotStarted },
+		"unregistered":      func(g *GroupView) *int { return &g.Unregistered },
+		"long_unregistered": func(g *GroupView) *int { return &g.LongUnregistered },
+		"deleting":          func(g *GroupView) *int { return &g.Deleting },
+	}
+	each("nodes", func(l map[string]string, x float64) {
+		if f, ok := byState[l["state"]]; ok {
+			*f(group(l["node_group"])) = int(x)
+		}
+	})
+	each("node_group_target_size", func(l map[string]string, x float64) {
+		t := int(x)
+		group(l["node_group"]).Target = &t
+	})
+	each("node_group_backoff", func(l map[string]string, x float64) {
+		if x > 0 {
+			// Neither reason nor end is exported: a zero Until says "unknown".
+			group(l["node_group"]).Backoff = &core.BackoffStatus{}
+		}
+	})
+	queued := map[string]map[string]int{}
+	each("node_addition_queue_depth", func(l map[string]string, x float64) {
+		if x <= 0 {
+			return
+		}
+		g := l["node_group"]
+		if queued[g] == nil {
+			queued[g] = map[string]int{}
+		}
+		queued[g][l["class"]] += int(x)
+	})
+	for name, byClass := range queued {
+		group(name).setQueued(byClass)
+	}
+	for _, g := range groups {
+		// A warm pool whose target is 0 and holds nothing is no warm pool.
+		if w := g.Warm; w != nil && w.Target == 0 && w.Ready == 0 && w.BalloonsPending == 0 {
+			g.Warm = nil
+		}
+		v.NodeGroups = append(v.NodeGroups, *g)
+	}
+	sortGroups(v.NodeGroups)
+
+	sd := &ScaleDownView{}
+	v.ScaleDown = sd
+	for metric, dst := range map[string]*int{
+		"unschedulable_pods":           &v.UnschedulablePods,
+		"pods_awaiting_upcoming_nodes": &v.PodsAwaitingNodes,
+		"nodes_in_flight":              &v.Queue.InFlight,
+		"unneeded_nodes":               &sd.UnneededNodes,
+		"scale_down_drains_in_flight":  &sd.Removing,
+	} {
+		each(metric, func(_ map[string]string, x float64) { *dst = int(x) })
+	}
+	each("last_successful_loop_timestamp_seconds", func(_ map[string]string, x float64) {
+		if x > 0 {
+			t := time.Unix(0, int64(x*1e9)).UTC()
+			v.AsOf = &t
+		}
+	})
+	each("node_addition_rate_nodes_per_minute", func(_ map[string]string, x float64) { v.Queue.RateNodesPerMinute = x })
+	each("node_addition_rate_reason", func(l map[string]string, x float64) {
+		if x > 0 {
+			v.Queue.RateReason = l["reason"]
+		}
+	})
+	each("node_addition_tokens", func(_ map[string]string, x float64) { v.Queue.Tokens = &x })
+	v.Queue.Queued = totalQueued(v.NodeGroups)
+	each("scale_down_brake_engaged", func(_ map[string]string, x float64) { sd.BrakeEngaged = x > 0 })
+	return v
+}
+
+func warm(g *GroupView) *WarmView {
+	if g.Warm == nil {
+		g.Warm = &WarmView{}
+	}
+	return g.Warm
+}
+
+func sampleValue(m *dto.Metric) float64 {
+	switch {
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue()
+	case m.Counter != nil:
+		return m.GetCounter().GetValue()
+	case m.Untyped != nil:
+		return m.GetUntyped().GetValue()
+	}
+	return 0
+}
+
+// classes lists a group's queued nodes by class, "3 workload, 1 balloon".
+func classes(byClass map[string]int) string {
+	names := make([]string, 0, len(byClass))
+	for c := range byClass {
+		names = append(names, c)
+	}
+	sort.Strings(names)
+	parts := make([]string, 0, len(names))
+	for _, c := range names {
+		parts = append(parts, itoa(byClass[c])+" "+c)
+	}
+	return strings.Join(parts, ", ")
+}
