@@ -117,6 +117,8 @@ Flags:
 	live.Float64Var(&c.core.ScaleDownBrakeGroupShare, "scale-down-brake-group-share", d.ScaleDownBrakeGroupShare, "safety brake: at most this share of a group's nodes removed within the window")
 	live.DurationVar(&c.core.ScaleDownBrakeWindow, "scale-down-brake-window", d.ScaleDownBrakeWindow, "the safety brake's window")
 	live.Float64Var(&c.core.ScaleDownMaxUnreadyShare, "scale-down-max-unready-share", d.ScaleDownMaxUnreadyShare, "a group with more unready nodes than this share (and more than 3) is not scaled down; other groups are")
+	live.Float64Var(&c.core.MaxTotalUnreadyPercentage, "max-total-unready-percentage", d.MaxTotalUnreadyPercentage, "when more than this percentage of managed nodes (and more than --ok-total-unready-count) is unready, nothing is deleted, cordoned or drained: no scale-down, no replacement; scale-up goes on")
+	live.IntVar(&c.core.OkTotalUnreadyCount, "ok-total-unready-count", d.OkTotalUnreadyCount, "unready nodes always tolerated by the cluster-wide unready guard")
 	live.IntVar(&c.core.MaxSoftTaintsPerLoop, "max-soft-taints-per-loop", d.MaxSoftTaintsPerLoop, "cap on DeletionCandidate taint writes per loop")
 	live.BoolVar(&c.core.NodeAdditionSmoothing, "node-addition-smoothing", d.NodeAdditionSmoothing, "send new nodes to the cloud through the rate-limited node-addition queue (off: every planned node at once)")
 	live.Float64Var(&c.core.NodeAdditionRate, "node-addition-rate", d.NodeAdditionRate, "nodes requested per minute at most (the adaptive mode's starting rate)")

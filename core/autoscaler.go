@@ -93,6 +93,9 @@ type Autoscaler struct {
 	gangs        gang.MinCounts
 
 	lastStatus string
+	// unhealthy is the unready guard's reason in the previous loop, for
+	// events on its transitions.
+	unhealthy string
 
 	mu          sync.Mutex
 	pending     *Options // from Reconfigure, applied before the next loop
@@ -181,6 +184,9 @@ type loop struct {
 	groups  []cloudprovider.NodeGroup
 	byID    map[string]cloudprovider.NodeGroup // group ID → group
 	actions clusterstate.Actions
+	// unhealthy, when set, says why the cluster-wide unready guard holds:
+	// nothing is deleted, cordoned or drained this loop.
+	unhealthy string
 	// results for status and metrics
 	unschedulable int
 	awaiting      int

@@ -30,6 +30,7 @@ type Metrics struct {
 	FailedScaleDowns   *prometheus.CounterVec
 	Evictions          *prometheus.CounterVec
 	BrakeEngaged       prometheus.Gauge
+	ClusterUnhealthy   prometheus.Gauge
 	DrainsInFlight     prometheus.Gauge
 
 	QueueDepth         *prometheus.GaugeVec
@@ -106,6 +107,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Pod evictions for scale-down, by result (ok, blocked, error)."}, []string{"result"})
 	m.BrakeEngaged = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "scale_down_brake_engaged",
 		Help: "1 when the safety brake refused a removal in the last pass."})
+	m.ClusterUnhealthy = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "cluster_unhealthy",
+		Help: "1 while the cluster-wide unready guard holds: too many managed nodes unready, so nothing is deleted, cordoned or drained."})
 	m.DrainsInFlight = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "scale_down_drains_in_flight",
 		Help: "Nodes being drained now."})
 	m.QueueDepth = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "node_addition_queue_depth",
@@ -147,7 +150,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.ConfigReloads, m.ConfigRestartRequired)
 	reg.MustRegister(m.PreflightPending, m.PreflightResults, m.PreflightDuration, m.PreflightReplaced)
 	reg.MustRegister(m.QueueDepth, m.NodesReleased, m.NodesCancelled, m.NodesInFlight, m.AdditionRate, m.AdditionRateReason, m.RateChanges, m.AdditionTokens)
-	reg.MustRegister(m.UnneededNodes, m.KeptNodes, m.ScaledDownNodes, m.FailedScaleDowns, m.Evictions, m.BrakeEngaged, m.DrainsInFlight)
+	reg.MustRegister(m.UnneededNodes, m.KeptNodes, m.ScaledDownNodes, m.FailedScaleDowns, m.Evictions, m.BrakeEngaged, m.DrainsInFlight, m.ClusterUnhealthy)
 	reg.MustRegister(m.LoopDuration, m.PhaseDuration, m.LoopErrors, m.LastSuccessfulLoop, m.UnschedulablePods,
 		m.PodsAwaitingNodes, m.Nodes, m.TargetSize, m.MinSize, m.MaxSize, m.ScaleUps, m.ScaledUpNodes,
 		m.FailedScaleUps, m.Backoff, m.SizeUnknown, m.SnapshotRebuilt)

@@ -76,6 +76,14 @@ type Options struct {
 	ScaleDownMaxUnreadyShare float64
 	// MaxSoftTaintsPerLoop caps the DeletionCandidate taint writes per loop.
 	MaxSoftTaintsPerLoop int
+	// The cluster-wide unready guard (CA's names and defaults): when more
+	// than OkTotalUnreadyCount managed nodes and more than
+	// MaxTotalUnreadyPercentage of them are unready, something is wrong
+	// with the cluster rather than with machines (an etcd or DNS incident,
+	// a network partition): nothing is deleted, cordoned or drained —
+	// no scale-down, no replacement — and only scale-up goes on.
+	MaxTotalUnreadyPercentage float64
+	OkTotalUnreadyCount       int
 
 	// The node-addition queue (smoothing): nodes are requested from the
 	// cloud at most NodeAdditionRate per minute with NodeAdditionBurst at
@@ -159,6 +167,8 @@ func DefaultOptions() Options {
 		ScaleDownBrakeWindow:             10 * time.Minute,
 		ScaleDownMaxUnreadyShare:         0.45,
 		MaxSoftTaintsPerLoop:             50,
+		MaxTotalUnreadyPercentage:        45,
+		OkTotalUnreadyCount:              3,
 
 		// About 1.7 joins a second: each join costs the API server a Node,
 		// a Lease, DaemonSet pods and the kubelet's first LISTs. 2,000
@@ -249,6 +259,12 @@ func (o Options) Validate() error {
 	}
 	if o.MaxScaleDownParallelism < 1 || o.MaxEmptyBulkDelete < 1 {
 		return fmt.Errorf("--max-scale-down-parallelism %d, --max-empty-bulk-delete %d: must be at least 1", o.MaxScaleDownParallelism, o.MaxEmptyBulkDelete)
+	}
+	if o.MaxTotalUnreadyPercentage < 0 || o.MaxTotalUnreadyPercentage > 100 {
+		return fmt.Errorf("--max-total-unready-percentage: must be between 0 and 100, got %v", o.MaxTotalUnreadyPercentage)
+	}
+	if o.OkTotalUnreadyCount < 0 {
+		return fmt.Errorf("--ok-total-unready-count: must not be negative, got %d", o.OkTotalUnreadyCount)
 	}
 	if o.MaxGracefulTerminationSec < 0 {
 		return fmt.Errorf("--max-graceful-termination-sec: must not be negative, got %d", o.MaxGracefulTerminationSec)

@@ -22,6 +22,7 @@ func (a *Autoscaler) updateClusterState(ctx context.Context, l *loop) error {
 	logger := klog.FromContext(ctx)
 	act := a.registry.Update(l.now, l.groups, l.nodes, func(n *apiv1.Node) cloudprovider.NodeGroup { return l.groupOf[n.Name] })
 	l.actions = act
+	a.guardUnready(ctx, l)
 	for _, f := range act.Failures {
 		a.metrics.FailedScaleUps.WithLabelValues(f.Group, f.Reason).Inc()
 		logger.Info("Scale-up failed", "nodeGroup", f.Group, "reason", f.Reason, "class", f.Class.String(), "message", f.Message)
@@ -30,6 +31,14 @@ func (a *Autoscaler) updateClusterState(ctx context.Context, l *loop) error {
 			reason = EventPreflightFailures
 		}
 		a.groupEvent(apiv1.EventTypeWarning, reason, fmt.Sprintf("node group %s: %s", f.Group, f.Message))
+	}
+	if l.unhealthy != "" && len(act.Delete) > 0 {
+		// Held, not forgotten: asked again by the next Update.
+		for id, ids := range act.Delete {
+			a.registry.RetryDelete(ids)
+			logger.Info("Failed machines kept while the cluster is unhealthy", "nodeGroup", id, "count", len(ids), "reason", l.unhealthy)
+		}
+		act.Delete = nil
 	}
 	actuation.DeleteByGroup(ctx, l.byID, act.Delete, actuation.Same, func(id string, ids []string, err error) {
 		if err != nil {
@@ -56,6 +65,44 @@ func (a *Autoscaler) updateClusterState(ctx context.Context, l *loop) error {
 		}
 	}
 	return nil
+}
+
+// Events of the cluster-wide unready guard, on the status ConfigMap.
+const (
+	EventClusterUnhealthy = "ClusterUnhealthy"
+	EventClusterHealthy   = "ClusterHealthy"
+)
+
+// guardUnready is the cluster-wide unready guard: when more than
+// --ok-total-unready-count managed nodes and more than
+// --max-total-unready-percentage of them are unready (or never registered),
+// the trouble is the cluster's, not the machines': l.unhealthy says why,
+// and no path deletes, cordons or drains this loop.
+func (a *Autoscaler) guardUnready(ctx context.Context, l *loop) {
+	unready, total := 0, 0
+	for _, gs := range a.registry.Groups() {
+		rd := gs.Readiness
+		unready += rd.Unready + rd.LongUnregistered
+		total += rd.Registered + rd.LongUnregistered
+	}
+	if unready > a.opts.OkTotalUnreadyCount && float64(unready) > a.opts.MaxTotalUnreadyPercentage/100*float64(total) {
+		l.unhealthy = fmt.Sprintf("%d of %d managed nodes unready, more than %d and %.0f%% (--ok-total-unready-count, --max-total-unready-percentage)",
+			unready, total, a.opts.OkTotalUnreadyCount, a.opts.MaxTotalUnreadyPercentage)
+	}
+	switch {
+	case l.unhealthy != "" && a.unhealthy == "":
+		klog.FromContext(ctx).Info("Cluster unhealthy: no deletion, cordon or drain until it recovers; scale-up goes on", "reason", l.unhealthy)
+		a.groupEvent(apiv1.EventTypeWarning, EventClusterUnhealthy, "no deletion, cordon or drain until the cluster recovers: "+l.unhealthy)
+	case l.unhealthy == "" && a.unhealthy != "":
+		klog.FromContext(ctx).Info("Cluster healthy again", "was", a.unhealthy)
+		a.groupEvent(apiv1.EventTypeNormal, EventClusterHealthy, "cluster healthy again; scale-down and replacement resume")
+	}
+	a.unhealthy = l.unhealthy
+	v := 0.0
+	if l.unhealthy != "" {
+		v = 1
+	}
+	a.metrics.ClusterUnhealthy.Set(v)
 }
 
 func (a *Autoscaler) publishGroupMetrics(gs *clusterstate.GroupState) {

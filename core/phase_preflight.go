@@ -101,6 +101,11 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 		a.pruneFailed(l)
 		return nil
 	}
+	if l.unhealthy != "" {
+		logger.V(2).Info("Nodes that failed preflight kept while the cluster is unhealthy", "nodes", len(act.PreflightFailed), "reason", l.unhealthy)
+		a.pruneFailed(l)
+		return nil
+	}
 	toDelete := map[string][]*apiv1.Node{}
 	ps := a.preflight
 	for _, f := range act.PreflightFailed {

@@ -104,6 +104,10 @@ func (a *Autoscaler) scaleDownPhase(ctx context.Context, l *loop) error {
 	if !a.opts.ScaleDownEnabled || act == nil {
 		return nil
 	}
+	if l.unhealthy != "" {
+		l.scaleDown.Skipped = "cluster unhealthy: " + l.unhealthy
+		return nil
+	}
 	// Drains that finished since the last loop are deleted whatever else
 	// this loop decides: their pods are gone already.
 	act.FlushDrained(ctx, l.now, l.byID)

@@ -29,6 +29,7 @@ func (a *Autoscaler) writeStatus(ctx context.Context, l *loop) error {
 		BrakeEngaged: l.scaleDown.Braked, RecentDeletions: l.scaleDown.RecentCount, HeldBecause: l.scaleDown.Skipped}
 	st.NodeAddition = a.queueStatus(l.addition)
 	st.WarmPools = warmStatus(l.warm)
+	st.ClusterUnhealthy = l.unhealthy
 	st.LastChange = l.now.UTC()
 	cmp, full, err := renderStatus(st)
 	if err != nil {

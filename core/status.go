@@ -24,6 +24,9 @@ type Status struct {
 	ScaleDown         ScaleDownInfo      `json:"scaleDown"`
 	NodeAddition      NodeAdditionStatus `json:"nodeAdditionQueue"`
 	WarmPools         []WarmPoolStatus   `json:"warmPools,omitempty"`
+	// ClusterUnhealthy says why the cluster-wide unready guard holds:
+	// nothing is deleted, cordoned or drained.
+	ClusterUnhealthy string `json:"clusterUnhealthy,omitempty"`
 }
 
 // WarmPoolStatus is a group's warm pool in the status.

@@ -1,0 +1,80 @@
+package core
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	apiv1 "k8s.io/api/core/v1"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
+	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
+)
+
+// TestClusterUnreadyGuard: with most of the cluster's nodes unready (kwok
+// or the kubelets stopped heartbeating: an etcd or network incident),
+// nothing is deleted or cordoned — not the empty nodes, not a node that
+// failed preflight, not a machine that never registered — and scale-up goes
+// on; once the nodes are back, all of it resumes.
+func TestClusterUnreadyGuard(t *testing.T) {
+	acts := &fakeActions{}
+	e := newEnv(t, withScaleDown(acts), withOptions(func(o *Options) {
+		o.ScaleDownUnneededTime, o.ScaleDownUnreadyTime = time.Minute, time.Minute
+		o.MaxNodeStartupTime, o.MaxNodeProvisionTime = time.Minute, 5*time.Minute
+		o.ScaleDownBrakeClusterShare, o.ScaleDownBrakeGroupShare = 1, 1
+	}))
+	cpu := e.provider.AddGroup("cpu", 0, 20, cpuTemplate("cpu"), inmemory.WithTarget(6))
+	gpu := e.provider.AddGroup("gpu", 0, 20, gpuTemplate("gpu"), inmemory.WithTarget(1))
+	e.start()
+	e.register(cpu, to.NotReady(), to.NodeCreatedAt(e.clock.Now().Add(-time.Hour)))
+	e.register(gpu, failedPreflight("7 GPUs, want 8"))
+	e.add(pendingPods(1, "train", wholeGPU()...))
+	if err := cpu.IncreaseSize(e.ctx, 1); err != nil { // a machine that will never register
+		t.Fatal(err)
+	}
+	for i := 0; i < 8; i++ { // 16 minutes: past every unneeded, unready and provision time
+		e.run()
+		e.register(gpu) // the pod's new node joins
+		e.clock.Step(2 * time.Minute)
+	}
+	if got := append(cpu.Deleted(), gpu.Deleted()...); len(got) != 0 {
+		t.Fatalf("deleted %v while 6 of 8 nodes were unready", got)
+	}
+	if len(acts.cordoned) != 0 {
+		t.Fatalf("cordoned %v while the cluster was unhealthy", acts.cordoned)
+	}
+	if got := gpu.Increases(); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("gpu increases %v, want the pending pod's node: scale-up goes on", got)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.ClusterUnhealthy); got != 1 {
+		t.Fatalf("cluster_unhealthy %v, want 1", got)
+	}
+	if len(e.events(EventClusterUnhealthy)) != 1 {
+		t.Fatal("want one ClusterUnhealthy event, on the transition")
+	}
+	if last := e.status.writes[len(e.status.writes)-1]; !strings.Contains(last, "clusterUnhealthy: 7 of 9 managed nodes unready") {
+		t.Fatalf("status does not say why:\n%s", last)
+	}
+	// The incident ends: the nodes are Ready again.
+	for _, n := range e.nodeNames() {
+		e.updateNode(n, func(n *apiv1.Node) {
+			n.Status.Conditions = []apiv1.NodeCondition{{Type: apiv1.NodeReady, Status: apiv1.ConditionTrue}}
+		})
+	}
+	e.run()
+	e.a.WaitForDrains()
+	e.run()
+	if got := testutil.ToFloat64(e.a.metrics.ClusterUnhealthy); got != 0 {
+		t.Fatalf("cluster_unhealthy %v after recovery", got)
+	}
+	if len(acts.cordoned) != 1 || len(gpu.Deleted()) != 1 {
+		t.Fatalf("cordoned %v, gpu deleted %v: the failed node is replaced once the cluster is healthy", acts.cordoned, gpu.Deleted())
+	}
+	if len(cpu.Deleted()) == 0 {
+		t.Fatal("nothing of cpu deleted after recovery: the never-registered machine and the empty nodes go")
+	}
+	if len(e.events(EventClusterHealthy)) != 1 {
+		t.Fatal("want one ClusterHealthy event")
+	}
+}
