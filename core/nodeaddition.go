@@ -55,10 +55,11 @@ func newNodeAddition(o Options, health HealthSource) (*nodeAddition, error) {
 
 // additionReport is what the loop tells the status and the pods.
 type additionReport struct {
-	InFlight int
-	Limit    ratelimit.Limit
-	Released map[string]map[ratelimit.Class]int
-	Queued   map[string]map[ratelimit.Class]int
+	InFlight  int
+	Limit     ratelimit.Limit
+	HeldGangs map[string]ratelimit.HeldGang
+	Released  map[string]map[ratelimit.Class]int
+	Queued    map[string]map[ratelimit.Class]int
 }
 
 // Decide asks the queue what to release now, or releases everything when
@@ -151,6 +152,10 @@ func (a *Autoscaler) queueStatus(rep additionReport) NodeAdditionStatus {
 			st.Queued = append(st.Queued, QueuedNodes{NodeGroup: g, Class: c.String(), Nodes: n})
 		}
 	}
+	for g, h := range rep.HeldGangs {
+		st.HeldGangs = append(st.HeldGangs, HeldGang{Gang: g, Nodes: h.Nodes, HeldBy: string(h.Limit)})
+	}
+	sort.Slice(st.HeldGangs, func(i, j int) bool { return st.HeldGangs[i].Gang < st.HeldGangs[j].Gang })
 	sort.Slice(st.Queued, func(i, j int) bool {
 		if st.Queued[i].NodeGroup != st.Queued[j].NodeGroup {
 			return st.Queued[i].NodeGroup < st.Queued[j].NodeGroup
@@ -166,11 +171,18 @@ func (o Options) queueOptions() ratelimit.Options {
 }
 
 // queuedMessage is the event of a pod whose nodes wait in the queue. It
-// names no counts, so it does not change from loop to loop.
-func queuedMessage(group string, limit ratelimit.Limit) string {
-	why := "the node-addition rate"
-	if limit == ratelimit.LimitInFlight {
-		why = "the cap on nodes in flight"
+// names no counts that change from loop to loop, so it is not rewritten as
+// nodes trickle out.
+func queuedMessage(group string, limit ratelimit.Limit, gang string, held ratelimit.HeldGang, heldOK bool) string {
+	why := func(l ratelimit.Limit) string {
+		if l == ratelimit.LimitInFlight {
+			return "the cap on nodes in flight (--max-nodes-in-flight)"
+		}
+		return "the node-addition rate"
 	}
-	return fmt.Sprintf("pod is waiting for nodes of group %s, added gradually under %s to protect the API server", group, why)
+	if gang != "" && heldOK {
+		return fmt.Sprintf("pod's gang %s waits for its %d nodes, released together under %s to protect the API server; a gang larger than the cap goes alone once nothing else is in flight",
+			gang, held.Nodes, why(held.Limit))
+	}
+	return fmt.Sprintf("pod is waiting for nodes of group %s, added gradually under %s to protect the API server", group, why(limit))
 }

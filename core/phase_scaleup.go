@@ -38,7 +38,7 @@ func (a *Autoscaler) scaleUp(ctx context.Context, l *loop) error {
 	}
 	l.awaiting = out.Awaiting
 	a.metrics.PodsAwaitingNodes.Set(float64(out.Awaiting))
-	rep := additionReport{InFlight: out.InFlight, Limit: out.Limit, Released: out.Released, Queued: out.Queued}
+	rep := additionReport{InFlight: out.InFlight, Limit: out.Limit, HeldGangs: out.HeldGangs, Released: out.Released, Queued: out.Queued}
 	for g, byClass := range out.Released {
 		for c, n := range byClass {
 			a.metrics.NodesReleased.WithLabelValues(g, c.String()).Add(float64(n))
@@ -251,7 +251,8 @@ func (a *Autoscaler) reportScaleUp(ctx context.Context, l *loop, res scaleup.Res
 		if su.Queued > 0 {
 			// Part of the demand waits: the message stays the same from loop
 			// to loop, so the event is not rewritten each time a few nodes go.
-			reason, msg = EventScaleUpQueued, queuedMessage(su.Group, l.addition.Limit)
+			held, ok := l.addition.HeldGangs[su.Gang]
+			reason, msg = EventScaleUpQueued, queuedMessage(su.Group, l.addition.Limit, su.Gang, held, ok)
 		}
 		for _, p := range su.Pods {
 			a.events.emit(p, l.now, l.epoch, apiv1.EventTypeNormal, reason, msg)

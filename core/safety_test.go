@@ -78,3 +78,36 @@ func TestClusterUnreadyGuard(t *testing.T) {
 		t.Fatal("want one ClusterHealthy event")
 	}
 }
+
+// TestGangLargerThanTheInFlightCapScales: a 400-node job with the default
+// cap of 300 nodes in flight waits while other nodes are in flight, says
+// why, then goes whole.
+func TestGangLargerThanTheInFlightCapScales(t *testing.T) {
+	e := newEnv(t, withGangs(mins{"train": 400}), withOptions(func(o *Options) { o.NodeAdditionAdaptive = false }))
+	gpu := e.provider.AddGroup("gpu", 0, 1000, gpuTemplate("gpu"))
+	cpu := e.provider.AddGroup("cpu", 0, 100, cpuTemplate("cpu"))
+	e.start()
+	e.add(pendingPods(5, "web", to.Requests("12", "8Gi")))
+	e.run() // 5 cpu nodes in flight
+	if got := sum(cpu.Increases()); got != 5 {
+		t.Fatalf("cpu increases %v, want 5", cpu.Increases())
+	}
+	e.add(gangMembers(400, "train"))
+	e.clock.Step(time.Minute)
+	e.run()
+	if got := gpu.Increases(); len(got) != 0 {
+		t.Fatalf("gpu increases %v with 5 nodes in flight: the 400-node gang must wait for an empty queue", got)
+	}
+	if evs := e.events(EventScaleUpQueued); len(evs) == 0 || !strings.Contains(evs[0], "gang default/train waits for its 400 nodes") {
+		t.Fatalf("events %v, want ScaleUpQueued saying the gang waits whole and why", evs)
+	}
+	if last := e.status.writes[len(e.status.writes)-1]; !strings.Contains(last, "heldGangs:") {
+		t.Fatalf("status does not list the held gang:\n%s", last)
+	}
+	e.register(cpu) // the cpu nodes are up: nothing in flight
+	e.clock.Step(time.Minute)
+	e.run()
+	if got := gpu.Increases(); len(got) != 1 || got[0] != 400 {
+		t.Fatalf("gpu increases %v, want the whole gang of 400 at once", got)
+	}
+}

@@ -48,6 +48,15 @@ type NodeAdditionStatus struct {
 	// HeldBy is what held demand back in the last loop: "rate", "in-flight" or empty.
 	HeldBy string        `json:"heldBy,omitempty"`
 	Queued []QueuedNodes `json:"queued,omitempty"`
+	// HeldGangs are gangs held back whole, and by what.
+	HeldGangs []HeldGang `json:"heldGangs,omitempty"`
+}
+
+// HeldGang is a gang whose nodes wait, together, in the queue.
+type HeldGang struct {
+	Gang   string `json:"gang"`
+	Nodes  int    `json:"nodes"`
+	HeldBy string `json:"heldBy"`
 }
 
 // QueuedNodes is demand waiting in the queue.

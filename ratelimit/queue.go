@@ -130,6 +130,21 @@ type Decision struct {
 	Tokens float64
 	// Limit says what held demand back first.
 	Limit Limit
+	// HeldGangs says, per gang held back whole, its nodes and why.
+	HeldGangs map[string]HeldGang
+}
+
+// HeldGang is a gang the queue holds back whole.
+type HeldGang struct {
+	Nodes int
+	Limit Limit
+}
+
+func (d *Decision) hold(gang string, nodes int, why Limit) {
+	if d.HeldGangs == nil {
+		d.HeldGangs = map[string]HeldGang{}
+	}
+	d.HeldGangs[gang] = HeldGang{Nodes: nodes, Limit: why}
 }
 
 // Release is, per group, the nodes to request now: ReleaseClass summed
@@ -211,17 +226,23 @@ func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 			switch {
 			case need == 0:
 				continue
-			case need > room:
+			case need > room && !(need > q.opts.MaxInFlight && inFlight == 0 && room == q.opts.MaxInFlight):
+				// A gang larger than the whole cap could never fit under it:
+				// it goes alone, when nothing is in flight and nothing was
+				// released before it, and the cap is paid back (nothing more
+				// goes until its nodes are up).
 				limit(LimitInFlight)
+				d.hold(x.Gang, need, LimitInFlight)
 				continue
 			case float64(need) > q.tokens && q.tokens < float64(min(need, q.opts.Burst)):
 				// A gang larger than the burst goes when the bucket is full
 				// and is paid back afterwards (tokens go negative).
 				limit(LimitRate)
+				d.hold(x.Gang, need, LimitRate)
 				continue
 			}
 			q.tokens -= float64(need)
-			room -= need
+			room = max(0, room-need)
 			for _, j := range members {
 				d.release(ds[j], left[j])
 				left[j] = 0

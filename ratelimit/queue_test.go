@@ -202,9 +202,36 @@ func TestGangAcrossGroupsReleasedTogether(t *testing.T) {
 	if d.Tokens != -2 {
 		t.Fatalf("tokens %v, want -2 (paid back)", d.Tokens)
 	}
-	// Not enough room in flight for the whole gang: none of it goes.
+	// Not enough room in flight for the whole gang while something is in
+	// flight: none of it goes, and the decision says why.
 	q2 := newQueue(t, 60, 100, 10)
-	if d := q2.Decide(t0, gang, 0); d.Released() != 0 || d.Limit != LimitInFlight {
-		t.Fatalf("released %v (limit %q) with room for 10 of 12", d.Release(), d.Limit)
+	if d := q2.Decide(t0, gang, 1); d.Released() != 0 || d.Limit != LimitInFlight || d.HeldGangs["ns/train"] != (HeldGang{Nodes: 12, Limit: LimitInFlight}) {
+		t.Fatalf("released %v (limit %q, held %v) with room for 9 of 12", d.Release(), d.Limit, d.HeldGangs)
+	}
+}
+
+// TestGangLargerThanTheInFlightCap: a 400-node training job under the
+// default cap of 300 goes whole once nothing is in flight, and nothing
+// else goes until its nodes are up (the cap is paid back).
+func TestGangLargerThanTheInFlightCap(t *testing.T) {
+	q := newQueue(t, 100, 20, 300)
+	job := []Demand{{Group: "gpu-a", Count: 250, Gang: "ml/train", Since: t0}, {Group: "gpu-b", Count: 150, Gang: "ml/train", Since: t0}}
+	other := Demand{Group: "cpu", Count: 5, Since: t0.Add(time.Minute)}
+	// Older demand is in flight: the gang waits, and says why.
+	d := q.Decide(t0, append(job, other), 20)
+	if d.Release()["gpu-a"] != 0 || d.HeldGangs["ml/train"].Limit != LimitInFlight {
+		t.Fatalf("released %v held %v with 20 in flight, want the gang held by the in-flight cap", d.Release(), d.HeldGangs)
+	}
+	// Nothing in flight, a full bucket: the whole gang, and nothing else.
+	d = q.Decide(t0.Add(time.Minute), append(job, other), 0)
+	if d.Release()["gpu-a"] != 250 || d.Release()["gpu-b"] != 150 || d.Release()["cpu"] != 0 {
+		t.Fatalf("released %v, want the 400-node gang whole and nothing after it", d.Release())
+	}
+	if d.HeldGangs != nil {
+		t.Fatalf("held %v after the release", d.HeldGangs)
+	}
+	// Its nodes are in flight (400 > 300): nothing goes until they are up.
+	if d := q.Decide(t0.Add(10*time.Minute), []Demand{other}, 400); d.Released() != 0 || d.Limit != LimitInFlight {
+		t.Fatalf("released %v (limit %q) while the gang's 400 nodes are in flight", d.Release(), d.Limit)
 	}
 }

@@ -95,6 +95,8 @@ type Outcome struct {
 	Released, Queued map[string]map[ratelimit.Class]int
 	// Limit is what held demand back first.
 	Limit ratelimit.Limit
+	// HeldGangs are the gangs the queue held back whole, and why.
+	HeldGangs map[string]ratelimit.HeldGang
 	// InFlight is the nodes in flight after the requests.
 	InFlight int
 }
@@ -230,6 +232,9 @@ func (o *Orchestrator) execute(ctx context.Context, req Request, d demand, q Que
 		dec := q.Decide(req.Now, demands(res.ScaleUps), out.InFlight)
 		if out.Limit == ratelimit.NotLimited {
 			out.Limit = dec.Limit
+		}
+		if round == 0 {
+			out.HeldGangs = dec.HeldGangs
 		}
 		var retry []*apiv1.Pod
 		order, byGroup := groupScaleUps(res.ScaleUps)
