@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
@@ -279,7 +280,30 @@ func (g *scaleSet) IncreaseSize(ctx context.Context, delta int) error {
 	if target > maxSize {
 		return fmt.Errorf("increase of scale set %s to %d exceeds its max %d", g.name, target, maxSize)
 	}
+	// The write carries the absolute target. Its outcome is ambiguous on a
+	// 5xx or a lost connection (ARM may have committed it), so the SDK does
+	// not retry it: the scale set is read again, and the write is done
+	// again only if it did not commit. A 412 means someone else changed the
+	// scale set: the target is recomputed from the fresh read, once.
 	poller, err := g.patchCapacity(ctx, target, etag)
+	if isAmbiguous(err) {
+		fresh, ferr := g.reread(ctx)
+		if ferr != nil {
+			return fmt.Errorf("re-reading scale set %s after a failed write (%v): %w", g.name, err, ferr)
+		}
+		if fresh == target {
+			klog.FromContext(ctx).Info("Scale-up committed though its answer was lost; not writing again",
+				"scaleSet", g.name, "target", target, "err", err.Error())
+			return nil
+		}
+		if fresh != size {
+			return fmt.Errorf("scaling scale set %s to %d: capacity is %d after a failed write: %w", g.name, target, fresh, classify(err))
+		}
+		g.mu.Lock()
+		etag = g.etag
+		g.mu.Unlock()
+		poller, err = g.patchCapacity(ctx, target, etag)
+	}
 	if isPreconditionFailed(err) {
 		fresh, ferr := g.reread(ctx)
 		if ferr != nil {
@@ -309,6 +333,8 @@ func (g *scaleSet) IncreaseSize(ctx context.Context, delta int) error {
 func (g *scaleSet) patchCapacity(ctx context.Context, target int, etag string) (*runtime.Poller[armcompute.VirtualMachineScaleSetsClientUpdateResponse], error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
+	// Never retried by the SDK: IncreaseSize reads back an ambiguous outcome.
+	ctx = policy.WithRetryOptions(ctx, policy.RetryOptions{MaxRetries: -1})
 	var opts *armcompute.VirtualMachineScaleSetsClientBeginUpdateOptions
 	if etag != "" {
 		opts = &armcompute.VirtualMachineScaleSetsClientBeginUpdateOptions{IfMatch: to.Ptr(etag)}
@@ -340,6 +366,20 @@ func (g *scaleSet) reread(ctx context.Context) (int, error) {
 	g.etag = deref(resp.Etag)
 	g.known, g.stale = true, ""
 	return g.view.capacity, nil
+}
+
+// isAmbiguous says a write may or may not have been applied: ARM answered
+// 5xx, or no answer came (but not a throttle: a 429 is never applied).
+func isAmbiguous(err error) bool {
+	var th *errThrottled
+	if err == nil || errors.Is(err, context.Canceled) || errors.As(err, &th) {
+		return false
+	}
+	var re *azcore.ResponseError
+	if errors.As(err, &re) {
+		return re.StatusCode >= 500
+	}
+	return true
 }
 
 func isPreconditionFailed(err error) bool {

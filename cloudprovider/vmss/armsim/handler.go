@@ -347,6 +347,10 @@ func (s *Server) updateScaleSet(r *http.Request, set *scaleSet, body []byte, now
 	if aerr != nil {
 		return aerr.response()
 	}
+	if _, ok := set.takeFault(FaultCommitThenServerError); ok {
+		return errorResponse(http.StatusInternalServerError, "InternalServerError",
+			"Encountered internal server error. Diagnostic information: tracking id '%s'.", newUUID())
+	}
 	// ARM answers the PATCH while the update is under way.
 	resp := response{status: http.StatusOK, body: s.scaleSetModel(set, "Updating")}
 	resp.set("Azure-AsyncOperation", s.operationURL(r, op.id, false))

@@ -54,6 +54,10 @@ const (
 	// FaultServerError answers requests about the scale set with 500
 	// InternalServerError.
 	FaultServerError
+	// FaultCommitThenServerError applies a scale set update (a PATCH) and
+	// then answers 500 InternalServerError, as a gateway that lost the
+	// response does: the change is made, the caller hears it failed.
+	FaultCommitThenServerError
 )
 
 // String returns the fault kind's name.
@@ -67,6 +71,8 @@ func (k FaultKind) String() string {
 		return "LROFail"
 	case FaultSlowLRO:
 		return "SlowLRO"
+	case FaultCommitThenServerError:
+		return "CommitThenServerError"
 	case FaultServerError:
 		return "ServerError"
 	}
@@ -274,7 +280,7 @@ func (s *Server) ScaleSet(rg, name string) (ScaleSetState, error) {
 // InjectFault makes the scale set suffer f. Faults of several kinds (and
 // several of one kind, applied in turn) can be active at once.
 func (s *Server) InjectFault(rg, name string, f Fault) error {
-	if f.Kind < FaultQuota || f.Kind > FaultServerError {
+	if f.Kind < FaultQuota || f.Kind > FaultCommitThenServerError {
 		return fmt.Errorf("injecting fault into scale set %s/%s: unknown kind %v", rg, name, f.Kind)
 	}
 	if f.Count < 0 || f.Duration < 0 {
