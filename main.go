@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -168,10 +169,30 @@ func run(ctx context.Context, args []string) error {
 	if c.core.WriteStatusConfigMap {
 		status = &core.ConfigMapStatusWriter{Client: client.CoreV1(), Namespace: c.core.Namespace, Name: c.core.StatusConfigMapName}
 	}
+	// The fence: with leader election, this replica acts, and writes to
+	// the cloud, only while it holds the lease and renewed it within
+	// --leader-elect-renew-deadline. A leader that stalled (GC pause, CPU
+	// starvation, a partition) past its lease may wake up after another
+	// replica took over: it must not write.
+	var elector atomic.Pointer[leaderelection.LeaderElector]
+	var fence cloudprovider.Fence
+	if c.leaderElect {
+		fence = func() error {
+			le := elector.Load()
+			if le == nil || !le.IsLeader() {
+				return errors.New("this replica does not hold the leader lease")
+			}
+			if err := le.Check(c.renewDeadline - c.leaseDuration); err != nil {
+				return fmt.Errorf("lease not renewed within --leader-elect-renew-deadline %s: %w", c.renewDeadline, err)
+			}
+			return nil
+		}
+	}
 	autoscaler, err := core.New(core.Deps{
 		Options: c.core, Provider: provider, Listers: listers, Simulator: sim,
 		Recorder: recorder, Status: status, Metrics: metrics,
 		Actions: &actuation.KubeNodeActions{Client: client}, Health: observer, Balloons: balloons, Gangs: gangs,
+		Fence: fence,
 	})
 	if err != nil {
 		return err
@@ -278,6 +299,7 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("setting up leader election: %w", err)
 	}
 	logger.Info("Starting leader election", "lease", klog.KRef(c.core.Namespace, c.leaderElectResource), "identity", id)
+	elector.Store(le)
 	go le.Run(ctx)
 	select {
 	case <-ctx.Done():

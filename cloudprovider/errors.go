@@ -21,6 +21,9 @@ const (
 	ClassThrottled
 	// ClassConflict means a concurrent write; retry later, no backoff.
 	ClassConflict
+	// ClassFenced means this process may not write now (not the leader,
+	// or its lease not renewed in time); no backoff: the group is fine.
+	ClassFenced
 )
 
 func (c ErrorClass) String() string {
@@ -35,6 +38,8 @@ func (c ErrorClass) String() string {
 		return "throttled"
 	case ClassConflict:
 		return "conflict"
+	case ClassFenced:
+		return "fenced"
 	default:
 		return "other"
 	}

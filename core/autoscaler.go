@@ -63,6 +63,10 @@ type Deps struct {
 	Gangs gang.MinCounts
 	Clock clock.Clock
 	Rand  *rand.Rand
+	// Fence, when set, says whether this replica may act now (it holds the
+	// lease, renewed within the renew deadline): a loop starts only when it
+	// does, and every cloud write is checked against it again.
+	Fence cloudprovider.Fence
 }
 
 // Autoscaler runs the loop. RunOnce must not be called concurrently.
@@ -91,6 +95,7 @@ type Autoscaler struct {
 	preflight    *preflightState
 	balloons     BalloonController
 	gangs        gang.MinCounts
+	fence        cloudprovider.Fence
 
 	lastStatus string
 	// unhealthy is the unready guard's reason in the previous loop, for
@@ -116,7 +121,8 @@ func New(d Deps) (*Autoscaler, error) {
 	}
 	a := &Autoscaler{
 		opts:      d.Options,
-		provider:  d.Provider,
+		provider:  cloudprovider.WithFence(d.Provider, d.Fence),
+		fence:     d.Fence,
 		listers:   d.Listers,
 		sim:       d.Simulator,
 		rec:       d.Recorder,
@@ -218,6 +224,11 @@ type phase struct {
 // RunOnce runs one loop: read the cloud and the cluster, update the
 // cluster state and act on failures, scale up, write the status.
 func (a *Autoscaler) RunOnce(ctx context.Context) error {
+	if a.fence != nil {
+		if err := a.fence(); err != nil {
+			return fmt.Errorf("not acting: %w", err)
+		}
+	}
 	a.applyPending(ctx)
 	start := a.clock.Now()
 	a.epoch++

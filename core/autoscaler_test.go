@@ -50,6 +50,7 @@ type env struct {
 	health   HealthSource
 	balloons BalloonController
 	gangs    gang.MinCounts
+	fence    cloudprovider.Fence
 }
 
 type memStatus struct{ writes []string }
@@ -114,6 +115,7 @@ func (e *env) start() *env {
 		Health:    e.health,
 		Balloons:  e.balloons,
 		Gangs:     e.gangs,
+		Fence:     e.fence,
 	})
 	if err != nil {
 		e.t.Fatal(err)

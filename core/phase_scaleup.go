@@ -220,8 +220,9 @@ func (in increaser) IncreaseSize(ctx context.Context, group string, delta int) e
 		class := cloudprovider.ClassOf(err)
 		reason := class.String()
 		switch class {
-		case cloudprovider.ClassThrottled, cloudprovider.ClassConflict:
-			// Retry next loop; a throttled or busy cloud is not the group's fault.
+		case cloudprovider.ClassThrottled, cloudprovider.ClassConflict, cloudprovider.ClassFenced:
+			// Retry next loop; a throttled or busy cloud, or a replica that
+			// may not write, is not the group's fault.
 		default:
 			in.a.registry.RegisterFailedScaleUp(group, class, err.Error(), in.l.now)
 		}

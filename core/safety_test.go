@@ -1,13 +1,16 @@
 package core
 
 import (
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apiv1 "k8s.io/api/core/v1"
 
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
 	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
 )
@@ -109,5 +112,40 @@ func TestGangLargerThanTheInFlightCapScales(t *testing.T) {
 	e.run()
 	if got := gpu.Increases(); len(got) != 1 || got[0] != 400 {
 		t.Fatalf("gpu increases %v, want the whole gang of 400 at once", got)
+	}
+}
+
+// TestFencedReplicaWritesNothing: a replica whose lease is stale runs no
+// loop; one whose fence closes in the middle of a loop sends no write, and
+// the group is not backed off for it.
+func TestFencedReplicaWritesNothing(t *testing.T) {
+	var closed atomic.Bool
+	e := newEnv(t)
+	e.fence = func() error {
+		if closed.Load() {
+			return errors.New("lease not renewed within the renew deadline")
+		}
+		return nil
+	}
+	gpu := e.provider.AddGroup("gpu", 0, 20, gpuTemplate("gpu"))
+	e.start()
+	e.add(pendingPods(2, "train", wholeGPU()...))
+	closed.Store(true)
+	if err := e.a.RunOnce(e.ctx); err == nil || !strings.Contains(err.Error(), "not acting") {
+		t.Fatalf("RunOnce = %v, want a refusal to act", err)
+	}
+	if got := gpu.Increases(); len(got) != 0 {
+		t.Fatalf("increases %v by a fenced replica", got)
+	}
+	// The fence closes between the loop's start and its write.
+	closed.Store(false)
+	e.a.fence = nil
+	e.a.provider = cloudprovider.WithFence(e.provider, func() error { return errors.New("stalled past the lease") })
+	e.run()
+	if got := gpu.Increases(); len(got) != 0 {
+		t.Fatalf("increases %v through a closed fence", got)
+	}
+	if gs := e.a.registry.Group("gpu"); gs.Backoff.Active {
+		t.Fatal("group backed off for a fenced write: the group is fine")
 	}
 }

@@ -249,7 +249,7 @@ func (o *Orchestrator) execute(ctx context.Context, req Request, d demand, q Que
 						pods = append(pods, su.Pods...)
 					}
 					out.Result.Failed = append(out.Result.Failed, Failed{Group: g, Delta: n, Err: err, Pods: pods})
-					if c := cloudprovider.ClassOf(err); c != cloudprovider.ClassThrottled && c != cloudprovider.ClassConflict {
+					if c := cloudprovider.ClassOf(err); c != cloudprovider.ClassThrottled && c != cloudprovider.ClassConflict && c != cloudprovider.ClassFenced {
 						failed[g] = true
 						for _, su := range sus {
 							if su.Gang == "" {
