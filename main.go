@@ -82,14 +82,17 @@ func main() {
 func run(ctx context.Context, args []string) error {
 	var prov providerFlags
 	kf := newKlogFlags()
-	c, flags, err := parseConfigFrom(args, func(fs *pflag.FlagSet) {
+	c, flags, fallback, err := startConfig(ctx, args, func(fs *pflag.FlagSet) {
 		prov.register(fs)
 		kf.addReal(fs)
-	}, nil, "")
+	}, readLastGood)
 	if err != nil {
 		return err
 	}
 	logger := klog.FromContext(ctx)
+	if fallback != "" {
+		logger.Error(nil, "STARTED ON A FALLBACK CONFIGURATION: the flags file was refused", "reason", fallback)
+	}
 	v := version.Get()
 	logger.Info("Starting vmss-autoscaler", "version", v.Version, "commit", v.Commit, "goVersion", v.GoVersion)
 
@@ -198,6 +201,14 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 
+	if fallback != "" {
+		metrics.ConfigFallback.Set(1)
+		autoscaler.SetConfigFallback(fallback)
+		if c.configMap != "" {
+			recorder.Event(&apiv1.ObjectReference{APIVersion: "v1", Kind: "ConfigMap", Namespace: c.core.Namespace, Name: c.configMap},
+				apiv1.EventTypeWarning, eventConfigFallback, "started on a fallback configuration: "+fallback)
+		}
+	}
 	health := newHealth(c.maxInactivity, c.maxFailingTime, autoscaler.LastSuccess, autoscaler.LastRun)
 	// readConfig hands the flags ConfigMap to the reloader once, directly,
 	// before the first loop: event handlers run after the cache syncs, and a
@@ -214,6 +225,11 @@ func run(ctx context.Context, args []string) error {
 		}
 		r := newReloader(args, reloadExtra, flags, c, autoscaler.Reconfigure, recorder, metrics, health.isLeader)
 		r.klog = kf.apply
+		r.persist = (&lastGoodWriter{client: client.CoreV1(), namespace: c.core.Namespace, name: c.core.StatusConfigMapName}).store
+		r.accepted = func() {
+			metrics.ConfigFallback.Set(0)
+			autoscaler.SetConfigFallback("")
+		}
 		handle := func(obj any) {
 			if cm, ok := obj.(*apiv1.ConfigMap); ok && cm.Name == c.configMap {
 				r.reload(ctx, cm)

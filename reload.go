@@ -21,6 +21,7 @@ const (
 	eventConfigApplied         = "ConfigApplied"
 	eventConfigRejected        = "ConfigRejected"
 	eventConfigRestartRequired = "ConfigRestartRequired"
+	eventConfigFallback        = "ConfigFallback"
 )
 
 // reloader applies edits of the flags ConfigMap: the whole new set is
@@ -30,12 +31,16 @@ const (
 // changed keys are reported as needing a restart. Which keys are live is
 // declared where each flag is defined (isLive).
 type reloader struct {
-	args     []string
-	extra    func(*pflag.FlagSet)
-	source   string
-	key      string
-	apply    func(core.Options) error
-	klog     func(name, value string) error // applies a live klog flag; nil: none
+	args   []string
+	extra  func(*pflag.FlagSet)
+	source string
+	key    string
+	apply  func(core.Options) error
+	klog   func(name, value string) error // applies a live klog flag; nil: none
+	// persist stores accepted content where a restart finds it (the last
+	// good configuration); accepted is told of every acceptance. nil: none.
+	persist  func(ctx context.Context, data string) error
+	accepted func()
 	rec      record.EventRecorder
 	metrics  *core.Metrics
 	isLeader func() bool
@@ -136,6 +141,14 @@ func (r *reloader) reload(ctx context.Context, cm *apiv1.ConfigMap) {
 	}
 	r.values, r.settings = values, settings
 	r.metrics.ConfigReloads.WithLabelValues("applied").Inc()
+	if r.accepted != nil {
+		r.accepted()
+	}
+	if r.persist != nil && (r.isLeader == nil || r.isLeader()) {
+		if err := r.persist(ctx, data); err != nil {
+			logger.Error(err, "Storing the last good configuration; a restart on a refused flags file would fall back to an older one")
+		}
+	}
 	if len(r.restart) > 0 {
 		r.metrics.ConfigRestartRequired.Set(1)
 	}

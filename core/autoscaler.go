@@ -103,6 +103,7 @@ type Autoscaler struct {
 	unhealthy string
 
 	mu          sync.Mutex
+	fallback    string   // why the process runs on a fallback configuration, for the status
 	pending     *Options // from Reconfigure, applied before the next loop
 	lastSuccess time.Time
 	lastRun     time.Time
@@ -257,6 +258,20 @@ func (a *Autoscaler) recordRun(t time.Time, ok bool) {
 		a.lastSuccess = t
 		a.metrics.LastSuccessfulLoop.Set(float64(t.Unix()))
 	}
+}
+
+// SetConfigFallback says the process runs on a fallback configuration, and
+// why ("" when a flags ConfigMap was accepted since): the status says so.
+func (a *Autoscaler) SetConfigFallback(why string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.fallback = why
+}
+
+func (a *Autoscaler) configFallback() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.fallback
 }
 
 // LastSuccess is the start time of the last loop that completed.

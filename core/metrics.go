@@ -53,6 +53,7 @@ type Metrics struct {
 
 	ConfigReloads         *prometheus.CounterVec
 	ConfigRestartRequired prometheus.Gauge
+	ConfigFallback        prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -147,7 +148,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Edits of the flags ConfigMap, by result: applied, rejected (a bad value; the last good configuration stays)."}, []string{"result"})
 	m.ConfigRestartRequired = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "config_restart_required",
 		Help: "1 when the flags ConfigMap changed keys that take effect only after a restart."})
-	reg.MustRegister(m.ConfigReloads, m.ConfigRestartRequired)
+	m.ConfigFallback = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "config_fallback",
+		Help: "1 while the process runs on a fallback configuration (its flags file was refused at start: the last good configuration, or the command line alone); 0 once a flags ConfigMap is accepted."})
+	reg.MustRegister(m.ConfigReloads, m.ConfigRestartRequired, m.ConfigFallback)
 	reg.MustRegister(m.PreflightPending, m.PreflightResults, m.PreflightDuration, m.PreflightReplaced)
 	reg.MustRegister(m.QueueDepth, m.NodesReleased, m.NodesCancelled, m.NodesInFlight, m.AdditionRate, m.AdditionRateReason, m.RateChanges, m.AdditionTokens)
 	reg.MustRegister(m.UnneededNodes, m.KeptNodes, m.ScaledDownNodes, m.FailedScaleDowns, m.Evictions, m.BrakeEngaged, m.DrainsInFlight, m.ClusterUnhealthy)

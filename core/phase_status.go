@@ -30,6 +30,7 @@ func (a *Autoscaler) writeStatus(ctx context.Context, l *loop) error {
 	st.NodeAddition = a.queueStatus(l.addition)
 	st.WarmPools = warmStatus(l.warm)
 	st.ClusterUnhealthy = l.unhealthy
+	st.ConfigFallback = a.configFallback()
 	st.LastChange = l.now.UTC()
 	cmp, full, err := renderStatus(st)
 	if err != nil {

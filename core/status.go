@@ -27,6 +27,9 @@ type Status struct {
 	// ClusterUnhealthy says why the cluster-wide unready guard holds:
 	// nothing is deleted, cordoned or drained.
 	ClusterUnhealthy string `json:"clusterUnhealthy,omitempty"`
+	// ConfigFallback says the process runs on a fallback configuration:
+	// its flags file was refused at start.
+	ConfigFallback string `json:"configFallback,omitempty"`
 }
 
 // WarmPoolStatus is a group's warm pool in the status.
