@@ -152,6 +152,32 @@ func TestChartAppliesAndRuns(t *testing.T) {
 	if got := metricValue(body, "vmss_autoscaler_node_addition_rate_nodes_per_minute"); got != 600 {
 		t.Fatalf("rate %v after the refused edit, want the last good 600", got)
 	}
+	// The kubelet refreshes the mounted file with the bad edit, and the
+	// replica is killed: it comes back on the last good configuration
+	// instead of crash-looping on its own flags file.
+	cur, err := cms.Get(sc.ctx, cm.Name, metav1.GetOptions{})
+	must(t, err)
+	must(t, os.WriteFile(configFile, []byte(cur.Data["config.yaml"]), 0o600))
+	must(t, p.Kill())
+	<-p.Exited()
+	p2, err := sc.s.cp.StartProcessEnv(sc.ctx, sc.prefix+"-chart-restarted", sc.s.autoscaler, env, append(args, "-v=2")...)
+	must(t, err)
+	sc.procs = append(sc.procs, p2)
+	sc.addrs[p2] = addr
+	sc.eventually("the restarted replica on the last good configuration", time.Minute, func() (bool, string) {
+		select {
+		case <-p2.Exited():
+			t.Fatalf("the restarted replica exited on its refused flags file: see %s", p2.LogFile)
+		default:
+		}
+		_, body := sc.get(p2, "/metrics")
+		rate, fb := metricValue(body, "vmss_autoscaler_node_addition_rate_nodes_per_minute"), metricValue(body, "vmss_autoscaler_config_fallback")
+		return rate == 600 && fb == 1, fmt.Sprintf("rate %v, config_fallback %v", rate, fb)
+	})
+	sc.eventually("a ConfigFallback event on the flags ConfigMap", 30*time.Second, func() (bool, string) {
+		n := sc.eventsWith("ConfigFallback", "running on the last good configuration")
+		return n > 0, fmt.Sprintf("%d events", n)
+	})
 }
 
 func must(t *testing.T, err error) {
