@@ -6,11 +6,9 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	apiv1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 )
 
 // lastGoodKey is the key of the status ConfigMap holding the flags
@@ -76,42 +74,4 @@ func readLastGood(ctx context.Context, c *config) (string, error) {
 		return "", fmt.Errorf("reading ConfigMap %s/%s: %w", c.core.Namespace, c.core.StatusConfigMapName, err)
 	}
 	return cm.Data[lastGoodKey], nil
-}
-
-// lastGoodWriter stores accepted flags content in the status ConfigMap,
-// creating it if needed; the status key is left to the status writer.
-type lastGoodWriter struct {
-	client    corev1client.ConfigMapsGetter
-	namespace string
-	name      string
-}
-
-func (w *lastGoodWriter) store(ctx context.Context, data string) error {
-	cms := w.client.ConfigMaps(w.namespace)
-	cm, err := cms.Get(ctx, w.name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		_, err = cms.Create(ctx, &apiv1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: w.name, Namespace: w.namespace,
-				Labels: map[string]string{"app.kubernetes.io/managed-by": "vmss-autoscaler"}},
-			Data: map[string]string{lastGoodKey: data},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			return fmt.Errorf("creating ConfigMap %s/%s: %w", w.namespace, w.name, err)
-		}
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("reading ConfigMap %s/%s: %w", w.namespace, w.name, err)
-	}
-	if cm.Data[lastGoodKey] == data {
-		return nil
-	}
-	if cm.Data == nil {
-		cm.Data = map[string]string{}
-	}
-	cm.Data[lastGoodKey] = data
-	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("storing the last good configuration in ConfigMap %s/%s: %w", w.namespace, w.name, err)
-	}
-	return nil
 }

@@ -225,7 +225,8 @@ func run(ctx context.Context, args []string) error {
 		}
 		r := newReloader(args, reloadExtra, flags, c, autoscaler.Reconfigure, recorder, metrics, health.isLeader)
 		r.klog = kf.apply
-		r.persist = (&lastGoodWriter{client: client.CoreV1(), namespace: c.core.Namespace, name: c.core.StatusConfigMapName}).store
+		lastGood := &core.ConfigMapStatusWriter{Client: client.CoreV1(), Namespace: c.core.Namespace, Name: c.core.StatusConfigMapName}
+		r.persist = func(ctx context.Context, data string) error { return lastGood.WriteKey(ctx, lastGoodKey, data) }
 		r.accepted = func() {
 			metrics.ConfigFallback.Set(0)
 			autoscaler.SetConfigFallback("")

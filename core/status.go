@@ -122,15 +122,21 @@ type ConfigMapStatusWriter struct {
 	Name      string
 }
 
-// WriteStatus creates or updates the ConfigMap.
+// WriteStatus creates or updates the ConfigMap's "status" key.
 func (w *ConfigMapStatusWriter) WriteStatus(ctx context.Context, status string) error {
+	return w.WriteKey(ctx, "status", status)
+}
+
+// WriteKey creates the ConfigMap with one key, or sets that key, leaving
+// the others as they are; an unchanged value is not written.
+func (w *ConfigMapStatusWriter) WriteKey(ctx context.Context, key, value string) error {
 	cms := w.Client.ConfigMaps(w.Namespace)
 	cm, err := cms.Get(ctx, w.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		_, err = cms.Create(ctx, &apiv1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: w.Name, Namespace: w.Namespace,
 				Labels: map[string]string{"app.kubernetes.io/managed-by": "vmss-autoscaler"}},
-			Data: map[string]string{"status": status},
+			Data: map[string]string{key: value},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			return fmt.Errorf("creating status ConfigMap %s/%s: %w", w.Namespace, w.Name, err)
@@ -140,12 +146,15 @@ func (w *ConfigMapStatusWriter) WriteStatus(ctx context.Context, status string) 
 	if err != nil {
 		return fmt.Errorf("reading status ConfigMap %s/%s: %w", w.Namespace, w.Name, err)
 	}
+	if v, ok := cm.Data[key]; ok && v == value {
+		return nil
+	}
 	if cm.Data == nil {
 		cm.Data = map[string]string{}
 	}
-	cm.Data["status"] = status
+	cm.Data[key] = value
 	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("updating status ConfigMap %s/%s: %w", w.Namespace, w.Name, err)
+		return fmt.Errorf("updating key %s of status ConfigMap %s/%s: %w", key, w.Namespace, w.Name, err)
 	}
 	return nil
 }
