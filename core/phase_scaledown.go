@@ -111,6 +111,8 @@ func (a *Autoscaler) scaleDownPhase(ctx context.Context, l *loop) error {
 	// Drains that finished since the last loop are deleted whatever else
 	// this loop decides: their pods are gone already.
 	act.FlushDrained(ctx, l.now, l.byID)
+	// Deletions that failed after they were accepted are taken back.
+	act.Reconcile(ctx, l.now, l.byID)
 	if why := a.scaleDownHeld(l); why != "" {
 		l.scaleDown.Skipped = why
 		klog.FromContext(ctx).V(2).Info("Scale-down held", "reason", why)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
 	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
 )
 
@@ -147,5 +148,56 @@ func TestFencedReplicaWritesNothing(t *testing.T) {
 	}
 	if gs := e.a.registry.Group("gpu"); gs.Backoff.Active {
 		t.Fatal("group backed off for a fenced write: the group is fine")
+	}
+}
+
+// TestDeleteThatFailsLaterIsTakenBack: the cloud accepts a deletion and
+// its operation then fails; the machine is listed alive again. Its node is
+// untainted, the failure counted and evented, and it is removed again
+// after --scale-down-delay-after-failure, once the cloud deletes it.
+func TestDeleteThatFailsLaterIsTakenBack(t *testing.T) {
+	acts := &fakeActions{}
+	e := newEnv(t, withScaleDown(acts), withOptions(func(o *Options) {
+		o.ScaleDownUnneededTime = time.Minute
+		o.ScaleDownDelayAfterFailure = 3 * time.Minute
+		o.ScaleDownBrakeClusterShare, o.ScaleDownBrakeGroupShare = 1, 1
+	}))
+	cpu := e.provider.AddGroup("cpu", 0, 10, cpuTemplate("cpu"), inmemory.WithTarget(1))
+	e.start()
+	e.register(cpu)
+	node := e.nodeNames()[0]
+	cpu.SetLostDeletes(true)
+	e.run()
+	e.clock.Step(2 * time.Minute)
+	e.run() // deleted: accepted, then lost
+	if !e.a.scaleDown.actuator.IsGone(node) {
+		t.Fatal("the node is not recorded as removed")
+	}
+	e.clock.Step(10 * time.Second)
+	e.run() // the machine is listed alive: taken back
+	if e.a.scaleDown.actuator.IsGone(node) {
+		t.Fatal("a machine listed alive after its deletion is still counted gone: its node would stay tainted forever")
+	}
+	for _, k := range acts.taintsOf(node) {
+		if k == scaledown.ToBeDeletedTaint {
+			t.Fatalf("taints %v: the to-be-deleted taint stayed on a node whose deletion failed", acts.taintsOf(node))
+		}
+	}
+	if got := testutil.ToFloat64(e.a.metrics.FailedScaleDowns.WithLabelValues("cpu", "delete")); got != 1 {
+		t.Fatalf("failed_scale_downs_total{delete} = %v, want 1", got)
+	}
+	if len(e.events(EventScaleDownFailed)) != 1 {
+		t.Fatal("no ScaleDownFailed event")
+	}
+	cpu.SetLostDeletes(false)
+	e.clock.Step(time.Minute)
+	e.run()
+	if len(cpu.Deleted()) != 0 {
+		t.Fatal("removed again within the delay after the failure")
+	}
+	e.clock.Step(3 * time.Minute)
+	e.run()
+	if got := cpu.Deleted(); len(got) != 1 {
+		t.Fatalf("deleted %v after the delay, want the empty node", got)
 	}
 }

@@ -120,6 +120,9 @@ type Group struct {
 	increaseErr error
 	// deleteErr, when set, is returned by DeleteNodes.
 	deleteErr error
+	// lostDeletes makes DeleteNodes accept deletions that then fail, as a
+	// cloud's asynchronous delete operation can: the machines stay.
+	lostDeletes bool
 	// sizeUnknown makes TargetSize fail.
 	sizeUnknown bool
 	// noInstances makes IncreaseSize raise the target without creating instances.
@@ -188,6 +191,9 @@ func (g *Group) DeleteNodes(_ context.Context, providerIDs []string) error {
 	defer g.p.mu.Unlock()
 	if g.deleteErr != nil {
 		return g.deleteErr
+	}
+	if g.lostDeletes {
+		return nil
 	}
 	want := map[string]bool{}
 	for _, id := range providerIDs {
@@ -271,6 +277,14 @@ func (g *Group) SetIncreaseError(err error) {
 	g.p.mu.Lock()
 	defer g.p.mu.Unlock()
 	g.increaseErr = err
+}
+
+// SetLostDeletes makes DeleteNodes accept deletions that then fail: the
+// machines stay running, as after a failed asynchronous delete.
+func (g *Group) SetLostDeletes(v bool) {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	g.lostDeletes = v
 }
 
 // SetDeleteError makes DeleteNodes return err (nil to clear).

@@ -57,8 +57,10 @@ type ScaleDown struct {
 
 	mu sync.Mutex
 	// gone holds nodes whose machines were deleted, until their Node
-	// objects disappear: they are never planned again.
-	gone map[string]bool
+	// objects disappear: they are never planned again. A machine the
+	// cloud lists alive again after its deletion (the asynchronous delete
+	// failed) is taken back by Reconcile.
+	gone map[string]removed
 	// drained holds, per group, nodes whose drain finished; the next loop
 	// deletes them with one DeleteNodes per group.
 	drained map[string][]scaledown.Removal
@@ -74,7 +76,7 @@ type ScaleDown struct {
 // NewScaleDown returns an idle actuator.
 func NewScaleDown(actions NodeActions, pods corelisters.PodLister, rec record.EventRecorder, m Metrics, clk clock.Clock, o Options) *ScaleDown {
 	return &ScaleDown{actions: actions, evictor: Evictor{Actions: actions, Results: m.Evictions}, pods: pods, rec: rec,
-		metrics: m, clock: clk, opts: o, gone: map[string]bool{}, drained: map[string][]scaledown.Removal{}, draining: map[string]bool{}}
+		metrics: m, clock: clk, opts: o, gone: map[string]removed{}, drained: map[string][]scaledown.Removal{}, draining: map[string]bool{}}
 }
 
 // SetOptions changes the options for what starts next; running drains keep
@@ -102,7 +104,56 @@ func (s *ScaleDown) IsDraining(name string) bool {
 func (s *ScaleDown) IsGone(name string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.gone[name]
+	_, ok := s.gone[name]
+	return ok
+}
+
+// removed is a node whose machine this actuator deleted.
+type removed struct {
+	r  scaledown.Removal
+	at time.Time
+}
+
+// Reconcile takes back deletions that failed after they were accepted
+// (an asynchronous delete operation that failed): a machine deleted in an
+// earlier loop that its group lists again as alive, not deleting. Its node
+// gets its ToBeDeleted taint removed and becomes a candidate again, the
+// failure is counted (failed_scale_downs_total{step="delete"}) and evented,
+// and scale-down waits --scale-down-delay-after-failure before trying
+// again: the backoff.
+func (s *ScaleDown) Reconcile(ctx context.Context, now time.Time, groups map[string]cloudprovider.NodeGroup) {
+	s.mu.Lock()
+	var check []removed
+	for _, g := range s.gone {
+		if g.at.Before(now) {
+			check = append(check, g)
+		}
+	}
+	s.mu.Unlock()
+	alive := map[string]map[string]bool{}
+	for _, g := range check {
+		id := g.r.Group
+		if _, ok := alive[id]; !ok {
+			alive[id] = map[string]bool{}
+			if ng, ok := groups[id]; ok {
+				if ins, err := ng.Instances(); err == nil {
+					for _, in := range ins {
+						if in.State != cloudprovider.InstanceDeleting {
+							alive[id][cloudprovider.ProviderIDKey(in.ProviderID)] = true
+						}
+					}
+				}
+			}
+		}
+		if !alive[id][cloudprovider.ProviderIDKey(g.r.Node.Spec.ProviderID)] {
+			continue
+		}
+		s.mu.Lock()
+		delete(s.gone, g.r.Node.Name)
+		s.mu.Unlock()
+		s.fail(ctx, now, g.r, "delete", fmt.Errorf("machine %s of node group %s is alive again: its deletion, accepted at %s, failed",
+			g.r.Node.Spec.ProviderID, id, g.at.UTC().Format(time.RFC3339)))
+	}
 }
 
 // Forget drops deleted nodes whose Node objects are gone.
@@ -269,7 +320,7 @@ func (s *ScaleDown) delete(ctx context.Context, now time.Time, groups map[string
 func (s *ScaleDown) removed(now time.Time, r scaledown.Removal) {
 	s.mu.Lock()
 	s.lastDelete = now
-	s.gone[r.Node.Name] = true
+	s.gone[r.Node.Name] = removed{r: r, at: now}
 	s.mu.Unlock()
 	s.metrics.ScaledDown.WithLabelValues(r.Group, r.Reason).Inc()
 	if s.rec != nil {
