@@ -22,6 +22,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/snapshot"
@@ -96,6 +97,7 @@ type Autoscaler struct {
 	balloons     BalloonController
 	gangs        gang.MinCounts
 	fence        cloudprovider.Fence
+	replace      replacements
 
 	lastStatus string
 	// unhealthy is the unready guard's reason in the previous loop, for
@@ -147,6 +149,7 @@ func New(d Deps) (*Autoscaler, error) {
 	a.actions = d.Actions
 	a.evictor = actuation.Evictor{Actions: d.Actions, Results: d.Metrics.Evictions}
 	a.scaleDown = newScaleDownState(d, d.Metrics)
+	a.replace.brake = scaledown.NewBrake(d.Options.replacementBrakeOptions())
 	if a.nodeAdd, err = newNodeAddition(d.Options, d.Health); err != nil {
 		return nil, err
 	}
@@ -194,6 +197,8 @@ type loop struct {
 	// unhealthy, when set, says why the cluster-wide unready guard holds:
 	// nothing is deleted, cordoned or drained this loop.
 	unhealthy string
+	// replacementsHeld counts deletions the replacement brake held.
+	replacementsHeld int
 	// results for status and metrics
 	unschedulable int
 	awaiting      int

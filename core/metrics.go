@@ -31,7 +31,9 @@ type Metrics struct {
 	Evictions          *prometheus.CounterVec
 	BrakeEngaged       prometheus.Gauge
 	ClusterUnhealthy   prometheus.Gauge
-	DrainsInFlight     prometheus.Gauge
+	// ReplacementBrakeEngaged is 1 when the replacement brake held a deletion.
+	ReplacementBrakeEngaged prometheus.Gauge
+	DrainsInFlight          prometheus.Gauge
 
 	QueueDepth         *prometheus.GaugeVec
 	NodesReleased      *prometheus.CounterVec
@@ -110,6 +112,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "1 when the safety brake refused a removal in the last pass."})
 	m.ClusterUnhealthy = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "cluster_unhealthy",
 		Help: "1 while the cluster-wide unready guard holds: too many managed nodes unready, so nothing is deleted, cordoned or drained."})
+	m.ReplacementBrakeEngaged = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "replacement_brake_engaged",
+		Help: "1 when the replacement brake held back a deletion that is not scale-down (failed preflight, machines in error or never registered) in the last loop."})
 	m.DrainsInFlight = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "scale_down_drains_in_flight",
 		Help: "Nodes being drained now."})
 	m.QueueDepth = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "node_addition_queue_depth",
@@ -153,7 +157,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.ConfigReloads, m.ConfigRestartRequired, m.ConfigFallback)
 	reg.MustRegister(m.PreflightPending, m.PreflightResults, m.PreflightDuration, m.PreflightReplaced)
 	reg.MustRegister(m.QueueDepth, m.NodesReleased, m.NodesCancelled, m.NodesInFlight, m.AdditionRate, m.AdditionRateReason, m.RateChanges, m.AdditionTokens)
-	reg.MustRegister(m.UnneededNodes, m.KeptNodes, m.ScaledDownNodes, m.FailedScaleDowns, m.Evictions, m.BrakeEngaged, m.DrainsInFlight, m.ClusterUnhealthy)
+	reg.MustRegister(m.UnneededNodes, m.KeptNodes, m.ScaledDownNodes, m.FailedScaleDowns, m.Evictions, m.BrakeEngaged, m.DrainsInFlight, m.ClusterUnhealthy, m.ReplacementBrakeEngaged)
 	reg.MustRegister(m.LoopDuration, m.PhaseDuration, m.LoopErrors, m.LastSuccessfulLoop, m.UnschedulablePods,
 		m.PodsAwaitingNodes, m.Nodes, m.TargetSize, m.MinSize, m.MaxSize, m.ScaleUps, m.ScaledUpNodes,
 		m.FailedScaleUps, m.Backoff, m.SizeUnknown, m.SnapshotRebuilt)

@@ -84,6 +84,15 @@ type Options struct {
 	// no scale-down, no replacement — and only scale-up goes on.
 	MaxTotalUnreadyPercentage float64
 	OkTotalUnreadyCount       int
+	// The replacement brake: deletions that are not scale-down (nodes that
+	// failed preflight, machines in error or never registered) are at most
+	// ReplacementBrakeClusterShare of the cluster's target, or
+	// ReplacementBrakeMinNodes, per ReplacementBrakeWindow. Past it they
+	// wait, cordoned: a failing check everywhere at once (a DNS outage) is
+	// an incident, not thousands of bad machines.
+	ReplacementBrakeClusterShare float64
+	ReplacementBrakeMinNodes     int
+	ReplacementBrakeWindow       time.Duration
 
 	// The node-addition queue (smoothing): nodes are requested from the
 	// cloud at most NodeAdditionRate per minute with NodeAdditionBurst at
@@ -169,6 +178,9 @@ func DefaultOptions() Options {
 		MaxSoftTaintsPerLoop:             50,
 		MaxTotalUnreadyPercentage:        45,
 		OkTotalUnreadyCount:              3,
+		ReplacementBrakeClusterShare:     0.02,
+		ReplacementBrakeMinNodes:         10,
+		ReplacementBrakeWindow:           10 * time.Minute,
 
 		// About 1.7 joins a second: each join costs the API server a Node,
 		// a Lease, DaemonSet pods and the kubelet's first LISTs. 2,000
@@ -262,6 +274,15 @@ func (o Options) Validate() error {
 	}
 	if o.MaxTotalUnreadyPercentage < 0 || o.MaxTotalUnreadyPercentage > 100 {
 		return fmt.Errorf("--max-total-unready-percentage: must be between 0 and 100, got %v", o.MaxTotalUnreadyPercentage)
+	}
+	if o.ReplacementBrakeClusterShare < 0 || o.ReplacementBrakeClusterShare > 1 {
+		return fmt.Errorf("--replacement-brake-cluster-share: must be between 0 and 1, got %v", o.ReplacementBrakeClusterShare)
+	}
+	if o.ReplacementBrakeMinNodes < 1 {
+		return fmt.Errorf("--replacement-brake-min-nodes: must be at least 1, got %d", o.ReplacementBrakeMinNodes)
+	}
+	if o.ReplacementBrakeWindow <= 0 {
+		return fmt.Errorf("--replacement-brake-window: must be positive, got %s", o.ReplacementBrakeWindow)
 	}
 	if o.OkTotalUnreadyCount < 0 {
 		return fmt.Errorf("--ok-total-unready-count: must not be negative, got %d", o.OkTotalUnreadyCount)

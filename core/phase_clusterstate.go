@@ -40,6 +40,12 @@ func (a *Autoscaler) updateClusterState(ctx context.Context, l *loop) error {
 		}
 		act.Delete = nil
 	}
+	for id, ids := range act.Delete {
+		if k := a.allowReplacements(l, id, len(ids)); k < len(ids) {
+			a.registry.RetryDelete(ids[k:]) // held, asked again by the next Update
+			act.Delete[id] = ids[:k]
+		}
+	}
 	actuation.DeleteByGroup(ctx, l.byID, act.Delete, actuation.Same, func(id string, ids []string, err error) {
 		if err != nil {
 			// Retried next loop; the group's backoff is not extended again.

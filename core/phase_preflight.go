@@ -70,6 +70,9 @@ func (a *Autoscaler) usable(l *loop, n *apiv1.Node) bool {
 // neither capacity nor upcoming, so the scale-up phase of this same loop
 // plans its replacement.
 func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error {
+	// The replacement brake's report covers this phase's deletions and the
+	// cluster state's, which ran before it.
+	defer a.reportReplacements(ctx, l)
 	logger := klog.FromContext(ctx)
 	act := l.actions
 	for _, p := range act.PreflightPassed {
@@ -124,6 +127,10 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 		}
 		toDelete[f.Group] = append(toDelete[f.Group], n)
 	}
+	for id, nodes := range toDelete {
+		// Held nodes stay cordoned and are tried again next loop.
+		toDelete[id] = nodes[:a.allowReplacements(l, id, len(nodes))]
+	}
 	actuation.DeleteByGroup(ctx, l.byID, toDelete, actuation.ProviderIDOf, func(id string, nodes []*apiv1.Node, err error) {
 		if err != nil {
 			logger.Error(err, "Deleting machines that failed preflight; retried next loop", "nodeGroup", id, "count", len(nodes))
@@ -141,8 +148,10 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 }
 
 // evictForReplacement evicts the workload pods of a failed node and says
-// whether the node may be deleted: no workload pod left, or the graceful
-// termination cap passed since the first eviction.
+// whether the node may be deleted: no workload pod left. Evictions go
+// through the Eviction API, so PodDisruptionBudgets hold as in scale-down:
+// a node whose pods may not be evicted stays, cordoned, and says so once
+// the graceful-termination cap has passed.
 func (a *Autoscaler) evictForReplacement(ctx context.Context, l *loop, n *apiv1.Node) bool {
 	idx, ok := l.snap.Index(n.Name)
 	if !ok {
@@ -166,9 +175,8 @@ func (a *Autoscaler) evictForReplacement(ctx context.Context, l *loop, n *apiv1.
 		ps.evictedAt[n.Name] = first
 	}
 	if l.now.Sub(first) > time.Duration(a.opts.MaxGracefulTerminationSec)*time.Second {
-		klog.FromContext(ctx).Info("Deleting a node that failed preflight with pods left after the termination cap",
+		klog.FromContext(ctx).V(2).Info("A node that failed preflight keeps pods whose eviction is refused; kept cordoned",
 			"node", klog.KObj(n), "pods", len(left))
-		return true
 	}
 	o := a.opts.evictOptions()
 	for _, p := range left {

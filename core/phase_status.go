@@ -31,6 +31,7 @@ func (a *Autoscaler) writeStatus(ctx context.Context, l *loop) error {
 	st.WarmPools = warmStatus(l.warm)
 	st.ClusterUnhealthy = l.unhealthy
 	st.ConfigFallback = a.configFallback()
+	st.ReplacementsHeld = l.replacementsHeld
 	st.LastChange = l.now.UTC()
 	cmp, full, err := renderStatus(st)
 	if err != nil {

@@ -54,6 +54,7 @@ func (a *Autoscaler) applyPending(ctx context.Context) {
 	}
 	a.registry.SetOptions(o.registryOptions())
 	a.scaleDown.setOptions(*o)
+	a.replace.brake.SetOptions(o.replacementBrakeOptions())
 	a.events.max, a.events.interval = o.MaxPodEventsPerLoop, o.PodEventInterval
 	if !reflect.DeepEqual(old.Expanders, o.Expanders) {
 		chain, err := scaleup.NewChain(o.Expanders, o.GPUResourceName, a.priorities, rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2)))

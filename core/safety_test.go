@@ -14,6 +14,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
 	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
+	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
 )
 
 // TestClusterUnreadyGuard: with most of the cluster's nodes unready (kwok
@@ -199,5 +200,83 @@ func TestDeleteThatFailsLaterIsTakenBack(t *testing.T) {
 	e.run()
 	if got := cpu.Deleted(); len(got) != 1 {
 		t.Fatalf("deleted %v after the delay, want the empty node", got)
+	}
+}
+
+// TestReplacementRespectsPodDisruptionBudgets: a node failed by the
+// periodic agent runs a pod whose budget refuses its eviction: the node
+// stays cordoned, past the termination cap, and goes once the pod can.
+func TestReplacementRespectsPodDisruptionBudgets(t *testing.T) {
+	acts := &fakeActions{}
+	e := newEnv(t, withScaleDown(acts), withOptions(func(o *Options) { o.MaxGracefulTerminationSec = 60 }))
+	gpu := e.provider.AddGroup("gpu", 0, 20, gpuTemplate("gpu"), inmemory.WithTarget(1))
+	e.start()
+	e.register(gpu, func(n *apiv1.Node) { n.Labels[preflight.DefaultLabel] = preflight.ValueFailed })
+	node := e.nodeNames()[0]
+	e.add(to.Pod("worker", append(wholeGPU(), to.OnNode(node), to.ControlledBy("ReplicaSet", "w", "rs-w"))...))
+	acts.setRefuse(true)
+	for i := 0; i < 5; i++ { // 10 minutes, far past the 60 s cap
+		e.run()
+		e.clock.Step(2 * time.Minute)
+	}
+	if got := gpu.Deleted(); len(got) != 0 {
+		t.Fatalf("deleted %v while the pod's budget refused its eviction", got)
+	}
+	if len(acts.cordoned) == 0 || acts.cordoned[0] != node {
+		t.Fatalf("cordoned %v, want the failed node", acts.cordoned)
+	}
+	acts.setRefuse(false)
+	e.run() // evicted
+	e.run() // gone from the cache: the machine goes
+	if got := gpu.Deleted(); len(got) != 1 {
+		t.Fatalf("deleted %v once the pod could go, want the node", got)
+	}
+}
+
+// TestReplacementBrake: 30 nodes of a 100-node cluster fail their periodic
+// check at once (the chart's DNS check, in a DNS outage): at most 10 are
+// replaced per window (the default 2% of the cluster, or 10), with an
+// event, the metric and the status; the rest wait, cordoned, and go in the
+// next windows.
+func TestReplacementBrake(t *testing.T) {
+	acts := &fakeActions{}
+	e := newEnv(t, withScaleDown(acts), withOptions(func(o *Options) { o.PreflightFailuresBeforeBackoff = 0 }))
+	gpu := e.provider.AddGroup("gpu", 0, 200, gpuTemplate("gpu"), inmemory.WithTarget(70))
+	bad := e.provider.AddGroup("bad", 0, 200, gpuTemplate("bad"), inmemory.WithTarget(30))
+	e.start()
+	e.register(gpu)
+	e.register(bad, func(n *apiv1.Node) {
+		n.Labels[preflight.DefaultLabel] = preflight.ValueFailed
+		n.Annotations = map[string]string{preflight.DefaultFailureAnnotation: "dns: lookup kubernetes.default failed"}
+	})
+	e.run()
+	if got := len(bad.Deleted()); got != 10 {
+		t.Fatalf("deleted %d of 30 at once, want the brake's 10", got)
+	}
+	cordoned := map[string]bool{}
+	for _, n := range acts.cordoned {
+		cordoned[n] = true
+	}
+	if len(cordoned) != 30 {
+		t.Fatalf("cordoned %d nodes, want all 30 failed nodes", len(cordoned))
+	}
+	if got := testutil.ToFloat64(e.a.metrics.ReplacementBrakeEngaged); got != 1 {
+		t.Fatalf("replacement_brake_engaged %v, want 1", got)
+	}
+	if evs := e.events(EventReplacementBrake); len(evs) != 1 {
+		t.Fatalf("events %v, want one ReplacementBrake", evs)
+	}
+	if last := e.status.writes[len(e.status.writes)-1]; !strings.Contains(last, "replacementsHeld: 20") {
+		t.Fatalf("status does not count the held deletions:\n%s", last)
+	}
+	e.clock.Step(5 * time.Minute)
+	e.run()
+	if got := len(bad.Deleted()); got != 10 {
+		t.Fatalf("deleted %d within the window, want still 10", got)
+	}
+	e.clock.Step(6 * time.Minute)
+	e.run()
+	if got := len(bad.Deleted()); got != 20 {
+		t.Fatalf("deleted %d in the second window, want 20", got)
 	}
 }

@@ -30,6 +30,9 @@ type Status struct {
 	// ConfigFallback says the process runs on a fallback configuration:
 	// its flags file was refused at start.
 	ConfigFallback string `json:"configFallback,omitempty"`
+	// ReplacementsHeld are deletions that are not scale-down the
+	// replacement brake held back in the last loop.
+	ReplacementsHeld int `json:"replacementsHeld,omitempty"`
 }
 
 // WarmPoolStatus is a group's warm pool in the status.

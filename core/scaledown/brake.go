@@ -14,6 +14,9 @@ type BrakeOptions struct {
 	// GroupShare is the same per node group.
 	GroupShare float64
 	Window     time.Duration
+	// Min nodes may go per window whatever the shares (0: one), so small
+	// clusters can still shrink or replace.
+	Min int
 }
 
 // Brake remembers recent deletions. At least one node per window may go
@@ -55,12 +58,8 @@ func (b *Brake) counts(group string) (cluster, inGroup int) {
 	return cluster, inGroup
 }
 
-func limit(share float64, size int) int {
-	n := int(math.Floor(share * float64(size)))
-	if n < 1 {
-		n = 1
-	}
-	return n
+func limit(share float64, size, least int) int {
+	return max(int(math.Floor(share*float64(size))), least, 1)
 }
 
 // Allow reports whether one more node of group may be deleted now, given
@@ -69,10 +68,10 @@ func limit(share float64, size int) int {
 func (b *Brake) Allow(now time.Time, group string, clusterSize, groupSize int) bool {
 	b.prune(now)
 	c, g := b.counts(group)
-	if c+1 > limit(b.opts.ClusterShare, clusterSize+c) {
+	if c+1 > limit(b.opts.ClusterShare, clusterSize+c, b.opts.Min) {
 		return false
 	}
-	return g+1 <= limit(b.opts.GroupShare, groupSize+g)
+	return g+1 <= limit(b.opts.GroupShare, groupSize+g, b.opts.Min)
 }
 
 // Record counts a deletion.
