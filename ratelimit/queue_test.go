@@ -235,3 +235,24 @@ func TestGangLargerThanTheInFlightCap(t *testing.T) {
 		t.Fatalf("released %v (limit %q) while the gang's 400 nodes are in flight", d.Release(), d.Limit)
 	}
 }
+
+// TestThousandNodeGangWithDefaults: with the defaults (100 nodes/min, a
+// burst of 20, 300 in flight) a 1,000-node job goes whole, and the bucket
+// and the cap are paid back before anything else goes.
+func TestThousandNodeGangWithDefaults(t *testing.T) {
+	q := newQueue(t, 100, 20, 300)
+	job := []Demand{{Group: "gpu", Count: 1000, Gang: "ml/pretrain", Since: t0}}
+	d := q.Decide(t0, job, 0)
+	if d.Release()["gpu"] != 1000 || d.Tokens != -980 {
+		t.Fatalf("released %v tokens %v, want the 1,000 nodes at once and 980 owed", d.Release(), d.Tokens)
+	}
+	web := []Demand{{Group: "cpu", Count: 5, Since: t0}}
+	// 9 minutes later the debt is not paid back, and 250 nodes are still in flight.
+	if d := q.Decide(t0.Add(9*time.Minute), web, 250); d.Released() != 0 {
+		t.Fatalf("released %v while the gang is paid back", d.Release())
+	}
+	// Paid back (9.8 min at 100/min) and the gang's nodes up: the rest goes.
+	if d := q.Decide(t0.Add(11*time.Minute), web, 0); d.Release()["cpu"] != 5 {
+		t.Fatalf("released %v after the debt, want the 5 cpu nodes", d.Release())
+	}
+}
