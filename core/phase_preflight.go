@@ -30,10 +30,13 @@ type preflightState struct {
 	// deleted are failed nodes whose machines were deleted (name → when),
 	// until their Node objects go.
 	deleted map[string]time.Time
+	// admitted are failed nodes the replacement brake let through: their
+	// pods are evicted and their machines deleted.
+	admitted map[string]bool
 }
 
 func newPreflightState() *preflightState {
-	return &preflightState{evictedAt: map[string]time.Time{}, deleted: map[string]time.Time{}}
+	return &preflightState{evictedAt: map[string]time.Time{}, deleted: map[string]time.Time{}, admitted: map[string]bool{}}
 }
 
 // startingUp says a node is Ready but still starting up (a startup taint,
@@ -122,14 +125,18 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 				continue
 			}
 		}
+		// The replacement brake admits a node before its pods are evicted:
+		// past the budget, a failed node is cordoned and nothing more.
+		if !ps.admitted[n.Name] {
+			if a.allowReplacements(l, f.Group, 1) == 0 {
+				continue
+			}
+			ps.admitted[n.Name] = true
+		}
 		if !a.evictForReplacement(ctx, l, n) {
 			continue
 		}
 		toDelete[f.Group] = append(toDelete[f.Group], n)
-	}
-	for id, nodes := range toDelete {
-		// Held nodes stay cordoned and are tried again next loop.
-		toDelete[id] = nodes[:a.allowReplacements(l, id, len(nodes))]
 	}
 	actuation.DeleteByGroup(ctx, l.byID, toDelete, actuation.ProviderIDOf, func(id string, nodes []*apiv1.Node, err error) {
 		if err != nil {
@@ -197,6 +204,11 @@ func (a *Autoscaler) pruneFailed(l *loop) {
 	for name := range a.preflight.evictedAt {
 		if _, ok := l.snap.Index(name); !ok {
 			delete(a.preflight.evictedAt, name)
+		}
+	}
+	for name := range a.preflight.admitted {
+		if _, ok := l.snap.Index(name); !ok {
+			delete(a.preflight.admitted, name)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -249,9 +250,16 @@ func TestReplacementBrake(t *testing.T) {
 		n.Labels[preflight.DefaultLabel] = preflight.ValueFailed
 		n.Annotations = map[string]string{preflight.DefaultFailureAnnotation: "dns: lookup kubernetes.default failed"}
 	})
+	for i, n := range e.loopView().nodesOf["bad"] {
+		e.add(to.Pod(fmt.Sprintf("worker-%d", i), append(wholeGPU(), to.OnNode(n.Name), to.ControlledBy("ReplicaSet", "w", "rs-w"))...))
+	}
 	e.run()
+	if got := len(acts.evicted); got != 10 {
+		t.Fatalf("evicted %d pods of the 30 failed nodes, want the brake's 10: past the budget a node is only cordoned", got)
+	}
+	e.run() // the admitted nodes' pods are gone: their machines go
 	if got := len(bad.Deleted()); got != 10 {
-		t.Fatalf("deleted %d of 30 at once, want the brake's 10", got)
+		t.Fatalf("deleted %d of 30, want the brake's 10", got)
 	}
 	cordoned := map[string]bool{}
 	for _, n := range acts.cordoned {
@@ -275,7 +283,8 @@ func TestReplacementBrake(t *testing.T) {
 		t.Fatalf("deleted %d within the window, want still 10", got)
 	}
 	e.clock.Step(6 * time.Minute)
-	e.run()
+	e.run() // 10 more admitted, their pods evicted
+	e.run() // and their machines deleted
 	if got := len(bad.Deleted()); got != 20 {
 		t.Fatalf("deleted %d in the second window, want 20", got)
 	}

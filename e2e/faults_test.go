@@ -2,10 +2,16 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
+	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
+	apiv1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // ARM applies a scale-up's PATCH and answers 500 (twice): the capacity is
@@ -27,4 +33,161 @@ func TestCommittedWriteWithALostAnswer(t *testing.T) {
 	if !sc.logContains(p, "Scale-up committed though its answer was lost") {
 		t.Fatal("the autoscaler never saw a lost answer: the fault did not fire")
 	}
+}
+
+// loggedAfter says whether a klog line of the process's log containing
+// text is stamped after t (klog writes local time, month and day, no year).
+func (sc *scenario) loggedAfter(p *harness.Process, text string, t time.Time) []string {
+	sc.t.Helper()
+	b, err := os.ReadFile(p.LogFile)
+	if err != nil {
+		sc.t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, text) || len(line) < 21 {
+			continue
+		}
+		at, err := time.ParseInLocation("0102 15:04:05.000000", line[1:21], time.Local)
+		if err != nil {
+			continue
+		}
+		at = at.AddDate(t.Year(), 0, 0)
+		if at.After(t) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// The leader is frozen (SIGSTOP) past its lease in the middle of a
+// scale-up; the standby takes over and finishes it; the old leader,
+// resumed (SIGCONT), sends no write to ARM and exits. The capacity ends
+// exactly at what the pods need.
+func TestFrozenLeaderWritesNothing(t *testing.T) {
+	sc := newScenario(t)
+	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 0, nil)
+	args := []string{"--nodes=0:40:" + cpu, "--node-addition-adaptive=false", "--node-addition-rate=20", "--node-addition-burst=1"}
+	a := sc.autoscaler("a", args...)
+	sc.eventually("a leading", 30*time.Second, func() (bool, string) {
+		return sc.logContains(a, "Starting autoscaler loop"), "not yet"
+	})
+	b := sc.autoscaler("b", args...)
+	sc.workload("web", 12, "12", 0, cpu) // 12 nodes at 20/min: about 35 s of scale-up
+	sc.eventually("the scale-up under way", time.Minute, func() (bool, string) {
+		c := sc.capacity(cpu)
+		return c >= 2, fmt.Sprintf("capacity %d", c)
+	})
+	if err := syscall.Kill(a.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	frozen := time.Now()
+	t.Cleanup(func() { _ = syscall.Kill(a.Pid(), syscall.SIGCONT) })
+	sc.eventually("b leading", time.Minute, func() (bool, string) {
+		return sc.logContains(b, "Starting autoscaler loop"), "not yet"
+	})
+	before := sc.capacity(cpu)
+	sc.eventually("b scaling", time.Minute, func() (bool, string) {
+		c := sc.capacity(cpu)
+		return c > before, fmt.Sprintf("capacity %d", c)
+	})
+	if err := syscall.Kill(a.Pid(), syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	sc.eventually("the old leader exits", time.Minute, func() (bool, string) {
+		select {
+		case <-a.Exited():
+			return true, ""
+		default:
+			return false, "still running"
+		}
+	})
+	if lines := sc.loggedAfter(a, "Scaled up node group", frozen); len(lines) > 0 {
+		t.Fatalf("the frozen leader wrote to ARM after it was frozen:\n%s", strings.Join(lines, "\n"))
+	}
+	sc.eventually("12 pods Running", 2*time.Minute, allRunning(sc, 12))
+	sc.steadyFor(b, 5, "capacity 12", func() (bool, string) {
+		c := sc.capacity(cpu)
+		return c == 12, fmt.Sprintf("capacity %d", c)
+	})
+}
+
+// A periodic check fails on 40% of the GPU nodes at once (as the chart's
+// DNS check would in a DNS outage): they are cordoned, at most the
+// replacement brake's budget is deleted, and a ReplacementBrake event says
+// so.
+func TestPeriodicFailureOnManyNodesIsAnIncident(t *testing.T) {
+	sc := newScenario(t)
+	gpu := sc.scaleSet("gpu", "Standard_ND96isr_H100_v5", 0, nil)
+	p := sc.autoscaler("one", "--nodes=0:40:"+gpu, "--node-addition-adaptive=false", "--node-addition-rate=600",
+		"--node-addition-burst=20", "--replacement-brake-min-nodes=4", "--preflight-failures-before-backoff=0")
+	sc.workload("train", 20, "90", 8, gpu)
+	sc.eventually("20 pods Running", 3*time.Minute, allRunning(sc, 20))
+	nodes, err := sc.s.cp.Client.CoreV1().Nodes().List(sc.ctx, metav1.ListOptions{LabelSelector: armsim.NodeGroupLabel + "=" + gpu})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The periodic agent marks 8 of 20 failed: label failed, the reason in
+	// the annotation, no taint (it never taints a passed node).
+	failed := map[string]bool{}
+	for _, n := range nodes.Items[:8] {
+		n := n.DeepCopy()
+		n.Labels["vmss-autoscaler.io/preflight"] = "failed"
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations["vmss-autoscaler.io/preflight-failure"] = "dns: lookup kubernetes.default.svc failed: i/o timeout"
+		if _, err := sc.s.cp.Client.CoreV1().Nodes().Update(sc.ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		failed[n.Name] = true
+	}
+	sc.eventually("the 8 failed nodes cordoned, and a ReplacementBrake event", time.Minute, func() (bool, string) {
+		cordoned := 0
+		nodes, err := sc.s.cp.Client.CoreV1().Nodes().List(sc.ctx, metav1.ListOptions{LabelSelector: armsim.NodeGroupLabel + "=" + gpu})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes.Items {
+			if failed[n.Name] && n.Spec.Unschedulable {
+				cordoned++
+			}
+		}
+		evs := len(sc.events("ReplacementBrake"))
+		return cordoned+(8-len(failedLeft(nodes.Items, failed))) >= 8 && evs > 0, fmt.Sprintf("%d cordoned, %d events", cordoned, evs)
+	})
+	sc.steadyFor(p, 10, "at most 4 replaced", func() (bool, string) {
+		deleted := 0
+		for _, vm := range sc.vms(gpu) {
+			if vm == armsim.StateDeleting {
+				deleted++
+			}
+		}
+		left := failedLeft(sc.nodeList(gpu), failed)
+		gone := 8 - len(left)
+		return gone <= 4 && deleted <= 4, fmt.Sprintf("%d failed nodes gone, %d VMs deleting", gone, deleted)
+	})
+	_, body := sc.get(p, "/metrics")
+	if got := metricValue(body, "vmss_autoscaler_replacement_brake_engaged"); got != 1 {
+		t.Fatalf("replacement_brake_engaged %v, want 1", got)
+	}
+}
+
+func (sc *scenario) nodeList(set string) []apiv1.Node {
+	nodes, err := sc.s.cp.Client.CoreV1().Nodes().List(sc.ctx, metav1.ListOptions{LabelSelector: armsim.NodeGroupLabel + "=" + set})
+	if err != nil {
+		sc.t.Fatal(err)
+	}
+	return nodes.Items
+}
+
+// failedLeft are the failed nodes whose Node objects are still there.
+func failedLeft(nodes []apiv1.Node, failed map[string]bool) []string {
+	var out []string
+	for _, n := range nodes {
+		if failed[n.Name] {
+			out = append(out, n.Name)
+		}
+	}
+	return out
 }
