@@ -170,6 +170,9 @@ func summary(v *View, now time.Time) []string {
 		}
 		lines = append(lines, s+".")
 	}
+	for _, w := range v.Warnings {
+		lines = append(lines, "WARNING: "+w+".")
+	}
 	return lines
 }
 

@@ -58,6 +58,14 @@ func TestTableFromStatus(t *testing.T) {
 		NodeGroups:   []core.GroupStatus{{Name: "cpu", Min: 3, Max: 10, Target: intp(3), Ready: 3}},
 		NodeAddition: core.NodeAdditionStatus{Smoothing: false},
 	}
+	incident := core.Status{
+		LastChange: now.Add(-time.Minute), Nodes: 40, ReadyNodes: 10,
+		NodeGroups:       []core.GroupStatus{{Name: "gpu", Min: 0, Max: 100, Target: intp(40), Ready: 10}},
+		NodeAddition:     core.NodeAdditionStatus{Smoothing: true, HeldGangs: []core.HeldGang{{Gang: "ml/train", Nodes: 400, HeldBy: "in-flight"}}},
+		ClusterUnhealthy: "30 of 40 managed nodes unready",
+		ReplacementsHeld: 6,
+		ConfigFallback:   "--node-addition-burst: must be at least 1, got -3: running on the last good configuration",
+	}
 	tests := []struct {
 		name string
 		st   core.Status
@@ -75,6 +83,15 @@ func TestTableFromStatus(t *testing.T) {
 			"Pods: 40 unschedulable, 24 waiting for upcoming nodes. Nodes: 14, 11 ready.",
 			"Node-addition queue: 9 nodes queued, held by the rate; rate 120 nodes/min (healthy), burst 6; 5 in flight (at most 300).",
 			"Scale-down: 2 unneeded, 1 being removed; the safety brake is engaged (7 deletions in its window).",
+		}},
+		{"an incident", incident, [][]string{
+			{"NODE GROUP", "MIN", "TARGET", "MAX", "READY", "UPCOMING", "PREFLIGHT", "FAILED", "WARM", "QUEUED", "BACKOFF"},
+			{"gpu", "0", "40", "100", "10", "0", "0", "0", "-", "-", "-"},
+		}, []string{
+			"WARNING: cluster unhealthy, nothing deleted, cordoned or drained: 30 of 40 managed nodes unready.",
+			"WARNING: replacement brake: 6 deletions held (failed preflight, machines in error or never registered).",
+			"WARNING: running on a fallback configuration: --node-addition-burst: must be at least 1, got -3: running on the last good configuration.",
+			"WARNING: gang ml/train waits whole for its 400 nodes, held by in-flight.",
 		}},
 		{"quiet, no smoothing", quiet, [][]string{
 			{"NODE GROUP", "MIN", "TARGET", "MAX", "READY", "UPCOMING", "PREFLIGHT", "FAILED", "WARM", "QUEUED", "BACKOFF"},

@@ -5,6 +5,7 @@
 package statuscmd
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 	"time"
@@ -30,6 +31,9 @@ type View struct {
 	NodeGroups        []GroupView    `json:"nodeGroups"`
 	Queue             QueueView      `json:"nodeAdditionQueue"`
 	ScaleDown         *ScaleDownView `json:"scaleDown,omitempty"`
+	// Warnings are what an operator must know first: the unready guard,
+	// the replacement brake, a fallback configuration, gangs held whole.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // GroupView is one node group's row: the group as the status ConfigMap
@@ -117,6 +121,18 @@ func FromStatus(source string, st *core.Status) *View {
 	recent := sd.RecentDeletions
 	v.ScaleDown = &ScaleDownView{UnneededNodes: sd.UnneededNodes, Removing: sd.Removing, BrakeEngaged: sd.BrakeEngaged,
 		RecentDeletions: &recent, HeldBecause: sd.HeldBecause}
+	if st.ClusterUnhealthy != "" {
+		v.Warnings = append(v.Warnings, "cluster unhealthy, nothing deleted, cordoned or drained: "+st.ClusterUnhealthy)
+	}
+	if st.ReplacementsHeld > 0 {
+		v.Warnings = append(v.Warnings, fmt.Sprintf("replacement brake: %d deletions held (failed preflight, machines in error or never registered)", st.ReplacementsHeld))
+	}
+	if st.ConfigFallback != "" {
+		v.Warnings = append(v.Warnings, "running on a fallback configuration: "+st.ConfigFallback)
+	}
+	for _, g := range na.HeldGangs {
+		v.Warnings = append(v.Warnings, fmt.Sprintf("gang %s waits whole for its %d nodes, held by %s", g.Gang, g.Nodes, g.HeldBy))
+	}
 	sortGroups(v.NodeGroups)
 	return v
 }
