@@ -80,6 +80,8 @@ func main() {
 
 // run configures and runs the autoscaler until ctx ends or leadership is lost.
 func run(ctx context.Context, args []string) error {
+	ctx, stopInformers := context.WithCancel(ctx)
+	defer stopInformers()
 	var prov providerFlags
 	kf := newKlogFlags()
 	c, flags, fallback, err := startConfig(ctx, args, func(fs *pflag.FlagSet) {
@@ -162,6 +164,11 @@ func run(ctx context.Context, args []string) error {
 	defer factory.Shutdown()
 	defer nsFactory.Shutdown()
 	defer balloonFactory.Shutdown()
+	// The informers stop when run returns for any reason, not only on a
+	// signal: a replica that lost its lease returns and must exit, not wait
+	// in Shutdown for informers nobody stops (deferred after the Shutdowns,
+	// so it runs before them).
+	defer stopInformers()
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})

@@ -110,11 +110,20 @@ func TestLowerCasedResourceGroupInProviderIDs(t *testing.T) {
 		}
 	}
 	vms := sc.vms(cpu)
+	unregistered := func() float64 {
+		_, body := sc.get(p, "/metrics")
+		return metricValue(body, `vmss_autoscaler_nodes{node_group="`+cpu+`",state="long_unregistered"}`) +
+			metricValue(body, `vmss_autoscaler_nodes{node_group="`+cpu+`",state="unregistered"}`)
+	}
+	// Once every node has registered (the metric lags by a loop), each VM
+	// is matched to its node: with IDs compared exactly, none ever would be.
+	sc.eventually("every VM matched to its node", 30*time.Second, func() (bool, string) {
+		n := unregistered()
+		return n == 0, fmt.Sprintf("%v unregistered", n)
+	})
 	// 20 loops of 1 s: past the 15 s provision time of every VM.
 	sc.steadyFor(p, 20, "no VM unregistered or deleted", func() (bool, string) {
-		_, body := sc.get(p, "/metrics")
-		unreg := metricValue(body, `vmss_autoscaler_nodes{node_group="`+cpu+`",state="long_unregistered"}`) +
-			metricValue(body, `vmss_autoscaler_nodes{node_group="`+cpu+`",state="unregistered"}`)
+		unreg := unregistered()
 		now := sc.vms(cpu)
 		for id := range vms {
 			if now[id] != armsim.StateRunning {
