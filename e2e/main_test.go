@@ -31,6 +31,21 @@ type suite struct {
 	autoscaler string
 	caFile     string
 	tokenFile  string
+
+	mu   sync.Mutex
+	runs map[string]int // scenarios started per name, for -count=N
+}
+
+// run counts a scenario's runs: a name run again (go test -count=10) gets
+// a suffix, so its scale sets and logs do not collide with the last run's.
+func (s *suite) run(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.runs == nil {
+		s.runs = map[string]int{}
+	}
+	s.runs[name]++
+	return s.runs[name]
 }
 
 // filterHook registers nodes through the Kubernetes hook, except for

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +47,9 @@ func newScenario(t *testing.T) *scenario {
 	short := nonAlnum.ReplaceAllString(strings.ToLower(strings.TrimPrefix(t.Name(), "Test")), "")
 	if len(short) > 20 {
 		short = short[:20]
+	}
+	if n := theSuite.run(short); n > 1 {
+		short = short[:min(len(short), 17)] + strconv.Itoa(n)
 	}
 	ns, err := theSuite.cp.NewNamespace(ctx, "e2e-"+short)
 	if err != nil {
