@@ -197,6 +197,9 @@ type loop struct {
 	// unhealthy, when set, says why the cluster-wide unready guard holds:
 	// nothing is deleted, cordoned or drained this loop.
 	unhealthy string
+	// claimed are usable nodes pending pods fit on (the scale-up phase's
+	// simulation): no scale-down candidates.
+	claimed map[string]bool
 	// replacementsHeld counts deletions the replacement brake held.
 	replacementsHeld int
 	// results for status and metrics

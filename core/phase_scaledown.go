@@ -184,7 +184,9 @@ func (a *Autoscaler) scaleDownNodes(l *loop) []scaledown.Node {
 		// capacity, and one that failed preflight is being replaced: none is
 		// a scale-down candidate.
 		pf, _ := a.opts.Preflight.Classify(n, l.now)
-		if g, ok := l.groupOf[n.Name]; ok && pf == preflight.Passed && !a.startingUp(l, n) && !act.IsDraining(n.Name) && !gone {
+		// A node pending pods fit on will be used as soon as the scheduler
+		// places them (a gang waiting for all its members): not a candidate.
+		if g, ok := l.groupOf[n.Name]; ok && pf == preflight.Passed && !a.startingUp(l, n) && !l.claimed[n.Name] && !act.IsDraining(n.Name) && !gone {
 			sn.Group = g.ID()
 			o := groupOpts[g.ID()]
 			sn.UnneededTime, sn.UnreadyTime = o.ScaleDownUnneededTime, o.ScaleDownUnreadyTime

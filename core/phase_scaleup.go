@@ -36,7 +36,7 @@ func (a *Autoscaler) scaleUp(ctx context.Context, l *loop) error {
 	if err != nil {
 		return err
 	}
-	l.awaiting = out.Awaiting
+	l.awaiting, l.claimed = out.Awaiting, out.Claimed
 	a.metrics.PodsAwaitingNodes.Set(float64(out.Awaiting))
 	rep := additionReport{InFlight: out.InFlight, Limit: out.Limit, HeldGangs: out.HeldGangs, Released: out.Released, Queued: out.Queued}
 	for g, byClass := range out.Released {

@@ -289,3 +289,30 @@ func TestReplacementBrake(t *testing.T) {
 		t.Fatalf("deleted %d in the second window, want 20", got)
 	}
 }
+
+// TestNodesPendingPodsFitOnAreKept: a usable node is empty only because the
+// scheduler has not placed the pods waiting for it yet (a gang waiting for
+// all its members, a pod in backoff): it is no scale-down candidate.
+func TestNodesPendingPodsFitOnAreKept(t *testing.T) {
+	acts := &fakeActions{}
+	e := newEnv(t, withScaleDown(acts), withOptions(func(o *Options) {
+		o.ScaleDownUnneededTime = time.Minute
+		o.ScaleDownDelayAfterAdd = 0
+		o.ScaleDownBrakeClusterShare, o.ScaleDownBrakeGroupShare = 1, 1
+	}))
+	gpu := e.provider.AddGroup("gpu", 0, 20, gpuTemplate("gpu"), inmemory.WithTarget(3))
+	e.start()
+	e.register(gpu)
+	e.add(pendingPods(2, "train", wholeGPU()...))
+	for i := 0; i < 5; i++ {
+		e.run()
+		e.clock.Step(time.Minute)
+	}
+	e.a.WaitForDrains()
+	if got := gpu.Deleted(); len(got) != 1 {
+		t.Fatalf("deleted %v, want only the node no pending pod fits on (2 of the 3 wait for the training pods)", got)
+	}
+	if got := gpu.Increases(); len(got) != 0 {
+		t.Fatalf("increases %v: the pods fit on the nodes there", got)
+	}
+}

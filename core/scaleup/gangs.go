@@ -25,12 +25,15 @@ func (o *Orchestrator) planGangs(ctx context.Context, req Request, gangs []*gang
 	for _, gg := range gangs {
 		child := fork.Fork()
 		var upcoming []placement
+		var claimed []string
 		placed := 0
 		var rest []Pending
 		for _, sg := range simulator.GroupPods(gg.Pending, o.GPU) {
 			n := o.Planner.Estimator.Sim.FitOnNodes(ctx, child, sg, 0, nodes, func(pod, node int) {
 				if node >= req.Snap.Len() {
 					upcoming = append(upcoming, placement{node: child.NodeInfo(node).Node().Name, info: sg.PodInfo(pod)})
+				} else {
+					claimed = append(claimed, child.NodeInfo(node).Node().Name)
 				}
 			})
 			placed += n
@@ -43,6 +46,7 @@ func (o *Orchestrator) planGangs(ctx context.Context, req Request, gangs []*gang
 			// Enough room on ready and coming nodes; members beyond the
 			// minimum wait there or for the next loop.
 			fork = child
+			out.claimed = append(out.claimed, claimed...)
 			out.upcoming = append(out.upcoming, upcoming...)
 			out.awaiting += len(upcoming)
 			continue
@@ -54,6 +58,7 @@ func (o *Orchestrator) planGangs(ctx context.Context, req Request, gangs []*gang
 			continue
 		}
 		fork = ups.fork
+		out.claimed = append(out.claimed, claimed...)
 		out.upcoming = append(out.upcoming, upcoming...)
 		out.awaiting += len(upcoming)
 		for _, su := range ups.scaleUps {

@@ -91,6 +91,10 @@ type Outcome struct {
 	Result Result
 	// Awaiting is the number of real pods that fit on upcoming nodes.
 	Awaiting int
+	// Claimed are the usable nodes pending pods fit on: the scheduler has
+	// not placed them yet (a gang waiting for all its members, a pod in
+	// backoff), but they will use these nodes, which scale-down must keep.
+	Claimed map[string]bool
 	// Released and Queued are nodes by group and class.
 	Released, Queued map[string]map[ratelimit.Class]int
 	// Limit is what held demand back first.
@@ -108,7 +112,7 @@ func (o *Orchestrator) Run(ctx context.Context, req Request, q Queue, inc Increa
 		return Outcome{}, err
 	}
 	out := o.execute(ctx, req, demand, q, inc)
-	out.Awaiting = demand.awaiting
+	out.Awaiting, out.Claimed = demand.awaiting, demand.claimed
 	return out, nil
 }
 
@@ -116,6 +120,7 @@ func (o *Orchestrator) Run(ctx context.Context, req Request, q Queue, inc Increa
 type demand struct {
 	res      Result
 	awaiting int
+	claimed  map[string]bool
 }
 
 // placement is a pod placed on an upcoming (template) node.
@@ -124,11 +129,13 @@ type placement struct {
 	info fwk.PodInfo
 }
 
-// passOutput is one pass's plan and the pods it put on upcoming nodes.
+// passOutput is one pass's plan, the pods it put on upcoming nodes, and
+// the usable nodes its pods will take.
 type passOutput struct {
 	res      Result
 	awaiting int
 	upcoming []placement
+	claimed  []string
 }
 
 // plan runs the passes. The fork of the first pass that planned anything
@@ -147,6 +154,12 @@ func (o *Orchestrator) plan(ctx context.Context, req Request) (demand, error) {
 			return demand{}, err
 		}
 		carry = append(carry, out.upcoming...)
+		for _, n := range out.claimed {
+			if d.claimed == nil {
+				d.claimed = map[string]bool{}
+			}
+			d.claimed[n] = true
+		}
 		if pass.Balloon {
 			markBalloon(out.res.ScaleUps)
 		} else {
@@ -201,6 +214,8 @@ func (o *Orchestrator) planPass(ctx context.Context, req Request, pass Pass, can
 			if node >= req.Snap.Len() {
 				out.awaiting++
 				out.upcoming = append(out.upcoming, placement{node: fork.NodeInfo(node).Node().Name, info: g.PodInfo(pod)})
+			} else {
+				out.claimed = append(out.claimed, fork.NodeInfo(node).Node().Name)
 			}
 		})
 		if placed < len(g.Pods) {
