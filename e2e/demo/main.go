@@ -305,7 +305,7 @@ func submit(ctx context.Context, c kubernetes.Interface) error {
 				Spec: apiv1.PodSpec{
 					SchedulingGroup: &apiv1.PodSchedulingGroup{PodGroupName: &gangName},
 					RestartPolicy:   apiv1.RestartPolicyNever,
-					Containers:      []apiv1.Container{{Name: "trainer", Image: "registry.k8s.io/pause:3.10", Resources: requests("90", 8)}},
+					Containers:      []apiv1.Container{{Name: "trainer", Image: "registry.k8s.io/pause:3.10", Resources: requests("80", 8)}},
 				},
 			},
 		},
@@ -314,7 +314,7 @@ func submit(ctx context.Context, c kubernetes.Interface) error {
 		return fmt.Errorf("creating job train: %w", err)
 	}
 	web := deployment("web", 20, requests("2", 0), nil, nil)
-	team := deployment("rl-eval", 2, requests("90", 8),
+	team := deployment("rl-eval", 2, requests("80", 8),
 		map[string]string{"openai.com/team": "rl"},
 		[]apiv1.Toleration{{Key: teamTaintKey, Operator: apiv1.TolerationOpEqual, Value: "rl", Effect: apiv1.TaintEffectNoSchedule}})
 	for _, d := range []*appsv1.Deployment{web, team} {
