@@ -24,6 +24,9 @@ const (
 	// ClassFenced means this process may not write now (not the leader,
 	// or its lease not renewed in time); no backoff: the group is fine.
 	ClassFenced
+	// ClassHeld means a safety hold (the cluster-wide unready guard)
+	// refused a deletion; nothing was sent, and the group is fine.
+	ClassHeld
 )
 
 func (c ErrorClass) String() string {
@@ -40,6 +43,8 @@ func (c ErrorClass) String() string {
 		return "conflict"
 	case ClassFenced:
 		return "fenced"
+	case ClassHeld:
+		return "held"
 	default:
 		return "other"
 	}

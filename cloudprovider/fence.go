@@ -11,27 +11,45 @@ import (
 // another replica may have taken over while this one stalled).
 type Fence func() error
 
-// WithFence returns p with every write of its node groups (IncreaseSize,
-// DeleteNodes, DecreaseTargetSize) checked against fence first: a write
-// the fence refuses is not sent, and fails with ClassFenced. Every path
-// that writes to the cloud goes through the provider, so none escapes it.
+// Guards are the checks a cloud write passes before it is sent. Nil
+// checks pass.
+type Guards struct {
+	// Writes guards every write (IncreaseSize, DeleteNodes,
+	// DecreaseTargetSize): the leader fence. A refused write fails with
+	// ClassFenced.
+	Writes Fence
+	// Deletions guards DeleteNodes alone: a safety hold such as the
+	// cluster-wide unready guard, under which machines are never deleted
+	// but scale-up goes on. A refused deletion fails with ClassHeld.
+	Deletions Fence
+}
+
+// WithFence returns p with every write of its node groups checked against
+// fence first; see WithGuards.
 func WithFence(p CloudProvider, fence Fence) CloudProvider {
-	if fence == nil {
+	return WithGuards(p, Guards{Writes: fence})
+}
+
+// WithGuards returns p with every write of its node groups checked against
+// g first: a write a guard refuses is not sent. Every path that writes to
+// the cloud goes through the provider, so none escapes them.
+func WithGuards(p CloudProvider, g Guards) CloudProvider {
+	if g.Writes == nil && g.Deletions == nil {
 		return p
 	}
-	return &fenced{CloudProvider: p, fence: fence}
+	return &fenced{CloudProvider: p, guards: g}
 }
 
 type fenced struct {
 	CloudProvider
-	fence Fence
+	guards Guards
 }
 
 func (f *fenced) NodeGroups() []NodeGroup {
 	gs := f.CloudProvider.NodeGroups()
 	out := make([]NodeGroup, len(gs))
 	for i, g := range gs {
-		out[i] = &fencedGroup{NodeGroup: g, fence: f.fence}
+		out[i] = &fencedGroup{NodeGroup: g, guards: f.guards}
 	}
 	return out
 }
@@ -41,16 +59,19 @@ func (f *fenced) NodeGroupForNode(n *apiv1.Node) (NodeGroup, error) {
 	if g == nil || err != nil {
 		return g, err
 	}
-	return &fencedGroup{NodeGroup: g, fence: f.fence}, nil
+	return &fencedGroup{NodeGroup: g, guards: f.guards}, nil
 }
 
 type fencedGroup struct {
 	NodeGroup
-	fence Fence
+	guards Guards
 }
 
 func (g *fencedGroup) check() error {
-	if err := g.fence(); err != nil {
+	if g.guards.Writes == nil {
+		return nil
+	}
+	if err := g.guards.Writes(); err != nil {
 		return NewError(ClassFenced, "", "no write to node group "+g.ID(), err)
 	}
 	return nil
@@ -66,6 +87,11 @@ func (g *fencedGroup) IncreaseSize(ctx context.Context, delta int) error {
 func (g *fencedGroup) DeleteNodes(ctx context.Context, providerIDs []string) error {
 	if err := g.check(); err != nil {
 		return err
+	}
+	if g.guards.Deletions != nil {
+		if err := g.guards.Deletions(); err != nil {
+			return NewError(ClassHeld, "", "no deletion from node group "+g.ID(), err)
+		}
 	}
 	return g.NodeGroup.DeleteNodes(ctx, providerIDs)
 }

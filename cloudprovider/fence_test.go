@@ -49,3 +49,28 @@ func TestFenceGuardsEveryWrite(t *testing.T) {
 		})
 	}
 }
+
+// TestDeletionGuardHoldsOnlyDeletions: a deletion hold (the cluster-wide
+// unready guard) refuses DeleteNodes with ClassHeld and sends nothing,
+// while increases and target decreases go on.
+func TestDeletionGuardHoldsOnlyDeletions(t *testing.T) {
+	ctx := context.Background()
+	p := inmemory.New()
+	g := p.AddGroup("g", 0, 10, to.Node("g", "4", "8Gi"), inmemory.WithTarget(2))
+	g.SetNoInstances(true)
+	held := errors.New("7 of 9 managed nodes unready")
+	fg := cloudprovider.WithGuards(p, cloudprovider.Guards{Deletions: func() error { return held }}).NodeGroups()[0]
+	err := fg.DeleteNodes(ctx, g.ProviderIDs()[:1])
+	if cloudprovider.ClassOf(err) != cloudprovider.ClassHeld || !errors.Is(err, held) {
+		t.Fatalf("DeleteNodes under the hold: %v (class %v), want held", err, cloudprovider.ClassOf(err))
+	}
+	if len(g.Deleted()) != 0 {
+		t.Fatalf("deleted %v under the hold", g.Deleted())
+	}
+	if err := fg.IncreaseSize(ctx, 1); err != nil {
+		t.Fatalf("IncreaseSize under a deletion hold: %v", err)
+	}
+	if err := fg.DecreaseTargetSize(ctx, -1); err != nil {
+		t.Fatalf("DecreaseTargetSize under a deletion hold: %v", err)
+	}
+}

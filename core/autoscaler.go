@@ -97,7 +97,10 @@ type Autoscaler struct {
 	balloons     BalloonController
 	gangs        gang.MinCounts
 	fence        cloudprovider.Fence
-	replace      replacements
+	// gate is the last check before every write to nodes, pods and
+	// machines: the fence, and the unready guard's hold.
+	gate    *actuation.Gate
+	replace replacements
 
 	lastStatus string
 	// unhealthy is the unready guard's reason in the previous loop, for
@@ -122,10 +125,12 @@ func New(d Deps) (*Autoscaler, error) {
 	if d.Rand == nil {
 		d.Rand = rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	}
+	gate := actuation.NewGate(d.Fence, d.Metrics.GateRefused)
 	a := &Autoscaler{
 		opts:      d.Options,
-		provider:  cloudprovider.WithFence(d.Provider, d.Fence),
+		provider:  cloudprovider.WithGuards(d.Provider, cloudprovider.Guards{Writes: d.Fence, Deletions: gate.DeletionsAllowed}),
 		fence:     d.Fence,
+		gate:      gate,
 		listers:   d.Listers,
 		sim:       d.Simulator,
 		rec:       d.Recorder,
@@ -146,6 +151,8 @@ func New(d Deps) (*Autoscaler, error) {
 	}
 	a.planner = &scaleup.Planner{Estimator: &scaleup.Estimator{Sim: d.Simulator}, Expander: chain}
 	a.orchestrator = &scaleup.Orchestrator{Planner: a.planner, GPU: d.Options.GPUResourceName}
+	// Every Kubernetes write of the loop and its drains passes the gate.
+	d.Actions = actuation.Guarded(d.Actions, gate)
 	a.actions = d.Actions
 	a.evictor = actuation.Evictor{Actions: d.Actions, Results: d.Metrics.Evictions}
 	a.scaleDown = newScaleDownState(d, d.Metrics)

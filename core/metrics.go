@@ -34,6 +34,8 @@ type Metrics struct {
 	// ReplacementBrakeEngaged is 1 when the replacement brake held a deletion.
 	ReplacementBrakeEngaged prometheus.Gauge
 	DrainsInFlight          prometheus.Gauge
+	// GateRefused counts writes the actuation gate stopped {rule, action}.
+	GateRefused *prometheus.CounterVec
 
 	QueueDepth         *prometheus.GaugeVec
 	NodesReleased      *prometheus.CounterVec
@@ -107,13 +109,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.FailedScaleDowns = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "failed_scale_downs_total",
 		Help: "Node removals that failed, by node group and step (taint, evict, drain-timeout, delete)."}, []string{"node_group", "step"})
 	m.Evictions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "evictions_total",
-		Help: "Pod evictions for scale-down, by result (ok, blocked, error)."}, []string{"result"})
+		Help: "Pod evictions for scale-down and replacement, by result (ok; blocked: refused by the API server, e.g. a PodDisruptionBudget; refused: stopped by the gate, never sent)."}, []string{"result"})
 	m.BrakeEngaged = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "scale_down_brake_engaged",
 		Help: "1 when the safety brake refused a removal in the last pass."})
 	m.ClusterUnhealthy = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "cluster_unhealthy",
 		Help: "1 while the cluster-wide unready guard holds: too many managed nodes unready, so nothing is deleted, cordoned or drained."})
 	m.ReplacementBrakeEngaged = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "replacement_brake_engaged",
 		Help: "1 when the replacement brake held back a deletion that is not scale-down (failed preflight, machines in error or never registered) in the last loop."})
+	m.GateRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "gate_refused_writes_total",
+		Help: "Writes the last check before every write stopped, by rule (fence: this replica may not write; hold: the cluster-wide unready guard) and action (taint, untaint, cordon, evict, delete)."},
+		[]string{"rule", "action"})
 	m.DrainsInFlight = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "scale_down_drains_in_flight",
 		Help: "Nodes being drained now."})
 	m.QueueDepth = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "node_addition_queue_depth",
@@ -157,7 +162,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.ConfigReloads, m.ConfigRestartRequired, m.ConfigFallback)
 	reg.MustRegister(m.PreflightPending, m.PreflightResults, m.PreflightDuration, m.PreflightReplaced)
 	reg.MustRegister(m.QueueDepth, m.NodesReleased, m.NodesCancelled, m.NodesInFlight, m.AdditionRate, m.AdditionRateReason, m.RateChanges, m.AdditionTokens)
-	reg.MustRegister(m.UnneededNodes, m.KeptNodes, m.ScaledDownNodes, m.FailedScaleDowns, m.Evictions, m.BrakeEngaged, m.DrainsInFlight, m.ClusterUnhealthy, m.ReplacementBrakeEngaged)
+	reg.MustRegister(m.UnneededNodes, m.KeptNodes, m.ScaledDownNodes, m.FailedScaleDowns, m.Evictions, m.BrakeEngaged, m.DrainsInFlight, m.ClusterUnhealthy, m.ReplacementBrakeEngaged, m.GateRefused)
 	reg.MustRegister(m.LoopDuration, m.PhaseDuration, m.LoopErrors, m.LastSuccessfulLoop, m.UnschedulablePods,
 		m.PodsAwaitingNodes, m.Nodes, m.TargetSize, m.MinSize, m.MaxSize, m.ScaleUps, m.ScaledUpNodes,
 		m.FailedScaleUps, m.Backoff, m.SizeUnknown, m.SnapshotRebuilt)

@@ -104,6 +104,9 @@ func (a *Autoscaler) guardUnready(ctx context.Context, l *loop) {
 		a.groupEvent(apiv1.EventTypeNormal, EventClusterHealthy, "cluster healthy again; scale-down and replacement resume")
 	}
 	a.unhealthy = l.unhealthy
+	// The gate holds every deletion, cordon, taint and eviction from now
+	// until a loop finds the cluster healthy, drains between loops included.
+	a.gate.Hold(l.unhealthy)
 	v := 0.0
 	if l.unhealthy != "" {
 		v = 1

@@ -3,6 +3,8 @@ package core
 import (
 	"errors"
 	"fmt"
+	"runtime"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -314,5 +316,87 @@ func TestNodesPendingPodsFitOnAreKept(t *testing.T) {
 	}
 	if got := gpu.Increases(); len(got) != 0 {
 		t.Fatalf("increases %v: the pods fit on the nodes there", got)
+	}
+}
+
+// TestDrainStopsWhenTheClusterTurnsUnhealthy: a drain that started while
+// the cluster was healthy evicts nothing more once most nodes go unready
+// (the gate's hold covers the drains between loops, not only the phases):
+// it ends at once, its node is untainted, and nothing is deleted.
+func TestDrainStopsWhenTheClusterTurnsUnhealthy(t *testing.T) {
+	acts := &fakeActions{}
+	e := newEnv(t, withScaleDown(acts), withOptions(func(o *Options) {
+		o.ScaleDownUnneededTime = time.Minute
+		o.ScaleDownUnreadyTime = time.Hour
+		o.ScaleDownBrakeClusterShare, o.ScaleDownBrakeGroupShare = 1, 1
+		o.MaxGracefulTerminationSec = 600
+	}))
+	cpu := e.provider.AddGroup("cpu", 1, 10, cpuTemplate("cpu"), inmemory.WithTarget(6))
+	e.start()
+	e.register(cpu, to.NodeCreatedAt(e.clock.Now().Add(-time.Hour)))
+	names := e.nodeNames()
+	sort.Strings(names)
+	drained := names[0]
+	e.add(to.Pod("web", to.Requests("1", "1Gi"), to.OnNode(drained), to.ControlledBy("ReplicaSet", "web", "rs-web")))
+	for i, n := range names[1:] {
+		e.add(to.Pod(fmt.Sprintf("db-%d", i), to.Requests("12", "10Gi"), to.OnNode(n), to.ControlledBy("ReplicaSet", "db", "rs-db")))
+	}
+	acts.setRefuse(true) // a PodDisruptionBudget says not yet
+	e.run()
+	e.clock.Step(2 * time.Minute)
+	e.run()
+	if !e.a.scaleDown.actuator.IsDraining(drained) {
+		t.Fatalf("node %s is not being drained", drained)
+	}
+	waitForClockWaiter(t, e)
+	// An incident: 5 of 6 nodes stop heartbeating.
+	for _, n := range names[1:] {
+		e.updateNode(n, func(n *apiv1.Node) {
+			n.Status.Conditions = []apiv1.NodeCondition{{Type: apiv1.NodeReady, Status: apiv1.ConditionUnknown}}
+		})
+	}
+	e.run()
+	if e.a.gate.Held() == "" {
+		t.Fatal("the gate does not hold with 5 of 6 nodes unready")
+	}
+	acts.setRefuse(false) // the budget would now allow it: only the gate stands in the way
+	deadline := time.Now().Add(30 * time.Second)
+	for e.a.scaleDown.actuator.IsDraining(drained) {
+		if time.Now().After(deadline) {
+			t.Fatal("the drain goes on while the cluster is unhealthy")
+		}
+		if e.clock.HasWaiters() {
+			e.clock.Step(5 * time.Second)
+		}
+		runtime.Gosched()
+	}
+	for _, p := range acts.evictedPods() {
+		if p == "web" {
+			t.Fatal("pod web evicted by a drain while the cluster was unhealthy")
+		}
+	}
+	for _, k := range acts.taintsOf(drained) {
+		if k == scaledown.ToBeDeletedTaint {
+			t.Fatalf("node %s keeps its to-be-deleted taint after its drain stopped", drained)
+		}
+	}
+	e.run()
+	if got := cpu.Deleted(); len(got) != 0 {
+		t.Fatalf("deleted %v while the cluster was unhealthy", got)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.GateRefused.WithLabelValues("hold", "evict")); got < 1 {
+		t.Fatalf("gate_refused_writes_total{hold,evict} = %v, want the drain's refused eviction", got)
+	}
+}
+
+// waitForClockWaiter polls until a goroutine (a drain) waits on the fake clock.
+func waitForClockWaiter(t *testing.T, e *env) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !e.clock.HasWaiters() {
+		if time.Now().After(deadline) {
+			t.Fatal("the drain never waited for its retry")
+		}
+		runtime.Gosched()
 	}
 }

@@ -74,6 +74,12 @@ func (f *fakeActions) Cordon(_ context.Context, node string) error {
 	return nil
 }
 
+func (f *fakeActions) evictedPods() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.evicted...)
+}
+
 func (f *fakeActions) taintsOf(node string) []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -33,7 +33,7 @@ func (o EvictOptions) Grace(p *apiv1.Pod) int64 {
 }
 
 // Evictor evicts pods through the Eviction API with a capped grace period,
-// and counts the outcomes (evictions_total{result=ok|blocked}).
+// and counts the outcomes (evictions_total{result=ok|blocked|refused}).
 type Evictor struct {
 	Actions NodeActions
 	Results *prometheus.CounterVec
@@ -43,7 +43,11 @@ type Evictor struct {
 // says not yet, or the API failed) and may be retried.
 func (e Evictor) Evict(ctx context.Context, o EvictOptions, p *apiv1.Pod) error {
 	if err := e.Actions.Evict(ctx, p, o.Grace(p)); err != nil {
-		e.Results.WithLabelValues("blocked").Inc()
+		result := "blocked"
+		if Refused(err) {
+			result = "refused" // by the gate: never sent
+		}
+		e.Results.WithLabelValues(result).Inc()
 		return err
 	}
 	e.Results.WithLabelValues("ok").Inc()

@@ -384,6 +384,13 @@ func (s *ScaleDown) drain(ctx context.Context, now time.Time, o EvictOptions, r 
 		var retry []*apiv1.Pod
 		for _, p := range pending {
 			if err := s.evictor.Evict(ctx, o, p); err != nil {
+				if Refused(err) {
+					// The gate closed under the drain (the cluster turned
+					// unhealthy, or this replica lost its lease): stop now,
+					// not at the deadline.
+					s.fail(ctx, s.clock.Now(), r, "evict", err)
+					return err
+				}
 				retry = append(retry, p)
 				continue
 			}
