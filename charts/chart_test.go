@@ -1540,7 +1540,7 @@ func TestAlertsPromQL(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"VMSSAutoscalerDown", "VMSSAutoscalerNoSuccessfulLoop", "VMSSAutoscalerNodeGroupBackoff",
-		"VMSSAutoscalerClusterUnhealthy", "VMSSAutoscalerReplacementBrakeEngaged", "VMSSAutoscalerConfigFallback",
+		"VMSSAutoscalerClusterUnhealthy", "VMSSAutoscalerReplacementBrakeEngaged", "VMSSAutoscalerPreflightIncident", "VMSSAutoscalerConfigFallback",
 		"VMSSAutoscalerARMThrottled", "VMSSAutoscalerPreflightFailureRate", "VMSSAutoscalerScaleDownBrakeEngaged",
 		"VMSSAutoscalerNodeAdditionQueueStuck", "VMSSAutoscalerConfigRejected", "VMSSAutoscalerConfigRestartRequired"} {
 		if !slices.Contains(alerts, want) {

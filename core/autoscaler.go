@@ -209,6 +209,10 @@ type loop struct {
 	claimed map[string]bool
 	// replacementsHeld counts deletions the replacement brake held.
 	replacementsHeld int
+	// incidents are the preflight checks in an incident, with the nodes
+	// failing them; incidentKept counts the failed nodes kept for them.
+	incidents    map[string]int
+	incidentKept int
 	// results for status and metrics
 	unschedulable int
 	awaiting      int

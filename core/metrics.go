@@ -50,6 +50,8 @@ type Metrics struct {
 	PreflightResults  *prometheus.CounterVec
 	PreflightDuration *prometheus.HistogramVec
 	PreflightReplaced *prometheus.CounterVec
+	// PreflightIncidentNodes are the nodes failing a check in an incident {check}.
+	PreflightIncidentNodes *prometheus.GaugeVec
 
 	WarmTarget      *prometheus.GaugeVec
 	WarmReady       *prometheus.GaugeVec
@@ -146,6 +148,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Buckets: []float64{15, 30, 60, 120, 300, 600, 900, 1200, 1800, 3600}}, []string{"node_group"})
 	m.PreflightReplaced = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "preflight_replaced_nodes_total",
 		Help: "Machines deleted because their node failed preflight, per node group."}, []string{"node_group"})
+	m.PreflightIncidentNodes = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "preflight_incident_nodes",
+		Help: "Nodes failing a preflight check that is in an incident (many nodes failed it at once: they are kept, not replaced), by check; absent when none."}, []string{"check"})
 	m.WarmTarget = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "warm_pool_target_nodes",
 		Help: "Warm nodes each node group's policy asks for (balloon Deployment replicas)."}, []string{"node_group"})
 	m.WarmReady = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "warm_pool_ready_nodes",
@@ -160,7 +164,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.ConfigFallback = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "config_fallback",
 		Help: "1 while the process runs on a fallback configuration (its flags file was refused at start: the last good configuration, or the command line alone); 0 once a flags ConfigMap is accepted."})
 	reg.MustRegister(m.ConfigReloads, m.ConfigRestartRequired, m.ConfigFallback)
-	reg.MustRegister(m.PreflightPending, m.PreflightResults, m.PreflightDuration, m.PreflightReplaced)
+	reg.MustRegister(m.PreflightPending, m.PreflightResults, m.PreflightDuration, m.PreflightReplaced, m.PreflightIncidentNodes)
 	reg.MustRegister(m.QueueDepth, m.NodesReleased, m.NodesCancelled, m.NodesInFlight, m.AdditionRate, m.AdditionRateReason, m.RateChanges, m.AdditionTokens)
 	reg.MustRegister(m.UnneededNodes, m.KeptNodes, m.ScaledDownNodes, m.FailedScaleDowns, m.Evictions, m.BrakeEngaged, m.DrainsInFlight, m.ClusterUnhealthy, m.ReplacementBrakeEngaged, m.GateRefused)
 	reg.MustRegister(m.LoopDuration, m.PhaseDuration, m.LoopErrors, m.LastSuccessfulLoop, m.UnschedulablePods,

@@ -93,6 +93,15 @@ type Options struct {
 	ReplacementBrakeClusterShare float64
 	ReplacementBrakeMinNodes     int
 	ReplacementBrakeWindow       time.Duration
+	// A preflight incident: when more than PreflightIncidentMinNodes and
+	// PreflightIncidentClusterShare of the cluster's target fail the same
+	// check within PreflightIncidentWindow, the check (or what it tests:
+	// DNS, the API server, a shared filesystem) is broken, not the
+	// machines. Nodes failing it are not cordoned, drained or deleted
+	// while it lasts: until fewer than the threshold fail it.
+	PreflightIncidentMinNodes     int
+	PreflightIncidentClusterShare float64
+	PreflightIncidentWindow       time.Duration
 
 	// The node-addition queue (smoothing): nodes are requested from the
 	// cloud at most NodeAdditionRate per minute with NodeAdditionBurst at
@@ -181,6 +190,9 @@ func DefaultOptions() Options {
 		ReplacementBrakeClusterShare:     0.02,
 		ReplacementBrakeMinNodes:         10,
 		ReplacementBrakeWindow:           10 * time.Minute,
+		PreflightIncidentMinNodes:        5,
+		PreflightIncidentClusterShare:    0.01,
+		PreflightIncidentWindow:          10 * time.Minute,
 
 		// About 1.7 joins a second: each join costs the API server a Node,
 		// a Lease, DaemonSet pods and the kubelet's first LISTs. 2,000
@@ -283,6 +295,15 @@ func (o Options) Validate() error {
 	}
 	if o.ReplacementBrakeWindow <= 0 {
 		return fmt.Errorf("--replacement-brake-window: must be positive, got %s", o.ReplacementBrakeWindow)
+	}
+	if o.PreflightIncidentMinNodes < 1 {
+		return fmt.Errorf("--preflight-incident-min-nodes: must be at least 1, got %d", o.PreflightIncidentMinNodes)
+	}
+	if o.PreflightIncidentClusterShare < 0 || o.PreflightIncidentClusterShare > 1 {
+		return fmt.Errorf("--preflight-incident-cluster-share: must be between 0 and 1, got %v", o.PreflightIncidentClusterShare)
+	}
+	if o.PreflightIncidentWindow <= 0 {
+		return fmt.Errorf("--preflight-incident-window: must be positive, got %s", o.PreflightIncidentWindow)
 	}
 	if o.OkTotalUnreadyCount < 0 {
 		return fmt.Errorf("--ok-total-unready-count: must not be negative, got %d", o.OkTotalUnreadyCount)

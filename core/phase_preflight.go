@@ -21,6 +21,8 @@ const (
 	// EventPreflightFailures is on the status ConfigMap when a group's
 	// preflight failures back it off.
 	EventPreflightFailures = "PreflightFailures"
+	// EventPreflightRecovered is on a failed node that passed again and was uncordoned.
+	EventPreflightRecovered = "PreflightRecovered"
 )
 
 // preflightState remembers the failed nodes being replaced between loops.
@@ -33,10 +35,16 @@ type preflightState struct {
 	// admitted are failed nodes the replacement brake let through: their
 	// pods are evicted and their machines deleted.
 	admitted map[string]bool
+	// cordoned are failed nodes this process cordoned: uncordoned if they
+	// pass again before they are deleted (the agent's periodic re-run).
+	cordoned map[string]bool
+	// incidents are checks many nodes fail at once.
+	incidents incidents
 }
 
 func newPreflightState() *preflightState {
-	return &preflightState{evictedAt: map[string]time.Time{}, deleted: map[string]time.Time{}, admitted: map[string]bool{}}
+	return &preflightState{evictedAt: map[string]time.Time{}, deleted: map[string]time.Time{}, admitted: map[string]bool{},
+		cordoned: map[string]bool{}, incidents: newIncidents()}
 }
 
 // startingUp says a node is Ready but still starting up (a startup taint,
@@ -103,7 +111,13 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 	for g, n := range pending {
 		a.metrics.PreflightPending.WithLabelValues(g).Set(float64(n))
 	}
-	if len(act.PreflightFailed) == 0 || a.actions == nil {
+	l.incidents = a.detectIncidents(ctx, l, act.PreflightFailed)
+	if a.actions == nil {
+		a.pruneFailed(l)
+		return nil
+	}
+	a.uncordonRecovered(ctx, l)
+	if len(act.PreflightFailed) == 0 {
 		a.pruneFailed(l)
 		return nil
 	}
@@ -119,11 +133,18 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 		if _, done := ps.deleted[n.Name]; done {
 			continue
 		}
+		if l.incidents[a.opts.Preflight.FailedCheck(n)] > 0 {
+			// Many nodes fail this check at once: what it tests is broken,
+			// not this machine. Nothing is done to it while that lasts.
+			l.incidentKept++
+			continue
+		}
 		if !n.Spec.Unschedulable {
 			if err := a.actions.Cordon(ctx, n.Name); err != nil {
 				logger.Error(err, "Cordoning a node that failed preflight", "node", klog.KObj(n))
 				continue
 			}
+			ps.cordoned[n.Name] = true
 		}
 		// The replacement brake admits a node before its pods are evicted:
 		// past the budget, a failed node is cordoned and nothing more.
@@ -137,6 +158,9 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 			continue
 		}
 		toDelete[f.Group] = append(toDelete[f.Group], n)
+	}
+	if l.incidentKept > 0 {
+		logger.V(2).Info("Failed nodes kept for preflight incidents", "nodes", l.incidentKept, "incidents", l.incidents)
 	}
 	actuation.DeleteByGroup(ctx, l.byID, toDelete, actuation.ProviderIDOf, func(id string, nodes []*apiv1.Node, err error) {
 		if err != nil {
@@ -194,6 +218,41 @@ func (a *Autoscaler) evictForReplacement(ctx context.Context, l *loop, n *apiv1.
 	return false
 }
 
+// uncordonRecovered makes schedulable again the failed nodes this process
+// cordoned that passed since (the agent's periodic re-run succeeded after
+// the check's target recovered), unless their machines were deleted: a
+// node held by the replacement brake or an incident does not stay
+// cordoned for ever once it is healthy.
+func (a *Autoscaler) uncordonRecovered(ctx context.Context, l *loop) {
+	ps := a.preflight
+	for _, name := range sortedKeys(ps.cordoned) {
+		idx, ok := l.snap.Index(name)
+		if !ok {
+			continue // pruned below
+		}
+		if _, gone := ps.deleted[name]; gone {
+			continue
+		}
+		n := l.snap.NodeInfo(idx).Node()
+		if st, _ := a.opts.Preflight.Classify(n, l.now); st != preflight.Passed {
+			continue
+		}
+		if n.Spec.Unschedulable {
+			if err := a.actions.Uncordon(ctx, name); err != nil {
+				klog.FromContext(ctx).Error(err, "Uncordoning a node that passed preflight again", "node", klog.KObj(n))
+				continue
+			}
+		}
+		delete(ps.cordoned, name)
+		delete(ps.admitted, name)
+		delete(ps.evictedAt, name)
+		klog.FromContext(ctx).Info("Node passed preflight again; uncordoned", "node", klog.KObj(n))
+		if a.rec != nil {
+			a.rec.Event(nodeRef(n), apiv1.EventTypeNormal, EventPreflightRecovered, "node passed preflight again and was uncordoned")
+		}
+	}
+}
+
 // pruneFailed forgets replaced nodes whose Node objects are gone.
 func (a *Autoscaler) pruneFailed(l *loop) {
 	for name := range a.preflight.deleted {
@@ -209,6 +268,11 @@ func (a *Autoscaler) pruneFailed(l *loop) {
 	for name := range a.preflight.admitted {
 		if _, ok := l.snap.Index(name); !ok {
 			delete(a.preflight.admitted, name)
+		}
+	}
+	for name := range a.preflight.cordoned {
+		if _, ok := l.snap.Index(name); !ok {
+			delete(a.preflight.cordoned, name)
 		}
 	}
 }

@@ -32,6 +32,7 @@ func (a *Autoscaler) writeStatus(ctx context.Context, l *loop) error {
 	st.ClusterUnhealthy = l.unhealthy
 	st.ConfigFallback = a.configFallback()
 	st.ReplacementsHeld = l.replacementsHeld
+	st.PreflightIncidents = l.incidents
 	st.LastChange = l.now.UTC()
 	cmp, full, err := renderStatus(st)
 	if err != nil {

@@ -30,14 +30,9 @@ func (o Options) replacementBrakeOptions() scaledown.BrakeOptions {
 // allowReplacements says how many of n machines of group may be deleted
 // now, and counts them against the budget; the rest wait.
 func (a *Autoscaler) allowReplacements(l *loop, group string, n int) int {
-	cluster, size := 0, 0
-	for _, gs := range a.registry.Groups() {
-		if gs.Readiness.TargetKnown {
-			cluster += gs.Readiness.Target
-			if gs.ID == group {
-				size = gs.Readiness.Target
-			}
-		}
+	cluster, size := a.clusterTarget(), 0
+	if gs := a.registry.Group(group); gs != nil && gs.Readiness.TargetKnown {
+		size = gs.Readiness.Target
 	}
 	k := 0
 	for ; k < n && a.replace.brake.Allow(l.now, group, cluster, size); k++ {

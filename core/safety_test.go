@@ -243,7 +243,10 @@ func TestReplacementRespectsPodDisruptionBudgets(t *testing.T) {
 // next windows.
 func TestReplacementBrake(t *testing.T) {
 	acts := &fakeActions{}
-	e := newEnv(t, withScaleDown(acts), withOptions(func(o *Options) { o.PreflightFailuresBeforeBackoff = 0 }))
+	e := newEnv(t, withScaleDown(acts), withOptions(func(o *Options) {
+		o.PreflightFailuresBeforeBackoff = 0
+		o.PreflightIncidentMinNodes = 1000 // the brake is the subject: no incident
+	}))
 	gpu := e.provider.AddGroup("gpu", 0, 200, gpuTemplate("gpu"), inmemory.WithTarget(70))
 	bad := e.provider.AddGroup("bad", 0, 200, gpuTemplate("bad"), inmemory.WithTarget(30))
 	e.start()

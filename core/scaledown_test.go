@@ -27,6 +27,8 @@ type fakeActions struct {
 	taints   map[string][]string
 	evicted  []string
 	cordoned []string
+	// uncordoned are the nodes made schedulable again.
+	uncordoned []string
 	// refuse, when set, refuses evictions (a PodDisruptionBudget says not
 	// yet); graces records every eviction's grace period by pod.
 	refuse bool
@@ -78,6 +80,13 @@ func (f *fakeActions) evictedPods() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.evicted...)
+}
+
+func (f *fakeActions) Uncordon(_ context.Context, node string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.uncordoned = append(f.uncordoned, node)
+	return nil
 }
 
 func (f *fakeActions) taintsOf(node string) []string {

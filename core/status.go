@@ -33,6 +33,9 @@ type Status struct {
 	// ReplacementsHeld are deletions that are not scale-down the
 	// replacement brake held back in the last loop.
 	ReplacementsHeld int `json:"replacementsHeld,omitempty"`
+	// PreflightIncidents are checks many nodes fail at once, with the
+	// nodes failing each: those nodes are kept, not replaced.
+	PreflightIncidents map[string]int `json:"preflightIncidents,omitempty"`
 }
 
 // WarmPoolStatus is a group's warm pool in the status.

@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -113,63 +114,110 @@ func TestFrozenLeaderWritesNothing(t *testing.T) {
 }
 
 // A periodic check fails on 40% of the GPU nodes at once (as the chart's
-// DNS check would in a DNS outage): they are cordoned, at most the
-// replacement brake's budget is deleted, and a ReplacementBrake event says
-// so.
+// DNS check would in a DNS outage) while 6 other nodes fail checks of their
+// own (bad machines). The 8 are an incident: none is cordoned, drained or
+// deleted, and a PreflightIncident event and metric say so. The 6 bad
+// machines are replaced within the replacement brake's budget (4), the
+// other 2 wait cordoned. When DNS is back and the agent passes the 8
+// again, the incident is over; the pods run on exactly 20 live VMs and no
+// VM of the 8 was ever deleted.
 func TestPeriodicFailureOnManyNodesIsAnIncident(t *testing.T) {
 	sc := newScenario(t)
 	gpu := sc.scaleSet("gpu", "Standard_ND96isr_H100_v5", 0, nil)
 	p := sc.autoscaler("one", "--nodes=0:40:"+gpu, "--node-addition-adaptive=false", "--node-addition-rate=600",
 		"--node-addition-burst=20", "--replacement-brake-min-nodes=4", "--preflight-failures-before-backoff=0")
-	sc.workload("train", 20, "90", 8, gpu)
+	sc.workload("train", 20, "80", 8, gpu)
 	sc.eventually("20 pods Running", 3*time.Minute, allRunning(sc, 20))
-	nodes, err := sc.s.cp.Client.CoreV1().Nodes().List(sc.ctx, metav1.ListOptions{LabelSelector: armsim.NodeGroupLabel + "=" + gpu})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The periodic agent marks 8 of 20 failed: label failed, the reason in
+	nodes := sc.nodeList(gpu)
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	// The periodic agent marks nodes failed: label failed, its message in
 	// the annotation, no taint (it never taints a passed node).
-	failed := map[string]bool{}
-	for _, n := range nodes.Items[:8] {
-		n := n.DeepCopy()
-		n.Labels["vmss-autoscaler.io/preflight"] = "failed"
-		if n.Annotations == nil {
-			n.Annotations = map[string]string{}
-		}
-		n.Annotations["vmss-autoscaler.io/preflight-failure"] = "dns: lookup kubernetes.default.svc failed: i/o timeout"
-		if _, err := sc.s.cp.Client.CoreV1().Nodes().Update(sc.ctx, n, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		failed[n.Name] = true
+	fail := func(n apiv1.Node, msg string) {
+		sc.updateNode(n.Name, false, func(n *apiv1.Node) {
+			n.Labels["vmss-autoscaler.io/preflight"] = "failed"
+			if n.Annotations == nil {
+				n.Annotations = map[string]string{}
+			}
+			n.Annotations["vmss-autoscaler.io/preflight-failure"] = msg
+		})
 	}
-	sc.eventually("the 8 failed nodes cordoned, and a ReplacementBrake event", time.Minute, func() (bool, string) {
-		cordoned := 0
-		nodes, err := sc.s.cp.Client.CoreV1().Nodes().List(sc.ctx, metav1.ListOptions{LabelSelector: armsim.NodeGroupLabel + "=" + gpu})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range nodes.Items {
-			if failed[n.Name] && n.Spec.Unschedulable {
+	outage, bad := map[string]bool{}, map[string]bool{}
+	outageVMs := map[string]bool{}
+	for _, n := range nodes[:8] {
+		fail(n, "check dns: exit status 1: lookup kubernetes.default.svc: i/o timeout")
+		outage[n.Name] = true
+		outageVMs[n.Spec.ProviderID[strings.LastIndex(n.Spec.ProviderID, "/")+1:]] = true
+	}
+	for i, n := range nodes[8:14] {
+		fail(n, fmt.Sprintf("check %s: exit status 1", []string{"ecc", "xid", "nvlink", "infiniband", "gpu-count", "dcgm"}[i]))
+		bad[n.Name] = true
+	}
+	sc.eventually("a PreflightIncident event, 4 bad machines replaced and 2 cordoned", 2*time.Minute, func() (bool, string) {
+		cordoned, gone := 0, 0
+		left := map[string]bool{}
+		for _, n := range sc.nodeList(gpu) {
+			left[n.Name] = true
+			if bad[n.Name] && n.Spec.Unschedulable {
 				cordoned++
 			}
 		}
-		evs := len(sc.events("ReplacementBrake"))
-		return cordoned+(8-len(failedLeft(nodes.Items, failed))) >= 8 && evs > 0, fmt.Sprintf("%d cordoned, %d events", cordoned, evs)
-	})
-	sc.steadyFor(p, 10, "at most 4 replaced", func() (bool, string) {
-		deleted := 0
-		for _, vm := range sc.vms(gpu) {
-			if vm == armsim.StateDeleting {
-				deleted++
+		for name := range bad {
+			if !left[name] {
+				gone++
 			}
 		}
-		left := failedLeft(sc.nodeList(gpu), failed)
-		gone := 8 - len(left)
-		return gone <= 4 && deleted <= 4, fmt.Sprintf("%d failed nodes gone, %d VMs deleting", gone, deleted)
+		incidents := len(sc.events("PreflightIncident"))
+		return incidents == 1 && gone == 4 && cordoned == 2, fmt.Sprintf("%d incident events, %d bad nodes gone, %d cordoned", incidents, gone, cordoned)
 	})
+	outageKept := func() (bool, string) {
+		for _, n := range sc.nodeList(gpu) {
+			if outage[n.Name] && n.Spec.Unschedulable {
+				return false, "node " + n.Name + " cordoned during the incident"
+			}
+		}
+		for id, st := range sc.vms(gpu) {
+			if outageVMs[id] && st != armsim.StateRunning {
+				return false, "VM " + id + " of the incident is " + st
+			}
+		}
+		left := len(failedLeft(sc.nodeList(gpu), outage))
+		return left == 8, fmt.Sprintf("%d of the incident's nodes left", left)
+	}
+	sc.steadyFor(p, 10, "the incident's nodes kept", outageKept)
 	_, body := sc.get(p, "/metrics")
+	if got := metricValue(body, `vmss_autoscaler_preflight_incident_nodes{check="dns"}`); got != 8 {
+		t.Fatalf("preflight_incident_nodes{check=dns} %v, want 8", got)
+	}
 	if got := metricValue(body, "vmss_autoscaler_replacement_brake_engaged"); got != 1 {
-		t.Fatalf("replacement_brake_engaged %v, want 1", got)
+		t.Fatalf("replacement_brake_engaged %v, want 1: 2 bad machines wait past the budget", got)
+	}
+	// DNS is back: the agent's periodic re-run passes the 8.
+	for _, n := range nodes[:8] {
+		sc.updateNode(n.Name, false, func(n *apiv1.Node) {
+			n.Labels["vmss-autoscaler.io/preflight"] = "passed"
+			delete(n.Annotations, "vmss-autoscaler.io/preflight-failure")
+		})
+	}
+	sc.eventually("a PreflightIncidentOver event", time.Minute, func() (bool, string) {
+		n := len(sc.events("PreflightIncidentOver"))
+		return n == 1, fmt.Sprintf("%d events", n)
+	})
+	sc.eventually("20 pods Running", 3*time.Minute, allRunning(sc, 20))
+	sc.steadyFor(p, 5, "exactly 20 live VMs, the incident's all running", func() (bool, string) {
+		if ok, state := outageKept(); !ok {
+			return false, state
+		}
+		live := 0
+		for _, st := range sc.vms(gpu) {
+			if st != armsim.StateDeleting {
+				live++
+			}
+		}
+		return live == 20, fmt.Sprintf("%d live VMs", live)
+	})
+	_, body = sc.get(p, "/metrics")
+	if strings.Contains(body, "vmss_autoscaler_preflight_incident_nodes{") {
+		t.Fatal("preflight_incident_nodes still exported after the incident")
 	}
 }
 

@@ -170,3 +170,28 @@ func PassedAt(n *apiv1.Node, now time.Time) time.Time {
 	}
 	return now
 }
+
+// TimedOut is the check FailedCheck names for a node that did not pass in time.
+const TimedOut = "(timeout)"
+
+// FailedCheck names what a failed node failed, so that many nodes failing
+// the same check at once can be told from many bad machines: the check
+// name of the agent's failure message ("check <name>: <reason>: <output>"),
+// else the message's first field before a colon, else the whole message
+// (at most 63 bytes); TimedOut for a node that never passed in time.
+func (o Options) FailedCheck(n *apiv1.Node) string {
+	if n.Labels[o.Label] != ValueFailed {
+		return TimedOut
+	}
+	msg := strings.TrimSpace(n.Annotations[o.FailureAnnotation])
+	msg = strings.TrimPrefix(msg, "check ")
+	name, _, _ := strings.Cut(msg, ":")
+	name = strings.TrimSpace(name)
+	if len(name) > 63 {
+		name = name[:63]
+	}
+	if name == "" {
+		return "(no reason given)"
+	}
+	return name
+}

@@ -111,3 +111,27 @@ func TestPassedAt(t *testing.T) {
 		t.Fatalf("PassedAt with a bad annotation = %s, want now", got)
 	}
 }
+
+func TestFailedCheck(t *testing.T) {
+	o := DefaultOptions()
+	long := strings.Repeat("x", 100)
+	for _, tc := range []struct {
+		name, label, msg, want string
+	}{
+		{"agent message", ValueFailed, "check dns: exit status 1: lookup kubernetes.default.svc: i/o timeout", "dns"},
+		{"another agent", ValueFailed, "nccl: 120 GB/s, want 300", "nccl"},
+		{"no colon", ValueFailed, "GPU 3 fell off the bus", "GPU 3 fell off the bus"},
+		{"long", ValueFailed, long, long[:63]},
+		{"empty", ValueFailed, "", "(no reason given)"},
+		{"timed out", ValuePending, "", TimedOut},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &apiv1.Node{}
+			n.Labels = map[string]string{o.Label: tc.label}
+			n.Annotations = map[string]string{o.FailureAnnotation: tc.msg}
+			if got := o.FailedCheck(n); got != tc.want {
+				t.Fatalf("FailedCheck = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

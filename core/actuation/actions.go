@@ -27,6 +27,8 @@ type NodeActions interface {
 	Evict(ctx context.Context, pod *apiv1.Pod, gracePeriodSeconds int64) error
 	// Cordon marks a node unschedulable.
 	Cordon(ctx context.Context, node string) error
+	// Uncordon marks a node schedulable again.
+	Uncordon(ctx context.Context, node string) error
 }
 
 // KubeNodeActions implements NodeActions with client-go.
@@ -84,22 +86,34 @@ func (k *KubeNodeActions) updateTaints(ctx context.Context, node string, change 
 
 // Cordon implements NodeActions.
 func (k *KubeNodeActions) Cordon(ctx context.Context, node string) error {
+	if err := k.setUnschedulable(ctx, node, true); err != nil {
+		return fmt.Errorf("cordoning node %s: %w", node, err)
+	}
+	return nil
+}
+
+// Uncordon implements NodeActions.
+func (k *KubeNodeActions) Uncordon(ctx context.Context, node string) error {
+	if err := k.setUnschedulable(ctx, node, false); err != nil {
+		return fmt.Errorf("uncordoning node %s: %w", node, err)
+	}
+	return nil
+}
+
+func (k *KubeNodeActions) setUnschedulable(ctx context.Context, node string, v bool) error {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n, err := k.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil || n.Spec.Unschedulable {
+		if err != nil || n.Spec.Unschedulable == v {
 			return err
 		}
-		n.Spec.Unschedulable = true
+		n.Spec.Unschedulable = v
 		_, err = k.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 		return err
 	})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("cordoning node %s: %w", node, err)
-	}
-	return nil
+	return err
 }
 
 // Evict implements NodeActions.

@@ -26,8 +26,8 @@ func Refused(err error) bool { return errors.Is(err, ErrHeld) || errors.Is(err, 
 //   - the fence: a replica that does not hold the leader lease, renewed
 //     within the renew deadline, writes nothing (a stalled old leader);
 //   - the hold: while set (the cluster-wide unready guard), nothing is
-//     cordoned, tainted, evicted or deleted. Removing a taint and scale-up
-//     go on: they undo or add, never take away.
+//     cordoned, tainted, evicted or deleted. Removing a taint, uncordoning
+//     and scale-up go on: they undo or add, never take away.
 //
 // The phases check the same rules first and hold their work for later;
 // the gate makes sure no path, present or future, escapes them.
@@ -144,4 +144,11 @@ func (a *guarded) Cordon(ctx context.Context, node string) error {
 		return fmt.Errorf("cordoning node %s: %w", node, err)
 	}
 	return a.inner.Cordon(ctx, node)
+}
+
+func (a *guarded) Uncordon(ctx context.Context, node string) error {
+	if err := a.gate.Write("uncordon"); err != nil {
+		return fmt.Errorf("uncordoning node %s: %w", node, err)
+	}
+	return a.inner.Uncordon(ctx, node)
 }

@@ -27,7 +27,8 @@ func (r *recordingActions) Evict(context.Context, *apiv1.Pod, int64) error {
 	r.calls["evict"]++
 	return nil
 }
-func (r *recordingActions) Cordon(context.Context, string) error { r.calls["cordon"]++; return nil }
+func (r *recordingActions) Cordon(context.Context, string) error   { r.calls["cordon"]++; return nil }
+func (r *recordingActions) Uncordon(context.Context, string) error { r.calls["uncordon"]++; return nil }
 
 // TestGateGuardsEveryWrite: under the hold nothing is tainted, cordoned or
 // evicted, while a taint may still be removed; behind a closed fence
@@ -36,10 +37,11 @@ func (r *recordingActions) Cordon(context.Context, string) error { r.calls["cord
 func TestGateGuardsEveryWrite(t *testing.T) {
 	pod := &apiv1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}}
 	writes := map[string]func(context.Context, NodeActions) error{
-		"taint":   func(ctx context.Context, a NodeActions) error { return a.AddTaint(ctx, "n", ToBeDeleted(time.Time{})) },
-		"untaint": func(ctx context.Context, a NodeActions) error { return a.RemoveTaint(ctx, "n", "k") },
-		"evict":   func(ctx context.Context, a NodeActions) error { return a.Evict(ctx, pod, 0) },
-		"cordon":  func(ctx context.Context, a NodeActions) error { return a.Cordon(ctx, "n") },
+		"taint":    func(ctx context.Context, a NodeActions) error { return a.AddTaint(ctx, "n", ToBeDeleted(time.Time{})) },
+		"untaint":  func(ctx context.Context, a NodeActions) error { return a.RemoveTaint(ctx, "n", "k") },
+		"evict":    func(ctx context.Context, a NodeActions) error { return a.Evict(ctx, pod, 0) },
+		"cordon":   func(ctx context.Context, a NodeActions) error { return a.Cordon(ctx, "n") },
+		"uncordon": func(ctx context.Context, a NodeActions) error { return a.Uncordon(ctx, "n") },
 	}
 	for _, tc := range []struct {
 		name     string
@@ -49,8 +51,8 @@ func TestGateGuardsEveryWrite(t *testing.T) {
 		sent     map[string]bool
 		sentinel error
 	}{
-		{name: "open", sent: map[string]bool{"taint": true, "untaint": true, "evict": true, "cordon": true}},
-		{name: "held", hold: "7 of 9 managed nodes unready", rule: "hold", sent: map[string]bool{"untaint": true}, sentinel: ErrHeld},
+		{name: "open", sent: map[string]bool{"taint": true, "untaint": true, "evict": true, "cordon": true, "uncordon": true}},
+		{name: "held", hold: "7 of 9 managed nodes unready", rule: "hold", sent: map[string]bool{"untaint": true, "uncordon": true}, sentinel: ErrHeld},
 		{name: "fenced", fence: errors.New("lease not renewed"), rule: "fence", sent: map[string]bool{}, sentinel: ErrFenced},
 		{name: "fenced and held", hold: "unready", fence: errors.New("lease lost"), rule: "fence", sent: map[string]bool{}, sentinel: ErrFenced},
 	} {

@@ -60,11 +60,12 @@ func TestTableFromStatus(t *testing.T) {
 	}
 	incident := core.Status{
 		LastChange: now.Add(-time.Minute), Nodes: 40, ReadyNodes: 10,
-		NodeGroups:       []core.GroupStatus{{Name: "gpu", Min: 0, Max: 100, Target: intp(40), Ready: 10}},
-		NodeAddition:     core.NodeAdditionStatus{Smoothing: true, HeldGangs: []core.HeldGang{{Gang: "ml/train", Nodes: 400, HeldBy: "in-flight"}}},
-		ClusterUnhealthy: "30 of 40 managed nodes unready",
-		ReplacementsHeld: 6,
-		ConfigFallback:   "--node-addition-burst: must be at least 1, got -3: running on the last good configuration",
+		NodeGroups:         []core.GroupStatus{{Name: "gpu", Min: 0, Max: 100, Target: intp(40), Ready: 10}},
+		NodeAddition:       core.NodeAdditionStatus{Smoothing: true, HeldGangs: []core.HeldGang{{Gang: "ml/train", Nodes: 400, HeldBy: "in-flight"}}},
+		ClusterUnhealthy:   "30 of 40 managed nodes unready",
+		ReplacementsHeld:   6,
+		PreflightIncidents: map[string]int{"dns": 16},
+		ConfigFallback:     "--node-addition-burst: must be at least 1, got -3: running on the last good configuration",
 	}
 	tests := []struct {
 		name string
@@ -90,6 +91,7 @@ func TestTableFromStatus(t *testing.T) {
 		}, []string{
 			"WARNING: cluster unhealthy, nothing deleted, cordoned or drained: 30 of 40 managed nodes unready.",
 			"WARNING: replacement brake: 6 deletions held (failed preflight, machines in error or never registered).",
+			`WARNING: preflight incident: check "dns" fails on 16 nodes at once; they are kept, not replaced.`,
 			"WARNING: running on a fallback configuration: --node-addition-burst: must be at least 1, got -3: running on the last good configuration.",
 			"WARNING: gang ml/train waits whole for its 400 nodes, held by in-flight.",
 		}},

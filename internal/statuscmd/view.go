@@ -127,6 +127,9 @@ func FromStatus(source string, st *core.Status) *View {
 	if st.ReplacementsHeld > 0 {
 		v.Warnings = append(v.Warnings, fmt.Sprintf("replacement brake: %d deletions held (failed preflight, machines in error or never registered)", st.ReplacementsHeld))
 	}
+	for _, c := range sortedIncidentChecks(st.PreflightIncidents) {
+		v.Warnings = append(v.Warnings, fmt.Sprintf("preflight incident: check %q fails on %d nodes at once; they are kept, not replaced", c, st.PreflightIncidents[c]))
+	}
 	if st.ConfigFallback != "" {
 		v.Warnings = append(v.Warnings, "running on a fallback configuration: "+st.ConfigFallback)
 	}
@@ -311,4 +314,13 @@ func classes(byClass map[string]int) string {
 		parts = append(parts, itoa(byClass[c])+" "+c)
 	}
 	return strings.Join(parts, ", ")
+}
+
+func sortedIncidentChecks(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for c := range m {
+		out = append(out, c)
+	}
+	sort.Strings(out)
+	return out
 }

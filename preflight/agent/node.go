@@ -49,6 +49,14 @@ func (n names) hasTaint(node *corev1.Node) bool {
 	return false
 }
 
+// failedAfterPass says a failed node had passed before (the passed-at
+// annotation) and is not pending again (no preflight taint): a periodic
+// run failed it.
+func (n names) failedAfterPass(node *corev1.Node) bool {
+	_, passed := node.Annotations[n.passedAtAnnotation]
+	return passed && !n.hasTaint(node)
+}
+
 // mode is how the agent runs.
 type mode struct {
 	// periodic: re-check a node that already passed (CronJob, or a loop
@@ -63,8 +71,15 @@ type mode struct {
 func shouldRun(node *corev1.Node, n names, m mode) (run bool, why string) {
 	label := node.Labels[n.label]
 	if m.periodic {
+		// A node that failed a periodic run after it had passed is checked
+		// again: when what failed was outside it (DNS, the API server), it
+		// passes once that recovers, and the autoscaler, which kept it while
+		// many nodes failed the same check, uncordons it.
+		if label == preflight.ValueFailed && n.failedAfterPass(node) {
+			return true, ""
+		}
 		if label != preflight.ValuePassed {
-			return false, fmt.Sprintf("periodic checks run only on nodes labelled %s=%s; this one has %q", n.label, preflight.ValuePassed, label)
+			return false, fmt.Sprintf("periodic checks run only on nodes labelled %s=%s or failed by a periodic run; this one has %q", n.label, preflight.ValuePassed, label)
 		}
 		return true, ""
 	}

@@ -201,6 +201,8 @@ func TestShouldRun(t *testing.T) {
 		{"periodic on pending", gpuNode(pending()), periodic, false, `this one has "pending"`},
 		{"periodic on failed", gpuNode(label(preflight.ValueFailed)), periodic, false, `this one has "failed"`},
 		{"periodic without label", gpuNode(), periodic, false, `this one has ""`},
+		{"periodic on a node a periodic run failed", gpuNode(label(preflight.ValueFailed), annotation(preflight.PassedAtAnnotation, t0.Format(time.RFC3339))), periodic, true, ""},
+		{"periodic on a node failed after pass but pending again", gpuNode(pending(), label(preflight.ValueFailed), annotation(preflight.PassedAtAnnotation, t0.Format(time.RFC3339))), periodic, false, `this one has "failed"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -232,6 +234,9 @@ func TestApplyResult(t *testing.T) {
 			gpuNode(label(preflight.ValueFailed), annotation(preflight.DefaultFailureAnnotation, "check dcgm: exit code 226: diag failed")), ""},
 		{"marked failed by someone else while the checks ran", gpuNode(pending(), label(preflight.ValueFailed)), mode{}, pass, nil, "already failed"},
 		{"periodic: node failed meanwhile", gpuNode(label(preflight.ValueFailed)), mode{periodic: true}, pass, nil, "periodic checks run only"},
+		{"periodic pass after a periodic failure", gpuNode(label(preflight.ValueFailed), annotation(preflight.PassedAtAnnotation, "2025-12-31T00:00:00Z"),
+			annotation(preflight.DefaultFailureAnnotation, "check dns: exit status 1")), mode{periodic: true}, pass,
+			gpuNode(label(preflight.ValuePassed), annotation(preflight.PassedAtAnnotation, t0.Format(time.RFC3339))), ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,198 @@
+package core
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	apiv1 "k8s.io/api/core/v1"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
+	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
+)
+
+// failCheck is the periodic agent failing a passed node: label failed, the
+// agent's message in the annotation, no taint.
+func (e *env) failCheck(name, check string) {
+	e.updateNode(name, func(n *apiv1.Node) {
+		n.Labels[preflight.DefaultLabel] = preflight.ValueFailed
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[preflight.DefaultFailureAnnotation] = "check " + check + ": exit status 1: it failed"
+	})
+}
+
+// passAgain is the periodic agent's re-run passing a failed node.
+func (e *env) passAgain(name string) {
+	e.updateNode(name, func(n *apiv1.Node) {
+		n.Labels[preflight.DefaultLabel] = preflight.ValuePassed
+		delete(n.Annotations, preflight.DefaultFailureAnnotation)
+	})
+}
+
+func sortedNodeNames(e *env) []string {
+	names := e.nodeNames()
+	sort.Strings(names)
+	return names
+}
+
+// TestPreflightIncident: 8 of 20 nodes fail the DNS check at once (a DNS
+// outage), 2 fail checks of their own. The 8 are an incident: not
+// cordoned, not deleted, reported by an event, a metric and the status;
+// the 2 bad machines are replaced. When the 8 pass again the incident is
+// over and nothing of them was touched.
+func TestPreflightIncident(t *testing.T) {
+	acts := &fakeActions{}
+	e := newEnv(t, withScaleDown(acts), withOptions(func(o *Options) {
+		o.PreflightFailuresBeforeBackoff = 0
+		o.ScaleDownEnabled = false // empty nodes stay: replacement is the subject
+		o.ReplacementBrakeMinNodes = 100 // the incident is the subject, not the budget
+	}))
+	gpu := e.provider.AddGroup("gpu", 0, 40, gpuTemplate("gpu"), inmemory.WithTarget(20))
+	e.start()
+	e.register(gpu)
+	names := sortedNodeNames(e)
+	for _, n := range names[:8] {
+		e.failCheck(n, "dns")
+	}
+	e.failCheck(names[8], "gpu-count")
+	e.failCheck(names[9], "ecc")
+	e.run()
+	e.run()
+	cordoned := map[string]bool{}
+	for _, n := range acts.cordoned {
+		cordoned[n] = true
+	}
+	for _, n := range names[:8] {
+		if cordoned[n] {
+			t.Fatalf("node %s cordoned for a check that fails on 8 nodes at once", n)
+		}
+	}
+	if !cordoned[names[8]] || !cordoned[names[9]] {
+		t.Fatalf("cordoned %v, want the 2 nodes failing checks of their own", acts.cordoned)
+	}
+	if got := len(gpu.Deleted()); got != 2 {
+		t.Fatalf("deleted %d machines, want the 2 bad ones", got)
+	}
+	if evs := e.events(EventPreflightIncident); len(evs) != 1 || !strings.Contains(evs[0], `check "dns"`) {
+		t.Fatalf("events %v, want one PreflightIncident naming the dns check", evs)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.PreflightIncidentNodes.WithLabelValues("dns")); got != 8 {
+		t.Fatalf("preflight_incident_nodes{check=dns} = %v, want 8", got)
+	}
+	if last := e.status.writes[len(e.status.writes)-1]; !strings.Contains(last, "preflightIncidents:\n  dns: 8") {
+		t.Fatalf("status does not name the incident:\n%s", last)
+	}
+	// Minutes later the outage is still on: still nothing done to them.
+	e.clock.Step(15 * time.Minute)
+	e.run()
+	if got := len(gpu.Deleted()); got != 2 {
+		t.Fatalf("deleted %d machines 15 minutes into the incident, want still 2", got)
+	}
+	// DNS is back: the agent's re-run passes them.
+	for _, n := range names[:8] {
+		e.passAgain(n)
+	}
+	e.run()
+	if evs := e.events(EventPreflightIncidentOver); len(evs) != 1 {
+		t.Fatalf("events %v, want one PreflightIncidentOver", evs)
+	}
+	if n := testutil.CollectAndCount(e.a.metrics.PreflightIncidentNodes); n != 0 {
+		t.Fatalf("%d preflight_incident_nodes series after the incident, want none", n)
+	}
+	if got := len(gpu.Deleted()); got != 2 {
+		t.Fatalf("deleted %d machines, want the 2 bad ones only", got)
+	}
+}
+
+// TestSameCheckFailingSlowlyIsNoIncident: nodes failing the same check
+// one every 3 minutes are bad machines (never 5 within 10 minutes): each
+// is replaced.
+func TestSameCheckFailingSlowlyIsNoIncident(t *testing.T) {
+	acts := &fakeActions{}
+	e := newEnv(t, withScaleDown(acts), withOptions(func(o *Options) {
+		o.PreflightFailuresBeforeBackoff = 0
+		o.ScaleDownEnabled = false // empty nodes stay: replacement is the subject
+		o.ReplacementBrakeMinNodes = 100
+	}))
+	gpu := e.provider.AddGroup("gpu", 0, 40, gpuTemplate("gpu"), inmemory.WithTarget(20))
+	e.start()
+	e.register(gpu)
+	names := sortedNodeNames(e)
+	for i, n := range names[:8] {
+		e.failCheck(n, "ecc")
+		e.run()
+		e.run()
+		if got := len(gpu.Deleted()); got != i+1 {
+			t.Fatalf("after %d failures %d deleted: a slow trickle of one check is bad machines, each replaced", i+1, got)
+		}
+		e.clock.Step(3 * time.Minute)
+	}
+	if evs := e.events(EventPreflightIncident); len(evs) != 0 {
+		t.Fatalf("events %v, want no incident", evs)
+	}
+}
+
+// TestHeldFailedNodeThatPassesAgainIsUncordoned: a failed node the
+// replacement brake holds (cordoned, not deleted) passes the agent's
+// re-run: it is uncordoned, never deleted, with an event.
+func TestHeldFailedNodeThatPassesAgainIsUncordoned(t *testing.T) {
+	acts := &fakeActions{}
+	e := newEnv(t, withScaleDown(acts), withOptions(func(o *Options) {
+		o.PreflightFailuresBeforeBackoff = 0
+		o.ScaleDownEnabled = false
+		o.ReplacementBrakeMinNodes, o.ReplacementBrakeClusterShare = 1, 0
+	}))
+	gpu := e.provider.AddGroup("gpu", 0, 40, gpuTemplate("gpu"), inmemory.WithTarget(10))
+	e.start()
+	e.register(gpu)
+	names := sortedNodeNames(e)
+	for i, n := range names[:3] {
+		e.failCheck(n, fmt.Sprintf("nvlink-%d", i))
+	}
+	e.run()
+	e.run()
+	if got := len(gpu.Deleted()); got != 1 {
+		t.Fatalf("deleted %d, want the brake's 1", got)
+	}
+	cordoned := map[string]bool{}
+	for _, n := range acts.cordoned {
+		cordoned[n] = true
+		e.updateNode(n, func(n *apiv1.Node) { n.Spec.Unschedulable = true }) // as the API server has it
+	}
+	if len(cordoned) != 3 {
+		t.Fatalf("cordoned %v, want the 3 failed nodes", acts.cordoned)
+	}
+	deleted := map[string]bool{}
+	for _, pid := range gpu.Deleted() {
+		for _, n := range names {
+			if strings.HasSuffix(n, pid[strings.LastIndex(pid, "/")+1:]) {
+				deleted[n] = true
+			}
+		}
+	}
+	var held []string
+	for _, n := range names[:3] {
+		if !deleted[n] {
+			held = append(held, n)
+			e.passAgain(n)
+		}
+	}
+	e.run()
+	sort.Strings(acts.uncordoned)
+	if strings.Join(acts.uncordoned, ",") != strings.Join(held, ",") {
+		t.Fatalf("uncordoned %v, want the held nodes that passed again %v", acts.uncordoned, held)
+	}
+	if evs := e.events(EventPreflightRecovered); len(evs) != 2 {
+		t.Fatalf("events %v, want 2 PreflightRecovered", evs)
+	}
+	e.clock.Step(11 * time.Minute)
+	e.run()
+	if got := len(gpu.Deleted()); got != 1 {
+		t.Fatalf("deleted %d after the window, want still 1: the others passed again", got)
+	}
+}
