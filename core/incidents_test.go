@@ -49,7 +49,7 @@ func TestPreflightIncident(t *testing.T) {
 	acts := &fakeActions{}
 	e := newEnv(t, withScaleDown(acts), withOptions(func(o *Options) {
 		o.PreflightFailuresBeforeBackoff = 0
-		o.ScaleDownEnabled = false // empty nodes stay: replacement is the subject
+		o.ScaleDownEnabled = false       // empty nodes stay: replacement is the subject
 		o.ReplacementBrakeMinNodes = 100 // the incident is the subject, not the budget
 	}))
 	gpu := e.provider.AddGroup("gpu", 0, 40, gpuTemplate("gpu"), inmemory.WithTarget(20))
