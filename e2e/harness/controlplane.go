@@ -89,7 +89,9 @@ type ControlPlane struct {
 	pki         *pki
 	etcd        *embed.Etcd
 	etcdDataDir string
-	core        []*Process // apiserver, controller manager, scheduler, kwok, in start order
+	core        []*Process // apiserver, controller manager, scheduler, kwok, in start order (guarded by mu once started)
+	specs       map[string]coreSpec
+	etcdProxy   *freezableProxy // between the API server and etcd
 	probe       *http.Client
 
 	mu       sync.Mutex
@@ -101,6 +103,8 @@ type ControlPlane struct {
 // ports are the free 127.0.0.1 ports of one control plane.
 type ports struct {
 	etcdClient, etcdPeer, apiServer, controllerManager, scheduler, kwok int
+	// etcdServed is where the API server reaches etcd: the freezable proxy.
+	etcdServed int
 }
 
 // Start brings the control plane up on free 127.0.0.1 ports and waits until
@@ -159,10 +163,15 @@ func Start(ctx context.Context, bins Binaries, opts Options) (_ *ControlPlane, r
 		return nil, err
 	}
 
-	// etcd, in process.
+	// etcd, in process, behind a proxy that can freeze it.
 	if cp.etcd, err = startEtcd(ctx, cp.etcdDataDir, filepath.Join(cp.LogDir, "etcd.log"), p.etcdClient, p.etcdPeer); err != nil {
 		return nil, err
 	}
+	if cp.etcdProxy, err = newFreezableProxy(net.JoinHostPort("127.0.0.1", strconv.Itoa(p.etcdClient))); err != nil {
+		return nil, err
+	}
+	_, proxyPort, _ := net.SplitHostPort(cp.etcdProxy.addr())
+	p.etcdServed, _ = strconv.Atoi(proxyPort)
 
 	// kube-apiserver.
 	server := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(p.apiServer))
@@ -299,7 +308,7 @@ func newProbeClient(caFile string) (*http.Client, error) {
 
 func apiServerArgs(p *pki, pt ports, opts Options) []string {
 	return []string{
-		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", pt.etcdClient),
+		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", pt.etcdServed),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", pt.apiServer),
@@ -389,7 +398,13 @@ func (cp *ControlPlane) startCore(ctx context.Context, name, bin string, args ..
 	if err != nil {
 		return err
 	}
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
 	cp.core = append(cp.core, p)
+	if cp.specs == nil {
+		cp.specs = map[string]coreSpec{}
+	}
+	cp.specs[name] = coreSpec{bin: bin, args: args}
 	return nil
 }
 
@@ -401,6 +416,8 @@ func (cp *ControlPlane) waitUntil(ctx context.Context, what string, cond func(co
 
 // coreExited returns an error if one of the control plane processes exited.
 func (cp *ControlPlane) coreExited() error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
 	for _, p := range cp.core {
 		if p.exited() {
 			return p.exitError()
@@ -507,8 +524,14 @@ func (cp *ControlPlane) Stop() {
 		for i := len(extra) - 1; i >= 0; i-- {
 			cp.stopProcess(extra[i])
 		}
-		for i := len(cp.core) - 1; i >= 0; i-- {
-			cp.stopProcess(cp.core[i])
+		cp.mu.Lock()
+		core := append([]*Process(nil), cp.core...)
+		cp.mu.Unlock()
+		for i := len(core) - 1; i >= 0; i-- {
+			cp.stopProcess(core[i])
+		}
+		if cp.etcdProxy != nil {
+			cp.etcdProxy.close()
 		}
 		if cp.etcd != nil {
 			cp.etcd.Close()

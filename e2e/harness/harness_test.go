@@ -435,3 +435,39 @@ func TestStartFailsCleanly(t *testing.T) {
 		t.Errorf("etcd data not removed after the failed start (stat: %v)", statErr)
 	}
 }
+
+// TestFaults: with etcd frozen a write hangs (and nothing is stored);
+// thawed, the API server answers again. The API server killed refuses
+// connections; started again, it serves with its old state.
+func TestFaults(t *testing.T) {
+	cp := controlPlane(t)
+	ctx := t.Context()
+	cms := cp.Client.CoreV1().ConfigMaps(metav1.NamespaceDefault)
+	cp.FreezeEtcd()
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
+	_, err := cms.Create(short, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "frozen"}}, metav1.CreateOptions{})
+	cancel()
+	cp.ThawEtcd()
+	if err == nil {
+		t.Fatal("a write succeeded while etcd was frozen")
+	}
+	pollUntil(t, time.Minute, "the API server answering after the thaw", func() (bool, string) {
+		_, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "thawed"}}, metav1.CreateOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+	if err := cp.KillComponent(APIServer); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cms.Get(ctx, "thawed", metav1.GetOptions{}); err == nil {
+		t.Fatal("the API server answered after it was killed")
+	}
+	if err := cp.StartComponent(ctx, APIServer); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cms.Get(ctx, "thawed", metav1.GetOptions{}); err != nil {
+		t.Fatalf("after the restart: %v", err)
+	}
+	if err := cp.KillComponent("no-such"); err == nil {
+		t.Fatal("killing an unknown component: no error")
+	}
+}

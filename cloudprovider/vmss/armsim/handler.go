@@ -182,6 +182,9 @@ func (s *Server) handle(r *http.Request) response {
 	defer s.mu.Unlock()
 	now := s.clock.Now()
 	resp := s.route(r, kind, body, now)
+	if kind == kindWrite {
+		s.logWrite(r, body, resp.status, now)
+	}
 	header := "x-ms-ratelimit-remaining-subscription-reads"
 	if kind == kindWrite {
 		header = "x-ms-ratelimit-remaining-subscription-writes"

@@ -36,6 +36,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -110,6 +111,7 @@ type Server struct {
 	calls   map[string]int
 	buckets map[string]*bucket   // by request kind
 	blocked map[string]time.Time // request kind -> throttled until (Throttle)
+	writes  []Write              // every write request, in order
 
 	ts      *httptest.Server
 	cert    tls.Certificate
@@ -306,6 +308,52 @@ func (s *Server) ResetCalls() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls = map[string]int{}
+	s.writes = nil
+}
+
+// Write is one write request the simulator answered (PATCH, POST, PUT,
+// DELETE), whatever its outcome: what a test asserts on when ARM must hear
+// nothing, or a change exactly once.
+type Write struct {
+	At     time.Time
+	Method string
+	// ResourceGroup and ScaleSet name what it was about ("" when the path
+	// names no scale set).
+	ResourceGroup, ScaleSet string
+	// Op is the operation ("UpdateScaleSet", "DeleteInstances"), or "" for
+	// a path the simulator does not serve.
+	Op string
+	// Status is the HTTP status answered (429 when throttled).
+	Status int
+	// Capacity is the sku.capacity a scale-set update asked for, or -1.
+	Capacity int
+}
+
+// Writes returns the write requests answered since the start (or the last
+// ResetCalls), oldest first.
+func (s *Server) Writes() []Write {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Write(nil), s.writes...)
+}
+
+// logWrite records a write request. Callers hold s.mu.
+func (s *Server) logWrite(r *http.Request, body []byte, status int, now time.Time) {
+	w := Write{At: now, Method: r.Method, Status: status, Capacity: -1}
+	if rt, ok := parseRoute(r.URL.EscapedPath()); ok {
+		w.ResourceGroup, w.ScaleSet, w.Op = rt.rg, rt.name, rt.ops[r.Method]
+	}
+	if w.Op == OpUpdateScaleSet {
+		var patch struct {
+			SKU *struct {
+				Capacity *int64 `json:"capacity"`
+			} `json:"sku"`
+		}
+		if json.Unmarshal(body, &patch) == nil && patch.SKU != nil && patch.SKU.Capacity != nil {
+			w.Capacity = int(*patch.SKU.Capacity)
+		}
+	}
+	s.writes = append(s.writes, w)
 }
 
 // Throttle answers every request of the kind ("read" or "write") with 429

@@ -653,6 +653,20 @@ func TestThrottling(t *testing.T) {
 		if st := env.state(t, "pool"); st.Capacity != 2 {
 			t.Fatalf("capacity %d, want 2", st.Capacity)
 		}
+		// The write log has every attempt: the throttled ones and the last.
+		ws := env.srv.Writes()
+		if len(ws) < 2 {
+			t.Fatalf("write log %+v, want the throttled write and the accepted one", ws)
+		}
+		for i, w := range ws {
+			wantStatus := http.StatusTooManyRequests
+			if i == len(ws)-1 {
+				wantStatus = http.StatusOK
+			}
+			if w.Op != OpUpdateScaleSet || w.ScaleSet != "pool" || w.Capacity != 2 || w.Status != wantStatus || w.Method != http.MethodPatch {
+				t.Fatalf("write %d: %+v, want a PATCH of pool to capacity 2 answered %d", i, w, wantStatus)
+			}
+		}
 	})
 }
 
