@@ -58,6 +58,11 @@ const (
 	// then answers 500 InternalServerError, as a gateway that lost the
 	// response does: the change is made, the caller hears it failed.
 	FaultCommitThenServerError
+	// FaultDeleteFails accepts an instance deletion (202, the VMs go
+	// Deleting), then the operation ends Failed with
+	// InternalExecutionError and the VMs are Running again, as when Azure
+	// fails to delete a VM: the machines live on.
+	FaultDeleteFails
 )
 
 // String returns the fault kind's name.
@@ -75,6 +80,8 @@ func (k FaultKind) String() string {
 		return "CommitThenServerError"
 	case FaultServerError:
 		return "ServerError"
+	case FaultDeleteFails:
+		return "DeleteFails"
 	}
 	return "FaultKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -150,6 +157,8 @@ type vmRecord struct {
 	created    time.Time
 	readyAt    time.Time // Creating -> Running or Failed
 	deleteAt   time.Time // Deleting -> gone
+	// deleteFails: at deleteAt the VM is Running again (FaultDeleteFails).
+	deleteFails bool
 	// notified is set once VMRunning succeeded for the VM.
 	notified bool
 	// hookFailures counts hook calls for the VM that failed in a row.
@@ -280,7 +289,7 @@ func (s *Server) ScaleSet(rg, name string) (ScaleSetState, error) {
 // InjectFault makes the scale set suffer f. Faults of several kinds (and
 // several of one kind, applied in turn) can be active at once.
 func (s *Server) InjectFault(rg, name string, f Fault) error {
-	if f.Kind < FaultQuota || f.Kind > FaultCommitThenServerError {
+	if f.Kind < FaultQuota || f.Kind > FaultDeleteFails {
 		return fmt.Errorf("injecting fault into scale set %s/%s: unknown kind %v", rg, name, f.Kind)
 	}
 	if f.Count < 0 || f.Duration < 0 {
@@ -547,13 +556,19 @@ func (s *Server) deleteInstances(set *scaleSet, ids []string, now time.Time) (*o
 		}
 		vms = append(vms, vm)
 	}
+	_, fails := set.takeFault(FaultDeleteFails)
 	for _, vm := range vms {
 		if vm.state != StateDeleting {
 			s.startDeleting(vm, now)
+			vm.deleteFails = fails
 		}
 	}
 	set.etag++
-	op := s.newOperation(set, "", "", now)
+	errCode, errMessage := "", ""
+	if fails {
+		errCode, errMessage = CodeInternalExecutionError, "An internal execution error occurred while deleting the virtual machines. Please retry later."
+	}
+	op := s.newOperation(set, errCode, errMessage, now)
 	klog.V(2).InfoS("Deleting scale set instances", "resourceGroup", set.rg, "name", set.name, "instanceIDs", ids,
 		"capacity", set.capacity(), "operation", op.id)
 	return op, nil
@@ -579,6 +594,9 @@ func (s *Server) transition(now time.Time) []*vmRecord {
 				} else {
 					vm.state = StateRunning
 				}
+			case vm.state == StateDeleting && !now.Before(vm.deleteAt) && vm.deleteFails:
+				vm.state, vm.deleteFails = StateRunning, false
+				set.etag++
 			case vm.state == StateDeleting && !now.Before(vm.deleteAt):
 				delete(set.vms, id)
 				removed = append(removed, vm)

@@ -550,6 +550,32 @@ func TestDeleteInstances(t *testing.T) {
 			t.Fatalf("VMs %v, want only 0", got)
 		}
 	})
+
+	t.Run("failed deletion", func(t *testing.T) {
+		if err := env.srv.InjectFault(testRG, "pool", Fault{Kind: FaultDeleteFails, Count: 1}); err != nil {
+			t.Fatal(err)
+		}
+		poller, err := env.sets.BeginDeleteInstances(ctx, testRG, "pool",
+			armcompute.VirtualMachineScaleSetVMInstanceRequiredIDs{InstanceIDs: []*string{to.Ptr("0")}}, nil)
+		if err != nil {
+			t.Fatalf("BeginDeleteInstances: %v", err)
+		}
+		if st := env.state(t, "pool"); vmStates(st)["0"] != StateDeleting || st.Capacity != 0 {
+			t.Fatalf("after the accepted delete: %+v, want VM 0 Deleting", st)
+		}
+		_, err = poller.PollUntilDone(ctx, pollOpts())
+		if re := responseError(t, err); re.ErrorCode != CodeInternalExecutionError {
+			t.Fatalf("operation error code %s, want %s", re.ErrorCode, CodeInternalExecutionError)
+		}
+		env.clock.Step(30 * time.Second)
+		env.srv.Advance(ctx)
+		if st := env.state(t, "pool"); !mapsEqual(vmStates(st), map[string]string{"0": StateRunning}) || st.Capacity != 1 {
+			t.Fatalf("after the failed delete: %+v, want VM 0 Running again", st)
+		}
+		if _, deleted := hook.snapshot(); len(deleted) != 2 {
+			t.Fatalf("VMDeleted calls %v: a VM whose deletion failed was reported deleted", deleted)
+		}
+	})
 }
 
 func TestListVMsPaging(t *testing.T) {
