@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,6 +32,7 @@ type scenario struct {
 	rg     string
 	prefix string
 	sets   []string
+	mu     sync.Mutex // procs and addrs, added to by supervisors
 	procs  []*harness.Process
 	addrs  map[*harness.Process]string
 }
@@ -57,12 +59,16 @@ func newScenario(t *testing.T) *scenario {
 	}
 	sc := &scenario{t: t, ctx: ctx, s: theSuite, ns: ns, rg: "MC_e2e_" + short + "_eastus", prefix: short, addrs: map[*harness.Process]string{}}
 	t.Cleanup(func() {
-		for _, p := range sc.procs {
+		cancel() // supervisors start nothing more
+		sc.mu.Lock()
+		procs := append([]*harness.Process(nil), sc.procs...)
+		sc.mu.Unlock()
+		for _, p := range procs {
 			_ = p.Stop()
 		}
 		if t.Failed() {
 			t.Log(theSuite.cp.LogHint())
-			for _, p := range sc.procs {
+			for _, p := range procs {
 				t.Logf("autoscaler log: %s", p.LogFile)
 			}
 		}
@@ -85,7 +91,20 @@ func (sc *scenario) scaleSet(name, sku string, capacity int, tags map[string]str
 // autoscaler starts the binary with the scenario's flags plus extra ones.
 func (sc *scenario) autoscaler(name string, extra ...string) *harness.Process {
 	sc.t.Helper()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(sc.t))
+	p, err := sc.startAutoscaler(name, extra...)
+	if err != nil {
+		sc.t.Fatal(err)
+	}
+	return p
+}
+
+// startAutoscaler is autoscaler without failing the test (for goroutines).
+func (sc *scenario) startAutoscaler(name string, extra ...string) (*harness.Process, error) {
+	port, err := freePortErr()
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	args := []string{
 		"--kubeconfig=" + sc.s.cp.Kubeconfig,
 		"--namespace=" + sc.ns,
@@ -107,11 +126,13 @@ func (sc *scenario) autoscaler(name string, extra ...string) *harness.Process {
 	}
 	p, err := sc.s.cp.StartProcess(sc.ctx, sc.prefix+"-"+name, sc.s.autoscaler, append(args, extra...)...)
 	if err != nil {
-		sc.t.Fatal(err)
+		return nil, err
 	}
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
 	sc.procs = append(sc.procs, p)
 	sc.addrs[p] = addr
-	return p
+	return p, nil
 }
 
 // workload creates a Deployment whose pods may only land on the given scale sets.
@@ -237,7 +258,10 @@ func (sc *scenario) events(reason string) []apiv1.Event {
 }
 
 func (sc *scenario) get(p *harness.Process, path string) (int, string) {
-	resp, err := http.Get("http://" + sc.addrs[p] + path)
+	sc.mu.Lock()
+	addr := sc.addrs[p]
+	sc.mu.Unlock()
+	resp, err := http.Get("http://" + addr + path)
 	if err != nil {
 		return 0, err.Error()
 	}

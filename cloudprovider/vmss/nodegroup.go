@@ -326,7 +326,7 @@ func (g *scaleSet) IncreaseSize(ctx context.Context, delta int) error {
 	g.opSeq++
 	op, maxID := g.opSeq, g.maxInstanceID
 	g.mu.Unlock()
-	watch(g, poller, "scale-up", op, delta, maxID)
+	watch(g, poller, "scale-up", op, delta, maxID, nil)
 	return nil
 }
 
@@ -390,7 +390,9 @@ func isPreconditionFailed(err error) bool {
 // watch polls a long-running operation in the background. A failed
 // scale-up is recorded so the machines it never created show up as failed
 // instances (VMs it created in a failed state are reported by the VM list).
-func watch[T any](g *scaleSet, poller *runtime.Poller[T], kind string, op, count, maxIDBefore int) {
+//
+// onFail, if set, runs (under no lock) when the operation failed.
+func watch[T any](g *scaleSet, poller *runtime.Poller[T], kind string, op, count, maxIDBefore int, onFail func()) {
 	p := g.p
 	p.wg.Add(1)
 	go func() {
@@ -407,6 +409,9 @@ func watch[T any](g *scaleSet, poller *runtime.Poller[T], kind string, op, count
 		}
 		p.metrics.lroFailures.WithLabelValues(g.name, code).Inc()
 		klog.ErrorS(err, "Scale set operation failed", "scaleSet", g.name, "operation", kind, "class", cloudprovider.ClassOf(cerr).String())
+		if onFail != nil {
+			onFail()
+		}
 		if kind != "scale-up" {
 			return
 		}
@@ -488,9 +493,11 @@ func (g *scaleSet) DeleteNodes(ctx context.Context, providerIDs []string) error 
 	for _, id := range ids {
 		want[id] = true
 	}
+	var marked []string
 	for i, in := range g.instances {
 		ref, _ := parseProviderID(in.ProviderID)
 		if want[ref.instanceID] {
+			marked = append(marked, strings.ToLower(in.ProviderID))
 			g.deleting[strings.ToLower(in.ProviderID)] = true
 			if g.view.capacity > 0 {
 				g.view.capacity-- // ARM lowers the capacity with each deleted instance
@@ -502,7 +509,17 @@ func (g *scaleSet) DeleteNodes(ctx context.Context, providerIDs []string) error 
 	g.opSeq++
 	op := g.opSeq
 	g.mu.Unlock()
-	watch(g, poller, "delete", op, len(ids), 0)
+	// A deletion whose operation failed leaves its VMs as ARM lists them
+	// (Running again, when Azure could not delete them): they are no longer
+	// reported deleting, so the core sees them alive and takes the
+	// deletion back.
+	watch(g, poller, "delete", op, len(ids), 0, func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		for _, k := range marked {
+			delete(g.deleting, k) // the next refresh lists them as ARM has them
+		}
+	})
 	return nil
 }
 
@@ -549,7 +566,7 @@ func (g *scaleSet) DecreaseTargetSize(ctx context.Context, delta int) error {
 	g.opSeq++
 	op := g.opSeq
 	g.mu.Unlock()
-	watch(g, poller, "decrease", op, -delta, 0)
+	watch(g, poller, "decrease", op, -delta, 0, nil)
 	return nil
 }
 

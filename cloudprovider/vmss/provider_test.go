@@ -535,3 +535,43 @@ func TestFailedWriteNotCommittedIsWrittenAgain(t *testing.T) {
 		t.Fatalf("calls %v: want a PATCH answered 500, one GET, the PATCH again", c)
 	}
 }
+
+// TestFailedDeletionListsTheMachinesAliveAgain: ARM accepts a deletion,
+// its operation fails and the VMs run again. Once the operation is known
+// failed, the instances are listed Running, not deleting for ever: the
+// core can take the deletion back (untaint, retry).
+func TestFailedDeletionListsTheMachinesAliveAgain(t *testing.T) {
+	f := newFixture(t, []armsim.ScaleSetSpec{gpuSet("gpu", 3, nil)}, withNodes("0:10:gpu"))
+	f.sim.Advance(f.ctx)
+	f.refresh()
+	g := f.group("gpu")
+	if err := f.sim.InjectFault("rg", "gpu", armsim.Fault{Kind: armsim.FaultDeleteFails, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ins, _ := g.Instances()
+	victim := ins[0].ProviderID
+	if err := g.DeleteNodes(f.ctx, []string{victim}); err != nil {
+		t.Fatal(err)
+	}
+	state := func() cloudprovider.InstanceState {
+		ins, _ := g.Instances()
+		for _, in := range ins {
+			if strings.EqualFold(in.ProviderID, victim) {
+				return in.State
+			}
+		}
+		return -1
+	}
+	if st := state(); st != cloudprovider.InstanceDeleting {
+		t.Fatalf("state %v right after the delete, want deleting", st)
+	}
+	eventually(t, "the failed deletion to be counted", func() bool {
+		return testutil.ToFloat64(f.p.metrics.lroFailures.WithLabelValues("gpu", "InternalExecutionError")) == 1
+	})
+	eventually(t, "the machine listed Running again", func() bool {
+		f.sim.Advance(f.ctx)
+		f.expire()
+		f.refresh()
+		return state() == cloudprovider.InstanceRunning
+	})
+}
