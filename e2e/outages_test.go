@@ -330,7 +330,8 @@ func TestFailedCreateAndDeleteOperations(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := sc.autoscaler("one", fastScaleDown("--nodes=0:20:"+cpu, "--node-addition-adaptive=false", "--node-addition-rate=600",
-		"--node-addition-burst=10", "--initial-node-group-backoff-duration=5s")...)
+		"--node-addition-burst=10", "--initial-node-group-backoff-duration=5s",
+		"--scale-down-brake-cluster-share=1", "--scale-down-brake-group-share=1")...) // the brake is not the subject
 	sc.workload("web", 4, "12", 0, cpu)
 	sc.eventually("4 pods Running", 3*time.Minute, allRunning(sc, 4))
 	sc.steadyFor(p, 5, "capacity 4", sc.capacityIs(cpu, 4))
