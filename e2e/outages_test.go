@@ -203,8 +203,10 @@ func TestAPIServerKilledMidScaleUp(t *testing.T) {
 func TestEtcdFrozenUntilEveryNodeIsNotReady(t *testing.T) {
 	sc := newScenario(t)
 	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 0, nil)
+	// Nodes younger than --max-node-startup-time are still starting, not
+	// unready: 20 s, so that the nodes of this scenario are past it.
 	as := sc.supervise("one", fastScaleDown("--nodes=0:40:"+cpu, "--node-addition-adaptive=false",
-		"--node-addition-rate=600", "--node-addition-burst=10")...)
+		"--node-addition-rate=600", "--node-addition-burst=10", "--max-node-startup-time=20s")...)
 	sc.workload("web", 6, "12", 0, cpu)
 	sc.eventually("6 pods Running", 2*time.Minute, allRunning(sc, 6))
 	p := as.serving(time.Minute)
