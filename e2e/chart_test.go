@@ -152,28 +152,56 @@ func TestChartAppliesAndRuns(t *testing.T) {
 	if got := metricValue(body, "vmss_autoscaler_node_addition_rate_nodes_per_minute"); got != 600 {
 		t.Fatalf("rate %v after the refused edit, want the last good 600", got)
 	}
-	// The kubelet refreshes the mounted file with the bad edit, and the
-	// replica is killed: it comes back on the last good configuration
-	// instead of crash-looping on its own flags file.
+	// The kubelet refreshes the mounted file with the bad edit, and every
+	// replica is killed (a node drain, a rollout): both come back on the
+	// last good configuration instead of crash-looping on their flags file.
 	cur, err := cms.Get(sc.ctx, cm.Name, metav1.GetOptions{})
 	must(t, err)
 	must(t, os.WriteFile(configFile, []byte(cur.Data["config.yaml"]), 0o600))
 	must(t, p.Kill())
 	<-p.Exited()
-	p2, err := sc.s.cp.StartProcessEnv(sc.ctx, sc.prefix+"-chart-restarted", sc.s.autoscaler, env, append(args, "-v=2")...)
-	must(t, err)
-	sc.procs = append(sc.procs, p2)
-	sc.addrs[p2] = addr
-	sc.eventually("the restarted replica on the last good configuration", time.Minute, func() (bool, string) {
-		select {
-		case <-p2.Exited():
-			t.Fatalf("the restarted replica exited on its refused flags file: see %s", p2.LogFile)
-		default:
+	var replicas []*harness.Process
+	for i := range 2 {
+		a := addr
+		if i > 0 {
+			a = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 		}
-		_, body := sc.get(p2, "/metrics")
-		rate, fb := metricValue(body, "vmss_autoscaler_node_addition_rate_nodes_per_minute"), metricValue(body, "vmss_autoscaler_config_fallback")
-		return rate == 600 && fb == 1, fmt.Sprintf("rate %v, config_fallback %v", rate, fb)
+		rargs := make([]string, 0, len(args)+1)
+		for _, x := range args {
+			if strings.HasPrefix(x, "--address=") {
+				x = "--address=" + a
+			}
+			rargs = append(rargs, x)
+		}
+		r, err := sc.s.cp.StartProcessEnv(sc.ctx, fmt.Sprintf("%s-chart-restarted-%d", sc.prefix, i), sc.s.autoscaler, env, append(rargs, "-v=2")...)
+		must(t, err)
+		sc.procs = append(sc.procs, r)
+		sc.addrs[r] = a
+		replicas = append(replicas, r)
+	}
+	sc.eventually("both replicas up on the last good configuration, one leading at its rate", time.Minute, func() (bool, string) {
+		leading, state := 0, ""
+		for _, r := range replicas {
+			select {
+			case <-r.Exited():
+				t.Fatalf("a restarted replica exited on its refused flags file: see %s", r.LogFile)
+			default:
+			}
+			_, body := sc.get(r, "/metrics")
+			rate, fb := metricValue(body, "vmss_autoscaler_node_addition_rate_nodes_per_minute"), metricValue(body, "vmss_autoscaler_config_fallback")
+			if fb != 1 {
+				return false, fmt.Sprintf("%s: config_fallback %v", r.Name, fb)
+			}
+			if rate == 600 { // the rate is published by the leader's loops
+				leading++
+			}
+			state += fmt.Sprintf("%s: rate %v; ", r.Name, rate)
+		}
+		return leading == 1, state
 	})
+	// One of them leads and scales on the last good rate.
+	sc.scaleDeployment("web", 9)
+	sc.eventually("9 pods Running on the restarted replicas", 2*time.Minute, allRunning(sc, 9))
 	sc.eventually("a ConfigFallback event on the flags ConfigMap", 30*time.Second, func() (bool, string) {
 		n := sc.eventsWith("ConfigFallback", "running on the last good configuration")
 		return n > 0, fmt.Sprintf("%d events", n)
