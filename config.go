@@ -17,6 +17,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/bounds"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
 )
 
@@ -237,7 +238,31 @@ func (c *config) finish() error {
 	if c.maxInactivity <= 0 || c.maxFailingTime <= 0 {
 		return fmt.Errorf("--max-inactivity %s, --max-failing-time %s: must be positive", c.maxInactivity, c.maxFailingTime)
 	}
-	return nil
+	return c.validateRanges()
+}
+
+// validateRanges checks the binary's own durations and counts at both ends
+// (core.Options.Validate checks the loop's).
+func (c *config) validateRanges() error {
+	const day = 24 * time.Hour
+	return bounds.First(
+		func() error { return bounds.Float("--kube-client-qps", float64(c.kubeClientQPS), 0.1, 100_000) },
+		func() error { return bounds.Int("--kube-client-burst", c.kubeClientBurst, 1, 100_000) },
+		func() error {
+			return bounds.Duration("--apiserver-metrics-interval", c.apiserverMetricsInterval, 0, day)
+		},
+		func() error { return bounds.Duration("--max-inactivity", c.maxInactivity, time.Second, 7*day) },
+		func() error { return bounds.Duration("--max-failing-time", c.maxFailingTime, time.Second, 7*day) },
+		func() error {
+			return bounds.Duration("--leader-elect-lease-duration", c.leaseDuration, time.Millisecond, time.Hour)
+		},
+		func() error {
+			return bounds.Duration("--leader-elect-renew-deadline", c.renewDeadline, time.Millisecond, time.Hour)
+		},
+		func() error {
+			return bounds.Duration("--leader-elect-retry-period", c.retryPeriod, time.Millisecond, time.Hour)
+		},
+	)
 }
 
 // applyConfigFile sets, from a YAML map of flag name to value (a list for

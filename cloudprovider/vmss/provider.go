@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -317,11 +316,10 @@ func (p *Provider) managed(s *armcompute.VirtualMachineScaleSet) (int, int, bool
 		if !d.matches(tags) {
 			continue
 		}
-		minSize, err1 := strconv.Atoi(tags[tagMin])
-		maxSize, err2 := strconv.Atoi(tags[tagMax])
-		if err1 != nil || err2 != nil || minSize < 0 || minSize > maxSize || maxSize < 1 {
+		minSize, maxSize, err := groupBounds(tags)
+		if err != nil {
 			klog.InfoS("Ignoring discovered scale set with missing or invalid min/max tags",
-				"scaleSet", *s.Name, "min", tags[tagMin], "max", tags[tagMax])
+				"scaleSet", *s.Name, "err", err)
 			return 0, 0, false
 		}
 		return minSize, maxSize, true
