@@ -177,6 +177,9 @@ func parseProviderID(id string) (vmRef, bool) {
 		parts[5] != "microsoft.compute" || parts[6] != "virtualmachinescalesets" || parts[8] != "virtualmachines" {
 		return vmRef{}, false
 	}
+	if parts[1] == "" || parts[3] == "" || parts[7] == "" || parts[9] == "" {
+		return vmRef{}, false
+	}
 	return vmRef{subscription: parts[1], resourceGroup: parts[3], scaleSet: parts[7], instanceID: parts[9]}, true
 }
 

@@ -158,6 +158,9 @@ func templateNode(ss *scaleSetView, sku skuInfo, gpuResource string) (*apiv1.Nod
 	// agent-pool label, and ours only when a label tag says so: a template
 	// must not promise a label its nodes lack.
 	if pool, ok := ss.tags[tagAKSPool]; ok {
+		if errs := validation.IsValidLabelValue(pool); len(errs) > 0 {
+			return nil, fmt.Errorf("scale set %s: tag %s=%q: not a label value: %s", ss.name, tagAKSPool, pool, strings.Join(errs, "; "))
+		}
 		labels[AgentPoolLabel] = pool
 	} else {
 		labels[NodeGroupLabel] = ss.name

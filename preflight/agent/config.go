@@ -200,7 +200,9 @@ func (r *rawConfig) validate() (*checkConfig, error) {
 		c.Checks = append(c.Checks, ch)
 	}
 
-	if r.Deadline == "" {
+	if r.Deadline == "" && sum > maxDeadline {
+		fail("deadline: the checks' worst case (every timeout and retry) is %s, above %s: set a deadline", sum, maxDeadline)
+	} else if r.Deadline == "" {
 		c.Deadline = sum
 	} else if d, err := time.ParseDuration(r.Deadline); err != nil {
 		fail("deadline: invalid duration %q: want a Go duration such as 10m", r.Deadline)
