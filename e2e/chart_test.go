@@ -55,7 +55,7 @@ func TestChartAppliesAndRuns(t *testing.T) {
 			"node-addition-rate":            6,
 			"node-addition-burst":           1,
 			"node-addition-adaptive":        false,
-			"balloon-namespace":             sc.ns,
+			"balloon-namespace":             sc.ns + "-balloons", // created by the chart
 		},
 		"balloons":  map[string]any{"enabled": true},
 		"preflight": map[string]any{"enabled": true},
