@@ -102,6 +102,7 @@ preflight:
 serviceMonitor:
   enabled: true
   labels: {release: prometheus}
+  prometheusServiceAccount: {name: prometheus, namespace: monitoring}
 prometheusRule:
   enabled: true
   additionalLabels: {team: infra}
@@ -402,7 +403,7 @@ func TestRenderDefaults(t *testing.T) {
 
 	want := map[string]int{
 		"Deployment": 1, "DaemonSet": 1, "ServiceAccount": 2, "ConfigMap": 3, "Service": 1,
-		"PodDisruptionBudget": 1, "PriorityClass": 1, "ClusterRole": 2, "ClusterRoleBinding": 2,
+		"PodDisruptionBudget": 1, "PriorityClass": 1, "ClusterRole": 3, "ClusterRoleBinding": 2, // + the metrics reader
 		"Role": 2, "RoleBinding": 2, "Namespace": 1,
 		"ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2,
 	}
@@ -452,17 +453,19 @@ func TestRenderDefaults(t *testing.T) {
 		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
 		t.Errorf("container securityContext = %+v", sc)
 	}
-	for _, a := range []string{"--config=/etc/vmss-autoscaler/config.yaml", "--namespace=" + namespace, "--address=:8085"} {
+	for _, a := range []string{"--config=/etc/vmss-autoscaler/config.yaml", "--namespace=" + namespace, "--address=127.0.0.1:8085", "--secure-address=:8443"} {
 		if !slices.Contains(c.Args, a) {
 			t.Errorf("args %q lack %q", c.Args, a)
 		}
 	}
 	checkArgs(t, "Deployment", c.Args, autoscalerFlags(t))
-	if p := c.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != "metrics" {
-		t.Errorf("livenessProbe = %+v, want GET /healthz on the metrics port", p)
+	if p := c.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != "metrics" ||
+		p.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+		t.Errorf("livenessProbe = %+v, want GET https /healthz on the metrics port", p)
 	}
-	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 8085 {
-		t.Errorf("ports = %+v, want 8085", c.Ports)
+	// The network sees only the TLS listener; the plain one is on loopback.
+	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 8443 {
+		t.Errorf("ports = %+v, want the TLS listener's 8443", c.Ports)
 	}
 	if got := c.Resources.Requests.Memory().String(); got != "6Gi" {
 		t.Errorf("memory request = %s, want 6Gi", got)
@@ -683,6 +686,44 @@ func TestRenderAllSwitches(t *testing.T) {
 	}
 	if len(sel) == 0 {
 		t.Error("ServiceMonitor has no selector")
+	}
+	// The scrape goes to the TLS listener with Prometheus' token, and the
+	// reader ClusterRole is bound to Prometheus' ServiceAccount.
+	ep, _ := yamlPath(sm.m, "spec", "endpoints").([]any)
+	if len(ep) != 1 {
+		t.Fatalf("ServiceMonitor endpoints %v", ep)
+	}
+	e, _ := ep[0].(map[string]any)
+	if e["scheme"] != "https" || e["bearerTokenFile"] != "/var/run/secrets/kubernetes.io/serviceaccount/token" || e["port"] != "metrics" {
+		t.Errorf("ServiceMonitor endpoint %v, want https with the bearer token file on the metrics port", e)
+	}
+	reader := decode[*rbacv1.ClusterRole](t, r.get(t, "ClusterRole", "vmss-autoscaler-metrics-reader"))
+	if want := []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}; fmt.Sprint(reader.Rules) != fmt.Sprint(want) {
+		t.Errorf("metrics reader rules %+v, want %+v", reader.Rules, want)
+	}
+	crb := decode[*rbacv1.ClusterRoleBinding](t, r.get(t, "ClusterRoleBinding", "vmss-autoscaler-metrics-reader"))
+	if len(crb.Subjects) != 1 || crb.Subjects[0].Name != "prometheus" || crb.Subjects[0].Namespace != "monitoring" {
+		t.Errorf("metrics reader bound to %+v, want monitoring/prometheus", crb.Subjects)
+	}
+}
+
+// TestMetricsPlain: metrics.secure.enabled false serves plain on all
+// interfaces (the old behaviour) and grants no token or access reviews.
+func TestMetricsPlain(t *testing.T) {
+	r := mustRender(t, parseValues(t, "metrics: {port: 8085, secure: {enabled: false}}\nserviceMonitor: {enabled: true}"))
+	c := decode[*appsv1.Deployment](t, r.get(t, "Deployment", "vmss-autoscaler")).Spec.Template.Spec.Containers[0]
+	if !slices.Contains(c.Args, "--address=:8085") || slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--secure-address") }) {
+		t.Errorf("args %q, want the plain listener only", c.Args)
+	}
+	if c.LivenessProbe.HTTPGet.Scheme == corev1.URISchemeHTTPS {
+		t.Error("liveness probe over HTTPS without the TLS listener")
+	}
+	cr := decode[*rbacv1.ClusterRole](t, r.get(t, "ClusterRole", "vmss-autoscaler"))
+	if allows(cr.Rules, grant{"authentication.k8s.io", "tokenreviews", "create", ""}) {
+		t.Error("tokenreviews granted without the TLS listener")
+	}
+	if strings.Contains(r.get(t, "ServiceMonitor", "vmss-autoscaler").raw, "https") {
+		t.Error("ServiceMonitor scrapes https without the TLS listener")
 	}
 }
 
@@ -1239,8 +1280,10 @@ func TestRBACCoversTheCode(t *testing.T) {
 				grant{"", "nodes", "get", ""}, grant{"", "nodes", "update", ""}, // taints, cordon (actuation.KubeNodeActions)
 				grant{"", "pods/eviction", "create", ""},                            // drains
 				grant{"", "events", "create", ""}, grant{"", "events", "patch", ""}, // the event recorder
-				grant{"scheduling.k8s.io", "priorityclasses", "get", pc},    // balloon.Controller.ensurePriorityClass
-				grant{"scheduling.k8s.io", "priorityclasses", "create", ""}, // ... if missing; the name by admission policy
+				grant{"scheduling.k8s.io", "priorityclasses", "get", pc},            // balloon.Controller.ensurePriorityClass
+				grant{"scheduling.k8s.io", "priorityclasses", "create", ""},         // ... if missing; the name by admission policy
+				grant{"authentication.k8s.io", "tokenreviews", "create", ""},        // secureserve: who is calling
+				grant{"authorization.k8s.io", "subjectaccessreviews", "create", ""}, // ... and may they get /metrics
 			)
 			status, lease := str("status-config-map-name", "vmss-autoscaler-status"), str("leader-elect-resource-name", "vmss-autoscaler")
 			watched := []string{str("priority-expander-configmap", "vmss-autoscaler-priority-expander")}

@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +16,7 @@ import (
 	authv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apiv1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -349,3 +353,66 @@ func balloonDeployment(ns string) *appsv1.Deployment {
 }
 
 func errOf[T any](_ T, err error) error { return err }
+
+// checkSecureMetrics proves the autoscaler's TLS listener at addr (the
+// chart's --secure-address, run as the chart's ServiceAccount) on the real
+// API server: /healthz is open (the kubelet's probe), /metrics needs a
+// token (TokenReview) that RBAC lets get /metrics (SubjectAccessReview): a
+// ServiceAccount bound to the chart's <full>-metrics-reader reads it, the
+// namespace's default ServiceAccount is forbidden.
+func (sc *scenario) checkSecureMetrics(addr, full string) {
+	sc.t.Helper()
+	t, ctx, admin := sc.t, sc.ctx, sc.s.cp.Client
+	_, err := admin.CoreV1().ServiceAccounts(sc.ns).Create(ctx, &apiv1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "scraper"}}, metav1.CreateOptions{})
+	must(t, err)
+	binding := sc.ns + "-scraper"
+	_, err = admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: binding},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: full + "-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "scraper", Namespace: sc.ns}},
+	}, metav1.CreateOptions{})
+	must(t, err)
+	t.Cleanup(func() {
+		_ = admin.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding, metav1.DeleteOptions{})
+	})
+	token := func(sa string) string {
+		exp := int64(3600)
+		tok, err := admin.CoreV1().ServiceAccounts(sc.ns).CreateToken(ctx, sa, &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+		must(t, err)
+		return tok.Status.Token
+	}
+	scraper, other := token("scraper"), token("default")
+	// The listener's certificate is self-signed (no certSecret): the token,
+	// not the chain, is what this checks.
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed
+	get := func(path, tok string) (int, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+path, nil)
+		must(t, err)
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer func() { _ = resp.Body.Close() }()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	for _, tc := range []struct {
+		what, path, token string
+		want              int
+		body              string
+	}{
+		{"/healthz without a token", "/healthz", "", http.StatusOK, ""},
+		{"/metrics without a token", "/metrics", "", http.StatusUnauthorized, "Unauthorized"},
+		{"/metrics with a token RBAC does not allow", "/metrics", other, http.StatusForbidden, "may not get /metrics"},
+		{"/metrics with the scraper's token", "/metrics", scraper, http.StatusOK, "vmss_autoscaler_"},
+	} {
+		sc.eventually("secure listener: "+tc.what, 30*time.Second, func() (bool, string) {
+			code, body := get(tc.path, tc.token)
+			return code == tc.want && strings.Contains(body, tc.body), fmt.Sprintf("%d %.200q", code, body)
+		})
+		t.Logf("secure listener: %s: %d", tc.what, tc.want)
+	}
+}
