@@ -256,8 +256,9 @@ func TestPreflightAgentOwnNodeOnly(t *testing.T) {
 	// Node B was never touched.
 	nb, err := ss.s.cp.Client.CoreV1().Nodes().Get(ss.ctx, b.Name, metav1.GetOptions{})
 	must(t, err)
-	if nb.ResourceVersion != b.ResourceVersion && nb.Labels["vmss-autoscaler.io/preflight"] != "pending" {
-		t.Fatalf("node B changed: labels %v", nb.Labels)
+	if nb.Labels["vmss-autoscaler.io/preflight"] != "pending" || len(nb.Spec.Taints) != 2 || nb.Spec.Unschedulable ||
+		nb.Annotations["vmss-autoscaler.io/preflight-failure"] != "" || nb.Annotations["vmss-autoscaler.io/preflight-passed-at"] != "" {
+		t.Fatalf("node B changed: labels %v, taints %+v, annotations %v", nb.Labels, nb.Spec.Taints, nb.Annotations)
 	}
 }
 
