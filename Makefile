@@ -20,9 +20,9 @@ IMAGE ?=
 PREFLIGHT_BASE ?=
 PREFLIGHT_IMAGE ?=
 
-.PHONY: test deps lint unit e2e bench build demo image push dashboards
+.PHONY: test deps lint unit fuzz e2e bench build demo image push dashboards
 
-test: deps lint unit e2e
+test: deps lint unit fuzz e2e
 
 # Prometheus (Debian's package) for the dashboard e2e test; a no-op when present.
 deps:
@@ -36,6 +36,30 @@ lint:
 # Every package but the end-to-end ones, with the race detector.
 unit:
 	$(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v /e2e)
+
+# Go native fuzzing of every parser of untrusted input, each for FUZZTIME
+# (go test runs one fuzz target at a time). A crash is written to the
+# package's testdata/fuzz/<Fuzz...>/ and then runs with every go test:
+# commit it with the fix as its regression test.
+FUZZTIME ?= 10s
+FUZZ_TARGETS = \
+	./cloudprovider/vmss:FuzzScaleSetTags \
+	./cloudprovider/vmss:FuzzParseProviderID \
+	./cloudprovider/vmss:FuzzAutoDiscovery \
+	./cloudprovider:FuzzParseNodeGroupSpec \
+	./preflight:FuzzParseTaint \
+	./preflight/agent:FuzzTaintFlag \
+	./preflight/agent:FuzzChecksYAML \
+	.:FuzzFlagsYAML \
+	./core/scaleup:FuzzParsePriorities \
+	./balloon:FuzzParsePolicies \
+	./ratelimit:FuzzParseRejected
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 # End-to-end: a real control plane, kwok and the ARM simulator (the control
 # plane is built into .cache/bin on first use).

@@ -17,6 +17,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/bounds"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
 )
 
@@ -41,6 +42,9 @@ type config struct {
 	warmPools                []string
 
 	address        string
+	secureAddress  string
+	tlsCertFile    string
+	tlsKeyFile     string
 	maxInactivity  time.Duration
 	maxFailingTime time.Duration
 
@@ -160,7 +164,10 @@ Flags:
 	live.StringArrayVar(&c.core.StatusTaints, "status-taint", nil, "taint key a separate manager puts on live nodes, stripped from node templates; repeatable")
 	live.StringArrayVar(&c.core.StartupTaints, "startup-taint", d.StartupTaints, "taint key an agent removes once a new node is set up: a node carrying one is coming capacity, not ready capacity, and templates never carry it (keys with the prefix "+clusterstate.StartupTaintPrefix+" are startup taints too); repeatable")
 	live.BoolVar(&c.core.GangSplit, "gang-allow-split", d.GangSplit, "let a gang span several node groups when no single group can take it (one group, same fabric, is always preferred)")
-	fs.StringVar(&c.address, "address", ":8085", "address of /metrics and /healthz")
+	fs.StringVar(&c.address, "address", "127.0.0.1:8085", "address of the plain (unauthenticated) /metrics and /healthz: loopback by default; give the pod IP to open it to the network")
+	fs.StringVar(&c.secureAddress, "secure-address", "", "address of /metrics and /healthz over TLS, with the API server's delegated authentication (TokenReview) and authorization (SubjectAccessReview: get on the non-resource URL); /healthz is open to the kubelet's probes; empty: off")
+	fs.StringVar(&c.tlsCertFile, "tls-cert-file", "", "serving certificate (PEM) of --secure-address; empty with --tls-private-key-file: a self-signed one made at start")
+	fs.StringVar(&c.tlsKeyFile, "tls-private-key-file", "", "private key (PEM) of --tls-cert-file")
 	fs.DurationVar(&c.maxInactivity, "max-inactivity", 10*time.Minute, "/healthz fails when no loop has run for this long")
 	fs.DurationVar(&c.maxFailingTime, "max-failing-time", 15*time.Minute, "/healthz fails when no loop has succeeded for this long")
 	fs.BoolVar(&c.leaderElect, "leader-elect", true, "run leader election on a Lease; only the leader acts")
@@ -240,7 +247,37 @@ func (c *config) finish() error {
 	if c.maxInactivity <= 0 || c.maxFailingTime <= 0 {
 		return fmt.Errorf("--max-inactivity %s, --max-failing-time %s: must be positive", c.maxInactivity, c.maxFailingTime)
 	}
-	return nil
+	if (c.tlsCertFile == "") != (c.tlsKeyFile == "") {
+		return fmt.Errorf("--tls-cert-file=%q, --tls-private-key-file=%q: give both or neither", c.tlsCertFile, c.tlsKeyFile)
+	}
+	if c.secureAddress != "" && c.secureAddress == c.address {
+		return fmt.Errorf("--secure-address=%s: the same as --address", c.secureAddress)
+	}
+	return c.validateRanges()
+}
+
+// validateRanges checks the binary's own durations and counts at both ends
+// (core.Options.Validate checks the loop's).
+func (c *config) validateRanges() error {
+	const day = 24 * time.Hour
+	return bounds.First(
+		func() error { return bounds.Float("--kube-client-qps", float64(c.kubeClientQPS), 0.1, 100_000) },
+		func() error { return bounds.Int("--kube-client-burst", c.kubeClientBurst, 1, 100_000) },
+		func() error {
+			return bounds.Duration("--apiserver-metrics-interval", c.apiserverMetricsInterval, 0, day)
+		},
+		func() error { return bounds.Duration("--max-inactivity", c.maxInactivity, time.Second, 7*day) },
+		func() error { return bounds.Duration("--max-failing-time", c.maxFailingTime, time.Second, 7*day) },
+		func() error {
+			return bounds.Duration("--leader-elect-lease-duration", c.leaseDuration, time.Millisecond, time.Hour)
+		},
+		func() error {
+			return bounds.Duration("--leader-elect-renew-deadline", c.renewDeadline, time.Millisecond, time.Hour)
+		},
+		func() error {
+			return bounds.Duration("--leader-elect-retry-period", c.retryPeriod, time.Millisecond, time.Hour)
+		},
+	)
 }
 
 // applyConfigFile sets, from a YAML map of flag name to value (a list for

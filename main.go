@@ -44,6 +44,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/secureserve"
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/statuscmd"
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/version"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight/agent"
@@ -131,7 +132,8 @@ func run(ctx context.Context, args []string) error {
 	// Informers: the loop reads only these caches. Managed fields are
 	// dropped to keep 200,000 pods in less memory.
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(stripManagedFields))
-	nsFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(c.core.Namespace))
+	// Only the ConfigMaps read live, each by name (the RBAC grants no other).
+	configMaps := newNamedConfigMaps(client, c.core.Namespace, c.configMap, c.core.PriorityConfigMapName)
 	sim, err := simulator.New(ctx, factory, c.core.GPUResourceName)
 	if err != nil {
 		return err
@@ -141,7 +143,7 @@ func run(ctx context.Context, args []string) error {
 		Nodes:      factory.Core().V1().Nodes().Lister(),
 		Pods:       factory.Core().V1().Pods().Lister(),
 		DaemonSets: factory.Apps().V1().DaemonSets().Lister(),
-		ConfigMaps: nsFactory.Core().V1().ConfigMaps().Lister().ConfigMaps(c.core.Namespace),
+		ConfigMaps: configMaps.Lister(),
 		PDBs:       factory.Policy().V1().PodDisruptionBudgets().Lister(),
 	}
 	// The balloon Deployments this process manages, in their namespace.
@@ -155,14 +157,14 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	factory.Start(ctx.Done())
-	nsFactory.Start(ctx.Done())
+	configMaps.Start(ctx.Done())
 	balloonFactory.Start(ctx.Done())
 	if dynFactory != nil {
 		dynFactory.Start(ctx.Done())
 		defer dynFactory.Shutdown()
 	}
 	defer factory.Shutdown()
-	defer nsFactory.Shutdown()
+	defer configMaps.Shutdown()
 	defer balloonFactory.Shutdown()
 	// The informers stop when run returns for any reason, not only on a
 	// signal: a replica that lost its lease returns and must exit, not wait
@@ -243,7 +245,7 @@ func run(ctx context.Context, args []string) error {
 				r.reload(ctx, cm)
 			}
 		}
-		if _, err := nsFactory.Core().V1().ConfigMaps().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		if _, err := configMaps.Informer(c.configMap).AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc: handle, UpdateFunc: func(_, obj any) { handle(obj) },
 		}); err != nil {
 			return fmt.Errorf("watching the flags ConfigMap: %w", err)
@@ -260,7 +262,22 @@ func run(ctx context.Context, args []string) error {
 			}
 		}
 	}
-	srvErr := serve(ctx, c.address, reg, health)
+	mux := newMux(reg, health)
+	srvErr := serve(ctx, c.address, mux)
+	if c.secureAddress != "" {
+		authn, authz, err := secureserve.Delegating(client, 10*time.Second)
+		if err != nil {
+			return err
+		}
+		addr, errc, err := secureserve.Serve(ctx, secureserve.Options{Address: c.secureAddress, CertFile: c.tlsCertFile, KeyFile: c.tlsKeyFile},
+			secureserve.Handler(mux, authn, authz, []string{"/healthz"}))
+		if err != nil {
+			return err
+		}
+		logger.Info("Serving metrics and health with delegated authentication and authorization", "address", addr.String(),
+			"selfSignedCertificate", c.tlsCertFile == "")
+		srvErr = mergeErrors(srvErr, errc)
+	}
 
 	lead := func(ctx context.Context) {
 		health.setLeader(true)
@@ -271,7 +288,7 @@ func run(ctx context.Context, args []string) error {
 				return
 			}
 		}
-		nsFactory.WaitForCacheSync(ctx.Done())
+		configMaps.WaitForCacheSync(ctx.Done())
 		readConfig(ctx)
 		balloonFactory.WaitForCacheSync(ctx.Done())
 		if dynFactory != nil {
@@ -441,12 +458,32 @@ func stripManagedFields(obj any) (any, error) {
 
 var _ cache.TransformFunc = stripManagedFields
 
-// serve runs /metrics and /healthz until ctx ends; a listen error is sent.
-func serve(ctx context.Context, addr string, reg *prometheus.Registry, h *health) <-chan error {
-	errc := make(chan error, 1)
+// newMux serves /metrics and /healthz.
+func newMux(reg *prometheus.Registry, h *health) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.Handle("/healthz", h)
+	return mux
+}
+
+// mergeErrors forwards the first error of either channel.
+func mergeErrors(a, b <-chan error) <-chan error {
+	out := make(chan error, 1)
+	go func() {
+		select {
+		case err := <-a:
+			out <- err
+		case err := <-b:
+			out <- err
+		}
+	}()
+	return out
+}
+
+// serve runs the plain listener of /metrics and /healthz (--address) until
+// ctx ends; a listen error is sent.
+func serve(ctx context.Context, addr string, mux http.Handler) <-chan error {
+	errc := make(chan error, 1)
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -35,6 +35,24 @@ func TestParseConfigRejectsBadInput(t *testing.T) {
 		{"negative duration", []string{"--max-node-provision-time=-1m"}, "--max-node-provision-time: must be positive"},
 		{"backoff order", []string{"--initial-node-group-backoff-duration=1h"}, "--max-node-group-backoff-duration: 30m0s is shorter"},
 		{"leader timings", []string{"--leader-elect-renew-deadline=1m"}, "want lease > renew > retry > 0"},
+		// Range checks at the upper end: a wrong unit is refused with the flag and the value.
+		{"nodes past Azure's limit", []string{"--nodes=0:5000:gpu"}, `--nodes="0:5000:gpu": max 5000 is above 1000`},
+		{"scan interval an hour", []string{"--scan-interval=2h"}, "--scan-interval=2h0m0s: must be between 1ms and 1h0m0s"},
+		{"provision time a year", []string{"--max-node-provision-time=8760h"}, "--max-node-provision-time=8760h0m0s: must be between"},
+		{"unneeded time in the config file", []string{"--config=" + write("unneeded.yaml", "scale-down-unneeded-time: 1000h\n")}, "--scale-down-unneeded-time=1000h0m0s: must be between 0s and 168h0m0s"},
+		{"pod event interval negative", []string{"--pod-event-interval=-1s"}, "--pod-event-interval=-1s: must be between 0s and 168h0m0s"},
+		{"soft taints negative", []string{"--max-soft-taints-per-loop=-1"}, "--max-soft-taints-per-loop=-1: must be between 0 and 100000"},
+		{"burst a typo", []string{"--node-addition-burst=2000000"}, "--node-addition-burst=2000000: must be between 1 and 100000"},
+		{"in flight a typo", []string{"--max-nodes-in-flight=3000000"}, "--max-nodes-in-flight=3000000: must be between 1 and 100000"},
+		{"graceful termination a week", []string{"--max-graceful-termination-sec=604800"}, "--max-graceful-termination-sec=604800: must be between 0 and 86400"},
+		{"preflight time a month", []string{"--max-preflight-time=720h"}, "--max-preflight-time=720h0m0s: must be between"},
+		{"brake window a month", []string{"--replacement-brake-window=720h"}, "--replacement-brake-window=720h0m0s: must be between"},
+		{"max nodes total", []string{"--max-nodes-total=1000000"}, "--max-nodes-total=1000000: must be between 0 and 100000"},
+		{"kube client qps zero", []string{"--kube-client-qps=0"}, "--kube-client-qps=0: must be between 0.1 and 100000"},
+		{"kube client burst zero", []string{"--kube-client-burst=0"}, "--kube-client-burst=0: must be between 1 and 100000"},
+		{"apiserver metrics interval negative", []string{"--apiserver-metrics-interval=-1s"}, "--apiserver-metrics-interval=-1s: must be between 0s and 24h0m0s"},
+		{"max inactivity a month", []string{"--max-inactivity=720h"}, "--max-inactivity=720h0m0s: must be between 1s and 168h0m0s"},
+		{"lease a day", []string{"--leader-elect-lease-duration=24h"}, "--leader-elect-lease-duration=24h0m0s: must be between"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

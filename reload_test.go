@@ -59,7 +59,7 @@ func TestReloadFlagsConfigMap(t *testing.T) {
 		{"a restart-only key is reported and not applied", "node-addition-rate: 40\nscale-down-unneeded-time: 2m\nballoon-namespace: other\n", 2,
 			"ConfigRestartRequired these keys take effect only after a restart: balloon-namespace=other", 2,
 			func(t *testing.T) {
-				if o := applied[1]; o.Balloons.Namespace != "kube-system" || o.NodeAdditionRate != 40 {
+				if o := applied[1]; o.Balloons.Namespace != "vmss-autoscaler-balloons" || o.NodeAdditionRate != 40 {
 					t.Fatalf("applied balloon namespace %q rate %v: the namespace needs a restart", o.Balloons.Namespace, o.NodeAdditionRate)
 				}
 				if got := testutil.ToFloat64(m.ConfigRestartRequired); got != 1 {

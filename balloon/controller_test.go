@@ -262,7 +262,7 @@ func TestSyncLeavesUnmanagedNameClash(t *testing.T) {
 	e := newEnv(t, o, clash)
 
 	res, err := e.sync(spec("g1", 1), spec("g2", 1))
-	if err == nil || !strings.Contains(err.Error(), "Deployment kube-system/vmss-autoscaler-balloon-g1 exists without the label app.kubernetes.io/managed-by=vmss-autoscaler") {
+	if err == nil || !strings.Contains(err.Error(), "Deployment vmss-autoscaler-balloons/vmss-autoscaler-balloon-g1 exists without the label app.kubernetes.io/managed-by=vmss-autoscaler") {
 		t.Fatalf("error %v, want one about the unmanaged Deployment", err)
 	}
 	if got, want := names(res.Created), []string{DeploymentName("g2")}; !reflect.DeepEqual(got, want) {
@@ -363,9 +363,9 @@ func TestSyncKeepsGoingOnErrors(t *testing.T) {
 		t.Fatalf("error %v does not wrap the API errors", err)
 	}
 	for _, want := range []string{
-		"creating balloon Deployment kube-system/vmss-autoscaler-balloon-new-bad: boom",
-		"updating balloon Deployment kube-system/vmss-autoscaler-balloon-upd: boom",
-		`deleting balloon Deployment kube-system/vmss-autoscaler-balloon-del of node group "del": boom`,
+		"creating balloon Deployment vmss-autoscaler-balloons/vmss-autoscaler-balloon-new-bad: boom",
+		"updating balloon Deployment vmss-autoscaler-balloons/vmss-autoscaler-balloon-upd: boom",
+		`deleting balloon Deployment vmss-autoscaler-balloons/vmss-autoscaler-balloon-del of node group "del": boom`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
@@ -454,7 +454,7 @@ func TestSyncFilteredCache(t *testing.T) {
 	e := newEnvWith(t, o, managedOnly, clash, balloonDeployment(o, spec("gone", 1)))
 
 	res, err := e.sync(spec("g1", 1), spec("g2", 1))
-	if err == nil || !strings.Contains(err.Error(), "creating balloon Deployment kube-system/vmss-autoscaler-balloon-g1") {
+	if err == nil || !strings.Contains(err.Error(), "creating balloon Deployment vmss-autoscaler-balloons/vmss-autoscaler-balloon-g1") {
 		t.Fatalf("error %v, want the refused create of g1", err)
 	}
 	if got := names(res.Created); !reflect.DeepEqual(got, []string{DeploymentName("g2")}) {

@@ -73,7 +73,7 @@ func TestDeployment(t *testing.T) {
 	s := spec("gpu-h100", 3, tolerates(toleration("openai.com/team", "rl")))
 	d := o.Deployment(s)
 
-	if d.Name != "vmss-autoscaler-balloon-gpu-h100" || d.Namespace != "kube-system" {
+	if d.Name != "vmss-autoscaler-balloon-gpu-h100" || d.Namespace != "vmss-autoscaler-balloons" {
 		t.Errorf("name = %s/%s", d.Namespace, d.Name)
 	}
 	wantLabels := map[string]string{"vmss-autoscaler.io/balloon": "gpu-h100", "app.kubernetes.io/managed-by": "vmss-autoscaler"}

@@ -25,7 +25,7 @@ const (
 	DefaultPriorityClassName = "vmss-autoscaler-balloon"
 	DefaultPriorityValue     = int32(-100)
 	DefaultImage             = "registry.k8s.io/pause:3.10"
-	DefaultNamespace         = "kube-system"
+	DefaultNamespace         = "vmss-autoscaler-balloons"
 	DefaultNodeGroupLabel    = "vmss-autoscaler.io/node-group"
 	DefaultManagedByLabel    = "app.kubernetes.io/managed-by"
 	DefaultManagedByValue    = "vmss-autoscaler"

@@ -15,7 +15,7 @@ func TestDefaultOptions(t *testing.T) {
 		PriorityClassName: "vmss-autoscaler-balloon",
 		PriorityValue:     -100,
 		Image:             "registry.k8s.io/pause:3.10",
-		Namespace:         "kube-system",
+		Namespace:         "vmss-autoscaler-balloons",
 		NodeGroupLabel:    "vmss-autoscaler.io/node-group",
 		ManagedByLabel:    "app.kubernetes.io/managed-by",
 		ManagedByValue:    "vmss-autoscaler",

@@ -113,7 +113,7 @@ func parsePolicy(v string) (string, Policy, error) {
 		}
 		n, err := nonNegative(amount)
 		if err != nil {
-			return "", Policy{}, fmt.Errorf("count must be a non-negative integer")
+			return "", Policy{}, fmt.Errorf("count must be an integer between 0 and %d", MaxWarmNodes)
 		}
 		return group, Policy{Fixed: n}, nil
 	}
@@ -127,12 +127,12 @@ func parsePolicy(v string) (string, Policy, error) {
 		return "", Policy{}, fmt.Errorf("too many fields: want %s", PolicyFormat)
 	case len(bounds) == 2:
 		if p.Max, err = nonNegative(bounds[1]); err != nil || p.Max == 0 {
-			return "", Policy{}, fmt.Errorf("max must be a positive integer (omit it for no bound)")
+			return "", Policy{}, fmt.Errorf("max must be an integer between 1 and %d (omit it for no bound)", MaxWarmNodes)
 		}
 		fallthrough
 	case len(bounds) == 1:
 		if p.Min, err = nonNegative(bounds[0]); err != nil {
-			return "", Policy{}, fmt.Errorf("min must be a non-negative integer")
+			return "", Policy{}, fmt.Errorf("min must be an integer between 0 and %d", MaxWarmNodes)
 		}
 	}
 	if p.Max > 0 && p.Min > p.Max {
@@ -141,13 +141,17 @@ func parsePolicy(v string) (string, Policy, error) {
 	return group, p, nil
 }
 
+// MaxWarmNodes bounds a warm pool's count, min and max: far above any
+// group (a scale set holds at most 1,000 instances).
+const MaxWarmNodes = 100_000
+
 func nonNegative(s string) (int, error) {
 	n, err := strconv.Atoi(s)
 	if err != nil {
 		return 0, err
 	}
-	if n < 0 {
-		return 0, fmt.Errorf("negative")
+	if n < 0 || n > MaxWarmNodes {
+		return 0, fmt.Errorf("%d is outside [0, %d]", n, MaxWarmNodes)
 	}
 	return n, nil
 }

@@ -102,6 +102,7 @@ preflight:
 serviceMonitor:
   enabled: true
   labels: {release: prometheus}
+  prometheusServiceAccount: {name: prometheus, namespace: monitoring}
 prometheusRule:
   enabled: true
   additionalLabels: {team: infra}
@@ -402,18 +403,24 @@ func TestRenderDefaults(t *testing.T) {
 
 	want := map[string]int{
 		"Deployment": 1, "DaemonSet": 1, "ServiceAccount": 2, "ConfigMap": 3, "Service": 1,
-		"PodDisruptionBudget": 1, "PriorityClass": 1, "ClusterRole": 2, "ClusterRoleBinding": 2,
-		"Role": 2, "RoleBinding": 2,
+		"PodDisruptionBudget": 1, "PriorityClass": 1, "ClusterRole": 3, "ClusterRoleBinding": 2, // + the metrics reader
+		"Role": 2, "RoleBinding": 2, "Namespace": 1,
+		"ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2,
 	}
 	if got := kinds(r); !maps.Equal(got, want) {
 		t.Errorf("kinds rendered = %v, want %v", got, want)
 	}
 	for _, o := range r.objects {
-		if o.kind() == "ClusterRole" || o.kind() == "ClusterRoleBinding" || o.kind() == "PriorityClass" {
+		switch o.kind() {
+		case "ClusterRole", "ClusterRoleBinding", "PriorityClass", "Namespace", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
 			continue
 		}
-		if o.namespace() != namespace {
-			t.Errorf("%s %s in namespace %q, want %s", o.kind(), o.name(), o.namespace(), namespace)
+		want := namespace
+		if o.name() == "vmss-autoscaler-balloons" {
+			want = "vmss-autoscaler-balloons" // the balloon Role and RoleBinding
+		}
+		if o.namespace() != want {
+			t.Errorf("%s %s in namespace %q, want %s", o.kind(), o.name(), o.namespace(), want)
 		}
 	}
 
@@ -446,17 +453,19 @@ func TestRenderDefaults(t *testing.T) {
 		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
 		t.Errorf("container securityContext = %+v", sc)
 	}
-	for _, a := range []string{"--config=/etc/vmss-autoscaler/config.yaml", "--namespace=" + namespace, "--address=:8085"} {
+	for _, a := range []string{"--config=/etc/vmss-autoscaler/config.yaml", "--namespace=" + namespace, "--address=127.0.0.1:8085", "--secure-address=:8443"} {
 		if !slices.Contains(c.Args, a) {
 			t.Errorf("args %q lack %q", c.Args, a)
 		}
 	}
 	checkArgs(t, "Deployment", c.Args, autoscalerFlags(t))
-	if p := c.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != "metrics" {
-		t.Errorf("livenessProbe = %+v, want GET /healthz on the metrics port", p)
+	if p := c.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != "metrics" ||
+		p.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+		t.Errorf("livenessProbe = %+v, want GET https /healthz on the metrics port", p)
 	}
-	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 8085 {
-		t.Errorf("ports = %+v, want 8085", c.Ports)
+	// The network sees only the TLS listener; the plain one is on loopback.
+	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 8443 {
+		t.Errorf("ports = %+v, want the TLS listener's 8443", c.Ports)
 	}
 	if got := c.Resources.Requests.Memory().String(); got != "6Gi" {
 		t.Errorf("memory request = %s, want 6Gi", got)
@@ -556,8 +565,23 @@ func checkAgent(t *testing.T, ds *appsv1.DaemonSet, label, value string) {
 	if !nodeName {
 		t.Errorf("%s: no NODE_NAME from spec.nodeName: %+v", ds.Name, c.Env)
 	}
-	if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
-		t.Errorf("%s: not privileged; the GPU checks need the devices", ds.Name)
+	// As narrow as the checks allow (values.yaml, SECURITY.md): not
+	// privileged, every capability dropped but SYSLOG (dmesg, the XID
+	// check), a read-only root filesystem with /tmp an emptyDir.
+	if sc := c.SecurityContext; sc == nil || sc.Privileged == nil || *sc.Privileged ||
+		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) ||
+		!slices.Equal(sc.Capabilities.Add, []corev1.Capability{"SYSLOG"}) ||
+		sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("%s: securityContext %+v, want unprivileged, ALL dropped but SYSLOG, read-only root, RuntimeDefault seccomp", ds.Name, sc)
+	}
+	var tmp bool
+	for _, m := range c.VolumeMounts {
+		tmp = tmp || m.MountPath == "/tmp"
+	}
+	if !tmp {
+		t.Errorf("%s: no writable /tmp under a read-only root filesystem: %+v", ds.Name, c.VolumeMounts)
 	}
 	if len(c.Args) == 0 || c.Args[0] != "preflight" {
 		t.Fatalf("%s args = %q, want the preflight subcommand", ds.Name, c.Args)
@@ -662,6 +686,44 @@ func TestRenderAllSwitches(t *testing.T) {
 	}
 	if len(sel) == 0 {
 		t.Error("ServiceMonitor has no selector")
+	}
+	// The scrape goes to the TLS listener with Prometheus' token, and the
+	// reader ClusterRole is bound to Prometheus' ServiceAccount.
+	ep, _ := yamlPath(sm.m, "spec", "endpoints").([]any)
+	if len(ep) != 1 {
+		t.Fatalf("ServiceMonitor endpoints %v", ep)
+	}
+	e, _ := ep[0].(map[string]any)
+	if e["scheme"] != "https" || e["bearerTokenFile"] != "/var/run/secrets/kubernetes.io/serviceaccount/token" || e["port"] != "metrics" {
+		t.Errorf("ServiceMonitor endpoint %v, want https with the bearer token file on the metrics port", e)
+	}
+	reader := decode[*rbacv1.ClusterRole](t, r.get(t, "ClusterRole", "vmss-autoscaler-metrics-reader"))
+	if want := []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}; fmt.Sprint(reader.Rules) != fmt.Sprint(want) {
+		t.Errorf("metrics reader rules %+v, want %+v", reader.Rules, want)
+	}
+	crb := decode[*rbacv1.ClusterRoleBinding](t, r.get(t, "ClusterRoleBinding", "vmss-autoscaler-metrics-reader"))
+	if len(crb.Subjects) != 1 || crb.Subjects[0].Name != "prometheus" || crb.Subjects[0].Namespace != "monitoring" {
+		t.Errorf("metrics reader bound to %+v, want monitoring/prometheus", crb.Subjects)
+	}
+}
+
+// TestMetricsPlain: metrics.secure.enabled false serves plain on all
+// interfaces (the old behaviour) and grants no token or access reviews.
+func TestMetricsPlain(t *testing.T) {
+	r := mustRender(t, parseValues(t, "metrics: {port: 8085, secure: {enabled: false}}\nserviceMonitor: {enabled: true}"))
+	c := decode[*appsv1.Deployment](t, r.get(t, "Deployment", "vmss-autoscaler")).Spec.Template.Spec.Containers[0]
+	if !slices.Contains(c.Args, "--address=:8085") || slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--secure-address") }) {
+		t.Errorf("args %q, want the plain listener only", c.Args)
+	}
+	if c.LivenessProbe.HTTPGet.Scheme == corev1.URISchemeHTTPS {
+		t.Error("liveness probe over HTTPS without the TLS listener")
+	}
+	cr := decode[*rbacv1.ClusterRole](t, r.get(t, "ClusterRole", "vmss-autoscaler"))
+	if allows(cr.Rules, grant{"authentication.k8s.io", "tokenreviews", "create", ""}) {
+		t.Error("tokenreviews granted without the TLS listener")
+	}
+	if strings.Contains(r.get(t, "ServiceMonitor", "vmss-autoscaler").raw, "https") {
+		t.Error("ServiceMonitor scrapes https without the TLS listener")
 	}
 }
 
@@ -1142,7 +1204,7 @@ func informerGrants(t *testing.T) map[string][]grant {
 		}
 	}
 	for _, want := range []string{"factory.Nodes", "factory.Pods", "factory.DaemonSets", "factory.PodDisruptionBudgets",
-		"factory.PodGroups", "nsFactory.ConfigMaps", "balloonFactory.Deployments", "dynamic.podgroups"} {
+		"factory.PodGroups", "balloonFactory.Deployments", "dynamic.podgroups"} {
 		if !slices.Contains(found, want) {
 			t.Fatalf("main.go: no informer %s found (found %v); the way main.go builds informers changed, update this test", want, found)
 		}
@@ -1150,8 +1212,52 @@ func informerGrants(t *testing.T) map[string][]grant {
 	return out
 }
 
+// expand lists every (group, resource, verb, name) a rule set grants; name
+// "" stands for every name.
+func expand(rules []rbacv1.PolicyRule) []grant {
+	var out []grant
+	for _, r := range rules {
+		names := r.ResourceNames
+		if len(names) == 0 {
+			names = []string{""}
+		}
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					for _, n := range names {
+						out = append(out, grant{g, res, v, n})
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// covers says whether a needed grant covers a granted one: same group,
+// resource and verb, and a granted name the code names (or any name, when
+// the code's access is not by name).
+func covers(needed, granted grant) bool {
+	return needed.group == granted.group && needed.resource == granted.resource && needed.verb == granted.verb &&
+		(needed.name == "" || needed.name == granted.name)
+}
+
+// TestRBACCoversTheCode: the chart grants exactly what the code does, by
+// scope: every grant the code needs is there (sufficient), and every grant
+// there is one the code needs, by name where the code names the object
+// (nothing more). The list of what the code needs is the informers read from
+// main.go and the scheduler framework, plus the writes listed here, each
+// with the call that makes it.
 func TestRBACCoversTheCode(t *testing.T) {
-	for name, values := range map[string]string{"defaults": "", "full": fullValues} {
+	src, err := os.ReadFile("../main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The ConfigMaps cached live, each by name (configmaps.go).
+	if !strings.Contains(string(src), "newNamedConfigMaps(client, c.core.Namespace, c.configMap, c.core.PriorityConfigMapName)") {
+		t.Fatal("main.go: the named ConfigMap informers changed; update the ConfigMap grants below")
+	}
+	for name, values := range map[string]string{"defaults": "", "full": fullValues, "no live config": "liveConfig: {enabled: false}"} {
 		t.Run(name, func(t *testing.T) {
 			r := mustRender(t, parseValues(t, values))
 			_, cfg := configOf(t, r)
@@ -1164,63 +1270,69 @@ func TestRBACCoversTheCode(t *testing.T) {
 			cr := decode[*rbacv1.ClusterRole](t, r.get(t, "ClusterRole", "vmss-autoscaler"))
 			role := decode[*rbacv1.Role](t, r.get(t, "Role", "vmss-autoscaler"))
 			balloons := decode[*rbacv1.Role](t, r.get(t, "Role", "vmss-autoscaler-balloons"))
-			if balloons.Namespace != str("balloon-namespace", "kube-system") {
+			if balloons.Namespace != str("balloon-namespace", "vmss-autoscaler-balloons") {
 				t.Errorf("balloon Role in %s", balloons.Namespace)
 			}
 
-			inf := informerGrants(t)
+			needed := informerGrants(t)
+			pc := str("balloon-priority-class", "vmss-autoscaler-balloon")
+			needed["cluster"] = append(needed["cluster"],
+				grant{"", "nodes", "get", ""}, grant{"", "nodes", "update", ""}, // taints, cordon (actuation.KubeNodeActions)
+				grant{"", "pods/eviction", "create", ""},                            // drains
+				grant{"", "events", "create", ""}, grant{"", "events", "patch", ""}, // the event recorder
+				grant{"scheduling.k8s.io", "priorityclasses", "get", pc},            // balloon.Controller.ensurePriorityClass
+				grant{"scheduling.k8s.io", "priorityclasses", "create", ""},         // ... if missing; the name by admission policy
+				grant{"authentication.k8s.io", "tokenreviews", "create", ""},        // secureserve: who is calling
+				grant{"authorization.k8s.io", "subjectaccessreviews", "create", ""}, // ... and may they get /metrics
+			)
+			status, lease := str("status-config-map-name", "vmss-autoscaler-status"), str("leader-elect-resource-name", "vmss-autoscaler")
+			watched := []string{str("priority-expander-configmap", "vmss-autoscaler-priority-expander")}
+			if name != "no live config" {
+				watched = append(watched, "vmss-autoscaler-config") // --config-map
+			}
+			for _, cm := range watched {
+				needed["namespace"] = append(needed["namespace"], grant{"", "configmaps", "list", cm}, grant{"", "configmaps", "watch", cm})
+			}
+			needed["namespace"] = append(needed["namespace"],
+				grant{"", "configmaps", "get", status}, grant{"", "configmaps", "update", status}, // core.ConfigMapStatusWriter, readLastGood
+				grant{"", "configmaps", "create", ""},                                                                         // ... the first time; the name by admission policy
+				grant{"coordination.k8s.io", "leases", "get", lease}, grant{"coordination.k8s.io", "leases", "update", lease}, // leader election
+				grant{"coordination.k8s.io", "leases", "create", ""}, // ... the first time; the name by admission policy
+			)
+			for _, verb := range []string{"create", "update", "delete"} { // balloon.Controller: create, resize, prune
+				needed["balloons"] = append(needed["balloons"], grant{"apps", "deployments", verb, ""})
+			}
+
 			for scope, rules := range map[string][]rbacv1.PolicyRule{"cluster": cr.Rules, "namespace": role.Rules, "balloons": balloons.Rules} {
-				for _, g := range inf[scope] {
+				for _, g := range needed[scope] {
 					if !allows(rules, g) {
-						t.Errorf("%s RBAC lacks %s %s.%s (an informer the leader waits for)", scope, g.verb, g.resource, g.group)
+						t.Errorf("%s RBAC lacks %+v, which the code needs", scope, g)
 					}
 				}
-			}
-			for _, g := range []grant{
-				{"", "nodes", "get", "n"}, {"", "nodes", "update", "n"}, // taints, cordon
-				{"", "pods/eviction", "create", ""},
-				{"", "events", "create", ""}, {"", "events", "patch", ""},
-				{"scheduling.k8s.io", "priorityclasses", "get", str("balloon-priority-class", "vmss-autoscaler-balloon")},
-				{"scheduling.k8s.io", "priorityclasses", "create", ""},
-			} {
-				if !allows(cr.Rules, g) {
-					t.Errorf("ClusterRole lacks %+v", g)
+				for _, g := range expand(rules) {
+					if !slices.ContainsFunc(needed[scope], func(n grant) bool { return covers(n, g) }) {
+						t.Errorf("%s RBAC grants %+v, which the code never needs", scope, g)
+					}
+				}
+				for _, rule := range rules {
+					if slices.Contains(rule.Verbs, "*") || slices.Contains(rule.Resources, "*") || slices.Contains(rule.APIGroups, "*") {
+						t.Errorf("wildcard rule %+v", rule)
+					}
+					for _, u := range rule.NonResourceURLs {
+						if scope != "cluster" || u != "/metrics" || !slices.Equal(rule.Verbs, []string{"get"}) {
+							t.Errorf("non-resource rule %+v: only get /metrics (adaptive rate) is needed", rule)
+						}
+					}
 				}
 			}
 			if !allowsURL(cr.Rules, "/metrics", "get") {
 				t.Error("ClusterRole lacks get on /metrics (adaptive rate: flow-control rejections)")
 			}
-			status, lease := str("status-config-map-name", "vmss-autoscaler-status"), str("leader-elect-resource-name", "vmss-autoscaler")
-			for _, g := range []grant{
-				{"", "configmaps", "list", ""}, {"", "configmaps", "watch", ""},
-				{"", "configmaps", "get", status}, {"", "configmaps", "create", ""}, {"", "configmaps", "update", status},
-				{"coordination.k8s.io", "leases", "get", lease}, {"coordination.k8s.io", "leases", "create", ""},
-				{"coordination.k8s.io", "leases", "update", lease},
-			} {
-				if !allows(role.Rules, g) {
-					t.Errorf("Role lacks %+v", g)
-				}
-			}
-			for _, verb := range []string{"list", "watch", "create", "update", "delete"} {
-				if !allows(balloons.Rules, grant{"apps", "deployments", verb, "vmss-autoscaler-balloon-x"}) {
-					t.Errorf("balloon Role lacks %s deployments", verb)
-				}
-			}
-			// Least privilege: nothing the code does not do.
-			for _, g := range []grant{
-				{"", "nodes", "delete", "n"}, {"", "nodes", "patch", "n"}, {"", "pods", "delete", "p"},
-				{"", "secrets", "get", "s"}, {"", "secrets", "list", ""}, {"", "configmaps", "update", "other"},
-				{"coordination.k8s.io", "leases", "update", "other"}, {"apps", "deployments", "list", ""},
-			} {
-				if allows(cr.Rules, g) || allows(role.Rules, g) {
-					t.Errorf("RBAC grants %+v, which the code never does", g)
-				}
-			}
-			for _, rules := range [][]rbacv1.PolicyRule{cr.Rules, role.Rules, balloons.Rules} {
-				for _, rule := range rules {
-					if slices.Contains(rule.Verbs, "*") || slices.Contains(rule.Resources, "*") || slices.Contains(rule.APIGroups, "*") {
-						t.Errorf("wildcard rule %+v", rule)
-					}
+			// The names RBAC cannot limit are limited by the admission policy.
+			vap := r.get(t, "ValidatingAdmissionPolicy", "vmss-autoscaler-own-objects")
+			for _, n := range []string{status, lease, pc, "system:serviceaccount:kube-system:vmss-autoscaler"} {
+				if !strings.Contains(vap.raw, n) {
+					t.Errorf("admission policy vmss-autoscaler-own-objects does not name %q:\n%s", n, vap.raw)
 				}
 			}
 
@@ -1241,6 +1353,72 @@ func TestRBACCoversTheCode(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The exactness check above fails on a grant the code does not need.
+func TestRBACCheckCatchesExtraGrants(t *testing.T) {
+	needed := []grant{{"", "configmaps", "list", "mine"}, {"", "nodes", "update", ""}}
+	for _, tc := range []struct {
+		granted grant
+		ok      bool
+	}{
+		{grant{"", "configmaps", "list", "mine"}, true},
+		{grant{"", "configmaps", "list", ""}, false}, // every ConfigMap, where the code lists one
+		{grant{"", "configmaps", "list", "other"}, false},
+		{grant{"", "nodes", "update", "n1"}, true},
+		{grant{"", "nodes", "delete", ""}, false},
+	} {
+		if got := slices.ContainsFunc(needed, func(n grant) bool { return covers(n, tc.granted) }); got != tc.ok {
+			t.Errorf("covered(%+v) = %v, want %v", tc.granted, got, tc.ok)
+		}
+	}
+}
+
+// TestBalloonNamespace: the chart creates the balloon namespace with Pod
+// Security "restricted", unless it is the release namespace or turned off.
+func TestBalloonNamespace(t *testing.T) {
+	r := mustRender(t, nil)
+	ns := decode[*corev1.Namespace](t, r.get(t, "Namespace", "vmss-autoscaler-balloons"))
+	for _, k := range []string{"enforce", "audit", "warn"} {
+		if got := ns.Labels["pod-security.kubernetes.io/"+k]; got != "restricted" {
+			t.Errorf("namespace label pod-security.kubernetes.io/%s = %q, want restricted", k, got)
+		}
+	}
+	for name, values := range map[string]string{
+		"release namespace": "config: {balloon-namespace: " + namespace + "}",
+		"not created":       "balloons: {createNamespace: false}",
+		"no balloons":       "balloons: {enabled: false}",
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := mustRender(t, parseValues(t, values)).ofKind("Namespace"); len(got) != 0 {
+				t.Errorf("Namespace %s rendered", got[0].name())
+			}
+		})
+	}
+}
+
+// TestAdmissionPolicies: both policies and their bindings, for the chart's
+// ServiceAccounts and names; off with admissionPolicies.enabled false.
+// e2e TestPreflightAgentOwnNodeOnly proves them on the API server.
+func TestAdmissionPolicies(t *testing.T) {
+	r := mustRender(t, parseValues(t, fullValues))
+	own := r.get(t, "ValidatingAdmissionPolicy", "vmss-autoscaler-preflight-own-node")
+	for _, s := range []string{"system:serviceaccount:kube-system:vmss-autoscaler-preflight", "authentication.kubernetes.io/node-name",
+		`\"example.com/burn-in\"`, "vmss-autoscaler.io/preflight-failure", "vmss-autoscaler.io/preflight-passed-at"} {
+		if !strings.Contains(own.raw, s) {
+			t.Errorf("preflight policy does not name %s:\n%s", s, own.raw)
+		}
+	}
+	for _, name := range []string{"vmss-autoscaler-preflight-own-node", "vmss-autoscaler-own-objects"} {
+		b := r.get(t, "ValidatingAdmissionPolicyBinding", name)
+		if !strings.Contains(b.raw, "policyName: "+name) || !strings.Contains(b.raw, "[Deny]") {
+			t.Errorf("binding %s:\n%s", name, b.raw)
+		}
+	}
+	off := mustRender(t, parseValues(t, "admissionPolicies: {enabled: false}"))
+	if n := len(off.ofKind("ValidatingAdmissionPolicy")) + len(off.ofKind("ValidatingAdmissionPolicyBinding")); n != 0 {
+		t.Errorf("%d admission objects with admissionPolicies.enabled false", n)
 	}
 }
 

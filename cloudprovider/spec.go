@@ -6,6 +6,10 @@ import (
 	"strings"
 )
 
+// MaxGroupSize is Azure's limit of instances in one scale set; a node
+// group's max above it is refused.
+const MaxGroupSize = 1000
+
 // NodeGroupSpec is one --nodes=min:max:name flag.
 type NodeGroupSpec struct {
 	Min, Max int
@@ -31,6 +35,9 @@ func ParseNodeGroupSpec(s string) (NodeGroupSpec, error) {
 	}
 	if max == 0 {
 		return NodeGroupSpec{}, fmt.Errorf("--nodes=%q: max must be at least 1", s)
+	}
+	if max > MaxGroupSize {
+		return NodeGroupSpec{}, fmt.Errorf("--nodes=%q: max %d is above %d, the most instances one scale set holds", s, max, MaxGroupSize)
 	}
 	name := strings.TrimSpace(parts[2])
 	if name == "" || strings.ContainsAny(name, " /:") {

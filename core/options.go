@@ -7,6 +7,7 @@ import (
 	apiv1 "k8s.io/api/core/v1"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/balloon"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/bounds"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
 	"github.com/vmss-autoscaler/vmss-autoscaler/ratelimit"
 )
@@ -337,5 +338,93 @@ func (o Options) Validate() error {
 			return err
 		}
 	}
-	return nil
+	return o.validateRanges()
+}
+
+// Upper ends of the ranges validateRanges checks: far above any sane value,
+// low enough that a wrong unit (10h for 10m, 1500000 for 150) is refused.
+const (
+	maxWait  = 7 * 24 * time.Hour // timeouts, delays, windows
+	maxCount = 100_000            // node and event counts (a 7,500-node cluster is far inside)
+)
+
+// validateRanges checks every duration and count, at both ends, after the
+// checks above named the common mistakes in their own words.
+func (o Options) validateRanges() error {
+	ad := o.NodeAdditionAdaptiveOptions
+	return bounds.First(
+		func() error { return bounds.Duration("--scan-interval", o.ScanInterval, time.Millisecond, time.Hour) },
+		func() error { return bounds.Int("--max-nodes-total", o.MaxNodesTotal, 0, maxCount) },
+		func() error { return bounds.Duration("--new-pod-scale-up-delay", o.NewPodScaleUpDelay, 0, time.Hour) },
+		func() error {
+			return bounds.Duration("--max-node-provision-time", o.MaxNodeProvisionTime, time.Millisecond, maxWait)
+		},
+		func() error {
+			return bounds.Duration("--max-node-startup-time", o.MaxNodeStartupTime, time.Millisecond, maxWait)
+		},
+		func() error {
+			return bounds.Duration("--initial-node-group-backoff-duration", o.InitialNodeGroupBackoffDuration, time.Millisecond, maxWait)
+		},
+		func() error {
+			return bounds.Duration("--max-node-group-backoff-duration", o.MaxNodeGroupBackoffDuration, time.Millisecond, maxWait)
+		},
+		func() error {
+			return bounds.Duration("--node-group-backoff-reset-timeout", o.NodeGroupBackoffResetTimeout, time.Millisecond, maxWait)
+		},
+		func() error { return bounds.Int("--max-pod-events-per-loop", o.MaxPodEventsPerLoop, 0, maxCount) },
+		func() error { return bounds.Duration("--pod-event-interval", o.PodEventInterval, 0, maxWait) },
+		func() error {
+			return bounds.Duration("--scale-down-unneeded-time", o.ScaleDownUnneededTime, 0, maxWait)
+		},
+		func() error { return bounds.Duration("--scale-down-unready-time", o.ScaleDownUnreadyTime, 0, maxWait) },
+		func() error {
+			return bounds.Duration("--scale-down-delay-after-add", o.ScaleDownDelayAfterAdd, 0, maxWait)
+		},
+		func() error {
+			return bounds.Duration("--scale-down-delay-after-delete", o.ScaleDownDelayAfterDelete, 0, maxWait)
+		},
+		func() error {
+			return bounds.Duration("--scale-down-delay-after-failure", o.ScaleDownDelayAfterFailure, 0, maxWait)
+		},
+		func() error {
+			return bounds.Int("--max-scale-down-parallelism", o.MaxScaleDownParallelism, 1, maxCount)
+		},
+		func() error { return bounds.Int("--max-empty-bulk-delete", o.MaxEmptyBulkDelete, 1, maxCount) },
+		// A day: far past any real grace period (CA's default is 10 minutes).
+		func() error {
+			return bounds.Int("--max-graceful-termination-sec", o.MaxGracefulTerminationSec, 0, 86_400)
+		},
+		func() error {
+			return bounds.Duration("--scale-down-brake-window", o.ScaleDownBrakeWindow, time.Millisecond, maxWait)
+		},
+		func() error { return bounds.Int("--max-soft-taints-per-loop", o.MaxSoftTaintsPerLoop, 0, maxCount) },
+		func() error { return bounds.Int("--ok-total-unready-count", o.OkTotalUnreadyCount, 0, maxCount) },
+		func() error {
+			return bounds.Int("--replacement-brake-min-nodes", o.ReplacementBrakeMinNodes, 1, maxCount)
+		},
+		func() error {
+			return bounds.Duration("--replacement-brake-window", o.ReplacementBrakeWindow, time.Millisecond, maxWait)
+		},
+		func() error { return bounds.Float("--node-addition-rate", o.NodeAdditionRate, 0, maxCount) },
+		func() error { return bounds.Int("--node-addition-burst", o.NodeAdditionBurst, 1, maxCount) },
+		func() error { return bounds.Int("--max-nodes-in-flight", o.MaxNodesInFlight, 1, maxCount) },
+		func() error { return bounds.Float("--node-addition-rate-min", ad.Min, 0, maxCount) },
+		func() error { return bounds.Float("--node-addition-rate-max", ad.Max, 0, maxCount) },
+		func() error { return bounds.Float("--node-addition-rate-increase-step", ad.IncreaseStep, 0, maxCount) },
+		func() error {
+			return bounds.Duration("--node-addition-adaptive-interval", ad.Interval, time.Millisecond, 24*time.Hour)
+		},
+		func() error {
+			return bounds.Duration("--node-addition-latency-threshold", ad.LatencyThreshold, time.Millisecond, time.Hour)
+		},
+		func() error {
+			return bounds.Duration("--max-preflight-time", o.Preflight.MaxPreflightTime, 0, maxWait)
+		},
+		func() error {
+			return bounds.Int("--preflight-failures-before-backoff", o.PreflightFailuresBeforeBackoff, 0, maxCount)
+		},
+		func() error {
+			return bounds.Duration("--preflight-failure-window", o.PreflightFailureWindow, 0, maxWait)
+		},
+	)
 }

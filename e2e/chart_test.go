@@ -55,7 +55,7 @@ func TestChartAppliesAndRuns(t *testing.T) {
 			"node-addition-rate":            6,
 			"node-addition-burst":           1,
 			"node-addition-adaptive":        false,
-			"balloon-namespace":             sc.ns,
+			"balloon-namespace":             sc.ns + "-balloons", // created by the chart
 		},
 		"balloons":  map[string]any{"enabled": true},
 		"preflight": map[string]any{"enabled": true},
@@ -95,6 +95,7 @@ func TestChartAppliesAndRuns(t *testing.T) {
 	configFile := filepath.Join(dir, "config.yaml")
 	must(t, os.WriteFile(configFile, []byte(cm.Data["config.yaml"]), 0o600))
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	secureAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	c := dep.Spec.Template.Spec.Containers[0]
 	args := []string{"--kubeconfig=" + sc.serviceAccountKubeconfig(dir, dep.Spec.Template.Spec.ServiceAccountName)}
 	for _, a := range c.Args {
@@ -103,6 +104,8 @@ func TestChartAppliesAndRuns(t *testing.T) {
 			a = "--config=" + configFile
 		case strings.HasPrefix(a, "--address="):
 			a = "--address=" + addr
+		case strings.HasPrefix(a, "--secure-address="):
+			a = "--secure-address=" + secureAddr
 		}
 		args = append(args, a)
 	}
@@ -127,6 +130,8 @@ func TestChartAppliesAndRuns(t *testing.T) {
 	if c := sc.capacity(cpu); c > 2 {
 		t.Fatalf("capacity %d: the rendered ConfigMap's rate (6/min, burst 1) is not in force", c)
 	}
+	// The chart's TLS listener: the API server decides who reads /metrics.
+	sc.checkSecureMetrics(secureAddr, release+"-vmss-autoscaler")
 	cms := sc.s.cp.Client.CoreV1().ConfigMaps(sc.ns)
 	edit := func(change func(string) string) {
 		t.Helper()

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"sync"
@@ -146,6 +147,9 @@ func ParseRejected(r io.Reader) (float64, error) {
 		v, err := strconv.ParseFloat(string(fields[0]), 64)
 		if err != nil {
 			return 0, fmt.Errorf("parsing %s value %q: %w", RejectedMetric, fields[0], err)
+		}
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return 0, fmt.Errorf("parsing %s value %q: a counter must be a finite, non-negative number", RejectedMetric, fields[0])
 		}
 		total += v
 	}

@@ -124,3 +124,12 @@ apiserver_flowcontrol_current_inqueue_requests{flow_schema="x"} 7
 		})
 	}
 }
+
+func TestParseRejectedRefusesNonCounts(t *testing.T) {
+	for _, v := range []string{"NaN", "+Inf", "-Inf", "-1"} {
+		body := RejectedMetric + `{flow_schema="a"} ` + v + "\n"
+		if got, err := ParseRejected(strings.NewReader(body)); err == nil {
+			t.Errorf("ParseRejected(%q) = %v, nil; want an error (a counter is finite and not negative)", body, got)
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/bounds"
 )
 
 // Auth modes.
@@ -134,8 +135,14 @@ func (c *Config) Validate() error {
 	if !strings.HasPrefix(c.ARMEndpoint, "https://") {
 		return fmt.Errorf("--azure-arm-endpoint=%q: must be an https:// URL", c.ARMEndpoint)
 	}
-	if c.CacheTTL < time.Second {
-		return fmt.Errorf("--azure-cache-ttl=%s: must be at least 1s", c.CacheTTL)
+	if err := bounds.Duration("--azure-cache-ttl", c.CacheTTL, time.Second, time.Hour); err != nil {
+		return err
+	}
+	if err := bounds.Duration("--azure-operation-poll-interval", c.LROPollInterval, time.Second, time.Hour); err != nil {
+		return err
+	}
+	if err := bounds.Duration("sku cache TTL", c.SKUCacheTTL, time.Minute, 7*24*time.Hour); err != nil {
+		return err
 	}
 	switch c.Auth {
 	case AuthDefault, AuthWorkloadIdentity, AuthManagedIdentity:

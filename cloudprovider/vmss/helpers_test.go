@@ -156,14 +156,109 @@ func TestAutoDiscovery(t *testing.T) {
 }
 
 func TestGroupOptionsFromTags(t *testing.T) {
-	d := cloudprovider.GroupOptions{ScaleDownUtilizationThreshold: 0.5, MaxNodeProvisionTime: 15 * time.Minute}
-	got := groupOptions(map[string]string{
-		tagOptionsPrefix + "scaledownutilizationthreshold": "0.3",
-		tagOptionsPrefix + "maxnodeprovisiontime":          "25m",
-		tagOptionsPrefix + "scaledownunneededtime":         "soon",
-	}, d)
-	if got.ScaleDownUtilizationThreshold != 0.3 || got.MaxNodeProvisionTime != 25*time.Minute || got.ScaleDownUnneededTime != 0 {
-		t.Fatalf("options %+v", got)
+	d := cloudprovider.GroupOptions{ScaleDownUtilizationThreshold: 0.5, MaxNodeProvisionTime: 15 * time.Minute, ScaleDownUnneededTime: 10 * time.Minute}
+	opt := func(name string) string { return tagOptionsPrefix + name }
+	tests := []struct {
+		name     string
+		tags     map[string]string
+		want     cloudprovider.GroupOptions
+		wantErrs []string
+	}{
+		{"valid values apply", map[string]string{opt("scaledownutilizationthreshold"): "0.3", opt("maxnodeprovisiontime"): "25m", opt("ScaleDownUnneededTime"): "5m"},
+			cloudprovider.GroupOptions{ScaleDownUtilizationThreshold: 0.3, MaxNodeProvisionTime: 25 * time.Minute, ScaleDownUnneededTime: 5 * time.Minute}, nil},
+		{"not a duration", map[string]string{opt("scaledownunneededtime"): "soon"}, d,
+			[]string{`tag ` + opt("scaledownunneededtime") + `="soon": not a duration`}},
+		{"duration too long", map[string]string{opt("maxnodeprovisiontime"): "2000h"}, d,
+			[]string{"tag " + opt("maxnodeprovisiontime") + "=2000h0m0s: must be between 1s and 168h0m0s"}},
+		{"negative duration", map[string]string{opt("scaledownunreadytime"): "-1m"}, d,
+			[]string{"tag " + opt("scaledownunreadytime") + "=-1m0s: must be between 0s and 168h0m0s"}},
+		{"provision time zero", map[string]string{opt("maxnodeprovisiontime"): "0s"}, d,
+			[]string{"tag " + opt("maxnodeprovisiontime") + "=0s: must be between 1s and 168h0m0s"}},
+		{"share above 1", map[string]string{opt("scaledownutilizationthreshold"): "5"}, d,
+			[]string{"tag " + opt("scaledownutilizationthreshold") + "=5: must be between 0 and 1"}},
+		{"share NaN", map[string]string{opt("scaledowngpuutilizationthreshold"): "NaN"}, d,
+			[]string{"tag " + opt("scaledowngpuutilizationthreshold") + "=NaN: must be between 0 and 1"}},
+		{"share not a number", map[string]string{opt("scaledowngpuutilizationthreshold"): "half"}, d,
+			[]string{"tag " + opt("scaledowngpuutilizationthreshold") + `="half": not a number`}},
+		{"good and bad together", map[string]string{opt("scaledownutilizationthreshold"): "0.2", opt("scaledownunneededtime"): "99999h"},
+			cloudprovider.GroupOptions{ScaleDownUtilizationThreshold: 0.2, MaxNodeProvisionTime: 15 * time.Minute, ScaleDownUnneededTime: 10 * time.Minute},
+			[]string{"tag " + opt("scaledownunneededtime") + "=99999h0m0s: must be between 0s and 168h0m0s"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, errs := groupOptions(tc.tags, d)
+			if got != tc.want {
+				t.Errorf("options %+v, want %+v", got, tc.want)
+			}
+			if len(errs) != len(tc.wantErrs) {
+				t.Fatalf("errors %v, want %v", errs, tc.wantErrs)
+			}
+			for i, err := range errs {
+				if !strings.HasPrefix(err.Error(), tc.wantErrs[i]) {
+					t.Errorf("error %q, want it to start with %q", err, tc.wantErrs[i])
+				}
+			}
+		})
+	}
+}
+
+func TestGroupBoundsFromTags(t *testing.T) {
+	tests := []struct {
+		name             string
+		tags             map[string]string
+		wantMin, wantMax int
+		wantErr          string
+	}{
+		{"valid", map[string]string{"min": "0", "max": "40"}, 0, 40, ""},
+		{"spaces", map[string]string{"min": " 2", "max": "3 "}, 2, 3, ""},
+		{"at Azure's limit", map[string]string{"min": "0", "max": "1000"}, 0, 1000, ""},
+		{"missing max", map[string]string{"min": "0"}, 0, 0, "tag max: missing"},
+		{"not a number", map[string]string{"min": "zero", "max": "4"}, 0, 0, `tag min="zero": not an integer`},
+		{"negative", map[string]string{"min": "-1", "max": "4"}, 0, 0, "tag min=-1: must be between 0 and 1000"},
+		{"past Azure's limit", map[string]string{"min": "0", "max": "5000"}, 0, 0, "tag max=5000: must be between 0 and 1000"},
+		{"max zero", map[string]string{"min": "0", "max": "0"}, 0, 0, "tag max=0: must be at least 1"},
+		{"min above max", map[string]string{"min": "9", "max": "2"}, 0, 0, "tag min=9 is greater than tag max=2"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			lo, hi, err := groupBounds(tc.tags)
+			if tc.wantErr != "" {
+				if err == nil || err.Error() != tc.wantErr {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || lo != tc.wantMin || hi != tc.wantMax {
+				t.Fatalf("groupBounds = %d, %d, %v; want %d, %d", lo, hi, err, tc.wantMin, tc.wantMax)
+			}
+		})
+	}
+}
+
+func TestTemplateTagsRefused(t *testing.T) {
+	tests := []struct {
+		name, tag, value, wantErr string
+	}{
+		{"label key", tagLabelPrefix + "bad key", "x", `is not a label key`},
+		{"label value", tagLabelPrefix + "team", "has spaces", `not a label value`},
+		{"taint without effect", tagTaintPrefix + "team", "rl", `want <value>:<Effect>`},
+		{"taint effect", tagTaintPrefix + "team", "rl:Sometimes", `unknown taint effect "Sometimes"`},
+		{"taint key", tagTaintPrefix + "a__b__c", "rl:NoSchedule", `is not a taint key`},
+		{"taint value", tagTaintPrefix + "team", "r l:NoSchedule", `is not a taint value`},
+		{"resource quantity", tagResourcesPrefix + "rdma__ib", "lots", `tag ` + tagResourcesPrefix + `rdma__ib="lots"`},
+		{"negative resource", tagResourcesPrefix + "rdma__ib", "-8", `must be between 0 and 1Pi`},
+		{"huge resource", tagResourcesPrefix + "memory", "9Ei", `must be between 0 and 1Pi`},
+		{"resource name", tagResourcesPrefix + "bad name", "1", `is not a resource name`},
+	}
+	sku := skuInfo{name: "Standard_D4s_v5", vcpus: 4, memoryGB: 16, arch: "amd64"}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			view := &scaleSetView{name: "g", location: "eastus", tags: map[string]string{tc.tag: tc.value}}
+			_, err := templateNode(view, sku, "nvidia.com/gpu")
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "scale set g: tag "+tc.tag) {
+				t.Fatalf("templateNode: %v; want an error naming scale set g, tag %s and containing %q", err, tc.tag, tc.wantErr)
+			}
+		})
 	}
 }
 

@@ -49,6 +49,9 @@ type scaleSet struct {
 	opSeq     int
 	// maxInstanceID is the highest numeric instance ID seen.
 	maxInstanceID int
+	// optionsProblem is the last invalid autoscaling-options tags logged
+	// (each is logged once, when it first appears).
+	optionsProblem string
 }
 
 // failedOp is a scale-up operation that ARM reported failed.
@@ -597,5 +600,14 @@ func (g *scaleSet) TemplateNode() (*apiv1.Node, error) {
 func (g *scaleSet) Options(defaults cloudprovider.GroupOptions) cloudprovider.GroupOptions {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return groupOptions(g.view.tags, defaults)
+	opts, errs := groupOptions(g.view.tags, defaults)
+	problem := errors.Join(errs...)
+	if msg := fmt.Sprint(problem); problem != nil && msg != g.optionsProblem {
+		klog.ErrorS(problem, "Ignoring invalid autoscaling-options tags; those options keep the flags' values", "scaleSet", g.name)
+	}
+	g.optionsProblem = ""
+	if problem != nil {
+		g.optionsProblem = problem.Error()
+	}
+	return opts
 }

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -178,6 +177,9 @@ func parseProviderID(id string) (vmRef, bool) {
 		parts[5] != "microsoft.compute" || parts[6] != "virtualmachinescalesets" || parts[8] != "virtualmachines" {
 		return vmRef{}, false
 	}
+	if parts[1] == "" || parts[3] == "" || parts[7] == "" || parts[9] == "" {
+		return vmRef{}, false
+	}
 	return vmRef{subscription: parts[1], resourceGroup: parts[3], scaleSet: parts[7], instanceID: parts[9]}, true
 }
 
@@ -317,11 +319,10 @@ func (p *Provider) managed(s *armcompute.VirtualMachineScaleSet) (int, int, bool
 		if !d.matches(tags) {
 			continue
 		}
-		minSize, err1 := strconv.Atoi(tags[tagMin])
-		maxSize, err2 := strconv.Atoi(tags[tagMax])
-		if err1 != nil || err2 != nil || minSize < 0 || minSize > maxSize || maxSize < 1 {
+		minSize, maxSize, err := groupBounds(tags)
+		if err != nil {
 			klog.InfoS("Ignoring discovered scale set with missing or invalid min/max tags",
-				"scaleSet", *s.Name, "min", tags[tagMin], "max", tags[tagMax])
+				"scaleSet", *s.Name, "err", err)
 			return 0, 0, false
 		}
 		return minSize, maxSize, true

@@ -12,9 +12,11 @@ import (
 	apiv1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/reserved"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/bounds"
 )
 
 // Tag names in cluster-autoscaler's form. In tag keys, where Azure forbids
@@ -77,6 +79,61 @@ func skuInfoOf(s *armcompute.ResourceSKU) (skuInfo, bool) {
 // tagKey turns a tag suffix into a Kubernetes key.
 func tagKey(s string) string { return strings.ReplaceAll(s, "__", "/") }
 
+// labelTag parses a node-template label tag: the key (after the prefix,
+// "__" for '/') must be a label key, the value a label value.
+func labelTag(k, v string) (string, error) {
+	key := tagKey(strings.TrimPrefix(k, tagLabelPrefix))
+	if errs := validation.IsQualifiedName(key); len(errs) > 0 {
+		return "", fmt.Errorf("tag %s: %q is not a label key: %s", k, key, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+		return "", fmt.Errorf("tag %s=%q: not a label value: %s", k, v, strings.Join(errs, "; "))
+	}
+	return key, nil
+}
+
+// taintTag parses a node-template taint tag, value "<value>:<Effect>".
+func taintTag(k, v string) (apiv1.Taint, error) {
+	val, effect, ok := strings.Cut(v, ":")
+	if !ok {
+		return apiv1.Taint{}, fmt.Errorf("tag %s=%q: want <value>:<Effect>", k, v)
+	}
+	e := apiv1.TaintEffect(effect)
+	if e != apiv1.TaintEffectNoSchedule && e != apiv1.TaintEffectPreferNoSchedule && e != apiv1.TaintEffectNoExecute {
+		return apiv1.Taint{}, fmt.Errorf("tag %s=%q: unknown taint effect %q", k, v, effect)
+	}
+	key := tagKey(strings.TrimPrefix(k, tagTaintPrefix))
+	if errs := validation.IsQualifiedName(key); len(errs) > 0 {
+		return apiv1.Taint{}, fmt.Errorf("tag %s: %q is not a taint key: %s", k, key, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsValidLabelValue(val); len(errs) > 0 {
+		return apiv1.Taint{}, fmt.Errorf("tag %s=%q: %q is not a taint value: %s", k, v, val, strings.Join(errs, "; "))
+	}
+	return apiv1.Taint{Key: key, Value: val, Effect: e}, nil
+}
+
+// maxResourceTag bounds a resources tag: far above any machine (a
+// petabyte of memory, a million GPUs), low enough that arithmetic on it
+// cannot overflow.
+var maxResourceTag = resource.MustParse("1Pi")
+
+// resourceTag parses a node-template resources tag: a resource name and a
+// non-negative quantity.
+func resourceTag(k, v string) (apiv1.ResourceName, resource.Quantity, error) {
+	name := tagKey(strings.TrimPrefix(k, tagResourcesPrefix))
+	if errs := validation.IsQualifiedName(name); len(errs) > 0 {
+		return "", resource.Quantity{}, fmt.Errorf("tag %s: %q is not a resource name: %s", k, name, strings.Join(errs, "; "))
+	}
+	q, err := resource.ParseQuantity(strings.TrimSpace(v))
+	if err != nil {
+		return "", resource.Quantity{}, fmt.Errorf("tag %s=%q: %w", k, v, err)
+	}
+	if q.Sign() < 0 || q.Cmp(maxResourceTag) > 0 {
+		return "", resource.Quantity{}, fmt.Errorf("tag %s=%q: must be between 0 and %s", k, v, maxResourceTag.String())
+	}
+	return apiv1.ResourceName(name), q, nil
+}
+
 // templateNode builds the node a scale set would create.
 func templateNode(ss *scaleSetView, sku skuInfo, gpuResource string) (*apiv1.Node, error) {
 	name := "template-" + ss.name
@@ -101,6 +158,9 @@ func templateNode(ss *scaleSetView, sku skuInfo, gpuResource string) (*apiv1.Nod
 	// agent-pool label, and ours only when a label tag says so: a template
 	// must not promise a label its nodes lack.
 	if pool, ok := ss.tags[tagAKSPool]; ok {
+		if errs := validation.IsValidLabelValue(pool); len(errs) > 0 {
+			return nil, fmt.Errorf("scale set %s: tag %s=%q: not a label value: %s", ss.name, tagAKSPool, pool, strings.Join(errs, "; "))
+		}
 		labels[AgentPoolLabel] = pool
 	} else {
 		labels[NodeGroupLabel] = ss.name
@@ -125,24 +185,24 @@ func templateNode(ss *scaleSetView, sku skuInfo, gpuResource string) (*apiv1.Nod
 		v := ss.tags[k]
 		switch {
 		case strings.HasPrefix(k, tagLabelPrefix):
-			labels[tagKey(strings.TrimPrefix(k, tagLabelPrefix))] = v
-		case strings.HasPrefix(k, tagTaintPrefix):
-			val, effect, ok := strings.Cut(v, ":")
-			if !ok {
-				return nil, fmt.Errorf("scale set %s: tag %s=%q: want <value>:<Effect>", ss.name, k, v)
-			}
-			e := apiv1.TaintEffect(effect)
-			if e != apiv1.TaintEffectNoSchedule && e != apiv1.TaintEffectPreferNoSchedule && e != apiv1.TaintEffectNoExecute {
-				return nil, fmt.Errorf("scale set %s: tag %s=%q: unknown taint effect %q", ss.name, k, v, effect)
-			}
-			taints = append(taints, apiv1.Taint{Key: tagKey(strings.TrimPrefix(k, tagTaintPrefix)), Value: val, Effect: e})
-		case strings.HasPrefix(k, tagResourcesPrefix):
-			q, err := resource.ParseQuantity(v)
+			key, err := labelTag(k, v)
 			if err != nil {
-				return nil, fmt.Errorf("scale set %s: tag %s=%q: %w", ss.name, k, v, err)
+				return nil, fmt.Errorf("scale set %s: %w", ss.name, err)
 			}
-			capacity[apiv1.ResourceName(tagKey(strings.TrimPrefix(k, tagResourcesPrefix)))] = q
-			overrides[apiv1.ResourceName(tagKey(strings.TrimPrefix(k, tagResourcesPrefix)))] = q
+			labels[key] = v
+		case strings.HasPrefix(k, tagTaintPrefix):
+			t, err := taintTag(k, v)
+			if err != nil {
+				return nil, fmt.Errorf("scale set %s: %w", ss.name, err)
+			}
+			taints = append(taints, t)
+		case strings.HasPrefix(k, tagResourcesPrefix):
+			name, q, err := resourceTag(k, v)
+			if err != nil {
+				return nil, fmt.Errorf("scale set %s: %w", ss.name, err)
+			}
+			capacity[name] = q
+			overrides[name] = q
 		}
 	}
 	allocatable := reserved.Allocatable(capacity)
@@ -160,39 +220,98 @@ func templateNode(ss *scaleSetView, sku skuInfo, gpuResource string) (*apiv1.Nod
 	}, nil
 }
 
-// groupOptions applies the scale set's autoscaling-options tags.
-func groupOptions(tags map[string]string, d cloudprovider.GroupOptions) cloudprovider.GroupOptions {
-	for k, v := range tags {
-		if !strings.HasPrefix(k, tagOptionsPrefix) {
-			continue
-		}
-		name := strings.ToLower(strings.TrimPrefix(k, tagOptionsPrefix))
-		f, ferr := strconv.ParseFloat(v, 64)
-		dur, derr := time.ParseDuration(v)
-		switch name {
-		case "scaledownutilizationthreshold":
-			if ferr == nil {
-				d.ScaleDownUtilizationThreshold = f
-			}
-		case "scaledowngpuutilizationthreshold":
-			if ferr == nil {
-				d.ScaleDownGPUUtilizationThreshold = f
-			}
-		case "scaledownunneededtime":
-			if derr == nil {
-				d.ScaleDownUnneededTime = dur
-			}
-		case "scaledownunreadytime":
-			if derr == nil {
-				d.ScaleDownUnreadyTime = dur
-			}
-		case "maxnodeprovisiontime":
-			if derr == nil {
-				d.MaxNodeProvisionTime = dur
-			}
+// Ranges of the autoscaling-options tags.
+const (
+	maxTagWait   = 7 * 24 * time.Hour
+	maxGroupSize = cloudprovider.MaxGroupSize
+)
+
+// groupOptions applies the scale set's autoscaling-options tags. A tag whose
+// value does not parse or is out of range keeps the default and is
+// reported: each error names the tag and its value.
+func groupOptions(tags map[string]string, d cloudprovider.GroupOptions) (cloudprovider.GroupOptions, []error) {
+	keys := make([]string, 0, len(tags))
+	for k := range tags {
+		if strings.HasPrefix(k, tagOptionsPrefix) {
+			keys = append(keys, k)
 		}
 	}
-	return d
+	sort.Strings(keys)
+	var errs []error
+	share := func(k, v string, dst *float64) {
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("tag %s=%q: not a number", k, v))
+			return
+		}
+		if err := bounds.Float("tag "+k, f, 0, 1); err != nil {
+			errs = append(errs, err)
+			return
+		}
+		*dst = f
+	}
+	wait := func(k, v string, lo time.Duration, dst *time.Duration) {
+		dur, err := time.ParseDuration(strings.TrimSpace(v))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("tag %s=%q: not a duration (e.g. 10m)", k, v))
+			return
+		}
+		if err := bounds.Duration("tag "+k, dur, lo, maxTagWait); err != nil {
+			errs = append(errs, err)
+			return
+		}
+		*dst = dur
+	}
+	for _, k := range keys {
+		v := tags[k]
+		switch strings.ToLower(strings.TrimPrefix(k, tagOptionsPrefix)) {
+		case "scaledownutilizationthreshold":
+			share(k, v, &d.ScaleDownUtilizationThreshold)
+		case "scaledowngpuutilizationthreshold":
+			share(k, v, &d.ScaleDownGPUUtilizationThreshold)
+		case "scaledownunneededtime":
+			wait(k, v, 0, &d.ScaleDownUnneededTime)
+		case "scaledownunreadytime":
+			wait(k, v, 0, &d.ScaleDownUnreadyTime)
+		case "maxnodeprovisiontime":
+			wait(k, v, time.Second, &d.MaxNodeProvisionTime)
+		}
+	}
+	return d, errs
+}
+
+// groupBounds reads a discovered scale set's min and max tags; errors name
+// the tag and its value.
+func groupBounds(tags map[string]string) (int, int, error) {
+	count := func(k string) (int, error) {
+		v, ok := tags[k]
+		if !ok {
+			return 0, fmt.Errorf("tag %s: missing", k)
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil {
+			return 0, fmt.Errorf("tag %s=%q: not an integer", k, v)
+		}
+		if err := bounds.Int("tag "+k, n, 0, maxGroupSize); err != nil {
+			return 0, err
+		}
+		return n, nil
+	}
+	minSize, err := count(tagMin)
+	if err != nil {
+		return 0, 0, err
+	}
+	maxSize, err := count(tagMax)
+	if err != nil {
+		return 0, 0, err
+	}
+	if maxSize < 1 {
+		return 0, 0, fmt.Errorf("tag %s=%d: must be at least 1", tagMax, maxSize)
+	}
+	if minSize > maxSize {
+		return 0, 0, fmt.Errorf("tag %s=%d is greater than tag %s=%d", tagMin, minSize, tagMax, maxSize)
+	}
+	return minSize, maxSize, nil
 }
 
 // discovery is one --node-group-auto-discovery spec: every tag must be

@@ -193,6 +193,8 @@ func run(ctx context.Context, o options) error {
 		"--scale-down-brake-window=20s",
 		"--node-addition-rate=120", "--node-addition-burst=6", "--node-addition-adaptive=false",
 		"--warm-pool=gpu-h100:1",
+		// The demo's control plane has no chart, so no balloon namespace.
+		"--balloon-namespace=kube-system",
 		"-v=2",
 	}
 	as, err := cp.StartProcess(ctx, "vmss-autoscaler", autoscalerBin, args...)

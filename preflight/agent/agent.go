@@ -149,6 +149,8 @@ func parseOptions(args []string, getenv func(string) string) (*options, error) {
 	}
 	if o.interval < 0 {
 		errs = append(errs, fmt.Errorf("--interval=%s: must not be negative", o.interval))
+	} else if o.interval > 0 && (o.interval < time.Second || o.interval > maxInterval) {
+		errs = append(errs, fmt.Errorf("--interval=%s: must be between 1s and %s (0: run once)", o.interval, maxInterval))
 	} else if o.interval > 0 && !o.mode.periodic {
 		errs = append(errs, fmt.Errorf("--interval=%s: only with --periodic", o.interval))
 	}

@@ -71,6 +71,8 @@ func TestParseOptionsRejectsBadFlags(t *testing.T) {
 		{"annotation clash", []string{"--failure-annotation=" + preflight.PassedAtAnnotation}, env("NODE_NAME", "n"), "taken by the passed-at annotation"},
 		{"interval without periodic", []string{"--interval=1h"}, env("NODE_NAME", "n"), "--interval=1h0m0s: only with --periodic"},
 		{"negative interval", []string{"--periodic", "--interval=-1m"}, env("NODE_NAME", "n"), "--interval=-1m0s: must not be negative"},
+		{"interval too short", []string{"--periodic", "--interval=10ms"}, env("NODE_NAME", "n"), "--interval=10ms: must be between 1s and 168h0m0s"},
+		{"interval a month", []string{"--periodic", "--interval=720h"}, env("NODE_NAME", "n"), "--interval=720h0m0s: must be between 1s and 168h0m0s"},
 		{"retry-failed with periodic", []string{"--periodic", "--retry-failed"}, env("NODE_NAME", "n"), "--retry-failed: not with --periodic"},
 		{"unknown flag", []string{"--nodename=x"}, env("NODE_NAME", "n"), "unknown flag: --nodename"},
 		{"stray argument", []string{"run"}, env("NODE_NAME", "n"), `unexpected arguments ["run"]`},

@@ -26,6 +26,19 @@ const (
 	// defaultRetryDelay is the pause between attempts when retries are set
 	// without retryDelay.
 	defaultRetryDelay = 10 * time.Second
+	// maxCheckTimeout bounds one check's timeout: DCGM level 4, the
+	// slowest check of the library, defaults to 3h.
+	maxCheckTimeout = 24 * time.Hour
+	// maxDeadline bounds the whole run's deadline.
+	maxDeadline = 7 * 24 * time.Hour
+	// maxRetryDelay bounds the pause between a check's attempts.
+	maxRetryDelay = time.Hour
+	// maxMinMatches bounds minMatches (output is read line by line).
+	maxMinMatches = 1_000_000
+	// maxChecks bounds the number of checks in one configuration.
+	maxChecks = 100
+	// maxInterval bounds --interval of periodic checks.
+	maxInterval = 7 * 24 * time.Hour
 )
 
 // checkName is what a check may be called: it is printed in the failure
@@ -137,6 +150,8 @@ func (r *rawConfig) validate() (*checkConfig, error) {
 
 	if len(r.Checks) == 0 {
 		fail("checks: at least one check is required")
+	} else if len(r.Checks) > maxChecks {
+		fail("checks: at most %d checks, got %d", maxChecks, len(r.Checks))
 	}
 	seen := map[string]int{}
 	var longest time.Duration
@@ -170,6 +185,8 @@ func (r *rawConfig) validate() (*checkConfig, error) {
 			fail("%s.timeout: invalid duration %q: want a Go duration such as 30s or 5m", field, rc.Timeout)
 		} else if d <= 0 {
 			fail("%s.timeout: must be positive, got %q", field, rc.Timeout)
+		} else if d > maxCheckTimeout {
+			fail("%s.timeout: must be at most %s, got %q", field, maxCheckTimeout, rc.Timeout)
 		} else {
 			ch.Timeout = d
 			if d > longest {
@@ -183,12 +200,16 @@ func (r *rawConfig) validate() (*checkConfig, error) {
 		c.Checks = append(c.Checks, ch)
 	}
 
-	if r.Deadline == "" {
+	if r.Deadline == "" && sum > maxDeadline {
+		fail("deadline: the checks' worst case (every timeout and retry) is %s, above %s: set a deadline", sum, maxDeadline)
+	} else if r.Deadline == "" {
 		c.Deadline = sum
 	} else if d, err := time.ParseDuration(r.Deadline); err != nil {
 		fail("deadline: invalid duration %q: want a Go duration such as 10m", r.Deadline)
 	} else if d <= 0 {
 		fail("deadline: must be positive, got %q", r.Deadline)
+	} else if d > maxDeadline {
+		fail("deadline: must be at most %s, got %q", maxDeadline, r.Deadline)
 	} else if longestAt >= 0 && d < longest {
 		fail("deadline: %q is shorter than checks[%d].timeout %q (%s), which could then never run to its timeout",
 			r.Deadline, longestAt, r.Checks[longestAt].Timeout, r.Checks[longestAt].Name)
@@ -219,8 +240,8 @@ func (rc *rawCheck) validateOutputRules(field string, ch *checkSpec) []error {
 		switch n := *rc.MinMatches; {
 		case rc.Match == "":
 			fail("%s.minMatches: set to %d without match", field, n)
-		case n < 1:
-			fail("%s.minMatches: must be at least 1, got %d", field, n)
+		case n < 1 || n > maxMinMatches:
+			fail("%s.minMatches: must be between 1 and %d, got %d", field, maxMinMatches, n)
 		default:
 			ch.MinMatches = n
 		}
@@ -284,8 +305,8 @@ func (rc *rawCheck) validateRetries(field string, ch *checkSpec) []error {
 		switch {
 		case err != nil:
 			fail("%s.retryDelay: invalid duration %q: want a Go duration such as 10s", field, rc.RetryDelay)
-		case d < 0:
-			fail("%s.retryDelay: must not be negative, got %q", field, rc.RetryDelay)
+		case d < 0 || d > maxRetryDelay:
+			fail("%s.retryDelay: must be between 0s and %s, got %q", field, maxRetryDelay, rc.RetryDelay)
 		case ch.Retries == 0:
 			fail("%s.retryDelay: set to %q without retries", field, rc.RetryDelay)
 		default:

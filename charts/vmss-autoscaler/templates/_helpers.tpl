@@ -102,9 +102,9 @@ Call: include "vmss-autoscaler.flag" (list . "flag-name" "default").
 {{- end }}
 {{- end }}
 
-{{/* The balloon Deployments' namespace: --balloon-namespace (binary default kube-system). */}}
+{{/* The balloon Deployments' namespace: --balloon-namespace (binary default vmss-autoscaler-balloons). */}}
 {{- define "vmss-autoscaler.balloonNamespace" -}}
-{{- include "vmss-autoscaler.flag" (list . "balloon-namespace" "kube-system") }}
+{{- include "vmss-autoscaler.flag" (list . "balloon-namespace" "vmss-autoscaler-balloons") }}
 {{- end }}
 
 {{/* The preflight label key (--preflight-label). */}}

@@ -1,0 +1,176 @@
+// Package secureserve serves /metrics and /healthz over TLS with the API
+// server's delegated authentication and authorization, as Kubernetes
+// components do: a bearer token is checked with a TokenReview, and the
+// request (verb get, the non-resource path) with a SubjectAccessReview, so
+// RBAC decides who may scrape (for example a ClusterRole granting get on
+// the non-resource URL /metrics, bound to Prometheus' ServiceAccount).
+// Paths listed in AlwaysAllowPaths (the kubelet's probe of /healthz) are
+// served to anyone.
+package secureserve
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
+	"k8s.io/client-go/kubernetes"
+	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/klog/v2"
+)
+
+// Options configure the secure listener.
+type Options struct {
+	// Address is host:port to listen on.
+	Address string
+	// CertFile and KeyFile hold the serving certificate and key (PEM);
+	// both empty: a self-signed certificate is made at start.
+	CertFile, KeyFile string
+	// AlwaysAllowPaths are served without authentication or authorization.
+	AlwaysAllowPaths []string
+	// CacheTTL is how long a TokenReview or SubjectAccessReview answer is
+	// kept (default 10s), so a scrape every few seconds costs the API
+	// server nothing more.
+	CacheTTL time.Duration
+}
+
+// Delegating builds the authenticator (TokenReview) and authorizer
+// (SubjectAccessReview) that ask the API server through client; the
+// caller's identity needs create on tokenreviews and subjectaccessreviews
+// (the system:auth-delegator ClusterRole's rules).
+func Delegating(client kubernetes.Interface, cacheTTL time.Duration) (authenticator.Request, authorizer.Authorizer, error) {
+	if cacheTTL <= 0 {
+		cacheTTL = 10 * time.Second
+	}
+	backoff := &wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5}
+	authn, _, err := authenticatorfactory.DelegatingAuthenticatorConfig{
+		TokenAccessReviewClient:  client.AuthenticationV1(),
+		TokenAccessReviewTimeout: 10 * time.Second,
+		WebhookRetryBackoff:      backoff,
+		CacheTTL:                 cacheTTL,
+	}.New()
+	if err != nil {
+		return nil, nil, fmt.Errorf("delegated authentication: %w", err)
+	}
+	authz, err := authorizerfactory.DelegatingAuthorizerConfig{
+		SubjectAccessReviewClient: client.AuthorizationV1(),
+		AllowCacheTTL:             cacheTTL,
+		DenyCacheTTL:              cacheTTL,
+		WebhookRetryBackoff:       backoff,
+	}.New()
+	if err != nil {
+		return nil, nil, fmt.Errorf("delegated authorization: %w", err)
+	}
+	return authn, authz, nil
+}
+
+// Handler serves h to requests whose bearer token the authenticator
+// accepts (401 otherwise) and that the authorizer allows for the HTTP
+// verb, lower-cased, on the request's path as a non-resource URL (403
+// otherwise); paths in alwaysAllow are served to anyone.
+func Handler(h http.Handler, authn authenticator.Request, authz authorizer.Authorizer, alwaysAllow []string) http.Handler {
+	allow := map[string]bool{}
+	for _, p := range alwaysAllow {
+		allow[p] = true
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if allow[r.URL.Path] {
+			h.ServeHTTP(w, r)
+			return
+		}
+		logger := klog.FromContext(r.Context())
+		res, ok, err := authn.AuthenticateRequest(r)
+		if err != nil || !ok {
+			if err != nil {
+				logger.V(2).Info("Unauthenticated request to the secure metrics server", "path", r.URL.Path, "remote", r.RemoteAddr, "err", err)
+			}
+			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+			return
+		}
+		attrs := authorizer.AttributesRecord{
+			User:            res.User,
+			Verb:            strings.ToLower(r.Method),
+			Path:            r.URL.Path,
+			ResourceRequest: false,
+		}
+		decision, reason, err := authz.Authorize(r.Context(), attrs)
+		if err != nil {
+			logger.Error(err, "Authorizing a request to the secure metrics server", "user", res.User.GetName(), "path", r.URL.Path)
+			http.Error(w, "authorization failed", http.StatusInternalServerError)
+			return
+		}
+		if decision != authorizer.DecisionAllow {
+			logger.V(2).Info("Forbidden request to the secure metrics server", "user", res.User.GetName(), "path", r.URL.Path, "reason", reason)
+			http.Error(w, fmt.Sprintf("Forbidden: user %q may not %s %s", res.User.GetName(), attrs.Verb, r.URL.Path), http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// tlsConfig loads the serving certificate, or makes a self-signed one for
+// host (the address's host, or localhost).
+func tlsConfig(o Options) (*tls.Config, error) {
+	var cert tls.Certificate
+	var err error
+	switch {
+	case o.CertFile != "" && o.KeyFile != "":
+		cert, err = tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert-file=%s, --tls-private-key-file=%s: %w", o.CertFile, o.KeyFile, err)
+		}
+	case o.CertFile != "" || o.KeyFile != "":
+		return nil, errors.New("--tls-cert-file and --tls-private-key-file: give both or neither")
+	default:
+		host, _, _ := net.SplitHostPort(o.Address)
+		if host == "" {
+			host = "localhost"
+		}
+		certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey(host, nil, nil)
+		if err != nil {
+			return nil, fmt.Errorf("self-signed serving certificate: %w", err)
+		}
+		if cert, err = tls.X509KeyPair(certPEM, keyPEM); err != nil {
+			return nil, fmt.Errorf("self-signed serving certificate: %w", err)
+		}
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// Serve listens on o.Address with TLS and serves h (already wrapped by
+// Handler) until ctx ends. It returns the listener's address and a channel
+// that receives the server's error, if it stops on one.
+func Serve(ctx context.Context, o Options, h http.Handler) (net.Addr, <-chan error, error) {
+	cfg, err := tlsConfig(o)
+	if err != nil {
+		return nil, nil, err
+	}
+	ln, err := net.Listen("tcp", o.Address)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--secure-address=%s: %w", o.Address, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, TLSConfig: cfg,
+		BaseContext: func(net.Listener) context.Context { return ctx }}
+	errc := make(chan error, 1)
+	go func() {
+		if err := srv.Serve(tls.NewListener(ln, cfg)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("secure metrics server: %w", err)
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	return ln.Addr(), errc, nil
+}
