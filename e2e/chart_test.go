@@ -173,8 +173,11 @@ func TestChartAppliesAndRuns(t *testing.T) {
 		}
 		rargs := make([]string, 0, len(args)+1)
 		for _, x := range args {
-			if strings.HasPrefix(x, "--address=") {
+			switch {
+			case strings.HasPrefix(x, "--address="):
 				x = "--address=" + a
+			case strings.HasPrefix(x, "--secure-address=") && i > 0:
+				x = fmt.Sprintf("--secure-address=127.0.0.1:%d", freePort(t))
 			}
 			rargs = append(rargs, x)
 		}
