@@ -276,22 +276,12 @@ func TestReloadDuringDrain(t *testing.T) {
 	if !e.a.scaleDown.actuator.IsDraining(name(0)) {
 		t.Fatalf("node %s is not being drained", name(0))
 	}
-	// waitForDrain polls until the drain goroutine waits on the clock for
-	// its next retry: each step of the clock is then one more attempt.
-	waitForDrain := func() {
-		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for !e.clock.HasWaiters() {
-			if time.Now().After(deadline) {
-				t.Fatal("the drain never waited for its retry")
-			}
-			runtime.Gosched()
-		}
-	}
 	// 12 rounds of 5 s stay within the drain's deadline: its 30 s grace
 	// plus a minute.
 	for i := 0; i < 12; i++ {
-		waitForDrain()
+		// The drain goroutine waits on the clock for its next retry: each
+		// step of the clock is then one more attempt.
+		waitForClockWaiter(t, e)
 		o := e.a.Options()
 		o.BalloonAware = i%2 == 1
 		o.MaxGracefulTerminationSec = 600 + i

@@ -3,7 +3,8 @@ package actuation
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 
 	apiv1 "k8s.io/api/core/v1"
 
@@ -27,12 +28,7 @@ func GroupsByID(groups []cloudprovider.NodeGroup) map[string]cloudprovider.NodeG
 // error naming it, and its machines are left alone.
 func DeleteByGroup[T any](ctx context.Context, groups map[string]cloudprovider.NodeGroup, batch map[string][]T,
 	providerID func(T) string, done func(group string, items []T, err error)) {
-	ids := make([]string, 0, len(batch))
-	for id := range batch {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(batch)) {
 		items := batch[id]
 		if len(items) == 0 {
 			continue
