@@ -24,6 +24,10 @@ const (
 	// ClassFenced means this process may not write now (not the leader,
 	// or its lease not renewed in time); no backoff: the group is fine.
 	ClassFenced
+	// ClassSizeLimit means the cloud refused a size the group cannot hold
+	// (a scale set's platform limit, e.g. 1,000 VMs); it will not change
+	// in minutes: back off long, try another group.
+	ClassSizeLimit
 )
 
 func (c ErrorClass) String() string {
@@ -40,6 +44,8 @@ func (c ErrorClass) String() string {
 		return "conflict"
 	case ClassFenced:
 		return "fenced"
+	case ClassSizeLimit:
+		return "size-limit"
 	default:
 		return "other"
 	}
@@ -96,6 +102,9 @@ func IsOutOfCapacity(err error) bool { return err != nil && ClassOf(err) == Clas
 
 // IsThrottled reports whether err is a throttling error.
 func IsThrottled(err error) bool { return err != nil && ClassOf(err) == ClassThrottled }
+
+// IsSizeLimit reports whether err says a size is beyond what the group can hold.
+func IsSizeLimit(err error) bool { return err != nil && ClassOf(err) == ClassSizeLimit }
 
 // ErrSizeUnknown builds a size-unknown error for a group.
 func ErrSizeUnknown(group string, cause error) error {

@@ -55,6 +55,9 @@ func TestClassOfCode(t *testing.T) {
 		{429, "TooManyRequests", "", cloudprovider.ClassThrottled},
 		{500, "InternalServerError", "", cloudprovider.ClassOther},
 		{409, "OperationNotAllowed", "scale set is being deleted", cloudprovider.ClassConflict},
+		{400, "InvalidParameter", "The value 1016 of parameter 'sku.capacity' is out of range. The value must be between 0 and 1000, inclusive.", cloudprovider.ClassSizeLimit},
+		{409, "OperationNotAllowed", "Unable to create or update Virtual Machine Scale Set 'gpu' as it exceeds the total limit of '100' Virtual Machine instances.", cloudprovider.ClassSizeLimit},
+		{400, "InvalidParameter", "Parameter 'constrainedMaximumCapacity' is not allowed.", cloudprovider.ClassOther},
 	}
 	for _, tc := range tests {
 		if got := classOfCode(tc.status, tc.code, tc.msg); got != tc.want {
