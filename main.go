@@ -44,6 +44,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/clientmetrics"
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/statuscmd"
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/version"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight/agent"
@@ -104,6 +105,11 @@ func run(ctx context.Context, args []string) error {
 	readable := prometheus.NewGauge(prometheus.GaugeOpts{Name: "vmss_autoscaler_apiserver_metrics_readable",
 		Help: "1 when the last read of the API server's /metrics (flow-control rejections, for the adaptive node-addition rate) succeeded."})
 	reg.MustRegister(readable)
+	// Every request of the Kubernetes clients: rest_client_* as in
+	// Kubernetes components and the cluster-autoscaler.
+	if !clientmetrics.New(reg).Register() {
+		logger.Info("Kubernetes client metrics were registered elsewhere in this process; rest_client_* are not exported")
+	}
 
 	provider, err := newCloudProvider(ctx, c, &prov, reg)
 	if err != nil {
