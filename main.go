@@ -46,6 +46,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/clientmetrics"
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/statuscmd"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/trim"
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/version"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight/agent"
 	"github.com/vmss-autoscaler/vmss-autoscaler/ratelimit"
@@ -125,6 +126,13 @@ func run(ctx context.Context, args []string) error {
 	}
 	restCfg.QPS, restCfg.Burst = c.kubeClientQPS, c.kubeClientBurst
 	restCfg.UserAgent = "vmss-autoscaler"
+	// Built-in types in protobuf (JSON as the fallback the server may
+	// answer with); the dynamic client of CRDs sets JSON itself.
+	restCfg.ContentType = c.kubeAPIContentType
+	restCfg.AcceptContentTypes = c.kubeAPIContentType
+	if c.kubeAPIContentType != contentTypeJSON {
+		restCfg.AcceptContentTypes += "," + contentTypeJSON
+	}
 	// The adaptive node-addition rate watches the API server through the
 	// autoscaler's own requests: latency, 429s, 5xx.
 	observer := ratelimit.NewObserver(c.core.NodeAdditionAdaptiveOptions.LatencyThreshold, nil)
@@ -134,9 +142,10 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("building Kubernetes client: %w", err)
 	}
 
-	// Informers: the loop reads only these caches. Managed fields are
-	// dropped to keep 200,000 pods in less memory.
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(stripManagedFields))
+	// Informers: the loop reads only these caches. What it never reads
+	// (managed fields, last-applied, containers' env and probes, node
+	// images) is dropped before it is cached (package trim).
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trim.Object))
 	nsFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(c.core.Namespace))
 	sim, err := simulator.New(ctx, factory, c.core.GPUResourceName)
 	if err != nil {
@@ -154,17 +163,27 @@ func run(ctx context.Context, args []string) error {
 	bo := c.core.Balloons
 	balloonFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(bo.Namespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = bo.ManagedByLabel + "=" + bo.ManagedByValue }),
-		informers.WithTransform(stripManagedFields))
+		informers.WithTransform(trim.Metadata))
 	balloons := balloon.NewController(client, balloonFactory.Apps().V1().Deployments().Lister(), bo)
 	gangs, dynFactory, err := gangLookup(ctx, restCfg, client, factory)
 	if err != nil {
 		return err
 	}
-	factory.Start(ctx.Done())
+	// The flags ConfigMap is watched by every replica. The rest start at
+	// once (--standby-informers=warm, or no leader election) or when this
+	// replica leads; Start is idempotent.
 	nsFactory.Start(ctx.Done())
-	balloonFactory.Start(ctx.Done())
+	startInformers := func() {
+		factory.Start(ctx.Done())
+		balloonFactory.Start(ctx.Done())
+		if dynFactory != nil {
+			dynFactory.Start(ctx.Done())
+		}
+	}
+	if !c.leaderElect || c.standbyInformers == standbyWarm {
+		startInformers()
+	}
 	if dynFactory != nil {
-		dynFactory.Start(ctx.Done())
 		defer dynFactory.Shutdown()
 	}
 	defer factory.Shutdown()
@@ -270,6 +289,7 @@ func run(ctx context.Context, args []string) error {
 
 	lead := func(ctx context.Context) {
 		health.setLeader(true)
+		startInformers()
 		logger.Info("Waiting for informer caches")
 		for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 			if !ok {
@@ -437,15 +457,6 @@ func kubeConfig(path string) (*rest.Config, error) {
 	}
 	return cfg, nil
 }
-
-func stripManagedFields(obj any) (any, error) {
-	if a, ok := obj.(metav1.ObjectMetaAccessor); ok {
-		a.GetObjectMeta().SetManagedFields(nil)
-	}
-	return obj, nil
-}
-
-var _ cache.TransformFunc = stripManagedFields
 
 // serve runs /metrics and /healthz until ctx ends; a listen error is sent.
 func serve(ctx context.Context, addr string, reg *prometheus.Registry, h *health) <-chan error {

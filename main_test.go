@@ -35,6 +35,8 @@ func TestParseConfigRejectsBadInput(t *testing.T) {
 		{"negative duration", []string{"--max-node-provision-time=-1m"}, "--max-node-provision-time: must be positive"},
 		{"backoff order", []string{"--initial-node-group-backoff-duration=1h"}, "--max-node-group-backoff-duration: 30m0s is shorter"},
 		{"leader timings", []string{"--leader-elect-renew-deadline=1m"}, "want lease > renew > retry > 0"},
+		{"content type", []string{"--kube-api-content-type=application/yaml"}, `--kube-api-content-type="application/yaml": want application/vnd.kubernetes.protobuf or application/json`},
+		{"standby informers", []string{"--standby-informers=lukewarm"}, `--standby-informers="lukewarm": want on-lead or warm`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
