@@ -60,9 +60,9 @@ func RealisticPod(i int) *apiv1.Pod {
 				UID: "9a8b7c6d-0000-4000-8000-000000000001", Controller: new(true), BlockOwnerDeletion: new(true)}},
 			ManagedFields: []metav1.ManagedFieldsEntry{
 				{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &now, FieldsType: "FieldsV1",
-					FieldsV1: &metav1.FieldsV1{Raw: []byte(specFields())}},
+					FieldsV1: metav1.NewFieldsV1(specFields())},
 				{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &now, FieldsType: "FieldsV1", Subresource: "status",
-					FieldsV1: &metav1.FieldsV1{Raw: []byte(statusFields)}},
+					FieldsV1: metav1.NewFieldsV1(statusFields)},
 			},
 		},
 		Spec: apiv1.PodSpec{
@@ -147,7 +147,7 @@ func RealisticNode(i int) *apiv1.Node {
 			Annotations: map[string]string{"node.alpha.kubernetes.io/ttl": "0", "volumes.kubernetes.io/controller-managed-attach-detach": "true"},
 			ManagedFields: []metav1.ManagedFieldsEntry{
 				{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &now, FieldsType: "FieldsV1", Subresource: "status",
-					FieldsV1: &metav1.FieldsV1{Raw: []byte(strings.Repeat(`{"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{"f:lastHeartbeatTime":{},"f:lastTransitionTime":{}}},"f:images":{}}}`, 6))}},
+					FieldsV1: metav1.NewFieldsV1(strings.Repeat(`{"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{"f:lastHeartbeatTime":{},"f:lastTransitionTime":{}}},"f:images":{}}}`, 6))},
 			},
 		},
 		Spec: apiv1.NodeSpec{ProviderID: "azure:///subscriptions/s/resourceGroups/mc_rg/providers/Microsoft.Compute/virtualMachineScaleSets/gpu/virtualMachines/" + fmt.Sprint(i)},
