@@ -17,6 +17,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/snapshot"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/heaptest"
 	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
 )
 
@@ -104,12 +105,9 @@ func BenchmarkSteadyLoop(b *testing.B) {
 // the autoscaler. The goal is at most 1.5 GiB.
 func reportLiveHeap(b *testing.B, keep ...any) {
 	b.Helper()
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
+	live := heaptest.Live()
 	runtime.KeepAlive(keep)
-	b.ReportMetric(float64(ms.HeapAlloc)/(1<<20), "MiB-live-heap")
+	b.ReportMetric(float64(live)/(1<<20), "MiB-live-heap")
 }
 
 // BenchmarkColdSnapshotLoop: the first loop after start, building the

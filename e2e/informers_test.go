@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/heaptest"
 	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/trim"
 )
@@ -128,14 +129,7 @@ func createPods(b *testing.B, c kubernetes.Interface, ns string, n int) {
 // returns the seconds it took and the heap its cache holds per pod.
 func syncPods(b *testing.B, c kubernetes.Interface, ns string, n int, transform cache.TransformFunc) (float64, float64) {
 	b.Helper()
-	heap := func() uint64 {
-		runtime.GC()
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return ms.HeapAlloc
-	}
-	before := heap()
+	before := heaptest.Live()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	opts := []informers.SharedInformerOption{informers.WithNamespace(ns)}
@@ -153,7 +147,7 @@ func syncPods(b *testing.B, c kubernetes.Interface, ns string, n int, transform 
 	if got := len(inf.GetStore().ListKeys()); got != n {
 		b.Fatalf("informer holds %d pods, want %d", got, n)
 	}
-	after := heap()
+	after := heaptest.Live()
 	runtime.KeepAlive(inf)
 	cancel()
 	f.Shutdown()

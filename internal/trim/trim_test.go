@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/cache"
 	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/heaptest"
 )
 
 // TestObjectKeepsWhatTheLoopReads: trimming drops exactly the fields the
@@ -175,18 +177,11 @@ func BenchmarkInformerCache(b *testing.B) {
 		}
 		return out
 	}
-	heap := func() uint64 {
-		runtime.GC()
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return ms.HeapAlloc
-	}
 	// held measures the heap an object set keeps alive.
 	held := func(bs [][]byte, transform cache.TransformFunc) float64 {
-		before := heap()
+		before := heaptest.Live()
 		objs := decode(proto, bs, transform)
-		after := heap()
+		after := heaptest.Live()
 		runtime.KeepAlive(objs)
 		return float64(after-before) / float64(len(bs))
 	}
