@@ -1,8 +1,13 @@
 package vmss
 
 import (
+	"bytes"
 	"errors"
+	"strings"
 	"testing"
+
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
@@ -159,5 +164,44 @@ func TestRefusedSizeLowersMax(t *testing.T) {
 	}
 	if err := g.IncreaseSize(f.ctx, 5); err != nil {
 		t.Fatalf("IncreaseSize to the limit: %v", err)
+	}
+}
+
+// TestLimitWarningLoggedOncePerChange: the clamp is logged at the first
+// refresh and again only when it changes.
+func TestLimitWarningLoggedOncePerChange(t *testing.T) {
+	var buf bytes.Buffer
+	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(&buf)))
+	spec := gpuSet("gpu", 0, nil)
+	spec.SinglePlacementGroup = true
+	f := newFixture(t, []armsim.ScaleSetSpec{spec}, withNodes("0:2500:gpu"))
+	f.ctx = klog.NewContext(f.ctx, logger)
+	warnings := func() int { return strings.Count(buf.String(), "more than its scale set can hold") }
+	steps := []struct {
+		name string
+		do   func()
+		want int
+	}{
+		{"first refresh", f.refresh, 1},
+		{"same clamp", func() { f.expire(); f.refresh() }, 1},
+		{"limit learned lower", func() {
+			g := f.p.groups["gpu"]
+			g.mu.Lock()
+			g.learned = 50
+			g.mu.Unlock()
+			f.expire()
+			f.refresh()
+		}, 2},
+	}
+	for _, s := range steps {
+		s.do()
+		if got := warnings(); got != s.want {
+			t.Fatalf("%s: %d warnings logged, want %d:\n%s", s.name, got, s.want, buf.String())
+		}
+	}
+	for _, want := range []string{`configuredMax=2500`, `limit=100`, `reason="single placement group"`, `nodeGroup="gpu"`} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("warning lacks %s: %s", want, buf.String())
+		}
 	}
 }
