@@ -21,6 +21,14 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
 )
 
+// Values of --kube-api-content-type and --standby-informers.
+const (
+	contentTypeProtobuf = "application/vnd.kubernetes.protobuf"
+	contentTypeJSON     = "application/json"
+	standbyOnLead       = "on-lead"
+	standbyWarm         = "warm"
+)
+
 // config is everything the binary is configured with.
 type config struct {
 	core core.Options
@@ -36,6 +44,13 @@ type config struct {
 	gpuResourceName string
 	kubeClientQPS   float32
 	kubeClientBurst int
+	// kubeAPIContentType is what the clients of built-in types speak;
+	// CRDs and dynamic clients always speak JSON.
+	kubeAPIContentType string
+	// standbyInformers says when a replica that is not the leader starts
+	// its pod, node and other informers: standbyWarm at start,
+	// standbyOnLead when it becomes the leader.
+	standbyInformers string
 
 	apiserverMetricsInterval time.Duration
 	preflightTaint           string
@@ -85,6 +100,7 @@ Flags:
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file; empty for in-cluster configuration")
 	fs.Float32Var(&c.kubeClientQPS, "kube-client-qps", 20, "QPS of the Kubernetes client")
 	fs.IntVar(&c.kubeClientBurst, "kube-client-burst", 40, "burst of the Kubernetes client")
+	fs.StringVar(&c.kubeAPIContentType, "kube-api-content-type", contentTypeProtobuf, "content type of requests for built-in types: "+contentTypeProtobuf+" or "+contentTypeJSON+" (CRDs always use JSON)")
 	fs.StringVar(&c.cloudProvider, "cloud-provider", "azure", "cloud provider (azure)")
 	fs.StringArrayVar(&c.nodes, "nodes", nil, "node group as min:max:<scale set>; repeat for each group")
 	live.DurationVar(&c.core.ScanInterval, "scan-interval", d.ScanInterval, "time between loops")
@@ -175,6 +191,7 @@ Flags:
 	fs.DurationVar(&c.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "leader election renew deadline")
 	fs.DurationVar(&c.retryPeriod, "leader-elect-retry-period", 2*time.Second, "leader election retry period")
 	fs.StringVar(&c.leaderElectResource, "leader-elect-resource-name", "vmss-autoscaler", "name of the leader election Lease")
+	fs.StringVar(&c.standbyInformers, "standby-informers", standbyOnLead, "when a replica starts its pod and node informers: "+standbyOnLead+" (once it leads: no second watch of every pod, failover adds a full LIST) or "+standbyWarm+" (at start: fast failover, twice the watches and memory); the flags ConfigMap is always watched")
 	markLive(live)
 	fs.AddFlagSet(live)
 	return fs
@@ -243,6 +260,16 @@ func (c *config) finish() error {
 	if c.leaderElect && !(c.leaseDuration > c.renewDeadline && c.renewDeadline > c.retryPeriod && c.retryPeriod > 0) {
 		return fmt.Errorf("--leader-elect-lease-duration %s, --leader-elect-renew-deadline %s, --leader-elect-retry-period %s: want lease > renew > retry > 0",
 			c.leaseDuration, c.renewDeadline, c.retryPeriod)
+	}
+	switch c.kubeAPIContentType {
+	case contentTypeProtobuf, contentTypeJSON:
+	default:
+		return fmt.Errorf("--kube-api-content-type=%q: want %s or %s", c.kubeAPIContentType, contentTypeProtobuf, contentTypeJSON)
+	}
+	switch c.standbyInformers {
+	case standbyOnLead, standbyWarm:
+	default:
+		return fmt.Errorf("--standby-informers=%q: want %s or %s", c.standbyInformers, standbyOnLead, standbyWarm)
 	}
 	if c.maxInactivity <= 0 || c.maxFailingTime <= 0 {
 		return fmt.Errorf("--max-inactivity %s, --max-failing-time %s: must be positive", c.maxInactivity, c.maxFailingTime)

@@ -44,8 +44,10 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/clientmetrics"
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/secureserve"
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/statuscmd"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/trim"
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/version"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight/agent"
 	"github.com/vmss-autoscaler/vmss-autoscaler/ratelimit"
@@ -105,6 +107,11 @@ func run(ctx context.Context, args []string) error {
 	readable := prometheus.NewGauge(prometheus.GaugeOpts{Name: "vmss_autoscaler_apiserver_metrics_readable",
 		Help: "1 when the last read of the API server's /metrics (flow-control rejections, for the adaptive node-addition rate) succeeded."})
 	reg.MustRegister(readable)
+	// Every request of the Kubernetes clients: rest_client_* as in
+	// Kubernetes components and the cluster-autoscaler.
+	if !clientmetrics.New(reg).Register() {
+		logger.Info("Kubernetes client metrics were registered elsewhere in this process; rest_client_* are not exported")
+	}
 
 	provider, err := newCloudProvider(ctx, c, &prov, reg)
 	if err != nil {
@@ -120,6 +127,13 @@ func run(ctx context.Context, args []string) error {
 	}
 	restCfg.QPS, restCfg.Burst = c.kubeClientQPS, c.kubeClientBurst
 	restCfg.UserAgent = "vmss-autoscaler"
+	// Built-in types in protobuf (JSON as the fallback the server may
+	// answer with); the dynamic client of CRDs sets JSON itself.
+	restCfg.ContentType = c.kubeAPIContentType
+	restCfg.AcceptContentTypes = c.kubeAPIContentType
+	if c.kubeAPIContentType != contentTypeJSON {
+		restCfg.AcceptContentTypes += "," + contentTypeJSON
+	}
 	// The adaptive node-addition rate watches the API server through the
 	// autoscaler's own requests: latency, 429s, 5xx.
 	observer := ratelimit.NewObserver(c.core.NodeAdditionAdaptiveOptions.LatencyThreshold, nil)
@@ -129,9 +143,10 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("building Kubernetes client: %w", err)
 	}
 
-	// Informers: the loop reads only these caches. Managed fields are
-	// dropped to keep 200,000 pods in less memory.
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(stripManagedFields))
+	// Informers: the loop reads only these caches. What it never reads
+	// (managed fields, last-applied, containers' env and probes, node
+	// images) is dropped before it is cached (package trim).
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trim.Object))
 	// Only the ConfigMaps read live, each by name (the RBAC grants no other).
 	configMaps := newNamedConfigMaps(client, c.core.Namespace, c.configMap, c.core.PriorityConfigMapName)
 	sim, err := simulator.New(ctx, factory, c.core.GPUResourceName)
@@ -150,17 +165,27 @@ func run(ctx context.Context, args []string) error {
 	bo := c.core.Balloons
 	balloonFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(bo.Namespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = bo.ManagedByLabel + "=" + bo.ManagedByValue }),
-		informers.WithTransform(stripManagedFields))
+		informers.WithTransform(trim.Metadata))
 	balloons := balloon.NewController(client, balloonFactory.Apps().V1().Deployments().Lister(), bo)
 	gangs, dynFactory, err := gangLookup(ctx, restCfg, client, factory)
 	if err != nil {
 		return err
 	}
-	factory.Start(ctx.Done())
+	// The named ConfigMaps (flags, priorities) are watched by every
+	// replica. The rest start at once (--standby-informers=warm, or no
+	// leader election) or when this replica leads; Start is idempotent.
 	configMaps.Start(ctx.Done())
-	balloonFactory.Start(ctx.Done())
+	startInformers := func() {
+		factory.Start(ctx.Done())
+		balloonFactory.Start(ctx.Done())
+		if dynFactory != nil {
+			dynFactory.Start(ctx.Done())
+		}
+	}
+	if !c.leaderElect || c.standbyInformers == standbyWarm {
+		startInformers()
+	}
 	if dynFactory != nil {
-		dynFactory.Start(ctx.Done())
 		defer dynFactory.Shutdown()
 	}
 	defer factory.Shutdown()
@@ -281,6 +306,7 @@ func run(ctx context.Context, args []string) error {
 
 	lead := func(ctx context.Context) {
 		health.setLeader(true)
+		startInformers()
 		logger.Info("Waiting for informer caches")
 		for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 			if !ok {
@@ -448,15 +474,6 @@ func kubeConfig(path string) (*rest.Config, error) {
 	}
 	return cfg, nil
 }
-
-func stripManagedFields(obj any) (any, error) {
-	if a, ok := obj.(metav1.ObjectMetaAccessor); ok {
-		a.GetObjectMeta().SetManagedFields(nil)
-	}
-	return obj, nil
-}
-
-var _ cache.TransformFunc = stripManagedFields
 
 // newMux serves /metrics and /healthz.
 func newMux(reg *prometheus.Registry, h *health) *http.ServeMux {

@@ -36,7 +36,7 @@ func TestParseConfigRejectsBadInput(t *testing.T) {
 		{"backoff order", []string{"--initial-node-group-backoff-duration=1h"}, "--max-node-group-backoff-duration: 30m0s is shorter"},
 		{"leader timings", []string{"--leader-elect-renew-deadline=1m"}, "want lease > renew > retry > 0"},
 		// Range checks at the upper end: a wrong unit is refused with the flag and the value.
-		{"nodes past Azure's limit", []string{"--nodes=0:5000:gpu"}, `--nodes="0:5000:gpu": max 5000 is above 1000`},
+		{"nodes a typo", []string{"--nodes=0:5000000:gpu"}, `--nodes="0:5000000:gpu": max 5000000 is above 100000`},
 		{"scan interval an hour", []string{"--scan-interval=2h"}, "--scan-interval=2h0m0s: must be between 1ms and 1h0m0s"},
 		{"provision time a year", []string{"--max-node-provision-time=8760h"}, "--max-node-provision-time=8760h0m0s: must be between"},
 		{"unneeded time in the config file", []string{"--config=" + write("unneeded.yaml", "scale-down-unneeded-time: 1000h\n")}, "--scale-down-unneeded-time=1000h0m0s: must be between 0s and 168h0m0s"},
@@ -53,6 +53,8 @@ func TestParseConfigRejectsBadInput(t *testing.T) {
 		{"apiserver metrics interval negative", []string{"--apiserver-metrics-interval=-1s"}, "--apiserver-metrics-interval=-1s: must be between 0s and 24h0m0s"},
 		{"max inactivity a month", []string{"--max-inactivity=720h"}, "--max-inactivity=720h0m0s: must be between 1s and 168h0m0s"},
 		{"lease a day", []string{"--leader-elect-lease-duration=24h"}, "--leader-elect-lease-duration=24h0m0s: must be between"},
+		{"content type", []string{"--kube-api-content-type=application/yaml"}, `--kube-api-content-type="application/yaml": want application/vnd.kubernetes.protobuf or application/json`},
+		{"standby informers", []string{"--standby-informers=lukewarm"}, `--standby-informers="lukewarm": want on-lead or warm`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -44,6 +44,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/clientmetrics"
 )
 
 const (
@@ -1467,8 +1468,9 @@ var mainMetricRE = regexp.MustCompile(`Name:\s*"(vmss_autoscaler_[a-z0-9_]+)"`)
 
 // exportedMetrics is the allow-list: every series name the binary exports,
 // from its real registry: core.NewMetrics, the VMSS provider's ARM metrics
-// (through vmss.New, as main.go builds it), the Go and process collectors
-// and the gauges main.go defines, plus Prometheus' own `up`.
+// (through vmss.New, as main.go builds it), the Kubernetes clients'
+// request metrics, the Go and process collectors and the gauges main.go
+// defines, plus Prometheus' own `up`.
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	reg := prometheus.NewRegistry()
@@ -1493,12 +1495,13 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []string{"collectors.NewGoCollector()", "collectors.NewProcessCollector("} {
+	for _, c := range []string{"collectors.NewGoCollector()", "collectors.NewProcessCollector(", "clientmetrics.New(reg)"} {
 		if !bytes.Contains(src, []byte(c)) {
 			t.Fatalf("main.go no longer registers %s; update the allow-list", c)
 		}
 	}
 	rec.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	clientmetrics.New(rec) // the Kubernetes clients' rest_client_* metrics
 	mainGauges := mainMetricRE.FindAllSubmatch(src, -1)
 	if len(mainGauges) == 0 {
 		t.Fatal("found no vmss_autoscaler_ metric defined in main.go (vmss_autoscaler_apiserver_metrics_readable)")

@@ -59,6 +59,15 @@ type NodeGroup interface {
 	Options(defaults GroupOptions) GroupOptions
 }
 
+// SizeLimited is implemented by node groups the cloud lets hold fewer
+// machines than their configured max (a scale set's platform limit).
+// Their MaxSize is already the lower of the two.
+type SizeLimited interface {
+	// SizeLimit returns the configured max, the most machines the cloud
+	// lets the group hold (0 when no limit is known) and why.
+	SizeLimit() (configuredMax, limit int, reason string)
+}
+
 // InstanceState is the life-cycle stage of a machine.
 type InstanceState int
 

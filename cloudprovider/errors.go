@@ -27,6 +27,10 @@ const (
 	// ClassHeld means a safety hold (the cluster-wide unready guard)
 	// refused a deletion; nothing was sent, and the group is fine.
 	ClassHeld
+	// ClassSizeLimit means the cloud refused a size the group cannot hold
+	// (a scale set's platform limit, e.g. 1,000 VMs); it will not change
+	// in minutes: back off long, try another group.
+	ClassSizeLimit
 )
 
 func (c ErrorClass) String() string {
@@ -45,6 +49,8 @@ func (c ErrorClass) String() string {
 		return "fenced"
 	case ClassHeld:
 		return "held"
+	case ClassSizeLimit:
+		return "size-limit"
 	default:
 		return "other"
 	}
@@ -101,6 +107,9 @@ func IsOutOfCapacity(err error) bool { return err != nil && ClassOf(err) == Clas
 
 // IsThrottled reports whether err is a throttling error.
 func IsThrottled(err error) bool { return err != nil && ClassOf(err) == ClassThrottled }
+
+// IsSizeLimit reports whether err says a size is beyond what the group can hold.
+func IsSizeLimit(err error) bool { return err != nil && ClassOf(err) == ClassSizeLimit }
 
 // ErrSizeUnknown builds a size-unknown error for a group.
 func ErrSizeUnknown(group string, cause error) error {

@@ -12,6 +12,7 @@ func TestErrorClassHelpers(t *testing.T) {
 		name                                    string
 		err                                     error
 		sizeUnknown, quota, capacity, throttled bool
+		sizeLimit                               bool
 	}{
 		{name: "nil", err: nil},
 		{name: "plain", err: base},
@@ -19,6 +20,7 @@ func TestErrorClassHelpers(t *testing.T) {
 		{name: "quota wrapped", err: fmt.Errorf("scaling g1: %w", NewError(ClassQuota, "QuotaExceeded", "", nil)), quota: true},
 		{name: "capacity", err: NewError(ClassOutOfCapacity, "AllocationFailed", "", base), capacity: true},
 		{name: "throttled", err: NewError(ClassThrottled, "", "", nil), throttled: true},
+		{name: "size limit wrapped", err: fmt.Errorf("scaling g1: %w", NewError(ClassSizeLimit, "InvalidParameter", "", base)), sizeLimit: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -33,6 +35,9 @@ func TestErrorClassHelpers(t *testing.T) {
 			}
 			if got := IsThrottled(tc.err); got != tc.throttled {
 				t.Errorf("IsThrottled = %v, want %v", got, tc.throttled)
+			}
+			if got := IsSizeLimit(tc.err); got != tc.sizeLimit {
+				t.Errorf("IsSizeLimit = %v, want %v", got, tc.sizeLimit)
 			}
 		})
 	}

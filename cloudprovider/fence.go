@@ -102,3 +102,12 @@ func (g *fencedGroup) DecreaseTargetSize(ctx context.Context, delta int) error {
 	}
 	return g.NodeGroup.DecreaseTargetSize(ctx, delta)
 }
+
+// SizeLimit implements SizeLimited with the wrapped group's limit (none
+// when it has no SizeLimit).
+func (g *fencedGroup) SizeLimit() (int, int, string) {
+	if sl, ok := g.NodeGroup.(SizeLimited); ok {
+		return sl.SizeLimit()
+	}
+	return g.NodeGroup.MaxSize(), 0, ""
+}

@@ -74,3 +74,22 @@ func TestDeletionGuardHoldsOnlyDeletions(t *testing.T) {
 		t.Fatalf("DecreaseTargetSize under a deletion hold: %v", err)
 	}
 }
+
+// TestFencedGroupKeepsItsSizeLimit: the fence wraps a group without hiding
+// its platform limit.
+func TestFencedGroupKeepsItsSizeLimit(t *testing.T) {
+	p := inmemory.New()
+	g := p.AddGroup("g", 0, 2500, to.Node("g", "4", "8Gi"))
+	g.SetSizeLimit(1000, "Uniform scale set")
+	fenced := cloudprovider.WithFence(p, func() error { return nil }).NodeGroups()[0]
+	sl, ok := fenced.(cloudprovider.SizeLimited)
+	if !ok {
+		t.Fatal("a fenced group is not SizeLimited")
+	}
+	if configured, limit, why := sl.SizeLimit(); configured != 2500 || limit != 1000 || why != "Uniform scale set" {
+		t.Fatalf("SizeLimit = %d, %d, %q", configured, limit, why)
+	}
+	if fenced.MaxSize() != 1000 {
+		t.Fatalf("MaxSize = %d, want the limit", fenced.MaxSize())
+	}
+}

@@ -6,9 +6,11 @@ import (
 	"strings"
 )
 
-// MaxGroupSize is Azure's limit of instances in one scale set; a node
-// group's max above it is refused.
-const MaxGroupSize = 1000
+// MaxGroupSize bounds a node group's configured max (flags and tags): a
+// guard against typos. What a scale set can really hold (1,000 VMs, fewer
+// with a managed custom image or a single placement group) is applied by
+// the provider, which clamps the max to it and says so.
+const MaxGroupSize = 100000
 
 // NodeGroupSpec is one --nodes=min:max:name flag.
 type NodeGroupSpec struct {
@@ -37,7 +39,7 @@ func ParseNodeGroupSpec(s string) (NodeGroupSpec, error) {
 		return NodeGroupSpec{}, fmt.Errorf("--nodes=%q: max must be at least 1", s)
 	}
 	if max > MaxGroupSize {
-		return NodeGroupSpec{}, fmt.Errorf("--nodes=%q: max %d is above %d, the most instances one scale set holds", s, max, MaxGroupSize)
+		return NodeGroupSpec{}, fmt.Errorf("--nodes=%q: max %d is above %d", s, max, MaxGroupSize)
 	}
 	name := strings.TrimSpace(parts[2])
 	if name == "" || strings.ContainsAny(name, " /:") {

@@ -54,7 +54,7 @@ func groupStatus(gs *clusterstate.GroupState) GroupStatus {
 		Name: gs.ID, Min: gs.Min, Max: gs.Max,
 		Ready: r.Ready, Unready: r.Unready, NotStarted: r.NotStarted, Unregistered: r.Unregistered,
 		LongUnregistered: r.LongUnregistered, InError: r.InError, Deleting: r.Deleting, Upcoming: r.Upcoming,
-		Preflight: r.Preflight, PreflightFailed: r.PreflightFailed,
+		Preflight: r.Preflight, PreflightFailed: r.PreflightFailed, MaxWarning: gs.MaxWarning,
 	}
 	if r.TargetKnown {
 		t := r.Target

@@ -104,6 +104,9 @@ type GroupStatus struct {
 	PreflightFailed  int            `json:"preflightFailed"`
 	Backoff          *BackoffStatus `json:"backoff,omitempty"`
 	LastScaleUp      *time.Time     `json:"lastScaleUp,omitempty"`
+	// MaxWarning says the configured max is more than the group's cloud
+	// lets it hold (a scale set's platform limit); Max is that limit.
+	MaxWarning string `json:"maxWarning,omitempty"`
 	// TemplateSource is where the group's template node comes from:
 	// "node/<name>", a live node of the group, or "sku", the VM size less
 	// the reserved-resource estimate (a group with no usable node).

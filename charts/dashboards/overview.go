@@ -93,6 +93,24 @@ func overview() *dashboard.DashboardBuilder {
 		WithPanel(series("Failed scale-downs", "short", 8,
 			q(`sum by (node_group, step) (increase(vmss_autoscaler_failed_scale_downs_total{job=~"$job", node_group=~"$node_group"}[$__rate_interval]))`, "{{node_group}} {{step}}"),
 		)).
+		WithRow(row("API requests")).
+		WithPanel(stacked("Kubernetes API requests by method and code", "reqps", 12,
+			q(`sum by (method, code) (rate(rest_client_requests_total{job=~"$job"}[$__rate_interval]))`, "{{method}} {{code}}"),
+		).
+			Description("Every request of the autoscaler's Kubernetes clients, both replicas (client-go's rest_client_requests_total); watches count when they start.")).
+		WithPanel(stacked("Kubernetes API requests by verb and resource", "reqps", 12,
+			q(`sum by (verb, resource) (rate(rest_client_request_duration_seconds_count{job=~"$job"}[$__rate_interval]))`, "{{verb}} {{resource}}"),
+		).
+			Description("Completed requests (watch streams excluded) by HTTP verb and resource; an empty resource is discovery or /metrics.")).
+		WithPanel(series("Kubernetes API request duration (p99)", "s", 12,
+			q(`histogram_quantile(0.99, sum by (le, verb) (rate(rest_client_request_duration_seconds_bucket{job=~"$job"}[$__rate_interval])))`, "{{verb}}"),
+			q(`histogram_quantile(0.99, sum by (le) (rate(rest_client_rate_limiter_duration_seconds_bucket{job=~"$job"}[$__rate_interval])))`, "client rate limiter wait"),
+		).
+			Description("Time to the API server's answer, and what the client's own --kube-client-qps/--kube-client-burst limiter added.")).
+		WithPanel(stacked("ARM requests by operation and code", "reqps", 12,
+			q(`sum by (operation, code) (rate(vmss_autoscaler_arm_requests_total{job=~"$job"}[$__rate_interval]))`, "{{operation}} {{code}}"),
+		).
+			Description("Azure Resource Manager calls; the ARM dashboard has their latency and throttling.")).
 		WithRow(row("Process")).
 		WithPanel(series("Memory", "bytes", 12,
 			q(`process_resident_memory_bytes{job=~"$job"}`, "RSS {{pod}}"),

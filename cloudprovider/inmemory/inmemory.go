@@ -127,6 +127,10 @@ type Group struct {
 	sizeUnknown bool
 	// noInstances makes IncreaseSize raise the target without creating instances.
 	noInstances bool
+	// limit, when positive, is the most machines the group can hold
+	// (SetSizeLimit); max stays as configured.
+	limit    int
+	limitWhy string
 
 	increases []int
 	deleted   []string
@@ -143,8 +147,35 @@ func (g *Group) ID() string { return g.id }
 // MinSize implements cloudprovider.NodeGroup.
 func (g *Group) MinSize() int { return g.min }
 
-// MaxSize implements cloudprovider.NodeGroup.
-func (g *Group) MaxSize() int { return g.max }
+// MaxSize implements cloudprovider.NodeGroup: the configured max, or the
+// size limit when that is lower.
+func (g *Group) MaxSize() int {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	return g.maxLocked()
+}
+
+func (g *Group) maxLocked() int {
+	if g.limit > 0 && g.limit < g.max {
+		return g.limit
+	}
+	return g.max
+}
+
+// SetSizeLimit makes the group hold at most limit machines, as a scale
+// set's platform limit does, whatever its configured max.
+func (g *Group) SetSizeLimit(limit int, why string) {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	g.limit, g.limitWhy = limit, why
+}
+
+// SizeLimit implements cloudprovider.SizeLimited.
+func (g *Group) SizeLimit() (int, int, string) {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	return g.max, g.limit, g.limitWhy
+}
 
 // TargetSize implements cloudprovider.NodeGroup.
 func (g *Group) TargetSize() (int, error) {
@@ -166,8 +197,8 @@ func (g *Group) IncreaseSize(_ context.Context, delta int) error {
 	if g.increaseErr != nil {
 		return g.increaseErr
 	}
-	if g.target+delta > g.max {
-		return fmt.Errorf("increase of node group %s by %d exceeds max %d (target %d)", g.id, delta, g.max, g.target)
+	if g.target+delta > g.maxLocked() {
+		return fmt.Errorf("increase of node group %s by %d exceeds max %d (target %d)", g.id, delta, g.maxLocked(), g.target)
 	}
 	g.target += delta
 	g.increases = append(g.increases, delta)

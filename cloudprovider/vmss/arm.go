@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -177,6 +178,8 @@ func classOfCode(status int, code, msg string) cloudprovider.ErrorClass {
 	switch {
 	case status == http.StatusTooManyRequests || lc == "toomanyrequests":
 		return cloudprovider.ClassThrottled
+	case isSizeLimit(lc, strings.ToLower(msg)):
+		return cloudprovider.ClassSizeLimit
 	case lc == "quotaexceeded" || (lc == "operationnotallowed" && strings.Contains(strings.ToLower(msg), "quota")):
 		return cloudprovider.ClassQuota
 	case lc == "allocationfailed" || lc == "zonalallocationfailed" || lc == "overconstrainedallocationrequest" ||
@@ -187,6 +190,41 @@ func classOfCode(status int, code, msg string) cloudprovider.ErrorClass {
 	default:
 		return cloudprovider.ClassOther
 	}
+}
+
+// isSizeLimit says an ARM error refused a capacity the scale set cannot
+// hold: 400 InvalidParameter on sku.capacity (beyond 1,000), or 409
+// OperationNotAllowed "... exceeds the total limit of 'N' Virtual Machine
+// instances" (a single placement group, a managed image). Both take lower
+// case.
+func isSizeLimit(code, msg string) bool {
+	switch code {
+	case "invalidparameter":
+		return strings.Contains(msg, "sku.capacity")
+	case "operationnotallowed":
+		return strings.Contains(msg, "exceeds the total limit of")
+	}
+	return false
+}
+
+// sizeLimitRE finds the limit in ARM's answer to a capacity beyond it.
+var sizeLimitRE = regexp.MustCompile(`(?i)(?:must be between 0 and |total limit of ')(\d+)`)
+
+// sizeLimitOf returns the limit an ARM size-limit error names, or 0.
+func sizeLimitOf(err error) int {
+	var re *azcore.ResponseError
+	if !errors.As(err, &re) || !isSizeLimit(strings.ToLower(re.ErrorCode), strings.ToLower(re.Error())) {
+		return 0
+	}
+	m := sizeLimitRE.FindStringSubmatch(re.Error())
+	if m == nil {
+		return 0
+	}
+	n, err := strconv.Atoi(m[1])
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
 }
 
 // retryOptions retries transient failures but never a 429: ARM asked us to

@@ -55,6 +55,9 @@ func TestClassOfCode(t *testing.T) {
 		{429, "TooManyRequests", "", cloudprovider.ClassThrottled},
 		{500, "InternalServerError", "", cloudprovider.ClassOther},
 		{409, "OperationNotAllowed", "scale set is being deleted", cloudprovider.ClassConflict},
+		{400, "InvalidParameter", "The value 1016 of parameter 'sku.capacity' is out of range. The value must be between 0 and 1000, inclusive.", cloudprovider.ClassSizeLimit},
+		{409, "OperationNotAllowed", "Unable to create or update Virtual Machine Scale Set 'gpu' as it exceeds the total limit of '100' Virtual Machine instances.", cloudprovider.ClassSizeLimit},
+		{400, "InvalidParameter", "Parameter 'constrainedMaximumCapacity' is not allowed.", cloudprovider.ClassOther},
 	}
 	for _, tc := range tests {
 		if got := classOfCode(tc.status, tc.code, tc.msg); got != tc.want {
@@ -211,11 +214,11 @@ func TestGroupBoundsFromTags(t *testing.T) {
 	}{
 		{"valid", map[string]string{"min": "0", "max": "40"}, 0, 40, ""},
 		{"spaces", map[string]string{"min": " 2", "max": "3 "}, 2, 3, ""},
-		{"at Azure's limit", map[string]string{"min": "0", "max": "1000"}, 0, 1000, ""},
+		{"past a scale set's limit: clamped by the provider, not refused", map[string]string{"min": "0", "max": "2500"}, 0, 2500, ""},
 		{"missing max", map[string]string{"min": "0"}, 0, 0, "tag max: missing"},
 		{"not a number", map[string]string{"min": "zero", "max": "4"}, 0, 0, `tag min="zero": not an integer`},
-		{"negative", map[string]string{"min": "-1", "max": "4"}, 0, 0, "tag min=-1: must be between 0 and 1000"},
-		{"past Azure's limit", map[string]string{"min": "0", "max": "5000"}, 0, 0, "tag max=5000: must be between 0 and 1000"},
+		{"negative", map[string]string{"min": "-1", "max": "4"}, 0, 0, "tag min=-1: must be between 0 and 100000"},
+		{"a typo", map[string]string{"min": "0", "max": "5000000"}, 0, 0, "tag max=5000000: must be between 0 and 100000"},
 		{"max zero", map[string]string{"min": "0", "max": "0"}, 0, 0, "tag max=0: must be at least 1"},
 		{"min above max", map[string]string{"min": "9", "max": "2"}, 0, 0, "tag min=9 is greater than tag max=2"},
 	}

@@ -29,7 +29,14 @@ type scaleSet struct {
 	name string
 
 	mu       sync.Mutex
-	min, max int
+	min, max int // max as configured (--nodes or the max tag)
+	// limit is the most VMs the scale set can hold, from its properties
+	// (platformLimit), lowered by what ARM said when it refused a size
+	// (learned); why says what sets it.
+	limit, learned int
+	limitWhy       string
+	// warned is the clamp last logged, so it is logged once per change.
+	warned   string
 	view     scaleSetView
 	known    bool   // capacity was read successfully at least once
 	stale    string // why the cache cannot be trusted now ("" when fresh)
@@ -85,6 +92,7 @@ func (g *scaleSet) update(s *armcompute.VirtualMachineScaleSet, vms []*armcomput
 		}
 	}
 	g.view = v
+	g.limit, g.limitWhy = platformLimit(s)
 	g.known = s.SKU != nil && s.SKU.Capacity != nil
 	g.stale = ""
 	g.etag = deref(s.Etag)
@@ -238,11 +246,90 @@ func (g *scaleSet) MinSize() int {
 	return g.min
 }
 
-// MaxSize implements cloudprovider.NodeGroup.
+// MaxSize implements cloudprovider.NodeGroup: the configured max, or what
+// the scale set can hold when that is less.
 func (g *scaleSet) MaxSize() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.maxLocked()
+}
+
+func (g *scaleSet) maxLocked() int {
+	if l, _ := g.limitLocked(); l > 0 && l < g.max {
+		return l
+	}
 	return g.max
+}
+
+// limitLocked is the lower of the platform limit and a learned one (0 when
+// neither is known).
+func (g *scaleSet) limitLocked() (int, string) {
+	l, why := g.limit, g.limitWhy
+	if g.learned > 0 && (l == 0 || g.learned < l) {
+		l, why = g.learned, "refused by ARM above this size"
+	}
+	return l, why
+}
+
+// SizeLimit implements cloudprovider.SizeLimited.
+func (g *scaleSet) SizeLimit() (int, int, string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	l, why := g.limitLocked()
+	return g.max, l, why
+}
+
+// warnLimit logs, once per change, that the configured max is more than
+// the scale set can hold.
+func (g *scaleSet) warnLimit(logger klog.Logger) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	l, why := g.limitLocked()
+	key := ""
+	if l > 0 && g.max > l {
+		key = fmt.Sprintf("%d/%d/%s", g.max, l, why)
+	}
+	if key == g.warned {
+		return
+	}
+	g.warned = key
+	if key != "" {
+		logger.Info("Warning: node group max is more than its scale set can hold; using the scale set's limit",
+			"nodeGroup", g.name, "configuredMax", g.max, "limit", l, "reason", why)
+	}
+}
+
+// Platform limits of a scale set's capacity (Azure's "Virtual Machine
+// Scale Sets and placement groups"): a Uniform scale set spanning several
+// placement groups holds 1,000 VMs from a platform or Azure Compute
+// Gallery image, 600 from a managed custom image; a single placement
+// group holds 100. A Flexible scale set holds 1,000.
+const (
+	limitUniform         = 1000
+	limitManagedImage    = 600
+	limitSinglePlacement = 100
+)
+
+// platformLimit returns the most VMs the scale set can hold and why. A
+// scale set that does not say whether it is a single placement group is
+// taken as not one (ARM always says; a guess would block a scale-up).
+func platformLimit(s *armcompute.VirtualMachineScaleSet) (int, string) {
+	p := s.Properties
+	if p == nil {
+		return limitUniform, "scale set"
+	}
+	if p.OrchestrationMode != nil && *p.OrchestrationMode == armcompute.OrchestrationModeFlexible {
+		return limitUniform, "Flexible scale set"
+	}
+	if p.SinglePlacementGroup != nil && *p.SinglePlacementGroup {
+		return limitSinglePlacement, "single placement group"
+	}
+	if vp := p.VirtualMachineProfile; vp != nil && vp.StorageProfile != nil && vp.StorageProfile.ImageReference != nil {
+		if id := strings.ToLower(deref(vp.StorageProfile.ImageReference.ID)); strings.Contains(id, "/providers/microsoft.compute/images/") {
+			return limitManagedImage, "managed custom image"
+		}
+	}
+	return limitUniform, "Uniform scale set"
 }
 
 // sizeLocked returns the capacity, or a size-unknown error when it was
@@ -274,7 +361,7 @@ func (g *scaleSet) IncreaseSize(ctx context.Context, delta int) error {
 	}
 	g.mu.Lock()
 	size, err := g.sizeLocked()
-	etag, maxSize := g.etag, g.max
+	etag, maxSize := g.etag, g.maxLocked()
 	g.mu.Unlock()
 	if err != nil {
 		return err
@@ -283,6 +370,7 @@ func (g *scaleSet) IncreaseSize(ctx context.Context, delta int) error {
 	if target > maxSize {
 		return fmt.Errorf("increase of scale set %s to %d exceeds its max %d", g.name, target, maxSize)
 	}
+
 	// The write carries the absolute target. Its outcome is ambiguous on a
 	// 5xx or a lost connection (ARM may have committed it), so the SDK does
 	// not retry it: the scale set is read again, and the write is done
@@ -322,6 +410,13 @@ func (g *scaleSet) IncreaseSize(ctx context.Context, delta int) error {
 		poller, err = g.patchCapacity(ctx, target, etag)
 	}
 	if err != nil {
+		if n := sizeLimitOf(err); n > 0 {
+			// ARM knows a limit the scale set's properties did not show:
+			// the group's max follows it from now on.
+			g.mu.Lock()
+			g.learned = n
+			g.mu.Unlock()
+		}
 		return fmt.Errorf("scaling scale set %s to %d: %w", g.name, target, classify(err))
 	}
 	g.mu.Lock()

@@ -235,6 +235,7 @@ func (p *Provider) Refresh(ctx context.Context) error {
 				logger.Error(err, "Listing resource SKUs; templates use the previous list", "location", deref(s.Location))
 			}
 			g.update(s, vms, skus, now)
+			g.warnLimit(logger)
 			refreshed++
 		}
 	}

@@ -40,8 +40,8 @@ func NewBackoff(opts BackoffOptions) *Backoff {
 	return &Backoff{opts: opts, entries: map[string]*backoffEntry{}}
 }
 
-// Fail backs a group off after a failed scale-up. Quota errors go straight
-// to the maximum (quota does not come back in minutes); other failures
+// Fail backs a group off after a failed scale-up. Quota and size-limit
+// errors go straight to the maximum (neither changes in minutes); other failures
 // double from the initial duration.
 func (b *Backoff) Fail(group string, class cloudprovider.ErrorClass, reason string, now time.Time) time.Duration {
 	e := b.entries[group]
@@ -50,7 +50,7 @@ func (b *Backoff) Fail(group string, class cloudprovider.ErrorClass, reason stri
 		b.entries[group] = e
 	}
 	switch {
-	case class == cloudprovider.ClassQuota:
+	case class == cloudprovider.ClassQuota, class == cloudprovider.ClassSizeLimit:
 		e.duration = b.opts.Max
 	case e.duration == 0:
 		e.duration = b.opts.Initial

@@ -78,6 +78,9 @@ type GroupState struct {
 	// GPU says the group makes GPU nodes: its nodes are not capacity until
 	// they advertise their GPUs.
 	GPU bool
+	// MaxWarning says the configured max is more than the cloud lets the
+	// group hold (Max is the cloud's limit then); empty otherwise.
+	MaxWarning string
 }
 
 // Failure is a scale-up failure found by Update.
@@ -189,7 +192,7 @@ func (r *Registry) Update(now time.Time, groups []cloudprovider.NodeGroup, nodes
 	r.order = r.order[:0]
 	for _, g := range groups {
 		gs := &GroupState{ID: g.ID(), Min: g.MinSize(), Max: g.MaxSize(), LastScaleUp: r.lastScaleUp[g.ID()],
-			GPU: r.opts.Startup.isGPUGroup(g)}
+			GPU: r.opts.Startup.isGPUGroup(g), MaxWarning: maxWarning(g)}
 		r.groups[g.ID()] = gs
 		r.order = append(r.order, g.ID())
 		r.countNodes(&u, gs)
@@ -433,6 +436,20 @@ func (r *Registry) preflightFailure(act *Actions, group string, n *apiv1.Node, w
 func (r *Registry) fail(group string, class cloudprovider.ErrorClass, reason, msg string, now time.Time) Failure {
 	r.backoff.Fail(group, class, msg, now)
 	return Failure{Group: group, Class: class, Reason: reason, Message: msg}
+}
+
+// maxWarning says when a group's configured max is more than its cloud
+// lets it hold.
+func maxWarning(g cloudprovider.NodeGroup) string {
+	sl, ok := g.(cloudprovider.SizeLimited)
+	if !ok {
+		return ""
+	}
+	configured, limit, why := sl.SizeLimit()
+	if limit <= 0 || configured <= limit {
+		return ""
+	}
+	return fmt.Sprintf("configured max %d is more than the node group can hold (%d: %s); max is %d", configured, limit, why, limit)
 }
 
 func errorReason(c cloudprovider.ErrorClass) string {

@@ -153,6 +153,7 @@ func TestBackoff(t *testing.T) {
 		{70 * time.Minute, cloudprovider.ClassOther, 30 * time.Minute},
 		{5 * time.Hour, cloudprovider.ClassOther, 5 * time.Minute}, // reset after 3h without failure
 		{5*time.Hour + time.Minute, cloudprovider.ClassQuota, 30 * time.Minute},
+		{9 * time.Hour, cloudprovider.ClassSizeLimit, 30 * time.Minute}, // a platform limit does not lift in minutes
 	}
 	for _, s := range steps {
 		if got := b.Fail("g", s.class, "x", t0.Add(s.at)); got != s.want {
@@ -188,5 +189,42 @@ func TestIsReadyNeedsTaintsLifted(t *testing.T) {
 		if got := IsReady(tc.node); got != tc.want {
 			t.Errorf("%s: IsReady = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// limited is a node group whose cloud holds fewer machines than configured.
+type limited struct {
+	cloudprovider.NodeGroup
+	configured, limit int
+}
+
+func (l limited) SizeLimit() (int, int, string) { return l.configured, l.limit, "Uniform scale set" }
+
+func TestMaxWarning(t *testing.T) {
+	p := inmemory.New()
+	g := p.AddGroup("g", 0, 1000, to.Node("t", "1", "1Gi"))
+	tests := []struct {
+		name  string
+		group cloudprovider.NodeGroup
+		want  string
+	}{
+		{"no limit known", g, ""},
+		{"configured above the limit", limited{g, 2500, 1000},
+			"configured max 2500 is more than the node group can hold (1000: Uniform scale set); max is 1000"},
+		{"configured at the limit", limited{g, 1000, 1000}, ""},
+		{"no limit", limited{g, 2500, 0}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := NewRegistry(opts())
+			r.Update(t0, []cloudprovider.NodeGroup{tt.group}, nil, func(*apiv1.Node) cloudprovider.NodeGroup { return nil })
+			gs := r.Group("g")
+			if gs.MaxWarning != tt.want {
+				t.Fatalf("MaxWarning = %q, want %q", gs.MaxWarning, tt.want)
+			}
+			if gs.Max != 1000 {
+				t.Fatalf("Max = %d, want the group's MaxSize 1000", gs.Max)
+			}
+		})
 	}
 }

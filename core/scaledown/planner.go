@@ -75,16 +75,54 @@ type Planner struct {
 	sim   *simulator.Simulator
 	brake *Brake
 	since map[string]time.Time
+	// requests remembers the requests of the pods utilisation takes off
+	// (DaemonSet, mirror and free-room pods: 22,500 at 7,500 nodes), by
+	// pod: cached pods are never changed, an update is a new object.
+	// Entries not used in a pass are dropped at its end.
+	requests map[*apiv1.Pod]requestsEntry
+	pass     uint64
+}
+
+type requestsEntry struct {
+	Requested
+	pass uint64
 }
 
 // NewPlanner returns a planner.
 func NewPlanner(o Options, sim *simulator.Simulator, brake *Brake) *Planner {
-	return &Planner{opts: o, sim: sim, brake: brake, since: map[string]time.Time{}}
+	return &Planner{opts: o, sim: sim, brake: brake, since: map[string]time.Time{}, requests: map[*apiv1.Pod]requestsEntry{}}
 }
 
 // SetOptions changes the planner's options (a live reload); the unneeded
 // times already counted are kept.
-func (p *Planner) SetOptions(o Options) { p.opts = o }
+func (p *Planner) SetOptions(o Options) {
+	if o.GPU != p.opts.GPU {
+		clear(p.requests)
+	}
+	p.opts = o
+}
+
+// podRequests returns a pod's requests, computed once per pod object.
+func (p *Planner) podRequests(pod *apiv1.Pod) Requested {
+	e, ok := p.requests[pod]
+	if !ok {
+		e.Requested = podRequests(pod, p.opts.GPU)
+	}
+	if !ok || e.pass != p.pass {
+		e.pass = p.pass
+		p.requests[pod] = e
+	}
+	return e.Requested
+}
+
+// forgetRequests drops the requests not used in this pass.
+func (p *Planner) forgetRequests() {
+	for pod, e := range p.requests {
+		if e.pass != p.pass {
+			delete(p.requests, pod)
+		}
+	}
+}
 
 // Brake returns the planner's brake (the actuator records deletions on it).
 func (p *Planner) Brake() *Brake { return p.brake }
@@ -110,6 +148,8 @@ func hasTaint(n *apiv1.Node, key string) bool {
 // the number of drains still running from earlier passes.
 func (p *Planner) Plan(ctx context.Context, now time.Time, snap *snapshot.Snapshot, nodes []Node, groups map[string]*Group, pdbs *PDBs, inflight int) Decision {
 	d := Decision{Kept: map[Reason]int{}}
+	p.pass++
+	defer p.forgetRequests()
 	seen := make(map[string]bool, len(nodes))
 	var due []candidate
 	for i := range nodes {
@@ -184,7 +224,7 @@ func (p *Planner) eligible(n *Node, g *Group, pdbs *PDBs) (Reason, candidate) {
 	}
 	c.why = "unready"
 	if n.Ready {
-		u := UtilizationOf(n.Node, n.Pods, p.opts.GPU, p.opts.Rules, n.Requested)
+		u := utilizationOf(n.Node, n.Pods, p.opts.GPU, p.opts.Rules, n.Requested, p.podRequests)
 		threshold := n.UtilizationThreshold
 		if u.HasGPU {
 			threshold = n.GPUUtilizationThreshold

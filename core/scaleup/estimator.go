@@ -7,6 +7,7 @@ package scaleup
 import (
 	"context"
 	"strconv"
+	"sync"
 
 	apiv1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -49,6 +50,36 @@ func (e *Estimate) PodsPlaced() int {
 // Estimator binpacks pending pods onto copies of a node group's template.
 type Estimator struct {
 	Sim *simulator.Simulator
+
+	// clones keeps, per node group, the empty copies of its template the
+	// estimates name template-<group>-<i>, built once (a node copy and the
+	// framework's allocatable parsing, a fifth of a 10,000-pod scale-up)
+	// and handed out as Snapshots. Dropped when the template changes.
+	mu     sync.Mutex
+	clones map[string]*templateClones
+}
+
+type templateClones struct {
+	tmpl  fwk.NodeInfo
+	nodes []fwk.NodeInfo // never changed once built
+}
+
+// templateNode returns a new copy of the group's template as its node i.
+func (e *Estimator) templateNode(tmpl fwk.NodeInfo, group string, i int) fwk.NodeInfo {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.clones == nil {
+		e.clones = map[string]*templateClones{}
+	}
+	c := e.clones[group]
+	if c == nil || c.tmpl != tmpl {
+		c = &templateClones{tmpl: tmpl}
+		e.clones[group] = c
+	}
+	for len(c.nodes) <= i {
+		c.nodes = append(c.nodes, newTemplateNode(tmpl, group, len(c.nodes)))
+	}
+	return c.nodes[i].Snapshot()
 }
 
 // Estimate places the pending pods, largest first, onto new copies of tmpl
@@ -104,7 +135,7 @@ func (e *Estimator) Estimate(ctx context.Context, base *snapshot.Fork, pending [
 				est.Reasons[pi] = "max-size"
 				break
 			}
-			idx, err := fork.AddNode(newTemplateNode(tmpl, groupID, len(newNodes)))
+			idx, err := fork.AddNode(e.templateNode(tmpl, groupID, len(newNodes)))
 			if err != nil {
 				est.Reasons[pi] = err.Error()
 				break

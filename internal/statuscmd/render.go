@@ -60,6 +60,9 @@ func renderTable(w io.Writer, v *View, now time.Time) error {
 		} else if g.SizeError != "" {
 			notes = append(notes, fmt.Sprintf("%s: size unknown: %s", g.Name, g.SizeError))
 		}
+		if g.MaxWarning != "" {
+			notes = append(notes, fmt.Sprintf("WARNING: %s: %s", g.Name, g.MaxWarning))
+		}
 		warmCol := "-"
 		if g.Warm != nil {
 			warmCol = fmt.Sprintf("%d/%d", g.Warm.Ready, g.Warm.Target)

@@ -45,6 +45,8 @@ func TestTableFromStatus(t *testing.T) {
 			{Name: "cpu", Min: 1, Max: 50, Target: intp(3), Ready: 2, Unready: 1, InError: 1,
 				Backoff: &core.BackoffStatus{Until: until, Reason: "quota exceeded"}},
 			{Name: "gpu-team-rl", Min: 0, Max: 20, SizeError: "scale set read throttled until 03:05:00"},
+			{Name: "gpu-spg", Min: 0, Max: 100, Target: intp(100), Ready: 100,
+				MaxWarning: "configured max 2500 is more than the node group can hold (100: single placement group); max is 100"},
 		},
 		NodeAddition: core.NodeAdditionStatus{Smoothing: true, RateNodesPerMinute: 120, RateReason: "healthy", Burst: 6, MaxInFlight: 300,
 			InFlight: 5, HeldBy: "rate", Queued: []core.QueuedNodes{
@@ -77,9 +79,11 @@ func TestTableFromStatus(t *testing.T) {
 			{"NODE GROUP", "MIN", "TARGET", "MAX", "READY", "UPCOMING", "PREFLIGHT", "FAILED", "WARM", "QUEUED", "BACKOFF"},
 			{"cpu", "1", "3", "50", "2", "0", "0", "1", "-", "2", "quota exceeded (4m12s left)"},
 			{"gpu-h100", "0", "12", "100", "9", "3", "2", "1", "1/2", "7 (1 balloon, 6 workload)", "-"},
+			{"gpu-spg", "0", "100", "100", "100", "0", "0", "0", "-", "-", "-"},
 			{"gpu-team-rl", "0", "?", "20", "0", "0", "0", "0", "-", "-", "-"},
 		}, []string{
 			"gpu-team-rl: size unknown: scale set read throttled until 03:05:00",
+			"WARNING: gpu-spg: configured max 2500 is more than the node group can hold (100: single placement group); max is 100",
 			"From configmap kube-system/vmss-autoscaler-status, changed 12s ago (2026-05-04T03:01:49Z).",
 			"Pods: 40 unschedulable, 24 waiting for upcoming nodes. Nodes: 14, 11 ready.",
 			"Node-addition queue: 9 nodes queued, held by the rate; rate 120 nodes/min (healthy), burst 6; 5 in flight (at most 300).",

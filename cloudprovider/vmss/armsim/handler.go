@@ -330,8 +330,7 @@ func (s *Server) updateScaleSet(r *http.Request, set *scaleSet, body []byte, now
 		}
 		if c := upd.SKU.Capacity; c != nil {
 			if *c < 0 || *c > maxCapacity {
-				return errorResponse(http.StatusBadRequest, "InvalidParameter",
-					"The value %d of parameter 'sku.capacity' is out of range. The value must be between 0 and %d, inclusive.", *c, maxCapacity)
+				return capacityOutOfRange(int(*c)).response()
 			}
 			p.capacity = new(int(*c))
 		}

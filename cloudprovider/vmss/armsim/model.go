@@ -28,8 +28,17 @@ const (
 	CodeInternalExecutionError = "InternalExecutionError"
 )
 
-// maxCapacity is the largest capacity of a Uniform scale set.
-const maxCapacity = 1000
+// Capacity limits of a Uniform scale set, as Azure documents them
+// ("Virtual Machine Scale Sets and placement groups"): 1,000 VMs when it
+// may span several placement groups (singlePlacementGroup false) and
+// boots a platform or Azure Compute Gallery image; 600 when it boots a
+// managed custom image (Microsoft.Compute/images); 100 when it is a single
+// placement group.
+const (
+	maxCapacity                = 1000
+	maxCapacityManagedImage    = 600
+	maxCapacitySinglePlacement = 100
+)
 
 // ErrNotFound is wrapped by errors about scale sets that do not exist.
 var ErrNotFound = errors.New("not found")
@@ -107,6 +116,15 @@ type ScaleSetSpec struct {
 	Capacity      int               // initial VMs, created Running (hook fires on next Advance)
 	Tags          map[string]string // scale set tags
 	Zones         []string          // e.g. ["1"]; VMs are spread round-robin over them
+	// SinglePlacementGroup makes the scale set one placement group: at most
+	// 100 VMs. Azure creates a Uniform scale set that way unless told
+	// otherwise; AKS node pools, and the simulator's default, span several.
+	SinglePlacementGroup bool
+	// Image is the resource ID of the image the VMs boot: empty for a
+	// platform (Marketplace) image; a managed custom image
+	// (.../providers/Microsoft.Compute/images/<name>) limits the scale set
+	// to 600 VMs; an Azure Compute Gallery image version does not.
+	Image string
 }
 
 // ScaleSetState is a snapshot of a scale set.
@@ -136,8 +154,12 @@ type scaleSet struct {
 	vms      map[int]*vmRecord
 	faults   []*Fault
 	lastOp   *operation
-	created  time.Time
-	uniqueID string
+	// singlePlacementGroup and image are the scale set's properties that
+	// bound its capacity (see capacityLimit).
+	singlePlacementGroup bool
+	image                string
+	created              time.Time
+	uniqueID             string
 
 	// ListVMs calls in the current 30-minute window, reported in
 	// x-ms-ratelimit-remaining-resource.
@@ -210,8 +232,8 @@ func (s *Server) AddScaleSet(spec ScaleSetSpec) error {
 	if !ok {
 		return fmt.Errorf("adding scale set %s/%s: unknown SKU %q", spec.ResourceGroup, spec.Name, spec.SKU)
 	}
-	if spec.Capacity < 0 || spec.Capacity > maxCapacity {
-		return fmt.Errorf("adding scale set %s/%s: capacity %d is outside [0, %d]", spec.ResourceGroup, spec.Name, spec.Capacity, maxCapacity)
+	if limit, why := capacityLimit(spec.SinglePlacementGroup, spec.Image); spec.Capacity < 0 || spec.Capacity > limit {
+		return fmt.Errorf("adding scale set %s/%s: capacity %d is outside [0, %d] (%s)", spec.ResourceGroup, spec.Name, spec.Capacity, limit, why)
 	}
 	for _, z := range spec.Zones {
 		if z == "" {
@@ -235,6 +257,9 @@ func (s *Server) AddScaleSet(spec ScaleSetSpec) error {
 		vms:      map[int]*vmRecord{},
 		created:  now,
 		uniqueID: newUUID(),
+
+		singlePlacementGroup: spec.SinglePlacementGroup,
+		image:                spec.Image,
 	}
 	for range spec.Capacity {
 		vm := s.newVM(set, now)
@@ -249,14 +274,14 @@ func (s *Server) AddScaleSet(spec ScaleSetSpec) error {
 // portal, say): new VMs are created as by a scale-out (without faults),
 // surplus VMs start deleting, and the ETag changes.
 func (s *Server) SetCapacity(rg, name string, n int) error {
-	if n < 0 || n > maxCapacity {
-		return fmt.Errorf("setting capacity of scale set %s/%s: %d is outside [0, %d]", rg, name, n, maxCapacity)
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	set, err := s.lookup(rg, name)
 	if err != nil {
 		return fmt.Errorf("setting capacity: %w", err)
+	}
+	if limit, why := set.capacityLimit(); n < 0 || n > limit {
+		return fmt.Errorf("setting capacity of scale set %s/%s: %d is outside [0, %d] (%s)", rg, name, n, limit, why)
 	}
 	s.resize(set, n, "", s.clock.Now())
 	set.etag++
@@ -356,6 +381,48 @@ func (set *scaleSet) takeFault(kind FaultKind) (Fault, bool) {
 		return taken, true
 	}
 	return Fault{}, false
+}
+
+// capacityLimit is the most VMs a Uniform scale set with these properties
+// holds, and why.
+func capacityLimit(singlePlacementGroup bool, image string) (int, string) {
+	switch {
+	case singlePlacementGroup:
+		return maxCapacitySinglePlacement, "single placement group"
+	case isManagedImage(image):
+		return maxCapacityManagedImage, "managed custom image"
+	}
+	return maxCapacity, "Uniform scale set"
+}
+
+// isManagedImage reports whether an image resource ID names a managed
+// custom image (not a gallery image version, not a platform image).
+func isManagedImage(id string) bool {
+	return strings.Contains(strings.ToLower(id), "/providers/microsoft.compute/images/")
+}
+
+func (set *scaleSet) capacityLimit() (int, string) {
+	return capacityLimit(set.singlePlacementGroup, set.image)
+}
+
+// checkCapacity answers as ARM does for a capacity the scale set cannot
+// hold: outside the range of sku.capacity, 400 InvalidParameter; above
+// what a single placement group or a managed image allows, 409
+// OperationNotAllowed naming the limit.
+func (set *scaleSet) checkCapacity(n int) *armError {
+	if n < 0 || n > maxCapacity {
+		return capacityOutOfRange(n)
+	}
+	if limit, _ := set.capacityLimit(); n > limit {
+		return &armError{http.StatusConflict, "OperationNotAllowed", fmt.Sprintf(
+			"Unable to create or update Virtual Machine Scale Set '%s' as it exceeds the total limit of '%d' Virtual Machine instances.", set.name, limit)}
+	}
+	return nil
+}
+
+func capacityOutOfRange(n int) *armError {
+	return &armError{http.StatusBadRequest, "InvalidParameter",
+		fmt.Sprintf("The value %d of parameter 'sku.capacity' is out of range. The value must be between 0 and %d, inclusive.", n, maxCapacity)}
 }
 
 // capacity counts the VMs not being deleted.
@@ -507,9 +574,8 @@ func (s *Server) update(set *scaleSet, p updateRequest, now time.Time) (*operati
 	want := current
 	if p.capacity != nil {
 		want = *p.capacity
-		if want < 0 || want > maxCapacity {
-			return nil, &armError{http.StatusBadRequest, "InvalidParameter",
-				fmt.Sprintf("The value %d of parameter 'sku.capacity' is out of range. The value must be between 0 and %d, inclusive.", want, maxCapacity)}
+		if aerr := set.checkCapacity(want); aerr != nil {
+			return nil, aerr
 		}
 	}
 	failWith, failMessage := "", ""

@@ -80,7 +80,7 @@ func (s *Server) scaleSetModel(set *scaleSet, provisioningState string) *armcomp
 			ProvisioningState:    to.Ptr(provisioningState),
 			OrchestrationMode:    to.Ptr(armcompute.OrchestrationModeUniform),
 			Overprovision:        to.Ptr(false),
-			SinglePlacementGroup: to.Ptr(false),
+			SinglePlacementGroup: to.Ptr(set.singlePlacementGroup),
 			UniqueID:             to.Ptr(set.uniqueID),
 			TimeCreated:          to.Ptr(set.created.UTC()),
 			UpgradePolicy:        &armcompute.UpgradePolicy{Mode: to.Ptr(armcompute.UpgradeModeManual)},
@@ -89,9 +89,20 @@ func (s *Server) scaleSetModel(set *scaleSet, provisioningState string) *armcomp
 					ComputerNamePrefix: to.Ptr(set.name),
 					AdminUsername:      to.Ptr("azureuser"),
 				},
+				StorageProfile: &armcompute.VirtualMachineScaleSetStorageProfile{ImageReference: imageReference(set.image)},
 			},
 		},
 	}
+}
+
+// imageReference is the scale set's image: a resource ID, or a platform
+// image when none was given.
+func imageReference(id string) *armcompute.ImageReference {
+	if id != "" {
+		return &armcompute.ImageReference{ID: to.Ptr(id)}
+	}
+	return &armcompute.ImageReference{Publisher: to.Ptr("Canonical"), Offer: to.Ptr("ubuntu-24_04-lts"),
+		SKU: to.Ptr("server"), Version: to.Ptr("latest")}
 }
 
 // vmProvisioningState maps a VM state to ARM's provisioning state.
