@@ -754,6 +754,8 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"bad node group", `config: {nodes: ["gpu-h100"]}`, "nodes"},
 		{"bad duration", `config: {scan-interval: 10 seconds}`, "scan-interval"},
 		{"bad expander", `config: {expander: cheapest}`, "expander"},
+		{"bad content type", `config: {kube-api-content-type: application/yaml}`, "kube-api-content-type"},
+		{"bad standby informers", `config: {standby-informers: cold}`, "standby-informers"},
 		{"bad warm pool", `config: {warm-pool: ["gpu:lots"]}`, "warm-pool"},
 		{"share above 1", `config: {scale-down-brake-cluster-share: 2}`, "scale-down-brake-cluster-share"},
 		{"positive balloon priority", `config: {balloon-priority-value: 10}`, "balloon-priority-value"},

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -598,4 +599,20 @@ func (cp *ControlPlane) NewNamespace(ctx context.Context, prefix string) (string
 // LogHint returns a one-line message naming LogDir, for failing tests to print.
 func (cp *ControlPlane) LogHint() string {
 	return fmt.Sprintf("control plane logs (etcd.log, kube-apiserver.log, kube-controller-manager.log, kube-scheduler.log, kwok.log and one per extra process) are in %s", cp.LogDir)
+}
+
+// Components returns the control plane's running processes (the core
+// components, then those started with StartProcess) by name, for callers
+// that measure them (RSS, CPU time from /proc). A process that exited is
+// left out.
+func (cp *ControlPlane) Components() map[string]*Process {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	out := make(map[string]*Process, len(cp.core)+len(cp.extra))
+	for _, p := range append(slices.Clone(cp.core), cp.extra...) {
+		if p != nil && !p.exited() {
+			out[p.Name] = p
+		}
+	}
+	return out
 }

@@ -1,0 +1,219 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// report is a whole run: report.json is this, report.md its table.
+type report struct {
+	Size      string    `json:"size"`
+	Machine   string    `json:"machine"`
+	BootDelay string    `json:"bootDelay"`
+	Started   time.Time `json:"started"`
+	Finished  time.Time `json:"finished"`
+	Scenarios []*result `json:"scenarios"`
+	// Failures are the checks across scenarios that failed.
+	Failures []string `json:"failures,omitempty"`
+}
+
+// check compares scenarios: with more nodes than smoothing lets through in
+// a minute, smoothing must have asked for fewer at once than no smoothing.
+func (rep *report) check() {
+	var on, off *result
+	for _, r := range rep.Scenarios {
+		switch r.Name {
+		case "burst":
+			on = r
+		case "burst-unsmoothed":
+			off = r
+		}
+	}
+	if on == nil || off == nil || on.NodesNeeded <= adaptiveMaxRate+additionBurst {
+		return
+	}
+	if on.ScaleUpWrites.MaxPerMinute >= off.ScaleUpWrites.MaxPerMinute {
+		msg := fmt.Sprintf("smoothing on asked for %d nodes within 60 s, no fewer than smoothing off (%d)", on.ScaleUpWrites.MaxPerMinute, off.ScaleUpWrites.MaxPerMinute)
+		rep.Failures = append(rep.Failures, msg)
+		say("CHECK FAILED: %s", msg)
+	}
+}
+
+func (rep *report) failures() []string {
+	out := append([]string(nil), rep.Failures...)
+	for _, r := range rep.Scenarios {
+		for _, f := range r.Failures {
+			out = append(out, r.Name+": "+f)
+		}
+	}
+	return out
+}
+
+func (rep *report) write(dir string) error {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.json"), append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing report.json: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(rep.markdown()), 0o644); err != nil {
+		return fmt.Errorf("writing report.md: %w", err)
+	}
+	return writePlots(dir, rep.Scenarios)
+}
+
+// machine describes this machine: cores, memory, CPU model, Go.
+func machine() string {
+	model := ""
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	mem := ""
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				var kb float64
+				if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%f kB", &kb); err == nil {
+					mem = fmt.Sprintf(", %.0f GiB RAM", kb/1024/1024)
+				}
+			}
+		}
+	}
+	s := fmt.Sprintf("%d cores%s", runtime.NumCPU(), mem)
+	if model != "" {
+		s += " (" + model + ")"
+	}
+	return s + ", " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
+}
+
+func (rep *report) markdown() string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	p("Scale run, size `%s`, on %s; %s → %s. Simulated VMs boot in %s ±50%%; ARM allows %d reads and %d writes a minute; the autoscaler runs with its default flags but the scale-down timings (see README).\n\n",
+		rep.Size, rep.Machine, rep.Started.Format("2006-01-02 15:04"), rep.Finished.Format("15:04 MST"), rep.BootDelay, armReadsPerMinute, armWritesPerMinute)
+	p("|  |")
+	for _, r := range rep.Scenarios {
+		p(" %s |", r.Name)
+	}
+	p("\n|---|")
+	for range rep.Scenarios {
+		p("---:|")
+	}
+	p("\n")
+	row := func(name string, f func(*result) string) {
+		p("| %s |", name)
+		for _, r := range rep.Scenarios {
+			p(" %s |", f(r))
+		}
+		p("\n")
+	}
+	row("smoothing", func(r *result) string { return map[bool]string{true: "on (defaults)", false: "off"}[r.Smoothing] })
+	row("pods / nodes needed", func(r *result) string { return fmt.Sprintf("%d / %d", r.Pods, r.NodesNeeded) })
+	row("time to all pods Running", func(r *result) string {
+		if r.TimeToAllRunning == 0 {
+			return "**never**"
+		}
+		return fmt.Sprintf("%.0f s", r.TimeToAllRunning)
+	})
+	row("nodes at the end (ARM capacity)", func(r *result) string { return fmt.Sprintf("%d (%d)", r.NodesAtEnd, r.CapacityAtEnd) })
+	row("most nodes requested in 60 s", func(r *result) string {
+		return fmt.Sprintf("%d (%d writes)", r.ScaleUpWrites.MaxPerMinute, r.ScaleUpWrites.Writes)
+	})
+	row("most nodes joined in 60 s", func(r *result) string { return fmt.Sprint(r.MaxJoinedIn60s) })
+	row("loop p50 / p99 / max", func(r *result) string {
+		return fmt.Sprintf("%.2f / %.2f / %.2f s (%d loops)", r.Loops.P50, r.Loops.P99, r.Loops.Max, r.Loops.Count)
+	})
+	row("autoscaler peak RSS / CPU", func(r *result) string {
+		return fmt.Sprintf("%.0f MiB / %.0f s", r.Autoscaler.PeakRSSMiB, r.Autoscaler.CPUSeconds)
+	})
+	row("autoscaler API requests / API server total", func(r *result) string {
+		share := 0.0
+		if r.APIServerRequestsTotal > 0 {
+			share = 100 * r.AutoscalerRequestsTotal / r.APIServerRequestsTotal
+		}
+		return fmt.Sprintf("%.0f / %.0f (%.2f%%)", r.AutoscalerRequestsTotal, r.APIServerRequestsTotal, share)
+	})
+	row("ARM calls / refreshes (per refresh)", func(r *result) string {
+		return fmt.Sprintf("%.0f / %.0f (%.1f)", r.ARMCallsTotal, r.Refreshes, r.ARMCallsPerRefresh)
+	})
+	row("ARM 429s", func(r *result) string { return fmt.Sprintf("%.0f", r.ARMThrottled) })
+	row("API server peak RSS / CPU", func(r *result) string { return usageCell(r, "kube-apiserver") })
+	row("scheduler peak RSS / CPU", func(r *result) string { return usageCell(r, "kube-scheduler") })
+	row("controller manager peak RSS / CPU", func(r *result) string { return usageCell(r, "kube-controller-manager") })
+	row("kwok peak RSS / CPU", func(r *result) string { return usageCell(r, "kwok") })
+	row("harness (etcd, ARM simulator) peak RSS / CPU", func(r *result) string { return usageCell(r, "harness") })
+	row("busiest process (share of all CPU time)", func(r *result) string {
+		name, most, total := "", 0.0, 0.0
+		for n, u := range r.Components {
+			total += u.CPUSeconds
+			if u.CPUSeconds > most {
+				name, most = n, u.CPUSeconds
+			}
+		}
+		if total == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%s (%.0f%%)", name, 100*most/total)
+	})
+	row("scale-down under the brake", func(r *result) string {
+		sd := r.ScaleDown
+		if sd == nil {
+			return "–"
+		}
+		return fmt.Sprintf("%d → %d nodes in %.0f s; first after %.0f s; at most %.0f%% per %s", sd.StartNodes, sd.EndNodes, sd.WatchedFor, sd.FirstRemoval, 100*sd.MaxShare, sd.Window)
+	})
+	row("checks", func(r *result) string {
+		if len(r.Failures) == 0 {
+			return "pass"
+		}
+		return fmt.Sprintf("**%d failed**", len(r.Failures))
+	})
+	p("\n")
+	for _, r := range rep.Scenarios {
+		p("**%s** — %s. The autoscaler's API requests by verb and resource: ", r.Name, r.Description)
+		var parts []string
+		for _, kv := range topRequests(r.AutoscalerRequests, 8) {
+			parts = append(parts, fmt.Sprintf("%s %.0f", kv.Key, kv.Count))
+		}
+		p("%s. ARM calls by operation: ", strings.Join(parts, ", "))
+		parts = parts[:0]
+		for _, kv := range topRequests(r.ARMCalls, 8) {
+			parts = append(parts, fmt.Sprintf("%s %.0f", strings.TrimPrefix(kv.Key, "VirtualMachine"), kv.Count))
+		}
+		p("%s.", strings.Join(parts, ", "))
+		if sd := r.ScaleDown; sd != nil {
+			var ws []string
+			for _, w := range sd.Windows {
+				ws = append(ws, fmt.Sprintf("%d of %d", w.Removed, w.Nodes))
+			}
+			p(" Nodes removed per %s window: %s.", sd.Window, strings.Join(ws, ", "))
+		}
+		for _, f := range r.Failures {
+			p("\n- check failed: %s", f)
+		}
+		p("\n\n")
+	}
+	for _, f := range rep.Failures {
+		p("- check failed: %s\n", f)
+	}
+	return b.String()
+}
+
+func usageCell(r *result, name string) string {
+	u, ok := r.Components[name]
+	if !ok {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f MiB / %.0f s", u.PeakRSSMiB, u.CPUSeconds)
+}

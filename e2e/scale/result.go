@@ -1,0 +1,310 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
+)
+
+// result is what one scenario measured.
+type result struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	Smoothing   bool   `json:"smoothing"`
+	Duration    string `json:"duration"`
+	LogDir      string `json:"logDir"`
+
+	Pods        int `json:"pods"`
+	NodesNeeded int `json:"nodesNeeded"`
+	// TimeToAllRunning is seconds from submission to every pod Running; 0
+	// when they never all ran.
+	TimeToAllRunning float64 `json:"timeToAllRunningSeconds"`
+	NodesAtEnd       int     `json:"nodesAtEnd"`
+	CapacityAtEnd    int     `json:"capacityAtEnd"`
+	// MaxJoinedIn60s is the most nodes that registered within any 60 s.
+	MaxJoinedIn60s int `json:"maxJoinedIn60s"`
+	// ScaleUpWrites is what the autoscaler asked ARM for.
+	ScaleUpWrites requested `json:"scaleUpWrites"`
+
+	Loops      loopStats `json:"loops"`
+	Autoscaler usage     `json:"autoscaler"`
+	// Components are the control plane's processes; "harness" is this
+	// process (etcd, the ARM simulator, the observers run in it).
+	Components map[string]usage `json:"components"`
+
+	// AutoscalerRequests are the autoscaler's own Kubernetes API requests
+	// by "verb resource".
+	AutoscalerRequests      map[string]float64 `json:"autoscalerRequests"`
+	AutoscalerRequestsTotal float64            `json:"autoscalerRequestsTotal"`
+	// APIServerRequestsTotal is every request the API server served
+	// (apiserver_request_total): kwok, the controllers, the scheduler, the
+	// harness's observers and the autoscaler.
+	APIServerRequestsTotal float64 `json:"apiServerRequestsTotal"`
+	// ARMCalls are the autoscaler's ARM requests by SDK operation.
+	ARMCalls           map[string]float64 `json:"armCalls"`
+	ARMCallsTotal      float64            `json:"armCallsTotal"`
+	ARMThrottled       float64            `json:"armThrottled"`
+	Refreshes          float64            `json:"refreshes"`
+	ARMCallsPerRefresh float64            `json:"armCallsPerRefresh"`
+
+	ScaleDown *scaleDownResult `json:"scaleDown,omitempty"`
+
+	Series     []point     `json:"series"`
+	LoopSeries []loopPoint `json:"loopSeries"`
+	Joins      []float64   `json:"joins"` // seconds after submission
+	Failures   []string    `json:"failures,omitempty"`
+}
+
+func (r *result) fail(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	r.Failures = append(r.Failures, msg)
+	say("  CHECK FAILED: %s", msg)
+}
+
+// requested is the capacity the autoscaler's accepted scale-set updates
+// added.
+type requested struct {
+	Nodes        int `json:"nodes"`
+	Writes       int `json:"writes"`
+	MaxPerMinute int `json:"maxPerMinute"`
+}
+
+// requestedPerWindow adds up the capacity accepted scale-set updates added
+// after t0, and the most added within any window.
+func requestedPerWindow(writes []armsim.Write, t0 time.Time, window time.Duration) requested {
+	last := map[string]int{}
+	var at []time.Time
+	var adds []int
+	var r requested
+	for _, w := range writes {
+		if w.Op != "UpdateScaleSet" || w.Status/100 != 2 || w.Capacity < 0 {
+			continue
+		}
+		key := strings.ToLower(w.ResourceGroup + "/" + w.ScaleSet)
+		add := w.Capacity - last[key]
+		last[key] = w.Capacity
+		if add <= 0 || w.At.Before(t0) {
+			continue
+		}
+		r.Writes++
+		r.Nodes += add
+		at = append(at, w.At)
+		adds = append(adds, add)
+	}
+	sum, j := 0, 0
+	for i := range at {
+		sum += adds[i]
+		for at[i].Sub(at[j]) >= window {
+			sum -= adds[j]
+			j++
+		}
+		r.MaxPerMinute = max(r.MaxPerMinute, sum)
+	}
+	return r
+}
+
+// maxInWindow is the most times within any window.
+func maxInWindow(ts []time.Time, window time.Duration) int {
+	best, j := 0, 0
+	for i := range ts {
+		for ts[i].Sub(ts[j]) >= window {
+			j++
+		}
+		best = max(best, i-j+1)
+	}
+	return best
+}
+
+// loopStats summarises loop durations, in seconds.
+type loopStats struct {
+	Count int     `json:"count"`
+	P50   float64 `json:"p50"`
+	P99   float64 `json:"p99"`
+	Max   float64 `json:"max"`
+}
+
+func summarise(loops []loopPoint) loopStats {
+	if len(loops) == 0 {
+		return loopStats{}
+	}
+	d := make([]float64, len(loops))
+	for i, l := range loops {
+		d[i] = l.Seconds
+	}
+	slices.Sort(d)
+	q := func(p float64) float64 { return d[int(math.Ceil(p*float64(len(d))))-1] }
+	return loopStats{Count: len(d), P50: q(0.5), P99: q(0.99), Max: d[len(d)-1]}
+}
+
+// scaleDownResult is what the scale-down under the brake did.
+type scaleDownResult struct {
+	StartNodes int    `json:"startNodes"`
+	EndNodes   int    `json:"endNodes"`
+	Window     string `json:"brakeWindow"`
+	// WatchedFor and FirstRemoval are seconds after the workload went.
+	WatchedFor   float64       `json:"watchedForSeconds"`
+	FirstRemoval float64       `json:"firstRemovalSeconds"`
+	Windows      []brakeWindow `json:"windows"`
+	// MaxShare is the largest share of the cluster removed within any
+	// window, of the nodes at the window's start.
+	MaxShare float64 `json:"maxShare"`
+}
+
+// brakeWindow is one of the consecutive windows after the workload went.
+type brakeWindow struct {
+	Start   float64 `json:"start"`
+	Nodes   int     `json:"nodes"`
+	Removed int     `json:"removed"`
+}
+
+// brakeWindows cuts the node count after t0 into consecutive windows, and
+// finds the largest share removed within any window (starting at a
+// removal).
+func brakeWindows(series []nodePoint, t0 time.Time, window time.Duration) ([]brakeWindow, float64) {
+	var after []nodePoint
+	before := 0
+	for _, p := range series {
+		if p.At.After(t0) {
+			after = append(after, p)
+		} else {
+			before = p.N
+		}
+	}
+	countAt := func(t time.Time) int { // nodes just before t
+		n := before
+		for _, p := range after {
+			if !p.At.Before(t) {
+				break
+			}
+			n = p.N
+		}
+		return n
+	}
+	var windows []brakeWindow
+	if len(after) > 0 {
+		end := after[len(after)-1].At
+		for s := t0; !s.After(end); s = s.Add(window) {
+			start, stop := countAt(s), countAt(s.Add(window))
+			windows = append(windows, brakeWindow{Start: seconds(s.Sub(t0)), Nodes: start, Removed: max(0, start-stop)})
+		}
+	}
+	share := 0.0
+	for i, p := range after {
+		prev := before
+		if i > 0 {
+			prev = after[i-1].N
+		}
+		if p.N >= prev || prev == 0 {
+			continue
+		}
+		low := p.N
+		for _, q := range after[i:] {
+			if q.At.Sub(p.At) >= window {
+				break
+			}
+			low = min(low, q.N)
+		}
+		share = max(share, float64(prev-low)/float64(prev))
+	}
+	return windows, share
+}
+
+// measure fills in the figures read at the end of a scenario, while its
+// processes still run.
+func (r *result) measure(ctx context.Context, e *env, w *watcher, s *sampler, t0, scaleUpEnd time.Time) {
+	r.Series, r.LoopSeries = s.series()
+	r.Loops = summarise(r.LoopSeries)
+	var upJoins []time.Time
+	for _, j := range w.joinTimes() {
+		if !j.Before(t0) {
+			r.Joins = append(r.Joins, seconds(j.Sub(t0)))
+			if j.Before(scaleUpEnd) {
+				upJoins = append(upJoins, j)
+			}
+		}
+	}
+	r.MaxJoinedIn60s = maxInWindow(upJoins, time.Minute)
+
+	r.Components = map[string]usage{}
+	for name, p := range e.cp.Components() {
+		u, err := procUsage(strconv.Itoa(p.Pid()))
+		if err != nil {
+			r.fail("reading /proc for %s: %v", name, err)
+			continue
+		}
+		if p == e.as {
+			r.Autoscaler = u
+		}
+		r.Components[name] = u
+	}
+	if u, err := procUsage("self"); err == nil {
+		r.Components["harness"] = u
+	}
+
+	fams, err := scrape(ctx, http.DefaultClient, "http://"+e.addr+"/metrics")
+	if err != nil {
+		r.fail("reading the autoscaler's metrics: %v", err)
+	} else {
+		r.AutoscalerRequests = byLabels(fams, "rest_client_request_duration_seconds", "verb", "resource")
+		for _, v := range r.AutoscalerRequests {
+			r.AutoscalerRequestsTotal += v
+		}
+		r.ARMCalls = byLabels(fams, "vmss_autoscaler_arm_requests_total", "operation")
+		for _, v := range r.ARMCalls {
+			r.ARMCallsTotal += v
+		}
+		r.ARMThrottled = value(fams, "vmss_autoscaler_arm_requests_total", map[string]string{"code": "429"})
+		// A refresh lists the resource group's scale sets once.
+		for op, v := range r.ARMCalls {
+			if strings.HasPrefix(op, "VirtualMachineScaleSetsClient.") && strings.Contains(op, "List") {
+				r.Refreshes += v
+			}
+		}
+		if r.Refreshes > 0 {
+			r.ARMCallsPerRefresh = r.ARMCallsTotal / r.Refreshes
+		}
+	}
+	raw, err := e.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err == nil {
+		if fams, err := parseMetricsBytes(raw); err == nil {
+			r.APIServerRequestsTotal = value(fams, "apiserver_request_total", nil)
+		} else {
+			r.fail("reading the API server's metrics: %v", err)
+		}
+	} else {
+		r.fail("reading the API server's metrics: %v", err)
+	}
+}
+
+// topRequests returns the n largest request counts, largest first.
+func topRequests(m map[string]float64, n int) []struct {
+	Key   string
+	Count float64
+} {
+	type kv = struct {
+		Key   string
+		Count float64
+	}
+	out := make([]kv, 0, len(m))
+	for k, v := range m {
+		out = append(out, kv{k, v})
+	}
+	slices.SortFunc(out, func(a, b kv) int {
+		if c := cmp.Compare(b.Count, a.Count); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
+}

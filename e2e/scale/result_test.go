@@ -1,0 +1,160 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
+)
+
+var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+
+func update(set string, s float64, capacity, status int) armsim.Write {
+	return armsim.Write{At: at(s), Method: "PATCH", ResourceGroup: "rg", ScaleSet: set, Op: "UpdateScaleSet", Status: status, Capacity: capacity}
+}
+
+func TestRequestedPerWindow(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		writes []armsim.Write
+		want   requested
+	}{
+		{"none", nil, requested{}},
+		{"increases add up per set", []armsim.Write{
+			update("a", 1, 20, 200), update("b", 2, 10, 200), update("a", 30, 50, 200),
+		}, requested{Nodes: 60, Writes: 3, MaxPerMinute: 60}},
+		{"a window holds at most 60 s", []armsim.Write{
+			update("a", 0, 20, 200), update("a", 59, 40, 200), update("a", 60, 140, 200),
+		}, requested{Nodes: 140, Writes: 3, MaxPerMinute: 120}},
+		{"refused and throttled writes add nothing", []armsim.Write{
+			update("a", 1, 20, 429), update("a", 2, 20, 200), update("a", 3, 90, 412),
+		}, requested{Nodes: 20, Writes: 1, MaxPerMinute: 20}},
+		{"a repeated capacity adds nothing", []armsim.Write{
+			update("a", 1, 20, 200), update("a", 2, 20, 200),
+		}, requested{Nodes: 20, Writes: 1, MaxPerMinute: 20}},
+		{"deletions are not requests", []armsim.Write{
+			update("a", 1, 20, 200), {At: at(2), Op: "DeleteInstances", ResourceGroup: "rg", ScaleSet: "a", Status: 202, Capacity: -1},
+		}, requested{Nodes: 20, Writes: 1, MaxPerMinute: 20}},
+		{"writes before the start set the base only", []armsim.Write{
+			update("a", -10, 20, 200), update("a", 1, 25, 200),
+		}, requested{Nodes: 5, Writes: 1, MaxPerMinute: 5}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := requestedPerWindow(tc.writes, t0, time.Minute); got != tc.want {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestMaxInWindow(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ts   []float64
+		want int
+	}{
+		{"none", nil, 0},
+		{"one", []float64{5}, 1},
+		{"all within", []float64{0, 10, 59.9}, 3},
+		{"60 s apart is two windows", []float64{0, 60}, 1},
+		{"densest stretch", []float64{0, 100, 101, 102, 159, 170}, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ts []time.Time
+			for _, s := range tc.ts {
+				ts = append(ts, at(s))
+			}
+			if got := maxInWindow(ts, time.Minute); got != tc.want {
+				t.Errorf("got %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestBrakeWindows(t *testing.T) {
+	series := []nodePoint{
+		{at(-5), 100},
+		{at(10), 80}, {at(20), 50}, // 50 of 100 in the first window
+		{at(70), 40}, {at(80), 25}, // 25 of 50 in the second
+	}
+	windows, share := brakeWindows(series, t0, time.Minute)
+	want := []brakeWindow{{Start: 0, Nodes: 100, Removed: 50}, {Start: 60, Nodes: 50, Removed: 25}}
+	if len(windows) != len(want) {
+		t.Fatalf("windows %+v, want %+v", windows, want)
+	}
+	for i := range want {
+		if windows[i] != want[i] {
+			t.Errorf("window %d: %+v, want %+v", i, windows[i], want[i])
+		}
+	}
+	if share != 0.5 {
+		t.Errorf("max share %v, want 0.5", share)
+	}
+	// A window sliding across two consecutive ones sees more than either.
+	series = []nodePoint{{at(-5), 100}, {at(50), 80}, {at(55), 40}, {at(100), 20}}
+	if _, share := brakeWindows(series, t0, time.Minute); share != 0.8 {
+		t.Errorf("sliding max share %v, want 0.8 (100 -> 20 within 50 s)", share)
+	}
+}
+
+func TestSummarise(t *testing.T) {
+	var loops []loopPoint
+	for i := 1; i <= 100; i++ {
+		loops = append(loops, loopPoint{At: float64(i), Seconds: float64(i) / 100})
+	}
+	got := summarise(loops)
+	want := loopStats{Count: 100, P50: 0.5, P99: 0.99, Max: 1}
+	if got != want {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	if got := summarise(nil); got != (loopStats{}) {
+		t.Errorf("no loops: %+v", got)
+	}
+}
+
+func TestParseProc(t *testing.T) {
+	status := "Name:\tkube-apiserver\nVmPeak:\t 9000 kB\nVmHWM:\t  524288 kB\nVmRSS:\t 400000 kB\n"
+	stat := "4242 (kube api server) S 1 4242 4242 0 -1 4194560 100 0 0 0 1234 566 0 0 20 0 12 0 100 0 0"
+	u, err := parseProc(status, stat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.PeakRSSMiB != 512 || u.CPUSeconds != 18 {
+		t.Errorf("got %+v, want 512 MiB and 18 s", u)
+	}
+	for _, tc := range []struct{ name, status, stat, want string }{
+		{"no VmHWM", "Name:\tx\n", stat, "no VmHWM"},
+		{"VmHWM in pages", "VmHWM:\t 12 pages\n", stat, "VmHWM"},
+		{"short stat", status, "1 (x) S 1 2", "fields"},
+		{"no command", status, "1 x S", "command name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseProc(tc.status, tc.stat)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestPodsPerNode(t *testing.T) {
+	hook := &armsim.KubeNodeHook{Realism: armsim.DefaultRealism()}
+	cpu, err := podsPerNode(hook, cpuSKU, burstPod())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 16 cores less AKS's kube-reserved hold fewer than 32 half-core pods.
+	if cpu < 25 || cpu >= 32 {
+		t.Errorf("%d burst pods per %s node, want between 25 and 31", cpu, cpuSKU)
+	}
+	// GPUs are advertised after registration, yet a node holds one trainer.
+	if gpu, err := podsPerNode(hook, gpuSKU, gangPod()); err != nil || gpu != 1 {
+		t.Errorf("%d trainers per %s node (%v), want 1", gpu, gpuSKU, err)
+	}
+	if _, err := podsPerNode(hook, "Standard_Nope", burstPod()); err == nil || !strings.Contains(err.Error(), "Standard_Nope") {
+		t.Errorf("unknown SKU: %v", err)
+	}
+}

@@ -1,0 +1,279 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// point is one sample of a scenario, At seconds after the workload was
+// submitted.
+type point struct {
+	At       float64 `json:"t"`
+	Nodes    int     `json:"nodes"`
+	Capacity int     `json:"capacity"`
+	Pending  int     `json:"pending"`
+	Running  int     `json:"running"`
+	// Rate is the node-addition rate in force (nodes a minute); 0 with
+	// smoothing off.
+	Rate float64 `json:"rate"`
+}
+
+// loopPoint is one autoscaler loop's duration, from the change of its
+// loop_duration_seconds histogram between two scrapes (the mean when a
+// scrape saw more than one loop).
+type loopPoint struct {
+	At      float64 `json:"t"`
+	Seconds float64 `json:"seconds"`
+}
+
+// sampler records points and loops every sampleEvery.
+type sampler struct {
+	e          *env
+	w          *watcher
+	metricsURL string
+	done       chan struct{}
+
+	mu      sync.Mutex
+	t0      time.Time
+	points  []point
+	loops   []loopPoint
+	lastSum float64
+	lastN   uint64
+	errs    int
+}
+
+func newSampler(e *env, w *watcher) *sampler {
+	return &sampler{e: e, w: w, metricsURL: "http://" + e.addr + "/metrics", done: make(chan struct{})}
+}
+
+// mark sets the time points are measured from.
+func (s *sampler) mark(t time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.t0 = t
+}
+
+func (s *sampler) run(ctx context.Context) {
+	defer close(s.done)
+	tick := time.NewTicker(sampleEvery)
+	defer tick.Stop()
+	for {
+		s.sample(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *sampler) wait() { <-s.done }
+
+func (s *sampler) sample(ctx context.Context) {
+	running, pending := s.w.pods()
+	p := point{Nodes: s.w.nodeCount(), Capacity: s.e.capacity(), Pending: pending, Running: running}
+	fams, err := scrape(ctx, http.DefaultClient, s.metricsURL)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.t0.IsZero() {
+		return
+	}
+	now := time.Since(s.t0).Seconds()
+	p.At = now
+	if err != nil {
+		// The autoscaler is starting, or gone (the run notices); count it.
+		s.errs++
+		s.points = append(s.points, p)
+		return
+	}
+	p.Rate = value(fams, "vmss_autoscaler_node_addition_rate_nodes_per_minute", nil)
+	s.points = append(s.points, p)
+	sum, n := histogram(fams, "vmss_autoscaler_loop_duration_seconds")
+	if n > s.lastN && s.lastN > 0 {
+		s.loops = append(s.loops, loopPoint{At: now, Seconds: (sum - s.lastSum) / float64(n-s.lastN)})
+	}
+	s.lastSum, s.lastN = sum, n
+}
+
+func (s *sampler) series() ([]point, []loopPoint) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]point(nil), s.points...), append([]loopPoint(nil), s.loops...)
+}
+
+// scrape reads a Prometheus text endpoint.
+func scrape(ctx context.Context, c *http.Client, url string) (map[string]*dto.MetricFamily, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return parseMetrics(resp.Body)
+}
+
+func parseMetrics(r io.Reader) (map[string]*dto.MetricFamily, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, fmt.Errorf("parsing metrics: %w", err)
+	}
+	return fams, nil
+}
+
+func parseMetricsBytes(b []byte) (map[string]*dto.MetricFamily, error) {
+	return parseMetrics(bytes.NewReader(b))
+}
+
+// matches says whether m carries every label in want.
+func matches(m *dto.Metric, want map[string]string) bool {
+	for k, v := range want {
+		found := false
+		for _, l := range m.GetLabel() {
+			if l.GetName() == k && l.GetValue() == v {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// value sums a counter's or gauge's series that carry the labels.
+func value(fams map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
+	total := 0.0
+	for _, m := range fams[name].GetMetric() {
+		if !matches(m, labels) {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			total += m.GetCounter().GetValue()
+		case m.Gauge != nil:
+			total += m.GetGauge().GetValue()
+		case m.Untyped != nil:
+			total += m.GetUntyped().GetValue()
+		}
+	}
+	return total
+}
+
+// histogram returns a histogram's sum and count over all its series.
+func histogram(fams map[string]*dto.MetricFamily, name string) (sum float64, count uint64) {
+	for _, m := range fams[name].GetMetric() {
+		sum += m.GetHistogram().GetSampleSum()
+		count += m.GetHistogram().GetSampleCount()
+	}
+	return sum, count
+}
+
+// byLabels sums a counter (or a histogram's counts) by the values of the
+// labels named, joined with " ".
+func byLabels(fams map[string]*dto.MetricFamily, name string, labels ...string) map[string]float64 {
+	out := map[string]float64{}
+	for _, m := range fams[name].GetMetric() {
+		vals := make([]string, len(labels))
+		for i, want := range labels {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == want {
+					vals[i] = l.GetValue()
+				}
+			}
+		}
+		key := strings.Join(vals, " ")
+		switch {
+		case m.Counter != nil:
+			out[key] += m.GetCounter().GetValue()
+		case m.Histogram != nil:
+			out[key] += float64(m.GetHistogram().GetSampleCount())
+		case m.Untyped != nil:
+			out[key] += m.GetUntyped().GetValue()
+		}
+	}
+	return out
+}
+
+// usage is a process's peak resident memory and CPU time.
+type usage struct {
+	PeakRSSMiB float64 `json:"peakRSSMiB"`
+	CPUSeconds float64 `json:"cpuSeconds"`
+}
+
+// clockTicks is Linux's USER_HZ, the unit of /proc/<pid>/stat's times.
+const clockTicks = 100
+
+// procUsage reads a live process's peak RSS (VmHWM) and CPU time (user +
+// system) from /proc. pid "self" is this process.
+func procUsage(pid string) (usage, error) {
+	status, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		return usage{}, err
+	}
+	stat, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return usage{}, err
+	}
+	return parseProc(string(status), string(stat))
+}
+
+func parseProc(status, stat string) (usage, error) {
+	var u usage
+	found := false
+	for line := range strings.Lines(status) {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			f := strings.Fields(rest)
+			if len(f) != 2 || f[1] != "kB" {
+				return u, fmt.Errorf("/proc status: VmHWM: unexpected %q", strings.TrimSpace(rest))
+			}
+			kb, err := strconv.ParseFloat(f[0], 64)
+			if err != nil {
+				return u, fmt.Errorf("/proc status: VmHWM: %w", err)
+			}
+			u.PeakRSSMiB, found = kb/1024, true
+		}
+	}
+	if !found {
+		return u, fmt.Errorf("/proc status: no VmHWM line")
+	}
+	// The command name (field 2) is in parentheses and may hold spaces.
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return u, fmt.Errorf("/proc stat: no command name in %q", stat)
+	}
+	f := strings.Fields(stat[i+1:])
+	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
+	if len(f) < 13 {
+		return u, fmt.Errorf("/proc stat: %d fields after the command name, want at least 13", len(f))
+	}
+	var ticks float64
+	for _, s := range f[11:13] {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return u, fmt.Errorf("/proc stat: CPU time %q: %w", s, err)
+		}
+		ticks += v
+	}
+	u.CPUSeconds = ticks / clockTicks
+	return u, nil
+}

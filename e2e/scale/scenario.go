@@ -1,0 +1,516 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apiv1 "k8s.io/api/core/v1"
+	schedv1alpha2 "k8s.io/api/scheduling/v1alpha2"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
+	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
+)
+
+const (
+	subscription  = "5ca1e000-0000-0000-0000-000000000001"
+	resourceGroup = "MC_scale_Cluster_eastus"
+	namespace     = "scale"
+	clusterTag    = "k8s.io_cluster-autoscaler_scale"
+	// scaleSetLimit is what a Uniform scale set holds (Azure's limit, which
+	// the simulator enforces).
+	scaleSetLimit = 1000
+	cpuSKU        = "Standard_D16s_v5"
+	gpuSKU        = "Standard_ND96isr_H100_v5"
+	// ARM's subscription limits (12,000 reads and 1,200 writes an hour) as
+	// the simulator's per-minute token buckets.
+	armReadsPerMinute  = 200
+	armWritesPerMinute = 20
+	// The simulator's long-running operations and deletions take this long.
+	armLRODuration = 10 * time.Second
+	armDeleteDelay = 30 * time.Second
+
+	// Scale-down, compressed so that a run can watch it: a node is
+	// unneeded after a minute, the brake's window is brakeWindow, and up
+	// to emptyBulkDelete empty nodes go per loop (the default 10 would
+	// never reach the brake). The brake's shares are the defaults.
+	scaleDownUnneeded = time.Minute
+	emptyBulkDelete   = 100
+	brakeShare        = 0.5 // --scale-down-brake-cluster-share's default
+
+	// The autoscaler's defaults the checks compare against.
+	adaptiveMaxRate = 200 // --node-addition-rate-max
+	additionBurst   = 20  // --node-addition-burst
+
+	sampleEvery = 2 * time.Second
+	// settle is how long capacity must stay what the pods need once they
+	// all run.
+	settle = 30 * time.Second
+)
+
+var scenarioNames = []string{"burst", "burst-unsmoothed", "gangs"}
+
+type scenario struct {
+	name          string
+	o             options
+	bins          harness.Binaries
+	autoscalerBin string
+	dir           string
+
+	smoothing, gangs, scaleDown bool
+	brakeWindow                 time.Duration
+}
+
+func newScenario(name string, o options, bins harness.Binaries, autoscalerBin string) *scenario {
+	sc := &scenario{name: name, o: o, bins: bins, autoscalerBin: autoscalerBin, dir: filepath.Join(o.out, name), smoothing: true}
+	switch name {
+	case "burst":
+		sc.scaleDown = true
+	case "burst-unsmoothed":
+		sc.smoothing = false
+	case "gangs":
+		sc.gangs = true
+	}
+	// About four brake windows in the time the scale-down is watched.
+	sc.brakeWindow = (o.sz.scaleDownFor / 4).Round(time.Second)
+	return sc
+}
+
+func (sc *scenario) describe() string {
+	var parts []string
+	if sc.gangs {
+		parts = append(parts, fmt.Sprintf("%d gangs of %d pods x 8 GPUs (%s, one pod per node)", sc.o.sz.gangs, sc.o.sz.gangSize, gpuSKU))
+	} else {
+		parts = append(parts, fmt.Sprintf("a Deployment for %d nodes of %s", sc.o.sz.nodes, cpuSKU))
+	}
+	if sc.smoothing {
+		parts = append(parts, "default smoothing")
+	} else {
+		parts = append(parts, "--node-addition-smoothing=false")
+	}
+	if sc.scaleDown {
+		parts = append(parts, fmt.Sprintf("then scaled to 0 and watched for %s (brake window %s)", sc.o.sz.scaleDownFor, sc.brakeWindow))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// burstPod is one pod of the burst: half a core, so that a node holds the
+// number its allocatable (after AKS's reservations) allows.
+func burstPod() apiv1.ResourceRequirements {
+	return apiv1.ResourceRequirements{Requests: apiv1.ResourceList{
+		apiv1.ResourceCPU: resource.MustParse("500m"), apiv1.ResourceMemory: resource.MustParse("1Gi")}}
+}
+
+// gangPod takes a whole 8-GPU node.
+func gangPod() apiv1.ResourceRequirements {
+	eight := *resource.NewQuantity(8, resource.DecimalSI)
+	return apiv1.ResourceRequirements{
+		Requests: apiv1.ResourceList{apiv1.ResourceCPU: resource.MustParse("80"), apiv1.ResourceMemory: resource.MustParse("800Gi"), armsim.GPUResource: eight},
+		Limits:   apiv1.ResourceList{armsim.GPUResource: eight},
+	}
+}
+
+// podsPerNode is how many pods of res a node of sku holds, from the node
+// the simulator's hook registers (AKS's reservations, max pods).
+func podsPerNode(hook *armsim.KubeNodeHook, sku string, res apiv1.ResourceRequirements) (int, error) {
+	var k *armsim.SKU
+	for _, s := range armsim.DefaultSKUs() {
+		if s.Name == sku {
+			k = &s
+			break
+		}
+	}
+	if k == nil {
+		return 0, fmt.Errorf("SKU %s is not one of the simulator's", sku)
+	}
+	n := hook.Node(armsim.VM{ResourceGroup: resourceGroup, ScaleSet: "probe", InstanceID: "0", ComputerName: "probe000000", SKU: *k, Location: "eastus"})
+	alloc := n.Status.Allocatable
+	fit := int(alloc.Pods().Value())
+	for name, q := range res.Requests {
+		if q.IsZero() {
+			continue
+		}
+		a, ok := alloc[name]
+		if !ok && name == armsim.GPUResource && k.GPUs > 0 {
+			// Advertised by the device plugin some seconds after registration.
+			a, ok = *resource.NewQuantity(int64(k.GPUs), resource.DecimalSI), true
+		}
+		if !ok {
+			return 0, fmt.Errorf("a %s node has no %s", sku, name)
+		}
+		fit = min(fit, int(a.MilliValue()/q.MilliValue()))
+	}
+	if fit < 1 {
+		return 0, fmt.Errorf("a pod of %v does not fit a %s node", res.Requests, sku)
+	}
+	return fit, nil
+}
+
+// scaleSets returns n scale sets of sku named prefix-1..n, each up to the
+// platform's limit, discovered by tags.
+func scaleSets(prefix, sku string, n int, zones []string) []armsim.ScaleSetSpec {
+	out := make([]armsim.ScaleSetSpec, 0, n)
+	for i := 1; i <= n; i++ {
+		out = append(out, armsim.ScaleSetSpec{
+			ResourceGroup: resourceGroup, Name: fmt.Sprintf("%s-%d", prefix, i), SKU: sku, Zones: zones,
+			Tags: map[string]string{
+				"k8s.io_cluster-autoscaler_enabled": "true",
+				clusterTag:                          "owned",
+				"min":                               "0",
+				"max":                               fmt.Sprint(scaleSetLimit),
+			},
+		})
+	}
+	return out
+}
+
+// env is one scenario's running stack.
+type env struct {
+	cp     *harness.ControlPlane
+	sim    *armsim.Server
+	as     *harness.Process
+	addr   string
+	sets   []armsim.ScaleSetSpec
+	client kubernetes.Interface
+}
+
+// start brings up the control plane, the simulator and the autoscaler. The
+// returned stop tears all of it down.
+func (sc *scenario) start(ctx context.Context) (_ *env, stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	if err := os.MkdirAll(sc.dir, 0o755); err != nil {
+		return nil, stop, err
+	}
+	cp, err := harness.Start(ctx, sc.bins, harness.Options{Dir: sc.dir})
+	if err != nil {
+		return nil, stop, err
+	}
+	stops = append(stops, cp.Stop)
+	e := &env{cp: cp, client: cp.Client}
+
+	hook := armsim.NewKubeNodeHook(cp.Client)
+	hook.Annotations = map[string]string{"kwok.x-k8s.io/node": "fake"}
+	sim, err := armsim.New(armsim.Options{
+		SubscriptionID: subscription, Location: "eastus",
+		BootDelay: sc.o.bootDelay, BootJitter: sc.o.bootDelay / 2, Seed: 1,
+		LRODuration: armLRODuration, DeleteDelay: armDeleteDelay,
+		ReadsPerWindow: armReadsPerMinute, WritesPerWindow: armWritesPerMinute, Window: time.Minute,
+		Hook: hook,
+	})
+	if err != nil {
+		return nil, stop, err
+	}
+	if sc.gangs {
+		perSet := scaleSetLimit / sc.o.sz.gangSize
+		e.sets = scaleSets("gpu", gpuSKU, (sc.o.sz.gangs+perSet-1)/perSet, []string{"1"})
+	} else {
+		e.sets = scaleSets("cpu", cpuSKU, sc.o.sz.nodes/scaleSetLimit+1, []string{"1", "2", "3"})
+	}
+	for _, s := range e.sets {
+		if err := sim.AddScaleSet(s); err != nil {
+			return nil, stop, err
+		}
+	}
+	if err := sim.Start(); err != nil {
+		return nil, stop, err
+	}
+	stops = append(stops, sim.Close)
+	simCtx, cancelSim := context.WithCancel(context.WithoutCancel(ctx))
+	go sim.Run(simCtx)
+	stops = append(stops, cancelSim)
+	e.sim = sim
+
+	caFile := filepath.Join(sc.dir, "armsim-ca.pem")
+	tokenFile := filepath.Join(sc.dir, "arm-token")
+	if err := os.WriteFile(caFile, sim.CACertPEM(), 0o600); err != nil {
+		return nil, stop, err
+	}
+	if err := os.WriteFile(tokenFile, []byte("scale-token"), 0o600); err != nil {
+		return nil, stop, err
+	}
+	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, &apiv1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+		return nil, stop, fmt.Errorf("creating namespace %s: %w", namespace, err)
+	}
+	if e.addr, err = freeAddr(); err != nil {
+		return nil, stop, err
+	}
+	// Every flag not named here is the autoscaler's default: scan
+	// interval, cache TTL, smoothing (rate, burst, adaptive mode, in-flight
+	// cap), client QPS, protobuf, leader election.
+	args := []string{
+		"--kubeconfig=" + cp.Kubeconfig,
+		"--namespace=kube-system",
+		"--address=" + e.addr,
+		"--azure-subscription-id=" + subscription,
+		"--azure-resource-groups=" + resourceGroup,
+		"--node-group-auto-discovery=label:k8s.io_cluster-autoscaler_enabled," + clusterTag,
+		"--azure-arm-endpoint=" + sim.URL(),
+		"--azure-ca-file=" + caFile,
+		"--azure-auth=token-file",
+		"--azure-token-file=" + tokenFile,
+		// No chart here, so no balloon namespace of its own.
+		"--balloon-namespace=kube-system",
+		"--scale-down-unneeded-time=" + scaleDownUnneeded.String(),
+		"--scale-down-delay-after-add=" + scaleDownUnneeded.String(),
+		"--scale-down-brake-window=" + sc.brakeWindow.String(),
+		fmt.Sprintf("--max-empty-bulk-delete=%d", emptyBulkDelete),
+		fmt.Sprintf("--node-addition-smoothing=%t", sc.smoothing),
+		"--v=2",
+	}
+	as, err := cp.StartProcess(ctx, "vmss-autoscaler", sc.autoscalerBin, args...)
+	if err != nil {
+		return nil, stop, err
+	}
+	e.as = as
+	return e, stop, nil
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String(), nil
+}
+
+// submit creates the scenario's workload and returns the number of pods
+// and the nodes they need.
+func (sc *scenario) submit(ctx context.Context, e *env, hook *armsim.KubeNodeHook) (pods, nodes int, err error) {
+	c := e.client
+	if !sc.gangs {
+		per, err := podsPerNode(hook, cpuSKU, burstPod())
+		if err != nil {
+			return 0, 0, err
+		}
+		replicas := int32(sc.o.sz.nodes * per)
+		d := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: "burst", Namespace: namespace},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: &replicas,
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "burst"}},
+				Template: apiv1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "burst"}},
+					Spec:       apiv1.PodSpec{Containers: []apiv1.Container{{Name: "web", Image: "registry.k8s.io/pause:3.10", Resources: burstPod()}}},
+				},
+			},
+		}
+		if _, err := c.AppsV1().Deployments(namespace).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+			return 0, 0, fmt.Errorf("creating deployment burst: %w", err)
+		}
+		return int(replicas), sc.o.sz.nodes, nil
+	}
+	size := int32(sc.o.sz.gangSize)
+	for g := range sc.o.sz.gangs {
+		name := fmt.Sprintf("train-%d", g)
+		pg := &schedv1alpha2.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+		pg.Spec.SchedulingPolicy.Gang = &schedv1alpha2.GangSchedulingPolicy{MinCount: size}
+		if _, err := c.SchedulingV1alpha2().PodGroups(namespace).Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+			return 0, 0, fmt.Errorf("creating PodGroup %s: %w", name, err)
+		}
+		group := name
+		// A StatefulSet of trainers (as LeaderWorkerSet and MPI operators
+		// run them), all pods at once: they run until deleted, where kwok
+		// would complete a Job's pods at once.
+		set := &appsv1.StatefulSet{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+			Spec: appsv1.StatefulSetSpec{
+				Replicas:            &size,
+				PodManagementPolicy: appsv1.ParallelPodManagement,
+				Selector:            &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+				Template: apiv1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+					Spec: apiv1.PodSpec{
+						SchedulingGroup: &apiv1.PodSchedulingGroup{PodGroupName: &group},
+						Containers:      []apiv1.Container{{Name: "trainer", Image: "registry.k8s.io/pause:3.10", Resources: gangPod()}},
+					},
+				},
+			},
+		}
+		if _, err := c.AppsV1().StatefulSets(namespace).Create(ctx, set, metav1.CreateOptions{}); err != nil {
+			return 0, 0, fmt.Errorf("creating StatefulSet %s: %w", name, err)
+		}
+	}
+	n := sc.o.sz.gangs * sc.o.sz.gangSize
+	return n, n, nil
+}
+
+// capacity is the scale sets' total sku.capacity.
+func (e *env) capacity() int {
+	n := 0
+	for _, s := range e.sets {
+		if st, err := e.sim.ScaleSet(s.ResourceGroup, s.Name); err == nil {
+			n += st.Capacity
+		}
+	}
+	return n
+}
+
+// run runs the scenario and measures it. An error means the run broke;
+// failed checks are in the result.
+func (sc *scenario) run(ctx context.Context) (*result, error) {
+	begin := time.Now()
+	e, stop, err := sc.start(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	res := &result{Name: sc.name, Smoothing: sc.smoothing, Description: sc.describe(), LogDir: e.cp.LogDir}
+	w, err := watch(ctx, e.cp.RESTConfig, namespace)
+	if err != nil {
+		return nil, err
+	}
+	defer w.stop()
+	s := newSampler(e, w)
+	samplerCtx, stopSampler := context.WithCancel(ctx)
+	defer stopSampler()
+	go s.run(samplerCtx)
+
+	hook := armsim.NewKubeNodeHook(e.client)
+	t0 := time.Now()
+	s.mark(t0)
+	pods, need, err := sc.submit(ctx, e, hook)
+	if err != nil {
+		return nil, err
+	}
+	res.Pods, res.NodesNeeded = pods, need
+	say("  %d pods submitted, %d nodes needed", pods, need)
+
+	// Scale-up: until every pod runs, with a line of progress a minute.
+	deadline := t0.Add(sc.o.sz.timeout)
+	lastSay := time.Now()
+	for {
+		running, pending := w.pods()
+		if running >= pods {
+			res.TimeToAllRunning = seconds(time.Since(t0))
+			break
+		}
+		if time.Now().After(deadline) {
+			res.fail("not all pods Running after %s: %d running, %d pending, %d nodes, capacity %d", sc.o.sz.timeout, running, pending, w.nodeCount(), e.capacity())
+			break
+		}
+		if err := wait(ctx, e.as, sampleEvery); err != nil {
+			res.fail("%v", err)
+			break
+		}
+		if time.Since(lastSay) >= time.Minute {
+			say("  %s: %d running, %d pending, %d nodes, capacity %d", time.Since(t0).Round(time.Second), running, pending, w.nodeCount(), e.capacity())
+			lastSay = time.Now()
+		}
+	}
+	if res.TimeToAllRunning > 0 {
+		say("  all %d pods Running after %.0f s on %d nodes", pods, res.TimeToAllRunning, w.nodeCount())
+		// Capacity must be what the pods need, and stay so.
+		for end := time.Now().Add(settle); time.Now().Before(end); {
+			if c := e.capacity(); c != need {
+				res.fail("capacity %d with all pods Running, want the %d nodes they need", c, need)
+				break
+			}
+			if err := wait(ctx, e.as, sampleEvery); err != nil {
+				res.fail("%v", err)
+				break
+			}
+		}
+	}
+	res.NodesAtEnd = w.nodeCount()
+	res.CapacityAtEnd = e.capacity()
+	res.ScaleUpWrites = requestedPerWindow(e.sim.Writes(), t0, time.Minute)
+	// A gang larger than the burst is released whole and paid back, so
+	// only the burst's requests are bounded per minute.
+	if sc.smoothing && !sc.gangs && res.ScaleUpWrites.MaxPerMinute > adaptiveMaxRate+additionBurst {
+		res.fail("%d nodes requested within 60 s with smoothing on, above the adaptive maximum %d/min plus the burst %d", res.ScaleUpWrites.MaxPerMinute, adaptiveMaxRate, additionBurst)
+	}
+	scaleUpEnd := time.Now()
+
+	if sc.scaleDown && res.TimeToAllRunning > 0 {
+		if err := sc.shrink(ctx, e, w, res); err != nil {
+			return nil, err
+		}
+	}
+	stopSampler()
+	s.wait()
+	res.measure(ctx, e, w, s, t0, scaleUpEnd)
+	select {
+	case <-e.as.Exited():
+		res.fail("the autoscaler exited: %v (log %s)", e.as.ExitErr(), e.as.LogFile)
+	default:
+	}
+	res.Duration = time.Since(begin).Round(time.Second).String()
+	return res, nil
+}
+
+// shrink scales the burst to 0 and watches the nodes go for scaleDownFor:
+// no more than the brake's share of the cluster in any window.
+func (sc *scenario) shrink(ctx context.Context, e *env, w *watcher, res *result) error {
+	zero := int32(0)
+	d, err := e.client.AppsV1().Deployments(namespace).Get(ctx, "burst", metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading deployment burst: %w", err)
+	}
+	d.Spec.Replicas = &zero
+	if _, err := e.client.AppsV1().Deployments(namespace).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("scaling deployment burst to 0: %w", err)
+	}
+	t0 := time.Now()
+	start := w.nodeCount()
+	say("  scaled to 0 pods; watching %d nodes go for %s", start, sc.o.sz.scaleDownFor)
+	for time.Since(t0) < sc.o.sz.scaleDownFor && w.nodeCount() > 0 {
+		if err := wait(ctx, e.as, sampleEvery); err != nil {
+			res.fail("%v", err)
+			break
+		}
+	}
+	sd := &scaleDownResult{StartNodes: start, EndNodes: w.nodeCount(), Window: sc.brakeWindow.String(), WatchedFor: seconds(time.Since(t0))}
+	sd.Windows, sd.MaxShare = brakeWindows(w.nodeSeries(), t0, sc.brakeWindow)
+	if first := w.firstRemovalAfter(t0); !first.IsZero() {
+		sd.FirstRemoval = seconds(first.Sub(t0))
+	}
+	res.ScaleDown = sd
+	// The brake counts a deletion when it is sent; a node is gone a
+	// deletion's duration later, so windows seen from the nodes can hold a
+	// little more than the brake let through.
+	if sd.MaxShare > brakeShare+0.05 {
+		res.fail("%.0f%% of the cluster removed within one brake window (%s), above the brake's %.0f%%", 100*sd.MaxShare, sc.brakeWindow, 100*brakeShare)
+	}
+	if sd.EndNodes == start {
+		res.fail("no node removed in %s of scale-down", sc.o.sz.scaleDownFor)
+	}
+	say("  %d -> %d nodes in %.0f s", start, sd.EndNodes, sd.WatchedFor)
+	return nil
+}
+
+// wait sleeps for d, or says why not to go on.
+func wait(ctx context.Context, as *harness.Process, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-as.Exited():
+		return fmt.Errorf("the autoscaler exited: %v (log %s)", as.ExitErr(), as.LogFile)
+	case <-t.C:
+		return nil
+	}
+}
+
+func seconds(d time.Duration) float64 {
+	return float64(d.Round(100*time.Millisecond)) / float64(time.Second)
+}
