@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -166,7 +165,7 @@ func run(ctx context.Context, o options) error {
 	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, &apiv1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating namespace %s: %w", namespace, err)
 	}
-	addr, err := freeAddr()
+	addr, err := harness.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -268,15 +267,6 @@ func withTeam(tags map[string]string, team string) map[string]string {
 	tags["k8s.io_cluster-autoscaler_node-template_taint_openai.com__team"] = team + ":NoSchedule"
 	tags["k8s.io_cluster-autoscaler_node-template_label_openai.com__team"] = team
 	return tags
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String(), nil
 }
 
 func requests(cpu string, gpus int64) apiv1.ResourceRequirements {

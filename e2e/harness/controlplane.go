@@ -616,3 +616,14 @@ func (cp *ControlPlane) Components() map[string]*Process {
 	}
 	return out
 }
+
+// FreeAddr returns a free 127.0.0.1 address ("127.0.0.1:port") for a
+// process to listen on.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("finding a free port: %w", err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String(), nil
+}

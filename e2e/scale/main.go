@@ -18,8 +18,8 @@
 // or the brake exceeded, more nodes than the pods need, the autoscaler
 // exiting). It stops everything it started, also on Ctrl-C.
 //
-//	go run ./e2e/scale --size=ci     # 60 nodes per scenario, a few minutes (CI)
-//	go run ./e2e/scale --size=full   # 2,000 nodes / 62,000 pods, about 45 minutes
+//	go run ./e2e/scale --size=ci     # 60 nodes per scenario, about 7 minutes (CI)
+//	go run ./e2e/scale --size=full   # 2,000 nodes / 8,000 pods, gangs of 400: about 45 minutes
 package main
 
 import (
@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
@@ -52,11 +53,15 @@ type size struct {
 	scaleDownFor time.Duration
 	// timeout bounds each scale-up.
 	timeout time.Duration
+	// bootDelay is how long a VM takes to become a node.
+	bootDelay time.Duration
+	// podCPU is what a burst pod requests: the pods a node holds.
+	podCPU resource.Quantity
 }
 
 var sizes = map[string]size{
-	"ci":   {nodes: 60, gangs: 2, gangSize: 20, scaleDownFor: 2 * time.Minute, timeout: 8 * time.Minute},
-	"full": {nodes: 2000, gangs: 4, gangSize: 400, scaleDownFor: 8 * time.Minute, timeout: 40 * time.Minute},
+	"ci":   {nodes: 60, gangs: 2, gangSize: 20, scaleDownFor: 2 * time.Minute, timeout: 8 * time.Minute, bootDelay: 20 * time.Second, podCPU: resource.MustParse("500m")},
+	"full": {nodes: 2000, gangs: 4, gangSize: 400, scaleDownFor: 8 * time.Minute, timeout: 40 * time.Minute, bootDelay: time.Minute, podCPU: resource.MustParse("3500m")},
 }
 
 type options struct {
@@ -70,14 +75,15 @@ type options struct {
 func main() {
 	var o options
 	fs := pflag.NewFlagSet("scale", pflag.ContinueOnError)
-	fs.StringVar(&o.size, "size", "ci", "run size: ci (60 nodes, a few minutes) or full (2,000 nodes, 62,000 pods, gangs of 400)")
+	fs.StringVar(&o.size, "size", "ci", "run size: ci (60 nodes, 1,860 pods, gangs of 20: about 7 minutes) or full (2,000 nodes, 8,000 pods, gangs of 400)")
 	nodes := fs.Int("nodes", 0, "the burst's nodes (default: the size's)")
 	gangs := fs.Int("gangs", 0, "number of gangs (default: the size's)")
 	gangSize := fs.Int("gang-size", 0, "whole nodes per gang (default: the size's)")
+	podCPU := fs.String("pod-cpu", "", "CPU a burst pod requests, which sets the pods per node (default: the size's, 500m for ci: 31 a node; 3500m for full: 4 a node)")
 	fs.StringSliceVar(&o.scenarios, "scenarios", []string{"burst", "burst-unsmoothed", "gangs"}, "scenarios to run, in order")
 	fs.StringVar(&o.out, "out", "", "where the report, plots and logs go (default: a new folder under .cache/scale)")
 	replot := fs.String("replot", "", "only redraw the plots of this report.json, beside it, and exit")
-	fs.DurationVar(&o.bootDelay, "boot-delay", 60*time.Second, "time a simulated VM takes from creation to a registered node (±half of it as jitter)")
+	fs.DurationVar(&o.bootDelay, "boot-delay", 0, "time a simulated VM takes from creation to a registered node, ±half of it as jitter (default: the size's, 20s for ci, 1m for full)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			os.Exit(0)
@@ -110,6 +116,21 @@ func main() {
 	}
 	if *gangSize > 0 {
 		sz.gangSize = *gangSize
+	}
+	if *podCPU != "" {
+		q, err := resource.ParseQuantity(*podCPU)
+		if err != nil || q.Sign() <= 0 {
+			fmt.Fprintf(os.Stderr, "scale: --pod-cpu: %q is not a positive quantity\n", *podCPU)
+			os.Exit(2)
+		}
+		sz.podCPU = q
+	}
+	switch {
+	case o.bootDelay < 0:
+		fmt.Fprintf(os.Stderr, "scale: --boot-delay: must not be negative, got %s\n", o.bootDelay)
+		os.Exit(2)
+	case o.bootDelay == 0:
+		o.bootDelay = sz.bootDelay
 	}
 	if sz.gangSize > scaleSetLimit {
 		fmt.Fprintf(os.Stderr, "scale: --gang-size: %d does not fit one scale set (at most %d VMs)\n", sz.gangSize, scaleSetLimit)
@@ -177,6 +198,12 @@ func run(ctx context.Context, o options) error {
 		sc := newScenario(name, o, bins, autoscalerBin)
 		say("scenario %s: %s", name, sc.describe())
 		res, err := sc.run(ctx)
+		if err == nil && ctx.Err() != nil {
+			// Interrupted: report what was measured, run nothing more.
+			rep.Scenarios = append(rep.Scenarios, res)
+			rep.Failures = append(rep.Failures, "interrupted during "+name)
+			break
+		}
 		if err != nil {
 			// The run itself broke (not a failed check): keep what was
 			// measured and say where the logs are.

@@ -29,15 +29,17 @@ func writePlots(dir string, scenarios []*result) error {
 		if r.Smoothing {
 			joins = append(joins, line{name: r.Name + ": node-addition rate", xy: rate(r), dashed: true, color: i})
 		}
-		var pend, n, loop plotter.XYs
+		var pend, unsched, n, loop plotter.XYs
 		for _, p := range r.Series {
 			pend = append(pend, plotter.XY{X: p.At / 60, Y: float64(p.Pending)})
+			unsched = append(unsched, plotter.XY{X: p.At / 60, Y: p.Unschedulable})
 			n = append(n, plotter.XY{X: p.At / 60, Y: float64(p.Nodes)})
 		}
 		for _, l := range r.LoopSeries {
 			loop = append(loop, plotter.XY{X: l.At / 60, Y: l.Seconds})
 		}
-		pending = append(pending, line{name: r.Name, xy: pend, color: i})
+		pending = append(pending, line{name: r.Name + ": pending", xy: pend, color: i},
+			line{name: r.Name + ": unschedulable (the autoscaler's view)", xy: unsched, color: i, dashed: true})
 		nodes = append(nodes, line{name: r.Name, xy: n, color: i})
 		loops = append(loops, line{name: r.Name, xy: loop, color: i})
 	}
@@ -46,7 +48,7 @@ func writePlots(dir string, scenarios []*result) error {
 		lines          []line
 	}{
 		{"joins.svg", "Nodes joined per minute against the node-addition rate", "nodes / minute", joins},
-		{"pending.svg", "Pending pods", "pods", pending},
+		{"pending.svg", "Pending pods, and those the scheduler has marked unschedulable", "pods", pending},
 		{"loops.svg", "Autoscaler loop duration", "seconds", loops},
 		{"nodes.svg", "Nodes (scale-up, then scale-down under the brake)", "nodes", nodes},
 	}

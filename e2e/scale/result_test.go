@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
 )
 
@@ -142,7 +144,7 @@ func TestParseProc(t *testing.T) {
 
 func TestPodsPerNode(t *testing.T) {
 	hook := &armsim.KubeNodeHook{Realism: armsim.DefaultRealism()}
-	cpu, err := podsPerNode(hook, cpuSKU, burstPod())
+	cpu, err := podsPerNode(hook, cpuSKU, burstPod(resource.MustParse("500m")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,10 +153,13 @@ func TestPodsPerNode(t *testing.T) {
 		t.Errorf("%d burst pods per %s node, want between 25 and 31", cpu, cpuSKU)
 	}
 	// GPUs are advertised after registration, yet a node holds one trainer.
+	if four, err := podsPerNode(hook, cpuSKU, burstPod(resource.MustParse("3500m"))); err != nil || four != 4 {
+		t.Errorf("%d pods of 3.5 cores per %s node (%v), want 4", four, cpuSKU, err)
+	}
 	if gpu, err := podsPerNode(hook, gpuSKU, gangPod()); err != nil || gpu != 1 {
 		t.Errorf("%d trainers per %s node (%v), want 1", gpu, gpuSKU, err)
 	}
-	if _, err := podsPerNode(hook, "Standard_Nope", burstPod()); err == nil || !strings.Contains(err.Error(), "Standard_Nope") {
+	if _, err := podsPerNode(hook, "Standard_Nope", burstPod(resource.MustParse("500m"))); err == nil || !strings.Contains(err.Error(), "Standard_Nope") {
 		t.Errorf("unknown SKU: %v", err)
 	}
 }

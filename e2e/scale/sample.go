@@ -28,6 +28,10 @@ type point struct {
 	// Rate is the node-addition rate in force (nodes a minute); 0 with
 	// smoothing off.
 	Rate float64 `json:"rate"`
+	// Unschedulable is what the autoscaler's last loop saw: the pending
+	// pods the scheduler has marked unschedulable. Pods it has not tried
+	// yet are pending but not unschedulable.
+	Unschedulable float64 `json:"unschedulable"`
 }
 
 // loopPoint is one autoscaler loop's duration, from the change of its
@@ -99,6 +103,7 @@ func (s *sampler) sample(ctx context.Context) {
 		return
 	}
 	p.Rate = value(fams, "vmss_autoscaler_node_addition_rate_nodes_per_minute", nil)
+	p.Unschedulable = value(fams, "vmss_autoscaler_unschedulable_pods", nil)
 	s.points = append(s.points, p)
 	sum, n := histogram(fams, "vmss_autoscaler_loop_duration_seconds")
 	if n > s.lastN && s.lastN > 0 {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -102,11 +101,11 @@ func (sc *scenario) describe() string {
 	return strings.Join(parts, ", ")
 }
 
-// burstPod is one pod of the burst: half a core, so that a node holds the
+// burstPod is one pod of the burst: cpu of it, so that a node holds the
 // number its allocatable (after AKS's reservations) allows.
-func burstPod() apiv1.ResourceRequirements {
+func burstPod(cpu resource.Quantity) apiv1.ResourceRequirements {
 	return apiv1.ResourceRequirements{Requests: apiv1.ResourceList{
-		apiv1.ResourceCPU: resource.MustParse("500m"), apiv1.ResourceMemory: resource.MustParse("1Gi")}}
+		apiv1.ResourceCPU: cpu, apiv1.ResourceMemory: resource.MustParse("1Gi")}}
 }
 
 // gangPod takes a whole 8-GPU node.
@@ -249,7 +248,7 @@ func (sc *scenario) start(ctx context.Context) (_ *env, stop func(), err error) 
 	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, &apiv1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		return nil, stop, fmt.Errorf("creating namespace %s: %w", namespace, err)
 	}
-	if e.addr, err = freeAddr(); err != nil {
+	if e.addr, err = harness.FreeAddr(); err != nil {
 		return nil, stop, err
 	}
 	// Every flag not named here is the autoscaler's default: scan
@@ -283,21 +282,12 @@ func (sc *scenario) start(ctx context.Context) (_ *env, stop func(), err error) 
 	return e, stop, nil
 }
 
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String(), nil
-}
-
 // submit creates the scenario's workload and returns the number of pods
 // and the nodes they need.
 func (sc *scenario) submit(ctx context.Context, e *env, hook *armsim.KubeNodeHook) (pods, nodes int, err error) {
 	c := e.client
 	if !sc.gangs {
-		per, err := podsPerNode(hook, cpuSKU, burstPod())
+		per, err := podsPerNode(hook, cpuSKU, burstPod(sc.o.sz.podCPU))
 		if err != nil {
 			return 0, 0, err
 		}
@@ -309,7 +299,7 @@ func (sc *scenario) submit(ctx context.Context, e *env, hook *armsim.KubeNodeHoo
 				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "burst"}},
 				Template: apiv1.PodTemplateSpec{
 					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "burst"}},
-					Spec:       apiv1.PodSpec{Containers: []apiv1.Container{{Name: "web", Image: "registry.k8s.io/pause:3.10", Resources: burstPod()}}},
+					Spec:       apiv1.PodSpec{Containers: []apiv1.Container{{Name: "web", Image: "registry.k8s.io/pause:3.10", Resources: burstPod(sc.o.sz.podCPU)}}},
 				},
 			},
 		}
