@@ -171,7 +171,7 @@ func (rep *report) markdown() string {
 		if sd == nil {
 			return "–"
 		}
-		return fmt.Sprintf("%d → %d nodes in %.0f s; first after %.0f s; at most %.0f%% per %s", sd.StartNodes, sd.EndNodes, sd.WatchedFor, sd.FirstRemoval, 100*sd.MaxShare, sd.Window)
+		return fmt.Sprintf("%d → %d nodes in %.0f s; first after %.0f s; at most %d deletions sent per %s (brake: %d); nodes gone per window: at most %.0f%%", sd.StartNodes, sd.EndNodes, sd.WatchedFor, sd.FirstRemoval, sd.MostSent, sd.Window, sd.SentLimit, 100*sd.MaxShare)
 	})
 	row("checks", func(r *result) string {
 		if len(r.Failures) == 0 {

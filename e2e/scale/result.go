@@ -154,8 +154,14 @@ type scaleDownResult struct {
 	FirstRemoval float64       `json:"firstRemovalSeconds"`
 	Windows      []brakeWindow `json:"windows"`
 	// MaxShare is the largest share of the cluster removed within any
-	// window, of the nodes at the window's start.
+	// window, of the nodes at the window's start, as seen from the nodes.
 	MaxShare float64 `json:"maxShare"`
+	// MostSent is the most deletions the autoscaler sent within any
+	// window (less than a window apart between two samples), and
+	// SentLimit what the brake allowed for it: the brake's share of the
+	// nodes at that window's start, at least one.
+	MostSent  int `json:"mostSent"`
+	SentLimit int `json:"sentLimit"`
 }
 
 // brakeWindow is one of the consecutive windows after the workload went.
@@ -215,6 +221,36 @@ func brakeWindows(series []nodePoint, t0 time.Time, window time.Duration) ([]bra
 		share = max(share, float64(prev-low)/float64(prev))
 	}
 	return windows, share
+}
+
+// mostSent finds, among the samples after t0, the window (two samples less
+// than window apart) in which the most deletions were sent, and what the
+// brake allowed then: share of the nodes at its start (nodes still
+// deleting are counted, which only raises the allowance), at least one.
+// It returns the window that exceeds its allowance most, or else the one
+// that sent most.
+func mostSent(series []point, t0 float64, window time.Duration, share float64) (sent, limit int) {
+	var after []point
+	for _, p := range series {
+		if p.At >= t0 {
+			after = append(after, p)
+		}
+	}
+	worst := math.Inf(-1)
+	for i, a := range after {
+		allowed := max(1, int(math.Floor(share*float64(a.Nodes))))
+		for _, b := range after[i+1:] {
+			if b.At-a.At >= window.Seconds() {
+				break
+			}
+			n := int(b.ScaledDown - a.ScaledDown)
+			over := float64(n - allowed)
+			if over > worst || (over == worst && n > sent) {
+				worst, sent, limit = over, n, allowed
+			}
+		}
+	}
+	return sent, limit
 }
 
 // measure fills in the figures read at the end of a scenario, while its

@@ -163,3 +163,32 @@ func TestPodsPerNode(t *testing.T) {
 		t.Errorf("unknown SKU: %v", err)
 	}
 }
+
+func TestMostSent(t *testing.T) {
+	pts := func(vals ...[3]float64) []point { // at, nodes, scaled down
+		var out []point
+		for _, v := range vals {
+			out = append(out, point{At: v[0], Nodes: int(v[1]), ScaledDown: v[2]})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name             string
+		series           []point
+		wantSent, wantOK int
+	}{
+		{"nothing sent", pts([3]float64{0, 100, 0}, [3]float64{10, 100, 0}), 0, 50},
+		{"half in a window", pts([3]float64{0, 100, 0}, [3]float64{10, 100, 50}, [3]float64{70, 100, 50}), 50, 50},
+		{"two windows apart are not added", pts([3]float64{0, 100, 0}, [3]float64{2, 100, 50}, [3]float64{62, 60, 50}, [3]float64{64, 60, 80}), 50, 50},
+		{"too many within a window is the one reported", pts([3]float64{0, 100, 0}, [3]float64{2, 100, 40}, [3]float64{40, 100, 70}), 70, 50},
+		{"samples before the start are left out", pts([3]float64{-10, 100, 0}, [3]float64{-5, 100, 90}, [3]float64{1, 100, 90}, [3]float64{5, 100, 95}), 5, 50},
+		{"a small cluster may lose one", pts([3]float64{0, 1, 0}, [3]float64{5, 1, 1}), 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sent, limit := mostSent(tc.series, 0, time.Minute, 0.5)
+			if sent != tc.wantSent || limit != tc.wantOK {
+				t.Errorf("got %d sent against %d allowed, want %d against %d", sent, limit, tc.wantSent, tc.wantOK)
+			}
+		})
+	}
+}

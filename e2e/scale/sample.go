@@ -32,6 +32,9 @@ type point struct {
 	// pods the scheduler has marked unschedulable. Pods it has not tried
 	// yet are pending but not unschedulable.
 	Unschedulable float64 `json:"unschedulable"`
+	// ScaledDown is the autoscaler's scaled_down_nodes_total: nodes whose
+	// deletion it sent, counted when sent, as the brake counts them.
+	ScaledDown float64 `json:"scaledDown"`
 }
 
 // loopPoint is one autoscaler loop's duration, from the change of its
@@ -104,12 +107,20 @@ func (s *sampler) sample(ctx context.Context) {
 	}
 	p.Rate = value(fams, "vmss_autoscaler_node_addition_rate_nodes_per_minute", nil)
 	p.Unschedulable = value(fams, "vmss_autoscaler_unschedulable_pods", nil)
+	p.ScaledDown = value(fams, "vmss_autoscaler_scaled_down_nodes_total", nil)
 	s.points = append(s.points, p)
 	sum, n := histogram(fams, "vmss_autoscaler_loop_duration_seconds")
 	if n > s.lastN && s.lastN > 0 {
 		s.loops = append(s.loops, loopPoint{At: now, Seconds: (sum - s.lastSum) / float64(n-s.lastN)})
 	}
 	s.lastSum, s.lastN = sum, n
+}
+
+// start is the time points are measured from.
+func (s *sampler) start() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.t0
 }
 
 func (s *sampler) series() ([]point, []loopPoint) {
