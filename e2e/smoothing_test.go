@@ -154,10 +154,14 @@ func TestCancelledQueuedNodesAreNeverCreated(t *testing.T) {
 	d := sc.deployment("web", 60, "9", 0, set)
 	sc.create(d)
 	depth := `vmss_autoscaler_node_addition_queue_depth{class="workload",node_group="` + set + `"}`
-	sc.eventually("most of the 60 pods' nodes queued", 2*time.Minute, func() (bool, string) {
+	// Every pod's node must be planned (queued or requested) before the
+	// scale-down: what is cancelled is what was planned less the 30 pods
+	// kept, and a pod the scheduler has not yet marked unschedulable is
+	// not planned.
+	sc.eventually("all 60 pods' nodes planned, most of them queued", 2*time.Minute, func() (bool, string) {
 		_, body := sc.get(as, "/metrics")
-		q := metricValue(body, depth)
-		return q >= 45, fmt.Sprintf("queued %v, capacity %d", q, sc.capacity(set))
+		q, c := metricValue(body, depth), sc.capacity(set)
+		return q >= 30 && q+float64(c) >= 60, fmt.Sprintf("queued %v, capacity %d", q, c)
 	})
 	// Scaling the Deployment down deletes the pods that are not running
 	// first: the ones whose nodes are queued.
