@@ -161,7 +161,7 @@ func TestCancelledQueuedNodesAreNeverCreated(t *testing.T) {
 	sc.eventually("all 60 pods' nodes planned, most of them queued", 2*time.Minute, func() (bool, string) {
 		_, body := sc.get(as, "/metrics")
 		q, c := metricValue(body, depth), sc.capacity(set)
-		return q >= 30 && q+float64(c) >= 60, fmt.Sprintf("queued %v, capacity %d", q, c)
+		return q >= 40 && q+float64(c) >= 60, fmt.Sprintf("queued %v, capacity %d", q, c)
 	})
 	// Scaling the Deployment down deletes the pods that are not running
 	// first: the ones whose nodes are queued.
