@@ -58,7 +58,6 @@ type sampler struct {
 	loops   []loopPoint
 	lastSum float64
 	lastN   uint64
-	errs    int
 }
 
 func newSampler(e *env, w *watcher) *sampler {
@@ -100,8 +99,8 @@ func (s *sampler) sample(ctx context.Context) {
 	now := time.Since(s.t0).Seconds()
 	p.At = now
 	if err != nil {
-		// The autoscaler is starting, or gone (the run notices); count it.
-		s.errs++
+		// The autoscaler is starting, or gone (the run notices): a point
+		// without its figures.
 		s.points = append(s.points, p)
 		return
 	}
