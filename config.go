@@ -148,7 +148,7 @@ Flags:
 	live.IntVar(&c.core.MaxSoftTaintsPerLoop, "max-soft-taints-per-loop", d.MaxSoftTaintsPerLoop, "cap on DeletionCandidate taint writes per loop")
 	live.BoolVar(&c.core.NodeAdditionSmoothing, "node-addition-smoothing", d.NodeAdditionSmoothing, "send new nodes to the cloud through the rate-limited node-addition queue (off: every planned node at once)")
 	live.Float64Var(&c.core.NodeAdditionRate, "node-addition-rate", d.NodeAdditionRate, "nodes requested per minute at most (the adaptive mode's starting rate)")
-	live.IntVar(&c.core.NodeAdditionBurst, "node-addition-burst", d.NodeAdditionBurst, "nodes that may be requested at once after a quiet period")
+	live.IntVar(&c.core.NodeAdditionBurst, "node-addition-burst", d.NodeAdditionBurst, "nodes that may be requested at once after a quiet period (a loop releases up to the rate times its period, at most twice --scan-interval, when that is more)")
 	live.IntVar(&c.core.MaxNodesInFlight, "max-nodes-in-flight", d.MaxNodesInFlight, "cap on nodes requested and not yet ready")
 	live.BoolVar(&c.core.NodeAdditionAdaptive, "node-addition-adaptive", d.NodeAdditionAdaptive, "move the node-addition rate with the API server's health: halve it on 429s, 5xx, slow requests or flow-control rejections, raise it while healthy")
 	ad := &c.core.NodeAdditionAdaptiveOptions

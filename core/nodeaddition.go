@@ -167,7 +167,7 @@ func (a *Autoscaler) queueStatus(rep additionReport) NodeAdditionStatus {
 
 // queueOptions are the queue's bounds from the options.
 func (o Options) queueOptions() ratelimit.Options {
-	return ratelimit.Options{NodesPerMinute: o.NodeAdditionRate, Burst: o.NodeAdditionBurst, MaxInFlight: o.MaxNodesInFlight}
+	return ratelimit.Options{NodesPerMinute: o.NodeAdditionRate, Burst: o.NodeAdditionBurst, MaxInFlight: o.MaxNodesInFlight, Interval: o.ScanInterval}
 }
 
 // queuedMessage is the event of a pod whose nodes wait in the queue. It

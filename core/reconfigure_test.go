@@ -27,7 +27,9 @@ func TestReconfigureTakesEffectAtTheNextLoop(t *testing.T) {
 		t.Fatalf("rate %v after a refused reload, want 6", got)
 	}
 	good := e.a.Options()
-	good.NodeAdditionRate, good.NodeAdditionBurst = 600, 50
+	// With 1 s loops the bucket holds at most 2 s of the rate (20), so the
+	// burst of 50 is what bounds the next loop's release.
+	good.NodeAdditionRate, good.NodeAdditionBurst, good.ScanInterval = 600, 50, time.Second
 	good.Expanders = []string{"most-pods"}
 	if err := e.a.Reconfigure(good); err != nil {
 		t.Fatal(err)

@@ -53,8 +53,15 @@ type Demand struct {
 type Options struct {
 	// NodesPerMinute is the token bucket's rate.
 	NodesPerMinute float64
-	// Burst is the bucket's size.
+	// Burst is the bucket's size after a quiet period.
 	Burst int
+	// Interval is the loop's period (--scan-interval). The bucket holds at
+	// least the rate's worth of the time since the previous loop (counted
+	// as at least Interval and at most twice it), so the rate is reachable
+	// whatever the period: a bucket of Burst alone would cap the rate at
+	// Burst per loop (20 every 10 s is 120/min, whatever the rate). Zero
+	// means the bucket holds Burst only.
+	Interval time.Duration
 	// MaxInFlight caps nodes requested but not yet ready.
 	MaxInFlight int
 }
@@ -68,8 +75,20 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--node-addition-burst: must be at least 1, got %d", o.Burst)
 	case o.MaxInFlight < 1:
 		return fmt.Errorf("--max-nodes-in-flight: must be at least 1, got %d", o.MaxInFlight)
+	case o.Interval < 0:
+		return fmt.Errorf("--scan-interval: must not be negative, got %v", o.Interval)
 	}
 	return nil
+}
+
+// capacity is the bucket's size for a loop that comes period after the
+// previous one.
+func (o Options) capacity(period time.Duration) float64 {
+	if o.Interval <= 0 {
+		return float64(o.Burst)
+	}
+	period = min(max(period, o.Interval), 2*o.Interval)
+	return math.Max(float64(o.Burst), o.NodesPerMinute*period.Minutes())
 }
 
 // Queue is the token bucket and the fairness cursor. Not safe for
@@ -78,6 +97,9 @@ type Queue struct {
 	opts   Options
 	tokens float64
 	last   time.Time
+	// period is the time between the last two Decides (Interval before
+	// the second).
+	period time.Duration
 	// cursor is the group that goes first in the next round-robin.
 	cursor string
 }
@@ -87,19 +109,23 @@ func New(o Options) (*Queue, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	return &Queue{opts: o, tokens: float64(o.Burst)}, nil
+	return &Queue{opts: o, tokens: float64(o.Burst), period: o.Interval}, nil
 }
 
 // SetOptions changes the bounds (a live reload or the adaptive controller);
-// the bucket keeps its fill, capped at the new burst.
+// the bucket keeps its fill, capped at its new size.
 func (q *Queue) SetOptions(o Options) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
 	q.opts = o
-	q.tokens = math.Min(q.tokens, float64(o.Burst))
+	q.tokens = math.Min(q.tokens, q.Capacity())
 	return nil
 }
+
+// Capacity is what the bucket holds at most now: Burst, or the rate's
+// worth of the last loop's period when that is more.
+func (q *Queue) Capacity() float64 { return q.opts.capacity(q.period) }
 
 // Options returns the current bounds.
 func (q *Queue) Options() Options { return q.opts }
@@ -299,7 +325,7 @@ func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 // Refund returns the tokens of n released nodes the cloud refused, so a
 // failed request does not cost the rate.
 func (q *Queue) Refund(n int) {
-	q.tokens = math.Min(float64(q.opts.Burst), q.tokens+float64(n))
+	q.tokens = math.Min(q.Capacity(), q.tokens+float64(n))
 }
 
 // Tokens is the bucket's fill as of the last Decide.
@@ -332,7 +358,8 @@ func (q *Queue) refill(now time.Time) {
 		return
 	}
 	if dt := now.Sub(q.last); dt > 0 {
-		q.tokens = math.Min(float64(q.opts.Burst), q.tokens+q.opts.NodesPerMinute*dt.Minutes())
+		q.period = dt
+		q.tokens = math.Min(q.Capacity(), q.tokens+q.opts.NodesPerMinute*dt.Minutes())
 		q.last = now
 	}
 }

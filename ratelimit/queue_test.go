@@ -135,7 +135,10 @@ func TestCancelledDemandIsNeverReleased(t *testing.T) {
 }
 
 func TestOptionsValidation(t *testing.T) {
-	for _, o := range []Options{{0, 1, 1}, {1, 0, 1}, {1, 1, 0}} {
+	for _, o := range []Options{
+		{NodesPerMinute: 0, Burst: 1, MaxInFlight: 1}, {NodesPerMinute: 1, Burst: 0, MaxInFlight: 1},
+		{NodesPerMinute: 1, Burst: 1, MaxInFlight: 0}, {NodesPerMinute: 1, Burst: 1, MaxInFlight: 1, Interval: -time.Second},
+	} {
 		if _, err := New(o); err == nil {
 			t.Errorf("New(%+v) accepted", o)
 		}
@@ -254,5 +257,91 @@ func TestThousandNodeGangWithDefaults(t *testing.T) {
 	// Paid back (9.8 min at 100/min) and the gang's nodes up: the rest goes.
 	if d := q.Decide(t0.Add(11*time.Minute), web, 0); d.Release()["cpu"] != 5 {
 		t.Fatalf("released %v after the debt, want the 5 cpu nodes", d.Release())
+	}
+}
+
+// The bucket holds at least a loop period's worth of the rate, so the
+// configured rate is reached whatever the period; a stalled loop releases
+// at most two periods' worth, and a quiet spell only the bucket's size.
+func TestRateReachableWhateverTheLoopPeriod(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		interval time.Duration // Options.Interval
+		period   time.Duration // time between Decides
+		// perMinute is the steady release per minute, maxLoop the most
+		// released by one loop.
+		perMinute, maxLoop int
+	}{
+		// Burst alone caps 10 s loops at 20 per loop: 120/min at a rate of 200.
+		{"bucket of the burst only", 0, 10 * time.Second, 120, 20},
+		{"10 s loops", 10 * time.Second, 10 * time.Second, 200, 34},
+		{"loops slowed to 20 s", 10 * time.Second, 20 * time.Second, 200, 67},
+		// Beyond twice the interval the bucket stops growing: 67 per 40 s.
+		{"loops stalled to 40 s", 10 * time.Second, 40 * time.Second, 100, 67},
+		{"2 s loops, the burst bounds", 2 * time.Second, 2 * time.Second, 200, 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q, err := New(Options{NodesPerMinute: 200, Burst: 20, MaxInFlight: 100000, Interval: tc.interval})
+			if err != nil {
+				t.Fatal(err)
+			}
+			type release struct {
+				at time.Duration
+				n  int
+			}
+			var rels []release
+			maxLoop := 0
+			for at := time.Duration(0); at <= 10*time.Minute; at += tc.period {
+				d := q.Decide(t0.Add(at), []Demand{{Group: "cpu", Count: 100000, Since: t0}}, 0)
+				rels = append(rels, release{at, d.Released()})
+				maxLoop = max(maxLoop, d.Released())
+				if d.Released() > int(q.Capacity())+1 {
+					t.Fatalf("at %v released %d, more than the bucket's %v", at, d.Released(), q.Capacity())
+				}
+			}
+			// After 5 minutes the release is steady: what the loops since
+			// then released over the time they cover (the first window
+			// holds the starting burst).
+			steady, from := 0, time.Duration(0)
+			for _, r := range rels {
+				if r.at <= 5*time.Minute {
+					from = r.at
+					continue
+				}
+				steady += r.n
+			}
+			span := rels[len(rels)-1].at - from
+			if got := int(float64(steady) / span.Minutes()); got < tc.perMinute-2 || got > tc.perMinute+2 {
+				t.Errorf("steady release %d/min, want %d/min", got, tc.perMinute)
+			}
+			if maxLoop > tc.maxLoop || maxLoop < tc.maxLoop-1 {
+				t.Errorf("most released by one loop %d, want %d", maxLoop, tc.maxLoop)
+			}
+			// No 60 s window holds more than the rate plus the bucket.
+			for i, r := range rels {
+				sum := 0
+				for _, s := range rels[i:] {
+					if s.at-r.at >= time.Minute {
+						break
+					}
+					sum += s.n
+				}
+				if limit := 200 + int(2*200*tc.interval.Minutes()) + 20; sum > limit {
+					t.Fatalf("%d released in the 60 s from %v, above %d", sum, r.at, limit)
+				}
+			}
+		})
+	}
+	// After a quiet hour of 10 s loops the bucket holds a period's worth,
+	// not an hour's.
+	q, err := New(Options{NodesPerMinute: 200, Burst: 20, MaxInFlight: 100000, Interval: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for at := time.Duration(0); at < time.Hour; at += 10 * time.Second {
+		q.Decide(t0.Add(at), nil, 0)
+	}
+	if d := q.Decide(t0.Add(time.Hour), []Demand{{Group: "cpu", Count: 1000, Since: t0}}, 0); d.Released() != 33 {
+		t.Fatalf("released %d after a quiet hour, want 33 (10 s of 200/min)", d.Released())
 	}
 }

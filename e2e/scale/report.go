@@ -34,7 +34,7 @@ func (rep *report) check() {
 			off = r
 		}
 	}
-	if on == nil || off == nil || on.NodesNeeded <= adaptiveMaxRate+additionBurst {
+	if on == nil || off == nil || on.NodesNeeded <= adaptiveMaxRate+bucketMax {
 		return
 	}
 	if on.ScaleUpWrites.MaxPerMinute >= off.ScaleUpWrites.MaxPerMinute {
