@@ -264,7 +264,7 @@ func (r *Registry) countNodes(u *updateState, gs *GroupState) {
 			r.preflightPending[n.Name] = gs.ID
 		case isReady(n) && r.opts.Startup.Pending(n, gs.GPU) == "":
 			rd.Ready++
-		case u.now.Sub(n.CreationTimestamp.Time) < r.opts.MaxNodeStartupTime:
+		case u.now.Sub(n.CreationTimestamp.Time) < r.opts.MaxNodeStartupTime && stillStarting(n):
 			rd.NotStarted++
 		default:
 			rd.Unready++
@@ -466,6 +466,31 @@ func errorReason(c cloudprovider.ErrorClass) string {
 // controller lifting node.kubernetes.io/not-ready, a node is not usable:
 // treating it as ready would make the simulation find no room and ask for
 // one node too many.
+// maxStatusSettingDelay is how long after its creation a node may take to
+// report its first Ready condition (CA's MaxStatusSettingDelayAfterCreation).
+const maxStatusSettingDelay = 2 * time.Minute
+
+// stillStarting reports whether a node that is not capacity may still be
+// coming up, as CA decides it: its Ready condition is True (it waits on a
+// startup taint, its GPUs or the not-ready taint's removal), missing, or
+// went not-True within maxStatusSettingDelay of the node's creation. A node
+// whose Ready condition went False or Unknown later has run and stopped
+// (its kubelet stopped renewing its Lease, say): it is unready, never
+// coming capacity, however young. Counting such nodes as upcoming would
+// leave the pods they cannot take waiting on them.
+func stillStarting(n *apiv1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type != apiv1.NodeReady {
+			continue
+		}
+		if c.Status == apiv1.ConditionTrue {
+			return true
+		}
+		return c.LastTransitionTime.Sub(n.CreationTimestamp.Time) < maxStatusSettingDelay
+	}
+	return true
+}
+
 func isReady(n *apiv1.Node) bool {
 	for _, t := range n.Spec.Taints {
 		switch t.Key {

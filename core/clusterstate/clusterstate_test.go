@@ -47,6 +47,9 @@ func TestReadinessTransitions(t *testing.T) {
 		}
 		return to.Node("n"+ids[i], "1", "1Gi", o...)
 	}
+	lost := func(i int, created, since time.Time) *apiv1.Node {
+		return to.Node("n"+ids[i], "1", "1Gi", to.ProviderID(ids[i]), to.NodeCreatedAt(created), to.LostSince(since))
+	}
 	steps := []struct {
 		name  string
 		at    time.Duration
@@ -59,6 +62,16 @@ func TestReadinessTransitions(t *testing.T) {
 			want: Readiness{Target: 3, TargetKnown: true, Registered: 1, NotStarted: 1, Unregistered: 2, Upcoming: 3}},
 		{name: "one ready, one starting", at: 4 * time.Minute, nodes: []*apiv1.Node{node(0, true, t0.Add(2*time.Minute)), node(1, false, t0.Add(4*time.Minute))},
 			want: Readiness{Target: 3, TargetKnown: true, Registered: 2, Ready: 1, NotStarted: 1, Unregistered: 1, Upcoming: 2}},
+		// Node 0 ran, then its kubelet went silent: unready at once, not
+		// coming capacity, though it is younger than the startup time.
+		{name: "a node that ran and went silent is unready", at: 5 * time.Minute,
+			nodes: []*apiv1.Node{lost(0, t0.Add(2*time.Minute), t0.Add(5*time.Minute)), node(1, false, t0.Add(4*time.Minute))},
+			want:  Readiness{Target: 3, TargetKnown: true, Registered: 2, Unready: 1, NotStarted: 1, Unregistered: 1, Upcoming: 2}},
+		// Node 1's first status came within 2 minutes of its creation, as a
+		// booting kubelet's does: still starting.
+		{name: "a node that never was Ready is still starting", at: 6 * time.Minute,
+			nodes: []*apiv1.Node{node(0, true, t0.Add(2*time.Minute)), lost(1, t0.Add(4*time.Minute), t0.Add(5*time.Minute))},
+			want:  Readiness{Target: 3, TargetKnown: true, Registered: 2, Ready: 1, NotStarted: 1, Unregistered: 1, Upcoming: 2}},
 		{name: "starting node turns unready after startup time", at: 15 * time.Minute, nodes: []*apiv1.Node{node(0, true, t0.Add(2*time.Minute)), node(1, false, t0.Add(4*time.Minute))},
 			want: Readiness{Target: 3, TargetKnown: true, Registered: 2, Ready: 1, Unready: 1, Unregistered: 1, Upcoming: 1}},
 		{name: "never-registered machine passes provision time", at: 16 * time.Minute, nodes: []*apiv1.Node{node(0, true, t0.Add(2*time.Minute)), node(1, false, t0.Add(4*time.Minute))},

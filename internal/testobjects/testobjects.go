@@ -209,6 +209,17 @@ func NotReady() NodeOption {
 	}
 }
 
+// LostSince marks the node as the node lifecycle controller marks a node
+// whose kubelet stopped renewing its Lease: Ready Unknown since t, and the
+// unreachable NoSchedule taint.
+func LostSince(t time.Time) NodeOption {
+	return func(n *apiv1.Node) {
+		n.Status.Conditions = []apiv1.NodeCondition{{Type: apiv1.NodeReady, Status: apiv1.ConditionUnknown,
+			Reason: "NodeStatusUnknown", LastTransitionTime: metav1.NewTime(t)}}
+		n.Spec.Taints = append(n.Spec.Taints, apiv1.Taint{Key: apiv1.TaintNodeUnreachable, Effect: apiv1.TaintEffectNoSchedule})
+	}
+}
+
 // NodeCreatedAt sets the node's creation time.
 func NodeCreatedAt(t time.Time) NodeOption {
 	return func(n *apiv1.Node) { n.CreationTimestamp = metav1.NewTime(t) }
