@@ -356,3 +356,25 @@ func TestBalloonsPinnedByALabelTheNodesCarry(t *testing.T) {
 		})
 	}
 }
+
+// TestNodesThatRanAndWentSilentAreNotUpcoming: nodes Ready for minutes
+// whose kubelets then stopped renewing their Leases (Ready Unknown, the
+// unreachable taint) are unready, not coming capacity, however young: the
+// pods they cannot take get new nodes instead of waiting on them.
+func TestNodesThatRanAndWentSilentAreNotUpcoming(t *testing.T) {
+	e := newEnv(t)
+	cpu := e.provider.AddGroup("cpu", 0, 20, cpuTemplate("cpu"), inmemory.WithTarget(3))
+	e.start()
+	created := e.clock.Now()
+	e.register(cpu, to.LostSince(created.Add(5*time.Minute)))
+	e.clock.Step(5 * time.Minute) // younger than --max-node-startup-time (15m)
+	e.add(pendingPods(3, "web", to.Requests("12", "8Gi")))
+	e.run()
+	if got := cpu.Increases(); len(got) != 1 || got[0] != 3 {
+		t.Fatalf("increases %v, want [3]: the 3 pods cannot wait on 3 lost nodes", got)
+	}
+	rd := e.a.registry.Group("cpu").Readiness
+	if rd.Unready != 3 || rd.NotStarted != 0 {
+		t.Fatalf("readiness %+v, want the 3 lost nodes unready, none not started", rd)
+	}
+}
