@@ -146,7 +146,7 @@ func (a *Autoscaler) reportQueue(ctx context.Context, l *loop, rep additionRepor
 func (a *Autoscaler) queueStatus(rep additionReport) NodeAdditionStatus {
 	o := a.nodeAdd.queue.Options()
 	st := NodeAdditionStatus{Smoothing: a.nodeAdd.enabled, RateNodesPerMinute: o.NodesPerMinute, RateReason: a.nodeAdd.reason,
-		Burst: o.Burst, MaxInFlight: o.MaxInFlight, InFlight: rep.InFlight, HeldBy: string(rep.Limit)}
+		Burst: o.Burst, BucketNodes: int(a.nodeAdd.queue.Capacity()), MaxInFlight: o.MaxInFlight, InFlight: rep.InFlight, HeldBy: string(rep.Limit)}
 	for g, byClass := range rep.Queued {
 		for c, n := range byClass {
 			st.Queued = append(st.Queued, QueuedNodes{NodeGroup: g, Class: c.String(), Nodes: n})

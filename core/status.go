@@ -52,6 +52,9 @@ type NodeAdditionStatus struct {
 	RateNodesPerMinute float64 `json:"rateNodesPerMinute"`
 	RateReason         string  `json:"rateReason"`
 	Burst              int     `json:"burst"`
+	// BucketNodes is what the token bucket held at most in the last loop:
+	// the burst, or the rate's worth of the loop's period when more.
+	BucketNodes int `json:"bucketNodes"`
 	MaxInFlight        int     `json:"maxInFlight"`
 	InFlight           int     `json:"inFlight"`
 	// HeldBy is what held demand back in the last loop: "rate", "in-flight" or empty.

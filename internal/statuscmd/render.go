@@ -149,6 +149,9 @@ func summary(v *View, now time.Time) []string {
 		}
 		if q.Burst != nil {
 			queue += fmt.Sprintf(", burst %d", *q.Burst)
+			if q.Bucket != nil && *q.Bucket > *q.Burst {
+				queue += fmt.Sprintf(" (%d a loop at this rate)", *q.Bucket)
+			}
 		}
 		if q.Tokens != nil {
 			queue += fmt.Sprintf(", %.1f tokens", *q.Tokens)

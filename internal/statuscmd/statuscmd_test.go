@@ -48,7 +48,7 @@ func TestTableFromStatus(t *testing.T) {
 			{Name: "gpu-spg", Min: 0, Max: 100, Target: intp(100), Ready: 100,
 				MaxWarning: "configured max 2500 is more than the node group can hold (100: single placement group); max is 100"},
 		},
-		NodeAddition: core.NodeAdditionStatus{Smoothing: true, RateNodesPerMinute: 120, RateReason: "healthy", Burst: 6, MaxInFlight: 300,
+		NodeAddition: core.NodeAdditionStatus{Smoothing: true, RateNodesPerMinute: 120, RateReason: "healthy", Burst: 6, BucketNodes: 20, MaxInFlight: 300,
 			InFlight: 5, HeldBy: "rate", Queued: []core.QueuedNodes{
 				{NodeGroup: "gpu-h100", Class: "workload", Nodes: 6}, {NodeGroup: "gpu-h100", Class: "balloon", Nodes: 1},
 				{NodeGroup: "cpu", Class: "workload", Nodes: 2}}},
@@ -86,7 +86,7 @@ func TestTableFromStatus(t *testing.T) {
 			"WARNING: gpu-spg: configured max 2500 is more than the node group can hold (100: single placement group); max is 100",
 			"From configmap kube-system/vmss-autoscaler-status, changed 12s ago (2026-05-04T03:01:49Z).",
 			"Pods: 40 unschedulable, 24 waiting for upcoming nodes. Nodes: 14, 11 ready.",
-			"Node-addition queue: 9 nodes queued, held by the rate; rate 120 nodes/min (healthy), burst 6; 5 in flight (at most 300).",
+			"Node-addition queue: 9 nodes queued, held by the rate; rate 120 nodes/min (healthy), burst 6 (20 a loop at this rate); 5 in flight (at most 300).",
 			"Scale-down: 2 unneeded, 1 being removed; the safety brake is engaged (7 deletions in its window).",
 		}},
 		{"an incident", incident, [][]string{

@@ -66,6 +66,9 @@ type QueueView struct {
 	RateNodesPerMinute float64  `json:"rateNodesPerMinute"`
 	RateReason         string   `json:"rateReason,omitempty"`
 	Burst              *int     `json:"burst,omitempty"`
+	// Bucket is the most the token bucket held in the last loop (status
+	// only): more than the burst when the rate's worth of a loop is more.
+	Bucket *int `json:"bucketNodes,omitempty"`
 	Tokens             *float64 `json:"tokens,omitempty"`
 	InFlight           int      `json:"inFlight"`
 	MaxInFlight        *int     `json:"maxInFlight,omitempty"`
@@ -114,9 +117,9 @@ func FromStatus(source string, st *core.Status) *View {
 		v.NodeGroups = append(v.NodeGroups, gv)
 	}
 	na := st.NodeAddition
-	smoothing, burst, maxInFlight := na.Smoothing, na.Burst, na.MaxInFlight
+	smoothing, burst, bucket, maxInFlight := na.Smoothing, na.Burst, na.BucketNodes, na.MaxInFlight
 	v.Queue = QueueView{Smoothing: &smoothing, RateNodesPerMinute: na.RateNodesPerMinute, RateReason: na.RateReason,
-		Burst: &burst, InFlight: na.InFlight, MaxInFlight: &maxInFlight, HeldBy: na.HeldBy, Queued: totalQueued(v.NodeGroups)}
+		Burst: &burst, Bucket: &bucket, InFlight: na.InFlight, MaxInFlight: &maxInFlight, HeldBy: na.HeldBy, Queued: totalQueued(v.NodeGroups)}
 	sd := st.ScaleDown
 	recent := sd.RecentDeletions
 	v.ScaleDown = &ScaleDownView{UnneededNodes: sd.UnneededNodes, Removing: sd.Removing, BrakeEngaged: sd.BrakeEngaged,
