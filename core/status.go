@@ -55,8 +55,8 @@ type NodeAdditionStatus struct {
 	// BucketNodes is what the token bucket held at most in the last loop:
 	// the burst, or the rate's worth of the loop's period when more.
 	BucketNodes int `json:"bucketNodes"`
-	MaxInFlight        int     `json:"maxInFlight"`
-	InFlight           int     `json:"inFlight"`
+	MaxInFlight int `json:"maxInFlight"`
+	InFlight    int `json:"inFlight"`
 	// HeldBy is what held demand back in the last loop: "rate", "in-flight" or empty.
 	HeldBy string        `json:"heldBy,omitempty"`
 	Queued []QueuedNodes `json:"queued,omitempty"`

@@ -62,16 +62,16 @@ type WarmView struct {
 
 // QueueView is the node-addition queue.
 type QueueView struct {
-	Smoothing          *bool    `json:"smoothing,omitempty"`
-	RateNodesPerMinute float64  `json:"rateNodesPerMinute"`
-	RateReason         string   `json:"rateReason,omitempty"`
-	Burst              *int     `json:"burst,omitempty"`
+	Smoothing          *bool   `json:"smoothing,omitempty"`
+	RateNodesPerMinute float64 `json:"rateNodesPerMinute"`
+	RateReason         string  `json:"rateReason,omitempty"`
+	Burst              *int    `json:"burst,omitempty"`
 	// Bucket is the most the token bucket held in the last loop (status
 	// only): more than the burst when the rate's worth of a loop is more.
-	Bucket *int `json:"bucketNodes,omitempty"`
-	Tokens             *float64 `json:"tokens,omitempty"`
-	InFlight           int      `json:"inFlight"`
-	MaxInFlight        *int     `json:"maxInFlight,omitempty"`
+	Bucket      *int     `json:"bucketNodes,omitempty"`
+	Tokens      *float64 `json:"tokens,omitempty"`
+	InFlight    int      `json:"inFlight"`
+	MaxInFlight *int     `json:"maxInFlight,omitempty"`
 	// HeldBy is what held queued nodes back in the last loop: "rate" (the
 	// token bucket) or "in-flight" (the cap on nodes requested and not yet
 	// ready); empty when nothing was held, or unknown (metrics).
