@@ -142,6 +142,7 @@ func nodeName(vm VM) string { return strings.ToLower(vm.ComputerName) }
 // registration, before the device plugin and network agents have run.
 func (h *KubeNodeHook) Node(vm VM) *v1.Node {
 	name := nodeName(vm)
+	now := metav1.NewTime(h.clock().Now())
 	labels := map[string]string{}
 	var taints []v1.Taint
 	for key, value := range vm.Tags {
@@ -203,6 +204,13 @@ func (h *KubeNodeHook) Node(vm VM) *v1.Node {
 		Status: v1.NodeStatus{
 			Capacity:    capacity,
 			Allocatable: allocatable,
+			// A kubelet registers its Node NotReady, as it first posts it:
+			// the not-ready taint then stays until the node is Ready. With
+			// no Ready condition at all, the node lifecycle controller
+			// lifts the admission plugin's not-ready taint and the
+			// scheduler binds pods to a node no kubelet runs yet.
+			Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionFalse, Reason: "KubeletNotReady",
+				Message: "container runtime status check may not have completed yet", LastHeartbeatTime: now, LastTransitionTime: now}},
 			NodeInfo: v1.NodeSystemInfo{
 				Architecture:    arch,
 				OperatingSystem: "linux",

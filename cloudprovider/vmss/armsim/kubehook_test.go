@@ -121,6 +121,11 @@ func TestKubeNodeHookNode(t *testing.T) {
 			if node.Spec.ProviderID != tt.vm.ProviderID {
 				t.Errorf("providerID %s, want %s", node.Spec.ProviderID, tt.vm.ProviderID)
 			}
+			// Registered NotReady, as a kubelet registers: never without a
+			// Ready condition (the scheduler would bind to it).
+			if c := node.Status.Conditions; len(c) != 1 || c[0].Type != v1.NodeReady || c[0].Status != v1.ConditionFalse || c[0].Reason != "KubeletNotReady" {
+				t.Errorf("conditions %+v, want Ready False (KubeletNotReady)", c)
+			}
 			for k, want := range tt.wantLabels {
 				if got, ok := node.Labels[k]; !ok || got != want {
 					t.Errorf("label %s = %q, want %q", k, got, want)
