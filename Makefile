@@ -85,7 +85,7 @@ scale-ci:
 	$(GO) run ./e2e/scale --size=ci
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 5x -timeout 60m ./core/...
+	$(GO) test -run '^$$' -bench . -benchtime 20x -timeout 60m ./core/...
 
 build:
 	$(GO) build -o bin/vmss-autoscaler .

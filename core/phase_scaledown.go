@@ -177,7 +177,7 @@ func (a *Autoscaler) scaleDownNodes(l *loop) []scaledown.Node {
 		gone := act.IsGone(n.Name)
 		// A node whose machine was deleted but whose Node object lingers is
 		// no destination for moved pods.
-		sn := scaledown.Node{Node: n, Ready: a.usable(l, n) && !gone, Requested: &scaledown.Requested{
+		sn := scaledown.Node{Node: n, Ready: a.usable(l, n) && !gone, Version: ni.GetGeneration(), Requested: &scaledown.Requested{
 			MilliCPU: req.GetMilliCPU(), Memory: req.GetMemory(), GPU: req.GetScalarResources()[a.opts.GPUResourceName]}}
 		// A node pending preflight, or still starting up (a startup taint,
 		// GPUs not advertised yet) within --max-node-startup-time, is coming
@@ -192,9 +192,7 @@ func (a *Autoscaler) scaleDownNodes(l *loop) []scaledown.Node {
 			sn.UnneededTime, sn.UnreadyTime = o.ScaleDownUnneededTime, o.ScaleDownUnreadyTime
 			sn.UtilizationThreshold, sn.GPUUtilizationThreshold = o.ScaleDownUtilizationThreshold, o.ScaleDownGPUUtilizationThreshold
 		}
-		for _, pi := range ni.GetPods() {
-			sn.Pods = append(sn.Pods, pi.GetPod())
-		}
+		sn.Pods = l.snap.Pods(i) // shared with the snapshot: read only
 		nodes = append(nodes, sn)
 	}
 	return nodes

@@ -59,7 +59,7 @@ func TestPlannerRemembersRequestsPerPass(t *testing.T) {
 	p := NewPlanner(Options{GPU: to.GPU}, nil, nil)
 	pass := func(pods ...*apiv1.Pod) Utilization {
 		p.pass++
-		defer p.forgetRequests()
+		defer p.forget()
 		agg := snapshot.NewNodeInfo(n, pods...).GetRequested()
 		total := &Requested{MilliCPU: agg.GetMilliCPU(), Memory: agg.GetMemory()}
 		got := utilizationOf(n, pods, to.GPU, Rules{}, total, p.podRequests)

@@ -32,6 +32,11 @@ type Node struct {
 	// Requested, when set, is the aggregate of all the node's pods (the
 	// snapshot's NodeInfo has it): utilisation then needs no per-pod sums.
 	Requested *Requested
+	// Version changes whenever the node or its set of pods does (the
+	// NodeInfo's generation); the planner then keeps the node's utilisation
+	// from one pass to the next while it is unchanged. 0: not known,
+	// computed every pass.
+	Version int64
 	// UnneededTime and UnreadyTime override the defaults for the group.
 	UnneededTime, UnreadyTime                     time.Duration
 	UtilizationThreshold, GPUUtilizationThreshold float64
@@ -80,7 +85,16 @@ type Planner struct {
 	// pod: cached pods are never changed, an update is a new object.
 	// Entries not used in a pass are dropped at its end.
 	requests map[*apiv1.Pod]requestsEntry
-	pass     uint64
+	// util is the utilisation of nodes by name, for the Version it was
+	// computed at; entries not used in a pass are dropped at its end.
+	util map[string]*utilEntry
+	pass uint64
+}
+
+type utilEntry struct {
+	version int64
+	u       Utilization
+	pass    uint64
 }
 
 type requestsEntry struct {
@@ -90,7 +104,7 @@ type requestsEntry struct {
 
 // NewPlanner returns a planner.
 func NewPlanner(o Options, sim *simulator.Simulator, brake *Brake) *Planner {
-	return &Planner{opts: o, sim: sim, brake: brake, since: map[string]time.Time{}, requests: map[*apiv1.Pod]requestsEntry{}}
+	return &Planner{opts: o, sim: sim, brake: brake, since: map[string]time.Time{}, requests: map[*apiv1.Pod]requestsEntry{}, util: map[string]*utilEntry{}}
 }
 
 // SetOptions changes the planner's options (a live reload); the unneeded
@@ -99,6 +113,7 @@ func (p *Planner) SetOptions(o Options) {
 	if o.GPU != p.opts.GPU {
 		clear(p.requests)
 	}
+	clear(p.util) // the rules of what utilisation leaves out may have changed
 	p.opts = o
 }
 
@@ -115,11 +130,35 @@ func (p *Planner) podRequests(pod *apiv1.Pod) Requested {
 	return e.Requested
 }
 
-// forgetRequests drops the requests not used in this pass.
-func (p *Planner) forgetRequests() {
+// utilization returns a node's utilisation, computed again only when the
+// node or its pods changed.
+func (p *Planner) utilization(n *Node) Utilization {
+	if n.Version == 0 {
+		return utilizationOf(n.Node, n.Pods, p.opts.GPU, p.opts.Rules, n.Requested, p.podRequests)
+	}
+	e := p.util[n.Node.Name]
+	if e == nil {
+		e = &utilEntry{}
+		p.util[n.Node.Name] = e
+	} else if e.version == n.Version {
+		e.pass = p.pass
+		return e.u
+	}
+	e.version, e.pass = n.Version, p.pass
+	e.u = utilizationOf(n.Node, n.Pods, p.opts.GPU, p.opts.Rules, n.Requested, p.podRequests)
+	return e.u
+}
+
+// forget drops the requests and utilisations not used in this pass.
+func (p *Planner) forget() {
 	for pod, e := range p.requests {
 		if e.pass != p.pass {
 			delete(p.requests, pod)
+		}
+	}
+	for name, e := range p.util {
+		if e.pass != p.pass {
+			delete(p.util, name)
 		}
 	}
 }
@@ -149,7 +188,7 @@ func hasTaint(n *apiv1.Node, key string) bool {
 func (p *Planner) Plan(ctx context.Context, now time.Time, snap *snapshot.Snapshot, nodes []Node, groups map[string]*Group, pdbs *PDBs, inflight int) Decision {
 	d := Decision{Kept: map[Reason]int{}}
 	p.pass++
-	defer p.forgetRequests()
+	defer p.forget()
 	seen := make(map[string]bool, len(nodes))
 	var due []candidate
 	for i := range nodes {
@@ -224,7 +263,7 @@ func (p *Planner) eligible(n *Node, g *Group, pdbs *PDBs) (Reason, candidate) {
 	}
 	c.why = "unready"
 	if n.Ready {
-		u := utilizationOf(n.Node, n.Pods, p.opts.GPU, p.opts.Rules, n.Requested, p.podRequests)
+		u := p.utilization(n)
 		threshold := n.UtilizationThreshold
 		if u.HasGPU {
 			threshold = n.GPUUtilizationThreshold

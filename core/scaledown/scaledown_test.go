@@ -272,3 +272,71 @@ func TestPlanBrakeStopsMassDeletion(t *testing.T) {
 		t.Fatalf("removed %d, braked %v, kept %v; want 5 removed and the brake engaged for the rest", len(d.Empty), d.Braked, d.Kept)
 	}
 }
+
+// TestPlannerKeepsUtilizationWhileTheNodeIsUnchanged: a node's utilisation
+// is computed again when its Version changes, kept while it does not,
+// dropped with the node, and forgotten on a reload.
+func TestPlannerKeepsUtilizationWhileTheNodeIsUnchanged(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Unix(1000, 0)
+	all := func(string) string { return "g" }
+	groups := map[string]*Group{"g": {Min: 0, Target: 2, Healthy: true}}
+	nodes := []*apiv1.Node{to.Node("a", "8", "8Gi"), to.Node("b", "8", "8Gi")}
+	light := build(nodes, all, to.Pod("pa", rs, to.Requests("1", "1Gi"), to.OnNode("a")), to.Pod("pb", rs, to.Requests("7", "1Gi"), to.OnNode("b")))
+	heavy := build(nodes, all, to.Pod("pa2", rs, to.Requests("6", "1Gi"), to.OnNode("a")), to.Pod("pb", rs, to.Requests("7", "1Gi"), to.OnNode("b")))
+	versions := func(c cluster, a, b int64) cluster {
+		c.nodes[0].Version, c.nodes[1].Version = a, b
+		return c
+	}
+	p := planner(t)
+	// b is busy: only its utilisation reads its pod (PodsToMove does not).
+	readsOfB := 0
+	o := p.opts
+	o.Rules.IsFreeRoom = func(pod *apiv1.Pod) bool {
+		if pod.Name == "pb" {
+			readsOfB++
+		}
+		return false
+	}
+	p.SetOptions(o)
+	unneeded := func(c cluster) string {
+		d := p.Plan(ctx, t0, c.snap, c.nodes, groups, NewPDBs(nil), 0)
+		return fmt.Sprint(d.Unneeded)
+	}
+	if got := unneeded(versions(light, 1, 1)); got != "[a]" {
+		t.Fatalf("light: unneeded %s, want [a]", got)
+	}
+	entry := p.util["a"]
+	if entry == nil || entry.version != 1 {
+		t.Fatalf("utilisation of a not kept: %+v", entry)
+	}
+	reads := readsOfB
+	if got := unneeded(versions(light, 1, 1)); got != "[a]" || p.util["a"] != entry || entry.version != 1 {
+		t.Fatalf("unchanged: unneeded %s, entry %p (was %p)", got, p.util["a"], entry)
+	}
+	if readsOfB != reads {
+		t.Fatalf("b's pods were read again (%d times) though b did not change", readsOfB-reads)
+	}
+	if got := unneeded(versions(heavy, 2, 1)); got != "[]" {
+		t.Fatalf("a's pods changed (version 2): unneeded %s, want none", got)
+	}
+	if u := p.util["a"]; u.version != 2 || u.u.CPU != 0.75 {
+		t.Fatalf("a after the change: %+v, want version 2 at 75%% CPU", u)
+	}
+	p.SetOptions(p.opts)
+	if len(p.util) != 0 {
+		t.Fatalf("a reload kept %d utilisations", len(p.util))
+	}
+	unneeded(versions(light, 1, 1))
+	only := build(nodes[1:], all, to.Pod("pb", rs, to.Requests("7", "1Gi"), to.OnNode("b")))
+	only.nodes[0].Version = 1
+	unneeded(only)
+	if _, ok := p.util["a"]; ok || len(p.util) != 1 {
+		t.Fatalf("a node gone from the pass is still remembered (%d entries)", len(p.util))
+	}
+	// Version 0 (not known) is computed every pass and never kept.
+	unneeded(versions(light, 0, 0))
+	if len(p.util) != 0 {
+		t.Fatalf("%d utilisations kept for nodes without a version", len(p.util))
+	}
+}

@@ -31,6 +31,9 @@ type Snapshot struct {
 	free  []Free
 	index map[string]int
 	gpu   apiv1.ResourceName
+	// pods[i] is the pod objects of nodes[i] when the Builder made the
+	// snapshot (kept between loops for nodes that did not change).
+	pods [][]*apiv1.Pod
 }
 
 // New builds a snapshot from NodeInfos (which it does not copy: callers must
@@ -49,6 +52,20 @@ func (s *Snapshot) Len() int { return len(s.nodes) }
 
 // NodeInfo returns node i.
 func (s *Snapshot) NodeInfo(i int) fwk.NodeInfo { return s.nodes[i] }
+
+// Pods returns the pod objects bound to node i. The slice is shared (with
+// later snapshots too): callers must not change it.
+func (s *Snapshot) Pods(i int) []*apiv1.Pod {
+	if s.pods != nil {
+		return s.pods[i]
+	}
+	infos := s.nodes[i].GetPods()
+	out := make([]*apiv1.Pod, len(infos))
+	for k, pi := range infos {
+		out[k] = pi.GetPod()
+	}
+	return out
+}
 
 // Index returns the position of a node by name.
 func (s *Snapshot) Index(name string) (int, bool) {
