@@ -57,6 +57,8 @@ type Estimator struct {
 	// and handed out as Snapshots. Dropped when the template changes.
 	mu     sync.Mutex
 	clones map[string]*templateClones
+	// count, when set, counts the estimates made (tests).
+	count *int
 }
 
 type templateClones struct {
@@ -91,6 +93,9 @@ func (e *Estimator) templateNode(tmpl fwk.NodeInfo, group string, i int) fwk.Nod
 // nodes are GPU machines kept for GPU work). refuse, when set, names why a
 // pod group may not grow this node group (a borrower and a team's group).
 func (e *Estimator) Estimate(ctx context.Context, base *snapshot.Fork, pending []Pending, groupID string, tmpl fwk.NodeInfo, limit int, gpuPodsOnly bool, refuse func(*simulator.Group) string) *Estimate {
+	if e.count != nil {
+		*e.count++
+	}
 	fork := base.Fork()
 	est := &Estimate{Group: groupID, Placed: make([]int, len(pending)), Reasons: make([]string, len(pending)), fork: fork}
 	var newNodes []int

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
@@ -74,6 +76,10 @@ type Result struct {
 type Planner struct {
 	Estimator *Estimator
 	Expander  *Chain
+	// EstimateEach turns off the sharing of estimates between equivalent
+	// groups (equivalent.go): every group is estimated for itself. For
+	// tests that compare the two.
+	EstimateEach bool
 }
 
 // Plan estimates every usable group for the pending pods, takes the
@@ -100,9 +106,17 @@ func (p *Planner) Plan(ctx context.Context, fork *snapshot.Fork, pending []Pendi
 		}
 		usable = append(usable, c)
 	}
+	var classes map[string]string
+	if !p.EstimateEach {
+		classes = equivalentClasses(fork, pending, usable)
+	}
 	for len(usable) > 0 && anyLeft(pending) {
 		var options []*Option
-		for _, c := range usable {
+		// shared[class and limit] is the estimate of the class's first
+		// group by ID this round.
+		shared := map[string]*Estimate{}
+		limits := make(map[string]int, len(usable))
+		for _, c := range sortedByGroup(usable) {
 			limit := c.Limit
 			if limit > maxNew {
 				limit = maxNew
@@ -119,7 +133,16 @@ func (p *Planner) Plan(ctx context.Context, fork *snapshot.Fork, pending []Pendi
 				}
 				continue
 			}
-			est := p.Estimator.Estimate(ctx, fork, pending, c.Group, c.Template, limit, c.GPUPodsOnly, c.Refuse)
+			limits[c.Group] = limit
+			key, ok := classes[c.Group]
+			key += "\x00" + strconv.Itoa(limit)
+			est := shared[key]
+			if !ok || est == nil {
+				est = p.Estimator.Estimate(ctx, fork, pending, c.Group, c.Template, limit, c.GPUPodsOnly, c.Refuse)
+				if ok {
+					shared[key] = est
+				}
+			}
 			for i, r := range est.Reasons {
 				if r == "max-size" {
 					r = fmt.Sprintf("node group %s would exceed its max size", c.Group)
@@ -139,6 +162,17 @@ func (p *Planner) Plan(ctx context.Context, fork *snapshot.Fork, pending []Pendi
 			break
 		}
 		chosen := p.Expander.Pick(options)
+		if chosen.Estimate.Group != chosen.Group {
+			c := candidateOf(usable, chosen.Group)
+			chosen = &Option{Group: c.Group, Estimate: p.Estimator.Estimate(ctx, fork, pending, c.Group, c.Template, limits[c.Group], c.GPUPodsOnly, c.Refuse)}
+			if chosen.Estimate.NewNodes == 0 {
+				// Not equivalent after all (the class key missed something):
+				// no group is dropped for it, the next round decides again.
+				klog.FromContext(ctx).Info("Estimate shared by equivalent node groups did not hold for the chosen one; planning again", "group", c.Group)
+				classes = nil
+				continue
+			}
+		}
 		res.ScaleUps = append(res.ScaleUps, ScaleUp{Group: chosen.Group, Delta: chosen.Estimate.NewNodes, Pods: placedPods(pending, chosen.Estimate)})
 		fork = chosen.Estimate.Fork()
 		res.Fork = fork
@@ -174,6 +208,23 @@ func placedPods(pending []Pending, est *Estimate) []*apiv1.Pod {
 		}
 	}
 	return out
+}
+
+// sortedByGroup returns the candidates ordered by group ID (the expander's
+// tie-break), so a class's shared estimate is its first group's.
+func sortedByGroup(cs []Candidate) []Candidate {
+	out := append([]Candidate(nil), cs...)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Group < out[j].Group })
+	return out
+}
+
+func candidateOf(cs []Candidate, group string) Candidate {
+	for _, c := range cs {
+		if c.Group == group {
+			return c
+		}
+	}
+	return Candidate{}
 }
 
 func removeCandidate(cs []Candidate, group string) []Candidate {
