@@ -89,13 +89,18 @@ type Group struct {
 // Rep is the group's representative pod.
 func (g *Group) Rep() *apiv1.Pod { return g.Pods[0] }
 
-// PodInfo returns the framework's PodInfo of pod i, built once.
+// PodInfo returns the framework's PodInfo of pod i, built once; pods whose
+// resource fields equal the representative's share its resource sums.
 func (g *Group) PodInfo(i int) fwk.PodInfo {
 	if g.infos == nil {
 		g.infos = make([]fwk.PodInfo, len(g.Pods))
 	}
 	if g.infos[i] == nil {
-		pi, err := schedframework.NewPodInfo(g.Pods[i])
+		var like fwk.PodInfo
+		if i > 0 {
+			like = g.PodInfo(0)
+		}
+		pi, err := snapshot.PodInfoLike(g.Pods[i], like)
 		if err != nil {
 			// NewPodInfo fails only on unparsable affinity selectors, which the
 			// API server's validation rejects; keep the pod without the terms.

@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	fwk "k8s.io/kube-scheduler/framework"
+	schedframework "k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/snapshot"
 	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
@@ -197,3 +199,28 @@ func TestGroupPods(t *testing.T) {
 }
 
 func mustQ(s string) resource.Quantity { return resource.MustParse(s) }
+
+// TestGroupPodInfosShareTheFrameworksSums: the pods of an equivalence group
+// after the first share its resource sums, which are the framework's own.
+func TestGroupPodInfosShareTheFrameworksSums(t *testing.T) {
+	var pods []*apiv1.Pod
+	for i := 0; i < 20; i++ {
+		pods = append(pods, to.Pod(fmt.Sprintf("t-%d", i), to.Requests("40", "400Gi"), to.GPUs(4), to.ControlledBy("Job", "t", "t")))
+	}
+	groups := GroupPods(pods, to.GPU)
+	if len(groups) != 1 {
+		t.Fatalf("%d groups, want 1", len(groups))
+	}
+	for i := range groups[0].Pods {
+		pi := groups[0].PodInfo(i)
+		direct, _ := schedframework.NewPodInfo(groups[0].Pods[i])
+		got, want := pi.CalculateResource(), direct.CalculateResource()
+		if got.Resource.GetMilliCPU() != want.Resource.GetMilliCPU() || got.Resource.GetMemory() != want.Resource.GetMemory() ||
+			got.Resource.GetScalarResources()[to.GPU] != want.Resource.GetScalarResources()[to.GPU] || got.Non0CPU != want.Non0CPU || got.Non0Mem != want.Non0Mem {
+			t.Fatalf("pod %d: %+v, the framework's %+v", i, got.Resource, want.Resource)
+		}
+		if shared := fmt.Sprintf("%T", pi) != fmt.Sprintf("%T", direct); shared != (i > 0) {
+			t.Fatalf("pod %d: PodInfo %T, shared %v", i, pi, shared)
+		}
+	}
+}

@@ -30,32 +30,34 @@ type pooledPodInfo struct {
 // CalculateResource returns the resources computed for an equal pod.
 func (p *pooledPodInfo) CalculateResource() fwk.PodResource { return p.res }
 
-// sharedResources is one pass's answers by controller. Not safe for
-// concurrent use: each building goroutine has its own.
-type sharedResources map[types.UID]sharedEntry
-
-type sharedEntry struct {
-	pod *apiv1.Pod
-	res fwk.PodResource
+// PodInfoLike returns the framework's PodInfo of pod. When like is set
+// and its pod's resource fields are all equal to pod's, the PodInfo shares
+// the resources the framework computed for like instead of computing them
+// again. The error is NewPodInfo's (an affinity term it cannot parse); the
+// PodInfo is usable without those terms.
+func PodInfoLike(pod *apiv1.Pod, like fwk.PodInfo) (fwk.PodInfo, error) {
+	pi, err := schedframework.NewPodInfo(pod)
+	if like != nil && resourceFieldsEqual(like.GetPod(), pod) {
+		return &pooledPodInfo{PodInfo: pi, res: like.CalculateResource()}, err
+	}
+	return pi, err
 }
+
+// sharedResources is one build's first PodInfo by controller. Not safe for
+// concurrent use: each building goroutine has its own.
+type sharedResources map[types.UID]fwk.PodInfo
 
 // podInfo returns the PodInfo of pod with its resources, computed by the
 // framework or shared with an equal pod of its controller.
 func (s sharedResources) podInfo(pod *apiv1.Pod) fwk.PodInfo {
+	owner := controllerUID(pod)
+	first := s[owner]
 	// As NodeInfo.AddPod: an affinity term the API server let through but
 	// the framework cannot parse is no reason to drop the pod.
-	pi, _ := schedframework.NewPodInfo(pod)
-	owner := controllerUID(pod)
-	if owner == "" {
-		return pi
+	pi, _ := PodInfoLike(pod, first)
+	if owner != "" && first == nil {
+		s[owner] = pi
 	}
-	if e, ok := s[owner]; ok {
-		if resourceFieldsEqual(e.pod, pod) {
-			return &pooledPodInfo{PodInfo: pi, res: e.res}
-		}
-		return pi
-	}
-	s[owner] = sharedEntry{pod: pod, res: pi.CalculateResource()}
 	return pi
 }
 
