@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/snapshot"
 	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
@@ -100,38 +101,47 @@ func TestSharedEstimatesPlanAsEstimatingEach(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			names := tc.expander
-			if names == nil {
-				names = []string{LeastWaste}
-			}
 			plan := func(each bool) (string, int) {
-				chain, err := NewChain(names, to.GPU, func() *Priorities { return prio }, rand.New(rand.NewPCG(7, 7)))
-				if err != nil {
-					t.Fatal(err)
-				}
-				counting := &countingEstimator{}
-				p := &Planner{Estimator: &Estimator{Sim: newSim(t), count: &counting.n}, Expander: chain, EstimateEach: each}
+				p, n := countingPlanner(t, tc.expander, prio, each)
 				fork := snapshot.New(tc.existing, to.GPU).Fork()
 				res := p.Plan(context.Background(), fork, pendingPodsOf(tc.pods...), tc.cands, 1000)
-				return planText(res), counting.n
+				return planText(res), *n
 			}
-			want, each := plan(true)
-			got, shared := plan(false)
-			if got != want {
-				t.Fatalf("plan with shared estimates:\n%s\nplan estimating each group:\n%s", got, want)
-			}
-			if tc.fewer && shared >= each {
-				t.Fatalf("%d estimates shared, %d estimating each: nothing shared", shared, each)
-			}
-			if shared > each+len(tc.cands) {
-				t.Fatalf("%d estimates shared, %d estimating each", shared, each)
-			}
-			t.Logf("%d estimates (%d estimating each)", shared, each)
+			compareSharing(t, plan, tc.fewer)
 		})
 	}
 }
 
-type countingEstimator struct{ n int }
+// compareSharing plans with shared estimates and estimating each group
+// (plan returns the plan as text and the estimates made): the plans must
+// be equal, and with fewer set sharing must estimate fewer times.
+func compareSharing(t *testing.T, plan func(each bool) (string, int), fewer bool) {
+	t.Helper()
+	want, each := plan(true)
+	got, shared := plan(false)
+	if got != want {
+		t.Fatalf("plan with shared estimates:\n%s\nplan estimating each group:\n%s", got, want)
+	}
+	if fewer && shared >= each {
+		t.Fatalf("%d estimates shared, %d estimating each: nothing shared", shared, each)
+	}
+	t.Logf("%d estimates (%d estimating each) for %s", shared, each, got)
+}
+
+// countingPlanner is a planner with the expanders named (least-waste when
+// none) that counts its estimates.
+func countingPlanner(t *testing.T, expanders []string, prio *Priorities, each bool) (*Planner, *int) {
+	t.Helper()
+	if expanders == nil {
+		expanders = []string{LeastWaste}
+	}
+	chain, err := NewChain(expanders, to.GPU, func() *Priorities { return prio }, rand.New(rand.NewPCG(7, 7)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := new(int)
+	return &Planner{Estimator: &Estimator{Sim: newSim(t), count: n}, Expander: chain, EstimateEach: each}, n
+}
 
 // TestEquivalentClasses: which templates share a class, for which pods.
 func TestEquivalentClasses(t *testing.T) {
@@ -180,6 +190,61 @@ func TestEquivalentClasses(t *testing.T) {
 			if same := oka && okb && ka == kb; same != tc.same {
 				t.Fatalf("same class: %v, want %v (keys %q, %q)", same, tc.same, ka, kb)
 			}
+		})
+	}
+}
+
+// TestSharedEstimatesPlanGangsAsEstimatingEach: the gang planner gives the
+// same plan (or the same reason for none) with shared estimates.
+func TestSharedEstimatesPlanGangsAsEstimatingEach(t *testing.T) {
+	gpuNode := func(name string, opts ...to.NodeOption) fwk.NodeInfo {
+		return tmplInfo(to.Node(name, "96", "900Gi", append([]to.NodeOption{to.NodeGPUs(8), to.NodeLabels("pool", name)}, opts...)...))
+	}
+	same := func(n, limit int) []Candidate {
+		var cs []Candidate
+		for i := n - 1; i >= 0; i-- {
+			g := fmt.Sprintf("gpu-%d", i)
+			cs = append(cs, Candidate{Group: g, Template: gpuNode(g), Limit: limit, GPUPodsOnly: true})
+		}
+		return cs
+	}
+	whole := []to.PodOption{to.Requests("90", "800Gi"), to.GPUs(8)}
+	prio, err := ParsePriorities("10:\n- gpu-3\n1:\n- .*\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		expander []string
+		cands    []Candidate
+		members  []*apiv1.Pod
+		split    bool
+		fewer    bool
+	}{
+		{name: "one of identical groups", cands: same(5, 10), members: podsOf(8, "g", whole...), fewer: true},
+		{name: "too big for any group", cands: same(4, 3), members: podsOf(8, "g", whole...), fewer: true},
+		{name: "split over identical groups", cands: same(4, 3), members: podsOf(8, "g", whole...), split: true, fewer: true},
+		{name: "priority prefers a later group", expander: []string{Priority, LeastWaste}, cands: same(5, 10), members: podsOf(8, "g", whole...), fewer: true},
+		{name: "only the tainted group tolerated", cands: append(same(3, 10), Candidate{Group: "gpu-t", Template: gpuNode("gpu-t", to.Taint("team", "a")), Limit: 10, GPUPodsOnly: true}),
+			members: podsOf(6, "g", append(whole, to.Tolerate("team", "a"), to.NodeSelector("pool", "gpu-t"))...)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			plan := func(each bool) (string, int) {
+				p, n := countingPlanner(t, tc.expander, prio, each)
+				o := &Orchestrator{Planner: p, GPU: to.GPU}
+				gg := &gang.Gang{Key: gang.Key{Namespace: "default", Name: "g"}, Min: len(tc.members), MinKnown: true, Pending: tc.members}
+				gp, why := o.gangNodes(context.Background(), gg, snapshot.New(nil, to.GPU).Fork(), pendingPodsOf(tc.members), tc.cands, len(tc.members), 1000, tc.split)
+				if gp == nil {
+					return "none: " + why, *n
+				}
+				var b strings.Builder
+				for _, su := range gp.scaleUps {
+					fmt.Fprintf(&b, "%s+%d ", su.Group, su.Delta)
+				}
+				return b.String(), *n
+			}
+			compareSharing(t, plan, tc.fewer)
 		})
 	}
 }

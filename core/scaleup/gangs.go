@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"k8s.io/klog/v2"
@@ -85,6 +86,13 @@ type gangPlan struct {
 // several. nil and the reason when the gang cannot reach its minimum.
 func (o *Orchestrator) gangNodes(ctx context.Context, gg *gang.Gang, base *snapshot.Fork, rest []Pending,
 	cands []Candidate, need, maxNew int, split bool) (*gangPlan, string) {
+	return o.gangNodesSharing(ctx, gg, base, rest, cands, need, maxNew, split, !o.Planner.EstimateEach)
+}
+
+// gangNodesSharing is gangNodes, with estimates shared between equivalent
+// groups when share is set.
+func (o *Orchestrator) gangNodesSharing(ctx context.Context, gg *gang.Gang, base *snapshot.Fork, rest []Pending,
+	cands []Candidate, need, maxNew int, split, share bool) (*gangPlan, string) {
 	total := 0
 	for _, p := range rest {
 		total += p.Left()
@@ -96,7 +104,27 @@ func (o *Orchestrator) gangNodes(ctx context.Context, gg *gang.Gang, base *snaps
 		placed int
 	}
 	var partials []partial
-	for _, c := range cands {
+	// Equivalent groups share their estimates (equivalent.go): shared[key]
+	// by class and bound; bound[group] is the bound of a group's option.
+	var classes map[string]string
+	if share {
+		classes = equivalentClasses(base, rest, cands)
+	}
+	shared := map[string]*Estimate{}
+	bound := map[string]int{}
+	estimate := func(c Candidate, n int) *Estimate {
+		key, ok := classes[c.Group]
+		key += "\x00" + strconv.Itoa(n)
+		if est := shared[key]; ok && est != nil {
+			return est
+		}
+		est := o.Planner.Estimator.Estimate(ctx, base, rest, c.Group, c.Template, n, c.GPUPodsOnly, c.Refuse)
+		if ok {
+			shared[key] = est
+		}
+		return est
+	}
+	for _, c := range sortedByGroup(cands) {
 		if c.Skip != "" || c.Template == nil {
 			if c.Skip != "" {
 				short = append(short, c.Skip)
@@ -110,7 +138,7 @@ func (o *Orchestrator) gangNodes(ctx context.Context, gg *gang.Gang, base *snaps
 		}
 		// How many nodes the members need on this group, unbounded (at most
 		// one per member), to say so when the group's room is short.
-		est := o.Planner.Estimator.Estimate(ctx, base, rest, c.Group, c.Template, total, c.GPUPodsOnly, c.Refuse)
+		est := estimate(c, total)
 		got := sumInts(est.Placed)
 		if got < need {
 			short = append(short, fmt.Sprintf("node group %s: %s", c.Group, firstReason(est.Reasons)))
@@ -118,12 +146,14 @@ func (o *Orchestrator) gangNodes(ctx context.Context, gg *gang.Gang, base *snaps
 		}
 		if est.NewNodes <= limit {
 			options = append(options, &Option{Group: c.Group, Estimate: est})
+			bound[c.Group] = total
 			continue
 		}
-		bounded := o.Planner.Estimator.Estimate(ctx, base, rest, c.Group, c.Template, limit, c.GPUPodsOnly, c.Refuse)
+		bounded := estimate(c, limit)
 		b := sumInts(bounded.Placed)
 		if b >= need {
 			options = append(options, &Option{Group: c.Group, Estimate: bounded})
+			bound[c.Group] = limit
 			continue
 		}
 		partials = append(partials, partial{c: c, placed: b})
@@ -131,6 +161,16 @@ func (o *Orchestrator) gangNodes(ctx context.Context, gg *gang.Gang, base *snaps
 	}
 	if len(options) > 0 {
 		best := o.Planner.Expander.Pick(options)
+		if best.Estimate.Group != best.Group {
+			// Another group's estimate: the fork must hold this group's nodes.
+			c := candidateOf(cands, best.Group)
+			est := o.Planner.Estimator.Estimate(ctx, base, rest, c.Group, c.Template, bound[c.Group], c.GPUPodsOnly, c.Refuse)
+			if sumInts(est.Placed) < need {
+				klog.FromContext(ctx).Info("Estimate shared by equivalent node groups did not hold for the chosen one; estimating each", "group", c.Group, "gang", gg.Key.String())
+				return o.gangNodesSharing(ctx, gg, base, rest, cands, need, maxNew, split, false)
+			}
+			best = &Option{Group: c.Group, Estimate: est}
+		}
 		return &gangPlan{scaleUps: []ScaleUp{{Group: best.Group, Delta: best.Estimate.NewNodes, Pods: gg.Pending}}, fork: best.Estimate.Fork()}, ""
 	}
 	why := fmt.Sprintf("gang %s needs %d more members on new nodes (min %d, %d running) and no node group can take them all: %s",
