@@ -29,7 +29,7 @@ deps:
 	@./.ci/deps
 
 lint:
-	@test -z "$$(gofmt -l . | tee /dev/stderr)" || { echo "gofmt: files above need formatting"; exit 1; }
+	@test -z "$$(git ls-files -co --exclude-standard '*.go' | xargs gofmt -l | tee /dev/stderr)" || { echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
