@@ -126,10 +126,15 @@ func TestLibraryChecks(t *testing.T) {
 			dir := t.TempDir()
 			stub := filepath.Join(dir, spec.Command[0])
 			script := fmt.Sprintf("#!/bin/sh\nprintf '%%s\\n' \"$@\" > '%s/args'\ncat '%s'\nexit %d\n", dir, fixture, tc.exit)
-			if err := os.WriteFile(stub, []byte(script), 0o755); err != nil {
+			if err := os.WriteFile(stub, []byte(script), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			spec.Command = append([]string{stub}, spec.Command[1:]...)
+			// Run by the shell, not exec'd: the subtests run in parallel,
+			// and a fork by one while another writes its stub leaks the
+			// stub's write descriptor into the child until it execs, so
+			// executing the stub itself fails now and then with "text file
+			// busy" (ETXTBSY, Go issue 22315). The shell only reads it.
+			spec.Command = append([]string{"/bin/sh", stub}, spec.Command[1:]...)
 			if spec.Retries > 0 {
 				spec.RetryDelay = 10 * time.Millisecond // the chart's 10 s, shortened
 			}
