@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	apiv1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
 	schedframework "k8s.io/kubernetes/pkg/scheduler/framework"
@@ -62,10 +63,8 @@ func (s sharedResources) podInfo(pod *apiv1.Pod) fwk.PodInfo {
 }
 
 func controllerUID(pod *apiv1.Pod) types.UID {
-	for i := range pod.OwnerReferences {
-		if r := &pod.OwnerReferences[i]; r.Controller != nil && *r.Controller {
-			return r.UID
-		}
+	if ref := metav1.GetControllerOfNoCopy(pod); ref != nil {
+		return ref.UID
 	}
 	return ""
 }
