@@ -505,18 +505,19 @@ func watch[T any](g *scaleSet, poller *runtime.Poller[T], kind string, op, count
 		if errors.As(err, &re) && re.ErrorCode != "" {
 			code = re.ErrorCode
 		}
-		p.metrics.lroFailures.WithLabelValues(g.name, code).Inc()
 		klog.ErrorS(err, "Scale set operation failed", "scaleSet", g.name, "operation", kind, "class", cloudprovider.ClassOf(cerr).String())
+		if kind == "scale-up" {
+			g.mu.Lock()
+			g.failedOps = append(g.failedOps, failedOp{op: op, delta: count, maxIDBefore: maxIDBefore,
+				err: cloudprovider.InstanceError{Class: cloudprovider.ClassOf(cerr), Code: code, Message: err.Error()}})
+			g.mu.Unlock()
+		}
 		if onFail != nil {
 			onFail()
 		}
-		if kind != "scale-up" {
-			return
-		}
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		g.failedOps = append(g.failedOps, failedOp{op: op, delta: count, maxIDBefore: maxIDBefore,
-			err: cloudprovider.InstanceError{Class: cloudprovider.ClassOf(cerr), Code: code, Message: err.Error()}})
+		// Counted last: whoever sees the failure counted (a test, an
+		// operator) also sees what it left behind.
+		p.metrics.lroFailures.WithLabelValues(g.name, code).Inc()
 	}()
 }
 

@@ -96,6 +96,15 @@ func withDiscovery(d string) fixtureOption {
 	return func(_ *armsim.Options, c *Config) { c.AutoDiscovery = append(c.AutoDiscovery, d) }
 }
 
+// withOperationsInProgress keeps every long-running operation InProgress
+// until the fake clock passes an hour. The background watcher of a write
+// then only polls the operation: it never makes the final GET of the scale
+// set that a finished PATCH operation ends with, so a test can count the
+// GETs of the write path itself without racing the watcher.
+func withOperationsInProgress() fixtureOption {
+	return func(o *armsim.Options, _ *Config) { o.LRODuration = time.Hour }
+}
+
 func (f *fixture) refresh() {
 	f.t.Helper()
 	if err := f.p.Refresh(f.ctx); err != nil {
@@ -298,7 +307,7 @@ func TestDecreaseTargetSizeNeverDeletesRunningVMs(t *testing.T) {
 }
 
 func TestETagConflictRereadsOnce(t *testing.T) {
-	f := newFixture(t, []armsim.ScaleSetSpec{gpuSet("gpu", 2, nil)}, withNodes("0:10:gpu"))
+	f := newFixture(t, []armsim.ScaleSetSpec{gpuSet("gpu", 2, nil)}, withNodes("0:10:gpu"), withOperationsInProgress())
 	f.refresh()
 	if err := f.sim.SetCapacity("rg", "gpu", 4); err != nil { // someone else scaled it
 		t.Fatal(err)
@@ -495,7 +504,7 @@ func TestFailedOperationWithoutVMsBecomesPlaceholders(t *testing.T) {
 // a 412 and add the delta again on a fresh read): the scale set is read,
 // found at the target, and left there.
 func TestCommittedWriteWithALostAnswerIsNotAppliedTwice(t *testing.T) {
-	f := newFixture(t, []armsim.ScaleSetSpec{gpuSet("gpu", 2, nil)}, withNodes("0:10:gpu"))
+	f := newFixture(t, []armsim.ScaleSetSpec{gpuSet("gpu", 2, nil)}, withNodes("0:10:gpu"), withOperationsInProgress())
 	f.refresh()
 	if err := f.sim.InjectFault("rg", "gpu", armsim.Fault{Kind: armsim.FaultCommitThenServerError, Count: 1}); err != nil {
 		t.Fatal(err)
@@ -517,7 +526,7 @@ func TestCommittedWriteWithALostAnswerIsNotAppliedTwice(t *testing.T) {
 // applying: the read shows the old size, and the same absolute target is
 // written once more.
 func TestFailedWriteNotCommittedIsWrittenAgain(t *testing.T) {
-	f := newFixture(t, []armsim.ScaleSetSpec{gpuSet("gpu", 2, nil)}, withNodes("0:10:gpu"))
+	f := newFixture(t, []armsim.ScaleSetSpec{gpuSet("gpu", 2, nil)}, withNodes("0:10:gpu"), withOperationsInProgress())
 	f.refresh()
 	// A 500 on the PATCH, none on the GET that follows.
 	if err := f.sim.InjectFault("rg", "gpu", armsim.Fault{Kind: armsim.FaultServerError, Count: 1}); err != nil {
