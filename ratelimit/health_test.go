@@ -52,11 +52,20 @@ func TestObserverCountsWhatTheServerAnswered(t *testing.T) {
 		}
 		_ = resp.Body.Close()
 	}
-	// A server that does not answer at all is as bad as a 5xx.
-	dead := httptest.NewServer(http.NotFoundHandler())
-	dead.Close()
-	if _, err := client.Get(dead.URL); err == nil {
-		t.Fatal("request to a closed server succeeded")
+	// A server that does not answer at all is as bad as a 5xx. It hangs up
+	// without a word (a closed server's port could be taken by another
+	// test process before the request is sent).
+	mute := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		_ = conn.Close()
+	}))
+	defer mute.Close()
+	if _, err := client.Get(mute.URL); err == nil {
+		t.Fatal("request to a server that hung up succeeded")
 	}
 	got := o.Take()
 	want := Signals{Requests: 7, Slow: 1, Throttled: 2, ServerErrors: 2}

@@ -284,8 +284,10 @@ func TestScaleUpAndDown(t *testing.T) {
 	if err := g.DeleteNodes(f.ctx, rest); err == nil || !strings.Contains(err.Error(), "below its min") {
 		t.Fatalf("delete below min: %v", err)
 	}
-	if c := nonZero(f.sim.Calls()); len(c) != 0 {
-		t.Fatalf("refused delete still called ARM: %v", c)
+	// Only writes are asserted: the watcher of the deletion above may
+	// still be polling its operation.
+	if w := f.sim.Writes(); len(w) != 0 {
+		t.Fatalf("refused delete still wrote to ARM: %+v", w)
 	}
 	// A node of another group is refused.
 	if err := g.DeleteNodes(f.ctx, []string{strings.Replace(ins[2].ProviderID, "/gpu/", "/cpu/", 1)}); err == nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 	"unicode/utf8"
 )
@@ -472,14 +473,29 @@ func TestRunRetries(t *testing.T) {
 }
 
 // The deadline ends a retry delay: the last failure stands, and the run
-// returns at the deadline, not after the delay (which is longer than the
-// test's deadline).
+// returns at the deadline, not after the delay.
+//
+// The run is in a synctest bubble: its clock moves only when every
+// goroutine of the run is blocked on time, never while the check's process
+// runs (a wait for a process or a pipe is not such a block). So the
+// deadline cannot fire during the first attempt however slow the machine,
+// and the run is seen to end at the deadline exactly.
 func TestRunRetryDelayEndsAtTheDeadline(t *testing.T) {
 	t.Parallel()
-	cfg := newConfig([]checkSpec{newCheck("f", []string{"false"}, retries(3, 2*testDeadline))}, deadline(500*time.Millisecond))
-	res := runWithin(t, runner{}, cfg)
-	c := res.Failed()
-	if c == nil || c.Failure != failExit || c.Attempts != 1 || c.Reason != "exit code 1 (attempt 1 of 4; the deadline came before the next)" {
-		t.Fatalf("result = %+v", res.Checks)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		const runDeadline = 500 * time.Millisecond
+		cfg := newConfig([]checkSpec{newCheck("f", []string{"false"}, retries(3, time.Hour))}, deadline(runDeadline))
+		start := time.Now()
+		res, err := runner{}.run(context.Background(), cfg)
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		if took := time.Since(start); took != runDeadline {
+			t.Errorf("run returned after %s, want the deadline %s", took, runDeadline)
+		}
+		c := res.Failed()
+		if c == nil || c.Failure != failExit || c.Attempts != 1 || c.Reason != "exit code 1 (attempt 1 of 4; the deadline came before the next)" {
+			t.Fatalf("result = %+v", res.Checks)
+		}
+	})
 }
