@@ -213,6 +213,9 @@ type loop struct {
 	// failing them; incidentKept counts the failed nodes kept for them.
 	incidents    map[string]int
 	incidentKept int
+	// failuresSettling counts the failed nodes left alone because their
+	// failure is younger than --preflight-failure-settle.
+	failuresSettling int
 	// results for status and metrics
 	unschedulable int
 	awaiting      int

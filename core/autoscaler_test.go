@@ -64,6 +64,12 @@ type envOption func(*env)
 
 func withOptions(f func(*Options)) envOption { return func(e *env) { f(&e.opts) } }
 
+// actOnFailuresAtOnce sets --preflight-failure-settle to 0, for tests whose
+// subject is what is done to a failed node, not when.
+func actOnFailuresAtOnce() envOption {
+	return withOptions(func(o *Options) { o.PreflightFailureSettle = 0 })
+}
+
 func newEnv(t testing.TB, opts ...envOption) *env {
 	t.Helper()
 	e := &env{

@@ -30,10 +30,20 @@ type incidents struct {
 	firstFailed map[string]time.Time
 	// active are the checks in an incident, with the nodes failing them.
 	active map[string]int
+	// belowSince is when fewer than the threshold began to fail an active
+	// check: it ends once that has lasted --preflight-failure-settle.
+	belowSince map[string]time.Time
 }
 
 func newIncidents() incidents {
-	return incidents{firstFailed: map[string]time.Time{}, active: map[string]int{}}
+	return incidents{firstFailed: map[string]time.Time{}, active: map[string]int{}, belowSince: map[string]time.Time{}}
+}
+
+// settled says a failed node's failure has stood for settle: it may be
+// acted on. A node not seen failed by detectIncidents has not.
+func (in *incidents) settled(name string, now time.Time, settle time.Duration) bool {
+	first, ok := in.firstFailed[name]
+	return ok && now.Sub(first) >= settle
 }
 
 // clusterTarget is the sum of the groups' known targets.
@@ -56,9 +66,10 @@ func (a *Autoscaler) incidentThreshold() int {
 
 // detectIncidents groups the failed nodes by the check they failed. An
 // incident starts when at least the threshold of nodes first seen failing
-// within --preflight-incident-window fail one check, and lasts while at
-// least the threshold fail it (a node passes again when the agent's
-// periodic re-run succeeds). It returns the checks in an incident.
+// within --preflight-incident-window fail one check, and lasts until fewer
+// than the threshold have failed it for --preflight-failure-settle (a node
+// passes again when the agent's periodic re-run succeeds, and the agents
+// report one by one). It returns the checks in an incident.
 func (a *Autoscaler) detectIncidents(ctx context.Context, l *loop, failed []clusterstate.NodeResult) map[string]int {
 	in := &a.preflight.incidents
 	now, window := l.now, a.opts.PreflightIncidentWindow
@@ -90,18 +101,29 @@ func (a *Autoscaler) detectIncidents(ctx context.Context, l *loop, failed []clus
 			continue
 		}
 		in.active[c] = all[c]
+		delete(in.belowSince, c)
 		msg := fmt.Sprintf("preflight incident: %d nodes failed check %q within %s (at least %d: --preflight-incident-min-nodes, --preflight-incident-cluster-share); "+
-			"what it tests is broken, not the machines: nodes failing it are not cordoned, drained or deleted until fewer than %d fail it",
-			recent[c], c, window, threshold, threshold)
+			"what it tests is broken, not the machines: nodes failing it are not cordoned, drained or deleted until fewer than %d have failed it for %s (--preflight-failure-settle)",
+			recent[c], c, window, threshold, threshold, a.opts.PreflightFailureSettle)
 		logger.Info("Preflight incident: nodes failing the same check are kept", "check", c, "nodes", recent[c], "threshold", threshold)
 		a.groupEvent(apiv1.EventTypeWarning, EventPreflightIncident, msg)
 	}
 	for _, c := range sortedKeys(in.active) {
+		in.active[c] = all[c]
 		if all[c] >= threshold {
-			in.active[c] = all[c]
+			delete(in.belowSince, c)
 			continue
 		}
+		since, ok := in.belowSince[c]
+		if !ok {
+			since = now
+			in.belowSince[c] = now
+		}
+		if now.Sub(since) < a.opts.PreflightFailureSettle {
+			continue // the rest of the agents may still be reporting
+		}
 		delete(in.active, c)
+		delete(in.belowSince, c)
 		a.metrics.PreflightIncidentNodes.DeleteLabelValues(c)
 		logger.Info("Preflight incident over", "check", c, "nodesStillFailing", all[c], "threshold", threshold)
 		a.groupEvent(apiv1.EventTypeNormal, EventPreflightIncidentOver,

@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -34,6 +35,24 @@ func (e *env) passAgain(name string) {
 	})
 }
 
+// newFleet is the incident tests' cluster: 20 registered GPU nodes, no
+// scale-down (empty nodes stay: replacement is the subject), no backoff on
+// preflight failures, and a replacement brake of 100 unless opts say
+// otherwise (the incident is the subject, not the budget).
+func newFleet(t *testing.T, acts *fakeActions, opts ...envOption) (*env, *inmemory.Group, []string) {
+	t.Helper()
+	base := withOptions(func(o *Options) {
+		o.PreflightFailuresBeforeBackoff = 0
+		o.ScaleDownEnabled = false
+		o.ReplacementBrakeMinNodes = 100
+	})
+	e := newEnv(t, append([]envOption{withScaleDown(acts), base}, opts...)...)
+	gpu := e.provider.AddGroup("gpu", 0, 40, gpuTemplate("gpu"), inmemory.WithTarget(20))
+	e.start()
+	e.register(gpu)
+	return e, gpu, sortedNodeNames(e)
+}
+
 func sortedNodeNames(e *env) []string {
 	names := e.nodeNames()
 	sort.Strings(names)
@@ -47,21 +66,17 @@ func sortedNodeNames(e *env) []string {
 // over and nothing of them was touched.
 func TestPreflightIncident(t *testing.T) {
 	acts := &fakeActions{}
-	e := newEnv(t, withScaleDown(acts), withOptions(func(o *Options) {
-		o.PreflightFailuresBeforeBackoff = 0
-		o.ScaleDownEnabled = false       // empty nodes stay: replacement is the subject
-		o.ReplacementBrakeMinNodes = 100 // the incident is the subject, not the budget
-	}))
-	gpu := e.provider.AddGroup("gpu", 0, 40, gpuTemplate("gpu"), inmemory.WithTarget(20))
-	e.start()
-	e.register(gpu)
-	names := sortedNodeNames(e)
+	e, gpu, names := newFleet(t, acts)
 	for _, n := range names[:8] {
 		e.failCheck(n, "dns")
 	}
 	e.failCheck(names[8], "gpu-count")
 	e.failCheck(names[9], "ecc")
 	e.run()
+	if len(acts.cordoned) != 0 {
+		t.Fatalf("cordoned %v before any failure settled", acts.cordoned)
+	}
+	e.clock.Step(e.opts.PreflightFailureSettle)
 	e.run()
 	cordoned := map[string]bool{}
 	for _, n := range acts.cordoned {
@@ -94,9 +109,25 @@ func TestPreflightIncident(t *testing.T) {
 		t.Fatalf("deleted %d machines 15 minutes into the incident, want still 2", got)
 	}
 	// DNS is back: the agent's re-run passes them.
-	for _, n := range names[:8] {
+	// The agents report one by one: while fewer than the threshold fail,
+	// for less than the settle, the incident holds, and the last still
+	// failing are not taken for bad machines.
+	for _, n := range names[:6] {
 		e.passAgain(n)
 	}
+	e.run()
+	e.clock.Step(e.opts.PreflightFailureSettle - time.Second)
+	e.run()
+	if evs := e.events(EventPreflightIncidentOver); len(evs) != 0 {
+		t.Fatalf("events %v: the incident ended before fewer failed it for the settle", evs)
+	}
+	for _, n := range names[6:8] {
+		if slices.Contains(acts.cordoned, n) {
+			t.Fatalf("node %s cordoned while the incident was ending", n)
+		}
+		e.passAgain(n)
+	}
+	e.clock.Step(time.Second)
 	e.run()
 	if evs := e.events(EventPreflightIncidentOver); len(evs) != 1 {
 		t.Fatalf("events %v, want one PreflightIncidentOver", evs)
@@ -109,20 +140,84 @@ func TestPreflightIncident(t *testing.T) {
 	}
 }
 
+// TestOutageReportedOneByOneIsOneIncident: the agents of an outage report
+// one per loop, as the periodic agents of a cluster do (each on its own
+// schedule). Every loop until the threshold sees fewer than it; none of
+// the early reports is taken for a bad machine, because none has stood for
+// --preflight-failure-settle when the incident is seen.
+func TestOutageReportedOneByOneIsOneIncident(t *testing.T) {
+	acts := &fakeActions{}
+	e, gpu, names := newFleet(t, acts)
+	// 8 reports, 30 s apart: the 5th (the threshold) comes 2 minutes after
+	// the first, well within the default settle of 5.
+	for i, n := range names[:8] {
+		e.failCheck(n, "dns")
+		e.run()
+		if len(acts.cordoned) != 0 || len(gpu.Deleted()) != 0 {
+			t.Fatalf("after %d reports: cordoned %v, deleted %v; want nothing done", i+1, acts.cordoned, gpu.Deleted())
+		}
+		e.clock.Step(30 * time.Second)
+	}
+	if evs := e.events(EventPreflightIncident); len(evs) != 1 {
+		t.Fatalf("events %v, want one PreflightIncident", evs)
+	}
+	e.clock.Step(time.Hour)
+	e.run()
+	if len(acts.cordoned) != 0 || len(gpu.Deleted()) != 0 {
+		t.Fatalf("an hour into the incident: cordoned %v, deleted %v; want nothing done", acts.cordoned, gpu.Deleted())
+	}
+}
+
+// TestIncidentTakesBackWhatWasDoneBeforeItWasSeen: reports slower than the
+// settle — the first were acted on as bad machines before the threshold
+// was reached. When the incident is seen, the one still cordoned (the
+// replacement brake held its deletion) is uncordoned; the one already
+// deleted stays deleted; the later ones are never touched.
+func TestIncidentTakesBackWhatWasDoneBeforeItWasSeen(t *testing.T) {
+	acts := &fakeActions{}
+	e, gpu, names := newFleet(t, acts, withOptions(func(o *Options) {
+		o.PreflightFailureSettle = time.Minute
+		o.ReplacementBrakeMinNodes, o.ReplacementBrakeClusterShare = 1, 0
+	}))
+	e.failCheck(names[0], "dns")
+	e.failCheck(names[1], "dns")
+	e.run()
+	e.clock.Step(time.Minute)
+	e.run()
+	if len(acts.cordoned) != 2 || len(gpu.Deleted()) != 1 {
+		t.Fatalf("cordoned %v, deleted %v; want both cordoned, the brake's 1 deleted", acts.cordoned, gpu.Deleted())
+	}
+	for _, n := range acts.cordoned {
+		e.updateNode(n, func(n *apiv1.Node) { n.Spec.Unschedulable = true }) // as the API server has it
+	}
+	pid := gpu.Deleted()[0]
+	held := names[0]
+	if strings.HasSuffix(held, pid[strings.LastIndex(pid, "/")+1:]) {
+		held = names[1]
+	}
+	// 4 more: with the held one, 5 fail the check (the deleted one's Node
+	// may be gone).
+	for _, n := range names[2:6] {
+		e.failCheck(n, "dns")
+	}
+	e.run()
+	if evs := e.events(EventPreflightIncident); len(evs) != 1 {
+		t.Fatalf("events %v, want one PreflightIncident", evs)
+	}
+	if !slices.Equal(acts.uncordoned, []string{held}) {
+		t.Fatalf("uncordoned %v, want the held node %s", acts.uncordoned, held)
+	}
+	if len(acts.cordoned) != 2 || len(gpu.Deleted()) != 1 {
+		t.Fatalf("cordoned %v, deleted %v after the incident was seen; want no more", acts.cordoned, gpu.Deleted())
+	}
+}
+
 // TestSameCheckFailingSlowlyIsNoIncident: nodes failing the same check
 // one every 3 minutes are bad machines (never 5 within 10 minutes): each
 // is replaced.
 func TestSameCheckFailingSlowlyIsNoIncident(t *testing.T) {
 	acts := &fakeActions{}
-	e := newEnv(t, withScaleDown(acts), withOptions(func(o *Options) {
-		o.PreflightFailuresBeforeBackoff = 0
-		o.ScaleDownEnabled = false // empty nodes stay: replacement is the subject
-		o.ReplacementBrakeMinNodes = 100
-	}))
-	gpu := e.provider.AddGroup("gpu", 0, 40, gpuTemplate("gpu"), inmemory.WithTarget(20))
-	e.start()
-	e.register(gpu)
-	names := sortedNodeNames(e)
+	e, gpu, names := newFleet(t, acts, actOnFailuresAtOnce())
 	for i, n := range names[:8] {
 		e.failCheck(n, "ecc")
 		e.run()
@@ -142,7 +237,7 @@ func TestSameCheckFailingSlowlyIsNoIncident(t *testing.T) {
 // re-run: it is uncordoned, never deleted, with an event.
 func TestHeldFailedNodeThatPassesAgainIsUncordoned(t *testing.T) {
 	acts := &fakeActions{}
-	e := newEnv(t, withScaleDown(acts), withOptions(func(o *Options) {
+	e := newEnv(t, withScaleDown(acts), actOnFailuresAtOnce(), withOptions(func(o *Options) {
 		o.PreflightFailuresBeforeBackoff = 0
 		o.ScaleDownEnabled = false
 		o.ReplacementBrakeMinNodes, o.ReplacementBrakeClusterShare = 1, 0

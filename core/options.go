@@ -103,6 +103,14 @@ type Options struct {
 	PreflightIncidentMinNodes     int
 	PreflightIncidentClusterShare float64
 	PreflightIncidentWindow       time.Duration
+	// PreflightFailureSettle is how long a node's preflight failure stands
+	// before anything is done to the node (cordon, eviction, deletion), and
+	// how long fewer than the threshold must fail a check before its
+	// incident ends. Agents report one by one: an outage's failures arrive
+	// over seconds or minutes, and without it the first to arrive would be
+	// taken for bad machines before the incident is seen, and the last
+	// still failing when it ends. 0 acts at once.
+	PreflightFailureSettle time.Duration
 
 	// The node-addition queue (smoothing): nodes are requested from the
 	// cloud at most NodeAdditionRate per minute with NodeAdditionBurst at
@@ -194,6 +202,7 @@ func DefaultOptions() Options {
 		PreflightIncidentMinNodes:        5,
 		PreflightIncidentClusterShare:    0.01,
 		PreflightIncidentWindow:          10 * time.Minute,
+		PreflightFailureSettle:           5 * time.Minute,
 
 		// About 1.7 joins a second: each join costs the API server a Node,
 		// a Lease, DaemonSet pods and the kubelet's first LISTs. 2,000
@@ -404,6 +413,9 @@ func (o Options) validateRanges() error {
 		},
 		func() error {
 			return bounds.Duration("--replacement-brake-window", o.ReplacementBrakeWindow, time.Millisecond, maxWait)
+		},
+		func() error {
+			return bounds.Duration("--preflight-failure-settle", o.PreflightFailureSettle, 0, time.Hour)
 		},
 		func() error { return bounds.Float("--node-addition-rate", o.NodeAdditionRate, 0, maxCount) },
 		func() error { return bounds.Int("--node-addition-burst", o.NodeAdditionBurst, 1, maxCount) },

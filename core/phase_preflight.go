@@ -133,10 +133,18 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 		if _, done := ps.deleted[n.Name]; done {
 			continue
 		}
-		if l.incidents[a.opts.Preflight.FailedCheck(n)] > 0 {
+		if _, on := l.incidents[a.opts.Preflight.FailedCheck(n)]; on {
 			// Many nodes fail this check at once: what it tests is broken,
-			// not this machine. Nothing is done to it while that lasts.
+			// not this machine. Nothing is done to it while that lasts, and
+			// what was done before the incident was seen is taken back.
 			l.incidentKept++
+			a.releaseForIncident(ctx, n)
+			continue
+		}
+		if !ps.incidents.settled(n.Name, l.now, a.opts.PreflightFailureSettle) {
+			// Too recent to tell a bad machine from the first report of an
+			// outage: the other agents may still be reporting.
+			l.failuresSettling++
 			continue
 		}
 		if !n.Spec.Unschedulable {
@@ -162,6 +170,10 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 	if l.incidentKept > 0 {
 		logger.V(2).Info("Failed nodes kept for preflight incidents", "nodes", l.incidentKept, "incidents", l.incidents)
 	}
+	if l.failuresSettling > 0 {
+		logger.V(2).Info("Failed nodes left alone until their failure settles", "nodes", l.failuresSettling,
+			"settle", a.opts.PreflightFailureSettle)
+	}
 	actuation.DeleteByGroup(ctx, l.byID, toDelete, actuation.ProviderIDOf, func(id string, nodes []*apiv1.Node, err error) {
 		if err != nil {
 			logger.Error(err, "Deleting machines that failed preflight; retried next loop", "nodeGroup", id, "count", len(nodes))
@@ -176,6 +188,28 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 	})
 	a.pruneFailed(l)
 	return nil
+}
+
+// releaseForIncident takes back the cordon this process put on a failed
+// node whose check turned out to be in an incident (it failed, and was
+// acted on, before enough others reported): the node is uncordoned and no
+// longer counts as admitted by the replacement brake. (A node whose
+// machine is being deleted is not brought here.)
+func (a *Autoscaler) releaseForIncident(ctx context.Context, n *apiv1.Node) {
+	ps := a.preflight
+	if !ps.cordoned[n.Name] {
+		return
+	}
+	if n.Spec.Unschedulable {
+		if err := a.actions.Uncordon(ctx, n.Name); err != nil {
+			klog.FromContext(ctx).Error(err, "Uncordoning a failed node kept for a preflight incident", "node", klog.KObj(n))
+			return
+		}
+	}
+	delete(ps.cordoned, n.Name)
+	delete(ps.admitted, n.Name)
+	delete(ps.evictedAt, n.Name)
+	klog.FromContext(ctx).V(2).Info("Failed node kept for a preflight incident; uncordoned", "node", klog.KObj(n))
 }
 
 // evictForReplacement evicts the workload pods of a failed node and says

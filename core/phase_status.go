@@ -33,6 +33,7 @@ func (a *Autoscaler) writeStatus(ctx context.Context, l *loop) error {
 	st.ConfigFallback = a.configFallback()
 	st.ReplacementsHeld = l.replacementsHeld
 	st.PreflightIncidents = l.incidents
+	st.PreflightFailuresSettling = l.failuresSettling
 	st.LastChange = l.now.UTC()
 	cmp, full, err := renderStatus(st)
 	if err != nil {

@@ -97,13 +97,38 @@ func TestPreflightPendingNodesAreComingCapacity(t *testing.T) {
 	}
 }
 
+// TestPreflightFailedNodeIsReplacedAtOnce: a failed node is not capacity,
+// so its replacement is bought in the loop that sees the failure; the
+// failed node itself is left alone until its failure has stood
+// --preflight-failure-settle (the first report of an outage looks like a
+// bad machine), then cordoned and its machine deleted, once.
 func TestPreflightFailedNodeIsReplacedAtOnce(t *testing.T) {
 	acts := &fakeActions{}
 	e := newEnv(t, withScaleDown(acts))
+	settle := e.opts.PreflightFailureSettle
+	if settle <= 0 {
+		t.Fatalf("default --preflight-failure-settle %s, want positive", settle)
+	}
 	gpu := e.provider.AddGroup("gpu", 0, 20, gpuTemplate("gpu"), inmemory.WithTarget(1))
 	e.start()
 	e.register(gpu, failedPreflight("check gpus: 7 lines matched, want 8"))
 	e.add(pendingPods(1, "train", wholeGPU()...))
+	e.run()
+	if got := gpu.Increases(); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("increases %v, want the replacement [1] in the same loop", got)
+	}
+	if len(acts.cordoned) != 0 || len(gpu.Deleted()) != 0 {
+		t.Fatalf("cordoned %v, deleted %v before the failure settled, want nothing", acts.cordoned, gpu.Deleted())
+	}
+	if last := e.status.writes[len(e.status.writes)-1]; !strings.Contains(last, "preflightFailuresSettling: 1") {
+		t.Fatalf("status does not count the settling failure:\n%s", last)
+	}
+	e.clock.Step(settle - time.Second)
+	e.run()
+	if len(acts.cordoned) != 0 || len(gpu.Deleted()) != 0 {
+		t.Fatalf("cordoned %v, deleted %v a second before the failure settled", acts.cordoned, gpu.Deleted())
+	}
+	e.clock.Step(time.Second)
 	e.run()
 	if len(acts.cordoned) != 1 {
 		t.Fatalf("cordoned %v, want the failed node", acts.cordoned)
@@ -111,8 +136,8 @@ func TestPreflightFailedNodeIsReplacedAtOnce(t *testing.T) {
 	if got := gpu.Deleted(); len(got) != 1 {
 		t.Fatalf("deleted %v, want the failed node's machine", got)
 	}
-	if got := gpu.Increases(); len(got) != 1 || got[0] != 1 {
-		t.Fatalf("increases %v, want the replacement [1] in the same loop", got)
+	if got := gpu.Increases(); len(got) != 1 {
+		t.Fatalf("increases %v, want the one replacement only", got)
 	}
 	if evs := e.events(EventPreflightFailed); len(evs) != 1 || !strings.Contains(evs[0], "7 lines matched") {
 		t.Fatalf("PreflightFailed events %v", evs)
@@ -130,7 +155,7 @@ func TestPreflightFailedNodeIsReplacedAtOnce(t *testing.T) {
 }
 
 func TestPreflightTimeoutIsAFailure(t *testing.T) {
-	e := newEnv(t, withScaleDown(&fakeActions{}), withOptions(func(o *Options) { o.Preflight.MaxPreflightTime = 10 * time.Minute }))
+	e := newEnv(t, withScaleDown(&fakeActions{}), actOnFailuresAtOnce(), withOptions(func(o *Options) { o.Preflight.MaxPreflightTime = 10 * time.Minute }))
 	gpu := e.provider.AddGroup("gpu", 0, 20, gpuTemplate("gpu"), inmemory.WithTarget(2))
 	e.start()
 	e.register(gpu, pendingPreflight())
@@ -175,7 +200,7 @@ func TestPreflightFailuresBackTheGroupOff(t *testing.T) {
 
 func TestPreflightFailedNodeWithPodsIsDrainedFirst(t *testing.T) {
 	acts := &fakeActions{}
-	e := newEnv(t, withScaleDown(acts))
+	e := newEnv(t, withScaleDown(acts), actOnFailuresAtOnce())
 	gpu := e.provider.AddGroup("gpu", 0, 20, gpuTemplate("gpu"), inmemory.WithTarget(1))
 	e.start()
 	// A periodic re-run failed a node that runs work: no taint, label failed.

@@ -243,7 +243,7 @@ func TestReplacementRespectsPodDisruptionBudgets(t *testing.T) {
 // next windows.
 func TestReplacementBrake(t *testing.T) {
 	acts := &fakeActions{}
-	e := newEnv(t, withScaleDown(acts), withOptions(func(o *Options) {
+	e := newEnv(t, withScaleDown(acts), actOnFailuresAtOnce(), withOptions(func(o *Options) {
 		o.PreflightFailuresBeforeBackoff = 0
 		o.PreflightIncidentMinNodes = 1000 // the brake is the subject: no incident
 	}))

@@ -36,6 +36,9 @@ type Status struct {
 	// PreflightIncidents are checks many nodes fail at once, with the
 	// nodes failing each: those nodes are kept, not replaced.
 	PreflightIncidents map[string]int `json:"preflightIncidents,omitempty"`
+	// PreflightFailuresSettling are failed nodes left alone in the last
+	// loop because their failure is younger than --preflight-failure-settle.
+	PreflightFailuresSettling int `json:"preflightFailuresSettling,omitempty"`
 }
 
 // WarmPoolStatus is a group's warm pool in the status.

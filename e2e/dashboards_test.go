@@ -35,7 +35,7 @@ func TestDashboardsShowDataFromARealPrometheus(t *testing.T) {
 		"--node-addition-rate=30", "--node-addition-burst=2",
 		"--node-addition-adaptive-interval=2s", "--node-addition-rate-min=10", "--node-addition-rate-max=100",
 		"--apiserver-metrics-interval=2s",
-		"--max-graceful-termination-sec=5",
+		"--max-graceful-termination-sec=5", "--preflight-failure-settle=5s",
 		"--scale-down-brake-cluster-share=1", "--scale-down-brake-group-share=1")...)
 	prom := sc.prometheus(sc.addrs[as])
 	sc.runAgents(func(string, int) bool { return false }, gpu)

@@ -192,7 +192,7 @@ func TestPreflightFailuresAreReplacedAndBackTheGroupOff(t *testing.T) {
 	a := sc.scaleSet("a", "Standard_ND96isr_H100_v5", 0, preflightTags())
 	b := sc.scaleSet("b", "Standard_ND96isr_H100_v5", 0, preflightTags())
 	as := sc.autoscaler("autoscaler", "--nodes=0:20:"+a, "--nodes=0:20:"+b,
-		"--preflight-failures-before-backoff=3", "--preflight-failure-window=10m")
+		"--preflight-failures-before-backoff=3", "--preflight-failure-window=10m", "--preflight-failure-settle=5s")
 	ag := sc.runAgents(func(set string, nth int) bool { return set == a && nth%3 == 1 }, a, b)
 	sc.workload("train", 10, "90", 8, a, b) // ties go to the lowest group ID: a first
 	sc.eventually("10 pods Running", 4*time.Minute, allRunning(sc, 10))

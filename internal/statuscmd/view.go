@@ -133,6 +133,9 @@ func FromStatus(source string, st *core.Status) *View {
 	for _, c := range sortedIncidentChecks(st.PreflightIncidents) {
 		v.Warnings = append(v.Warnings, fmt.Sprintf("preflight incident: check %q fails on %d nodes at once; they are kept, not replaced", c, st.PreflightIncidents[c]))
 	}
+	if st.PreflightFailuresSettling > 0 {
+		v.Warnings = append(v.Warnings, fmt.Sprintf("preflight: %d failed nodes left alone until their failure has stood --preflight-failure-settle (an outage's first reports look like bad machines)", st.PreflightFailuresSettling))
+	}
 	if st.ConfigFallback != "" {
 		v.Warnings = append(v.Warnings, "running on a fallback configuration: "+st.ConfigFallback)
 	}
