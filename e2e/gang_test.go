@@ -167,6 +167,21 @@ func TestCoschedulingGang(t *testing.T) {
 		_, err := pgs.Create(sc.ctx, pg, metav1.CreateOptions{})
 		return err == nil, fmt.Sprint(err)
 	})
+	// Custom resources are served once the CRD's names are accepted, but
+	// discovery, which the autoscaler reads once at start, lists them only
+	// once it is Established.
+	sc.eventually("the PodGroup API in discovery", 30*time.Second, func() (bool, string) {
+		res, err := sc.s.cp.Client.Discovery().ServerResourcesForGroupVersion("scheduling.x-k8s.io/v1alpha1")
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, r := range res.APIResources {
+			if r.Name == "podgroups" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("resources %v", res.APIResources)
+	})
 	gpu := sc.scaleSet("gpu", "Standard_ND96isr_H100_v5", 0, nil)
 	as := sc.autoscaler("autoscaler", "--nodes=0:5:"+gpu)
 	sc.eventually("the coscheduling API seen", 30*time.Second, func() (bool, string) {

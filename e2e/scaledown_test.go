@@ -98,10 +98,24 @@ func TestScaleDownEmptyNodes(t *testing.T) {
 		return c == 1, fmt.Sprintf("capacity %d", c)
 	})
 	sc.registered(cpu, 1)
-	_, body := sc.get(as, "/metrics")
-	if !strings.Contains(body, `vmss_autoscaler_scaled_down_nodes_total{node_group="`+cpu+`",reason="empty"} 2`) {
-		t.Errorf("/metrics lacks 2 empty scale-downs of %s", cpu)
-	}
+	sc.exported(as, `vmss_autoscaler_scaled_down_nodes_total{node_group="`+cpu+`",reason="empty"} 2`)
+}
+
+// exported waits until the process's /metrics has every line. For
+// counters counted after the write they count (a deletion is counted once
+// ARM answered it, and the simulator may delete the Node first): waiting
+// for the value is safe, a counter never goes back.
+func (sc *scenario) exported(p *harness.Process, lines ...string) {
+	sc.t.Helper()
+	sc.eventually(fmt.Sprintf("/metrics with %s", strings.Join(lines, ", ")), 30*time.Second, func() (bool, string) {
+		_, body := sc.get(p, "/metrics")
+		for _, l := range lines {
+			if !strings.Contains(body, l) {
+				return false, "lacks " + l
+			}
+		}
+		return true, ""
+	})
 }
 
 func TestScaleDownRespectsPDBAndDisabledAnnotation(t *testing.T) {
@@ -248,15 +262,8 @@ func TestScaleDownDrainsThroughEvictionAPI(t *testing.T) {
 		left := sc.nodeNames(cpu)
 		return len(left) == 1 && left[0] == keep, fmt.Sprintf("nodes %v", left)
 	})
-	_, body := sc.get(as, "/metrics")
-	for _, want := range []string{
-		`vmss_autoscaler_evictions_total{result="ok"} 1`,
-		`vmss_autoscaler_scaled_down_nodes_total{node_group="` + cpu + `",reason="underutilized"} 1`,
-	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("/metrics lacks %s", want)
-		}
-	}
+	sc.exported(as, `vmss_autoscaler_evictions_total{result="ok"} 1`,
+		`vmss_autoscaler_scaled_down_nodes_total{node_group="`+cpu+`",reason="underutilized"} 1`)
 }
 
 // pinnedPod runs a replicated pod on one node (by hostname).

@@ -14,6 +14,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	authv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apiv1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -69,7 +70,80 @@ func newSecurityScenario(t *testing.T, release string) *securityScenario {
 	applied := sc.applyAll(keep)
 	t.Logf("applied %s", strings.Join(applied, ", "))
 	t.Cleanup(func() { sc.deleteClusterScoped(keep) })
-	return &securityScenario{scenario: sc, full: release + "-vmss-autoscaler", objs: keep}
+	ss := &securityScenario{scenario: sc, full: release + "-vmss-autoscaler", objs: keep}
+	ss.grantsInForce()
+	return ss
+}
+
+// grantsInForce waits until the API server's authorizer has every rule of
+// every role the chart binds, for every ServiceAccount bound: the RBAC
+// authorizer reads roles and bindings from its own caches, so a grant is
+// in force a moment after it is stored, and a test that acts at once could
+// see a refusal the chart does not make (and take it for the admission
+// policy's).
+func (ss *securityScenario) grantsInForce() {
+	ss.t.Helper()
+	admin := ss.s.cp.Client
+	var reviews []authzv1.SubjectAccessReview
+	add := func(subjects []rbacv1.Subject, bindingNS string, rules []rbacv1.PolicyRule) {
+		for _, s := range subjects {
+			if s.Kind != rbacv1.ServiceAccountKind {
+				continue
+			}
+			for _, r := range rules {
+				if len(r.Verbs) == 0 || len(r.Resources) == 0 || len(r.APIGroups) == 0 {
+					continue
+				}
+				attrs := &authzv1.ResourceAttributes{Namespace: bindingNS, Verb: r.Verbs[0], Group: r.APIGroups[0], Resource: r.Resources[0]}
+				if len(r.ResourceNames) > 0 {
+					attrs.Name = r.ResourceNames[0]
+				}
+				attrs.Resource, attrs.Subresource, _ = strings.Cut(attrs.Resource, "/") // pods/eviction
+				reviews = append(reviews, authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+					User: "system:serviceaccount:" + s.Namespace + ":" + s.Name, ResourceAttributes: attrs,
+					Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + s.Namespace, "system:authenticated"}}})
+			}
+		}
+	}
+	for _, o := range ss.objs {
+		switch o.GetKind() {
+		case "RoleBinding":
+			b, err := admin.RbacV1().RoleBindings(o.GetNamespace()).Get(ss.ctx, o.GetName(), metav1.GetOptions{})
+			must(ss.t, err)
+			var rules []rbacv1.PolicyRule
+			if b.RoleRef.Kind == "ClusterRole" {
+				r, err := admin.RbacV1().ClusterRoles().Get(ss.ctx, b.RoleRef.Name, metav1.GetOptions{})
+				must(ss.t, err)
+				rules = r.Rules
+			} else {
+				r, err := admin.RbacV1().Roles(b.Namespace).Get(ss.ctx, b.RoleRef.Name, metav1.GetOptions{})
+				must(ss.t, err)
+				rules = r.Rules
+			}
+			add(b.Subjects, b.Namespace, rules)
+		case "ClusterRoleBinding":
+			b, err := admin.RbacV1().ClusterRoleBindings().Get(ss.ctx, o.GetName(), metav1.GetOptions{})
+			must(ss.t, err)
+			r, err := admin.RbacV1().ClusterRoles().Get(ss.ctx, b.RoleRef.Name, metav1.GetOptions{})
+			must(ss.t, err)
+			add(b.Subjects, "", r.Rules)
+		}
+	}
+	if len(reviews) == 0 {
+		ss.t.Fatal("the chart binds no rule to a ServiceAccount")
+	}
+	ss.eventually(fmt.Sprintf("the chart's %d grants in force", len(reviews)), 30*time.Second, func() (bool, string) {
+		for i := range reviews {
+			got, err := admin.AuthorizationV1().SubjectAccessReviews().Create(ss.ctx, &reviews[i], metav1.CreateOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			if !got.Status.Allowed {
+				return false, fmt.Sprintf("%s may not %+v yet", reviews[i].Spec.User, *reviews[i].Spec.ResourceAttributes)
+			}
+		}
+		return true, ""
+	})
 }
 
 // token is a token of ServiceAccount sa, bound to pod when pod is not nil

@@ -34,8 +34,10 @@ package armsim
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -327,6 +329,16 @@ type Write struct {
 	Status int
 	// Capacity is the sku.capacity a scale-set update asked for, or -1.
 	Capacity int
+	// Caller names who sent it: CallerOf its bearer token. A test that
+	// gives each process a token of its own tells their writes apart.
+	Caller string
+}
+
+// CallerOf is the name Write.Caller gives a bearer token: the first 12 hex
+// digits of its SHA-256 (the token itself is never kept).
+func CallerOf(token string) string {
+	sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
+	return hex.EncodeToString(sum[:6])
 }
 
 // Writes returns the write requests answered since the start (or the last
@@ -339,7 +351,8 @@ func (s *Server) Writes() []Write {
 
 // logWrite records a write request. Callers hold s.mu.
 func (s *Server) logWrite(r *http.Request, body []byte, status int, now time.Time) {
-	w := Write{At: now, Method: r.Method, Status: status, Capacity: -1}
+	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	w := Write{At: now, Method: r.Method, Status: status, Capacity: -1, Caller: CallerOf(token)}
 	if rt, ok := parseRoute(r.URL.EscapedPath()); ok {
 		w.ResourceGroup, w.ScaleSet, w.Op = rt.rg, rt.name, rt.ops[r.Method]
 	}
@@ -357,14 +370,18 @@ func (s *Server) logWrite(r *http.Request, body []byte, status int, now time.Tim
 }
 
 // Throttle answers every request of the kind ("read" or "write") with 429
-// for d (by Options.Clock), as ARM does when a throttling policy trips.
-func (s *Server) Throttle(kind string, d time.Duration) {
+// for d (by Options.Clock), as ARM does when a throttling policy trips. It
+// returns when the throttling ends (the zero time for an unknown kind), to
+// compare with Write.At.
+func (s *Server) Throttle(kind string, d time.Duration) time.Time {
 	if kind != kindRead && kind != kindWrite {
 		klog.ErrorS(nil, "Ignoring throttle of unknown request kind", "kind", kind)
-		return
+		return time.Time{}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.blocked[kind] = s.clock.Now().Add(d)
+	until := s.clock.Now().Add(d)
+	s.blocked[kind] = until
 	klog.V(2).InfoS("Throttling requests", "kind", kind, "duration", d)
+	return until
 }

@@ -692,6 +692,9 @@ func TestThrottling(t *testing.T) {
 			if w.Op != OpUpdateScaleSet || w.ScaleSet != "pool" || w.Capacity != 2 || w.Status != wantStatus || w.Method != http.MethodPatch {
 				t.Fatalf("write %d: %+v, want a PATCH of pool to capacity 2 answered %d", i, w, wantStatus)
 			}
+			if w.Caller != CallerOf("static-test-token") || w.Caller == CallerOf("another-token") {
+				t.Fatalf("write %d: caller %q, want the fingerprint of the client's token", i, w.Caller)
+			}
 		}
 	})
 }
