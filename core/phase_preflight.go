@@ -42,6 +42,15 @@ type preflightState struct {
 	incidents incidents
 }
 
+// release forgets what was done to a failed node that is not to be
+// replaced after all (it passed again, or its check is in an incident):
+// its cordon, its admission by the replacement brake, its eviction start.
+func (ps *preflightState) release(name string) {
+	delete(ps.cordoned, name)
+	delete(ps.admitted, name)
+	delete(ps.evictedAt, name)
+}
+
 func newPreflightState() *preflightState {
 	return &preflightState{evictedAt: map[string]time.Time{}, deleted: map[string]time.Time{}, admitted: map[string]bool{},
 		cordoned: map[string]bool{}, incidents: newIncidents()}
@@ -206,9 +215,7 @@ func (a *Autoscaler) releaseForIncident(ctx context.Context, n *apiv1.Node) {
 			return
 		}
 	}
-	delete(ps.cordoned, n.Name)
-	delete(ps.admitted, n.Name)
-	delete(ps.evictedAt, n.Name)
+	ps.release(n.Name)
 	klog.FromContext(ctx).V(2).Info("Failed node kept for a preflight incident; uncordoned", "node", klog.KObj(n))
 }
 
@@ -277,9 +284,7 @@ func (a *Autoscaler) uncordonRecovered(ctx context.Context, l *loop) {
 				continue
 			}
 		}
-		delete(ps.cordoned, name)
-		delete(ps.admitted, name)
-		delete(ps.evictedAt, name)
+		ps.release(name)
 		klog.FromContext(ctx).Info("Node passed preflight again; uncordoned", "node", klog.KObj(n))
 		if a.rec != nil {
 			a.rec.Event(nodeRef(n), apiv1.EventTypeNormal, EventPreflightRecovered, "node passed preflight again and was uncordoned")
