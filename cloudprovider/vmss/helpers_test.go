@@ -11,6 +11,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
 	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 )
@@ -252,6 +253,15 @@ func TestTemplateTagsRefused(t *testing.T) {
 		{"negative resource", tagResourcesPrefix + "rdma__ib", "-8", `must be between 0 and 1Pi`},
 		{"huge resource", tagResourcesPrefix + "memory", "9Ei", `must be between 0 and 1Pi`},
 		{"resource name", tagResourcesPrefix + "bad name", "1", `is not a resource name`},
+		// Exponents that make resource.ParseQuantity build 10^exponent as a
+		// big integer: seconds for the first, no end for the others.
+		{"exponent of millions", tagResourcesPrefix + "memory", "1e9999999", `decimal exponent "9999999": want a whole number between -30 and 30`},
+		{"negative exponent of millions", tagResourcesPrefix + "memory", "1e-9999999", `decimal exponent "-9999999"`},
+		{"exponent at the int32 bound", tagResourcesPrefix + "memory", "9E+999999999", `decimal exponent "+999999999"`},
+		{"exponent past int32", tagResourcesPrefix + "memory", "2E6024865272343", `decimal exponent "6024865272343"`},
+		{"exponent past int64", tagResourcesPrefix + "memory", "1e-99999999999999999999", `decimal exponent "-99999999999999999999"`},
+		{"exponent in range, value not", tagResourcesPrefix + "memory", "1e30", `must be between 0 and 1Pi`},
+		{"long mantissa", tagResourcesPrefix + "memory", "0." + strings.Repeat("0", 60) + "1", `longer than 40 characters`},
 	}
 	sku := skuInfo{name: "Standard_D4s_v5", vcpus: 4, memoryGB: 16, arch: "amd64"}
 	for _, tc := range tests {
@@ -260,6 +270,28 @@ func TestTemplateTagsRefused(t *testing.T) {
 			_, err := templateNode(view, sku, "nvidia.com/gpu")
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "scale set g: tag "+tc.tag) {
 				t.Fatalf("templateNode: %v; want an error naming scale set g, tag %s and containing %q", err, tc.tag, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestResourceTagQuantityForms(t *testing.T) {
+	tests := []struct{ value, want string }{
+		{"8", "8"},
+		{"60Gi", "60Gi"},
+		{"15500m", "15500m"},
+		{"1.5e3", "1500"},
+		{"2e+3", "2k"},
+		{"25e-1", "2500m"},
+		{"1e15", "1e15"},
+		{"1P", "1P"},
+		{"0.5Ti", "512Gi"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.value, func(t *testing.T) {
+			_, q, err := resourceTag(tagResourcesPrefix+"memory", tc.value)
+			if err != nil || q.Cmp(resource.MustParse(tc.want)) != 0 {
+				t.Fatalf("resourceTag(%q) = %s, %v; want %s", tc.value, q.String(), err, tc.want)
 			}
 		})
 	}

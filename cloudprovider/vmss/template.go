@@ -117,6 +117,38 @@ func taintTag(k, v string) (apiv1.Taint, error) {
 // cannot overflow.
 var maxResourceTag = resource.MustParse("1Pi")
 
+// Bounds on a quantity's text, checked before resource.ParseQuantity sees
+// it. ParseQuantity's cost grows with the decimal exponent: it builds
+// 10^exponent as a big integer, so "1e9999999" takes seconds and
+// "9E+999999999" does not end (kubernetes/kubernetes PRs 131063, 139412,
+// 141306). Anyone who may tag a scale set could otherwise stall every loop
+// of the autoscaler with one tag. No machine needs more than a few digits
+// and an exponent of ±30 to state a resource within maxResourceTag.
+const (
+	maxQuantityLen      = 40
+	maxQuantityExponent = 30
+)
+
+// boundedQuantity parses s as a resource quantity after checking that its
+// length and decimal exponent are within the bounds above.
+func boundedQuantity(s string) (resource.Quantity, error) {
+	if len(s) > maxQuantityLen {
+		return resource.Quantity{}, fmt.Errorf("longer than %d characters", maxQuantityLen)
+	}
+	// A quantity is <sign><digits>[.<digits>]<suffix>; the suffix is a
+	// decimal exponent when it is e or E followed by a signed number (a bare
+	// "E" is exa, "Ei" is exbi).
+	num := strings.TrimLeft(s, "+-")
+	suffix := strings.TrimLeft(num, "0123456789.")
+	if len(suffix) > 1 && (suffix[0] == 'e' || suffix[0] == 'E') && suffix != "Ei" {
+		exp, err := strconv.Atoi(suffix[1:])
+		if err != nil || exp < -maxQuantityExponent || exp > maxQuantityExponent {
+			return resource.Quantity{}, fmt.Errorf("decimal exponent %q: want a whole number between -%d and %d", suffix[1:], maxQuantityExponent, maxQuantityExponent)
+		}
+	}
+	return resource.ParseQuantity(s)
+}
+
 // resourceTag parses a node-template resources tag: a resource name and a
 // non-negative quantity.
 func resourceTag(k, v string) (apiv1.ResourceName, resource.Quantity, error) {
@@ -124,7 +156,7 @@ func resourceTag(k, v string) (apiv1.ResourceName, resource.Quantity, error) {
 	if errs := validation.IsQualifiedName(name); len(errs) > 0 {
 		return "", resource.Quantity{}, fmt.Errorf("tag %s: %q is not a resource name: %s", k, name, strings.Join(errs, "; "))
 	}
-	q, err := resource.ParseQuantity(strings.TrimSpace(v))
+	q, err := boundedQuantity(strings.TrimSpace(v))
 	if err != nil {
 		return "", resource.Quantity{}, fmt.Errorf("tag %s=%q: %w", k, v, err)
 	}
