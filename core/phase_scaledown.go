@@ -127,10 +127,11 @@ func (a *Autoscaler) scaleDownPhase(ctx context.Context, l *loop) error {
 	}
 	act.Forget(func(name string) bool { _, ok := l.snap.Index(name); return ok })
 	nodes := a.scaleDownNodes(l)
-	act.UntaintStale(ctx, l.nodes, l.groups, func(name string) bool { _, ok := l.groupOf[name]; return ok })
+	managed := func(name string) bool { _, ok := l.groupOf[name]; return ok }
+	act.UntaintStale(ctx, l.nodes, l.groups, managed)
 	d := a.scaleDown.planner.Plan(ctx, l.now, l.snap, nodes, a.scaleDownGroups(l), scaledown.NewPDBs(pdbList), act.InFlight())
 	a.reportScaleDownPlan(ctx, l, d)
-	act.SoftTaint(ctx, l.now, l.nodes, d.Unneeded)
+	act.SoftTaint(ctx, l.now, l.nodes, d.Unneeded, managed)
 	act.RemoveEmpty(ctx, l.now, l.byID, d.Empty)
 	for _, r := range d.Drain {
 		act.StartDrain(ctx, l.now, r)

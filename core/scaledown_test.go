@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -33,6 +35,8 @@ type fakeActions struct {
 	// yet); graces records every eviction's grace period by pod.
 	refuse bool
 	graces map[string][]int64
+	// untainted records every RemoveTaint as "node key".
+	untainted []string
 }
 
 func (f *fakeActions) AddTaint(_ context.Context, node string, t apiv1.Taint) error {
@@ -45,6 +49,7 @@ func (f *fakeActions) AddTaint(_ context.Context, node string, t apiv1.Taint) er
 func (f *fakeActions) RemoveTaint(_ context.Context, node, key string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.untainted = append(f.untainted, node+" "+key)
 	var kept []string
 	for _, k := range f.taints[node] {
 		if k != key {
@@ -95,6 +100,12 @@ func (f *fakeActions) taintsOf(node string) []string {
 	out := append([]string(nil), f.taints[node]...)
 	sort.Strings(out)
 	return out
+}
+
+func (f *fakeActions) untaints() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.untainted...)
 }
 
 func withScaleDown(f *fakeActions) envOption {
@@ -318,6 +329,34 @@ func TestReloadDuringDrain(t *testing.T) {
 			if g != want {
 				t.Fatalf("pod %s evicted with grace %v, want %d every time: the drain must keep the options it started with", pod, gs, want)
 			}
+		}
+	}
+}
+
+// The deletion-candidate taint is cluster-autoscaler's key too: a node of
+// another autoscaler (another cluster-autoscaler, or ours for other scale
+// sets) keeps the taint that one put there, while a node of ours that is
+// no longer unneeded loses it.
+func TestSoftTaintLeavesOtherAutoscalersNodes(t *testing.T) {
+	acts := &fakeActions{}
+	e := newEnv(t, withScaleDown(acts))
+	cpu := e.provider.AddGroup("cpu", 1, 10, cpuTemplate("cpu"), inmemory.WithTarget(1))
+	e.start()
+	candidate := apiv1.Taint{Key: scaledown.DeletionCandidateTaint, Value: "1", Effect: apiv1.TaintEffectPreferNoSchedule}
+	e.register(cpu, func(n *apiv1.Node) { n.Spec.Taints = append(n.Spec.Taints, candidate) })
+	ours := cpu.ProviderIDs()[0]
+	oursName := strings.NewReplacer("://", "-", "/", "-").Replace(ours)
+	e.add(to.Pod("busy", to.Requests("10", "10Gi"), to.OnNode(oursName), to.ControlledBy("ReplicaSet", "db", "rs-db")))
+	e.add(to.Node("theirs", "16", "64Gi", to.ProviderID("azure:///subscriptions/other/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/theirs/virtualMachines/0"),
+		func(n *apiv1.Node) { n.Spec.Taints = append(n.Spec.Taints, candidate) }))
+	e.run()
+	got := acts.untaints()
+	if !slices.Contains(got, oursName+" "+scaledown.DeletionCandidateTaint) {
+		t.Errorf("untainted %v: our busy node kept its deletion-candidate taint", got)
+	}
+	for _, u := range got {
+		if strings.HasPrefix(u, "theirs ") {
+			t.Errorf("untainted %v: another autoscaler's node lost its taint", got)
 		}
 	}
 }

@@ -23,6 +23,7 @@ type balloonScenario struct {
 
 func newBalloonScenario(t *testing.T) *balloonScenario {
 	sc := newScenario(t)
+	sc.failover = true // TestBalloonsKeepWarmNodes kills its leader
 	ns, err := sc.s.cp.NewNamespace(sc.ctx, "e2e-balloons")
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +76,7 @@ func released(body, set, class string) float64 {
 // balloon class; lowering the target removes the surplus; a deleted balloon
 // Deployment comes back.
 func TestBalloonsKeepWarmNodes(t *testing.T) {
+	t.Parallel()
 	bs := newBalloonScenario(t)
 	first := bs.autoscaler("one", "--warm-pool="+bs.gpu+":3")
 	bs.warm(3, first)
@@ -149,6 +151,7 @@ func TestBalloonsKeepWarmNodes(t *testing.T) {
 // balloons as real work, so the nodes they bring are workload nodes and the
 // test above would fail on them.
 func TestBalloonAwarenessOffCountsBalloonsAsWork(t *testing.T) {
+	t.Parallel()
 	bs := newBalloonScenario(t)
 	as := bs.autoscaler("autoscaler", "--warm-pool="+bs.gpu+":3", "--balloon-aware=false")
 	bs.eventually("3 balloons Running", 3*time.Minute, func() (bool, string) {

@@ -120,8 +120,7 @@ func TestChartAppliesAndRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc.procs = append(sc.procs, p)
-	sc.addrs[p] = addr
+	sc.track(p, addr)
 	sc.workload("web", 6, "9", 0, cpu)
 	sc.eventually("the first node at the ConfigMap's 6 nodes/min", time.Minute, func() (bool, string) {
 		c := sc.capacity(cpu)
@@ -183,8 +182,7 @@ func TestChartAppliesAndRuns(t *testing.T) {
 		}
 		r, err := sc.s.cp.StartProcessEnv(sc.ctx, fmt.Sprintf("%s-chart-restarted-%d", sc.prefix, i), sc.s.autoscaler, env, append(rargs, "-v=2")...)
 		must(t, err)
-		sc.procs = append(sc.procs, r)
-		sc.addrs[r] = a
+		sc.track(r, a)
 		replicas = append(replicas, r)
 	}
 	sc.eventually("both replicas up on the last good configuration, one leading at its rate", time.Minute, func() (bool, string) {

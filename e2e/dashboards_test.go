@@ -21,6 +21,7 @@ import (
 // throttling and server errors, and a scale-down. Then every panel's query
 // returns data over the scenario's time range.
 func TestDashboardsShowDataFromARealPrometheus(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	start := time.Now()
 	gpu := sc.scaleSet("gpu", "Standard_ND96isr_H100_v5", 0, preflightTags())
@@ -29,7 +30,10 @@ func TestDashboardsShowDataFromARealPrometheus(t *testing.T) {
 	lro := sc.scaleSet("lro", "Standard_D16s_v5", 0, nil)
 	must(t, sc.s.sim.InjectFault(sc.rg, quota, armsim.Fault{Kind: armsim.FaultQuota, Count: 1}))
 	must(t, sc.s.sim.InjectFault(sc.rg, lro, armsim.Fault{Kind: armsim.FaultLROFail, Count: 1}))
-	as := sc.autoscaler("autoscaler", fastScaleDown(
+	// Its own ARM token: its reads are throttled below, not those of the
+	// scenarios running alongside (ARM throttles per principal).
+	token, caller := sc.ownARMToken("autoscaler")
+	as := sc.autoscaler("autoscaler", fastScaleDown(token,
 		"--nodes=0:10:"+gpu, "--nodes=0:20:"+cpu, "--nodes=0:3:"+quota, "--nodes=0:3:"+lro,
 		"--warm-pool="+gpu+":1", "--balloon-namespace=kube-system", // no chart here to create the balloon namespace
 		"--node-addition-rate=30", "--node-addition-burst=2",
@@ -37,7 +41,7 @@ func TestDashboardsShowDataFromARealPrometheus(t *testing.T) {
 		"--apiserver-metrics-interval=2s",
 		"--max-graceful-termination-sec=5", "--preflight-failure-settle=5s",
 		"--scale-down-brake-cluster-share=1", "--scale-down-brake-group-share=1")...)
-	prom := sc.prometheus(sc.addrs[as])
+	prom := sc.prometheus(sc.addr(as))
 	sc.runAgents(func(string, int) bool { return false }, gpu)
 
 	// Work for every group: a GPU job that displaces the warm node's
@@ -80,7 +84,7 @@ func TestDashboardsShowDataFromARealPrometheus(t *testing.T) {
 	// ARM trouble: reads throttled for a few seconds (no decision on a
 	// stale view: the groups' sizes are unknown until the next refresh),
 	// then server errors for the CPU group while it scales down.
-	sc.s.sim.Throttle("read", 3*time.Second)
+	sc.s.sim.ThrottleCaller(caller, "read", 3*time.Second)
 	sc.eventually("groups of unknown size skipped", time.Minute, func() (bool, string) {
 		_, body := sc.get(as, "/metrics")
 		return strings.Contains(body, `vmss_autoscaler_node_group_size_unknown_total{node_group="`+cpu+`"}`), "not yet"

@@ -19,6 +19,7 @@ import (
 // exactly what the pods need, never the delta applied twice, and it stays
 // there.
 func TestCommittedWriteWithALostAnswer(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 0, nil)
 	if err := sc.s.sim.InjectFault(sc.rg, cpu, armsim.Fault{Kind: armsim.FaultCommitThenServerError, Count: 2}); err != nil {
@@ -46,7 +47,9 @@ func TestCommittedWriteWithALostAnswer(t *testing.T) {
 // (Its log cannot tell: a write that committed just before the freeze is
 // logged only after the resume.)
 func TestFrozenLeaderWritesNothing(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
+	sc.failover = true // kills or freezes a leader
 	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 0, nil)
 	args := []string{"--nodes=0:40:" + cpu, "--node-addition-adaptive=false", "--node-addition-rate=20", "--node-addition-burst=1"}
 	tokenA := filepath.Join(t.TempDir(), "arm-token-a")
@@ -125,6 +128,7 @@ func TestFrozenLeaderWritesNothing(t *testing.T) {
 // here), by when all 14 are seen, and the incident ends only once fewer
 // than the threshold have failed the check for as long.
 func TestPeriodicFailureOnManyNodesIsAnIncident(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	gpu := sc.scaleSet("gpu", "Standard_ND96isr_H100_v5", 0, nil)
 	p := sc.autoscaler("one", "--nodes=0:40:"+gpu, "--node-addition-adaptive=false", "--node-addition-rate=600",

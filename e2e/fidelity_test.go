@@ -51,6 +51,7 @@ func (sc *scenario) vms(set string) map[string]string {
 // balloons are sized from a node of the group, so each fits the node it
 // buys).
 func TestWarmPoolOnRealNodesStaysAtItsSize(t *testing.T) {
+	t.Parallel()
 	bs := newBalloonScenario(t)
 	p := bs.autoscaler("one", "--warm-pool="+bs.gpu+":3")
 	bs.warm(3, p)
@@ -72,6 +73,7 @@ func TestWarmPoolOnRealNodesStaysAtItsSize(t *testing.T) {
 // register buy exactly 8 nodes: a node waiting for its device plugin is
 // coming capacity, not a reason to buy another.
 func TestGPUsAdvertisedLateBuyOneNodeEach(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	gpu := sc.scaleSet("gpu", "Standard_ND96isr_H100_v5", 0, nil)
 	p := sc.autoscaler("one", "--nodes=0:20:"+gpu, "--node-addition-adaptive=false")
@@ -91,6 +93,7 @@ func TestGPUsAdvertisedLateBuyOneNodeEach(t *testing.T) {
 // deleted, past a short provision time; scale-down still removes the empty
 // nodes.
 func TestLowerCasedResourceGroupInProviderIDs(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	if strings.ToLower(sc.rg) == sc.rg {
 		t.Fatalf("resource group %s has no capitals: the test proves nothing", sc.rg)
@@ -145,6 +148,7 @@ func TestLowerCasedResourceGroupInProviderIDs(t *testing.T) {
 // capacity: its pod buys no second node, and while it is empty and tainted
 // it is never removed.
 func TestStartupTaintedNodesAreComingCapacity(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 0, nil)
 	hook := realisticHook(sc.s.cp)

@@ -61,6 +61,7 @@ func (sc *scenario) eventsWith(reason, text string) int {
 // its 16 nodes go in one request, and the real scheduler's gang scheduling
 // runs all 16.
 func TestGangOf16NodesReleasedTogether(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	gpu := sc.scaleSet("gpu", "Standard_ND96isr_H100_v5", 0, nil)
 	as := sc.autoscaler("autoscaler", "--nodes=0:20:"+gpu, "--node-addition-burst=4", "--node-addition-adaptive=false")
@@ -78,6 +79,7 @@ func TestGangOf16NodesReleasedTogether(t *testing.T) {
 // A gang bigger than its group's max gets no node at all, and its pods say
 // why; a group with room for one of two gangs provisions one whole.
 func TestGangAllOrNothing(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	small := sc.scaleSet("small", "Standard_ND96isr_H100_v5", 0, nil)
 	room := sc.scaleSet("room", "Standard_ND96isr_H100_v5", 0, nil)
@@ -104,6 +106,7 @@ func TestGangAllOrNothing(t *testing.T) {
 // tolerating its team's taint grows only that team's group; a borrower
 // (catch-all toleration) grows no team's group.
 func TestTeamGroups(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	tag := func(team string) map[string]string {
 		return map[string]string{armsim.TaintTagPrefix + "openai.com__team": team + ":NoSchedule"}
@@ -122,7 +125,9 @@ func TestTeamGroups(t *testing.T) {
 	borrower.Spec.Template.Spec.Tolerations = []apiv1.Toleration{{Operator: apiv1.TolerationOpExists}}
 	sc.create(borrower)
 	sc.eventually("the borrower told why", time.Minute, func() (bool, string) {
-		n := sc.eventsWith("NotTriggerScaleUp", "borrower")
+		// This scenario's group named: every autoscaler in the cluster sees
+		// the pod, and others with team groups refuse it too.
+		n := sc.eventsWith("NotTriggerScaleUp", "of node group "+rl+" only through a catch-all toleration")
 		return n > 0, fmt.Sprintf("%d events", n)
 	})
 	sc.stays(rl, 2, as, 5)
@@ -138,6 +143,7 @@ func TestTeamGroups(t *testing.T) {
 // minMember 4 on a group that can add 5: the gang's minimum fits, so 5
 // nodes are requested — with the minimum unknown (all 6) it would get none.
 func TestCoschedulingGang(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	dc, err := dynamic.NewForConfig(sc.s.cp.RESTConfig)
 	if err != nil {

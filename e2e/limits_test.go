@@ -13,6 +13,7 @@ import (
 // and in the status ConfigMap (max 100 with a maxWarning, what `status`
 // prints), and scales within the limit.
 func TestScaleSetLimitClampsMax(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	name := sc.prefix + "-spg"
 	if err := sc.s.sim.AddScaleSet(armsim.ScaleSetSpec{ResourceGroup: sc.rg, Name: name, SKU: "Standard_D16s_v5", SinglePlacementGroup: true}); err != nil {

@@ -180,11 +180,29 @@ func freePort(t testing.TB) int {
 	return port
 }
 
+// issuedPorts are the ports freePortErr handed out in this process: the
+// kernel may offer a port again once its probe listener is closed, and
+// scenarios running in parallel must not be given the same one before its
+// process binds it.
+var issuedPorts = struct {
+	sync.Mutex
+	m map[int]bool
+}{m: map[int]bool{}}
+
 func freePortErr() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %w", err)
+	issuedPorts.Lock()
+	defer issuedPorts.Unlock()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("finding a free port: %w", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		if !issuedPorts.m[port] {
+			issuedPorts.m[port] = true
+			return port, nil
+		}
 	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("finding a free port: the kernel offered 100 ports already handed out")
 }

@@ -160,6 +160,7 @@ func (sc *scenario) capacityIs(set string, want int) func() (bool, string) {
 // scale-up: exactly what the pods need, no increase applied twice.
 func TestAPIServerKilledMidScaleUp(t *testing.T) {
 	sc := newScenario(t)
+	sc.failover = true // kills or freezes a leader
 	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 0, nil)
 	as := sc.supervise("one", "--nodes=0:40:"+cpu, "--node-addition-adaptive=false", "--node-addition-rate=20", "--node-addition-burst=1")
 	sc.workload("web", 12, "12", 0, cpu) // 12 nodes at 20/min: about 35 s of scale-up
@@ -204,6 +205,7 @@ func TestAPIServerKilledMidScaleUp(t *testing.T) {
 // exactly what it needs.
 func TestEtcdFrozenUntilEveryNodeIsNotReady(t *testing.T) {
 	sc := newScenario(t)
+	sc.failover = true // kills or freezes a leader
 	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 0, nil)
 	// Nodes younger than --max-node-startup-time are still starting, not
 	// unready: 20 s, so that the nodes of this scenario are past it.
@@ -286,17 +288,21 @@ func TestEtcdFrozenUntilEveryNodeIsNotReady(t *testing.T) {
 // per loop — and finishes the scale-up once ARM recovers: exactly what the
 // pods need, no increase applied twice.
 func TestARMThrottledForMinutesDuringAScaleUp(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 0, nil)
-	p := sc.autoscaler("one", "--nodes=0:40:"+cpu, "--node-addition-adaptive=false", "--node-addition-rate=20", "--node-addition-burst=1")
+	// ARM throttles per principal and subscription: the autoscaler has a
+	// token of its own, so scenarios running alongside are not throttled.
+	token, caller := sc.ownARMToken("one")
+	p := sc.autoscaler("one", "--nodes=0:40:"+cpu, "--node-addition-adaptive=false", "--node-addition-rate=20", "--node-addition-burst=1", token)
 	sc.workload("web", 10, "12", 0, cpu)
 	sc.eventually("the scale-up under way", time.Minute, func() (bool, string) {
 		c := sc.capacity(cpu)
 		return c >= 2, fmt.Sprintf("capacity %d", c)
 	})
-	until := sc.s.sim.Throttle("write", 2*time.Minute)
+	until := sc.s.sim.ThrottleCaller(caller, "write", 2*time.Minute)
 	start := until.Add(-2 * time.Minute)
-	sc.s.sim.Throttle("read", time.Minute)
+	sc.s.sim.ThrottleCaller(caller, "read", time.Minute)
 	sc.eventually("the throttling over", 3*time.Minute, func() (bool, string) {
 		return time.Now().After(until), "ARM still throttling"
 	})
@@ -330,6 +336,7 @@ func TestARMThrottledForMinutesDuringAScaleUp(t *testing.T) {
 // nodes are untainted, the failure counted, and the deletion retried
 // until the set is empty.
 func TestFailedCreateAndDeleteOperations(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 0, nil)
 	if err := sc.s.sim.InjectFault(sc.rg, cpu, armsim.Fault{Kind: armsim.FaultAllocation, Count: 1}); err != nil {

@@ -136,6 +136,7 @@ func (sc *scenario) nodesLabelled(set string) map[string]int {
 // pods wait for that and then run on them, and the pods waiting for nodes
 // in preflight never cause a second scale-up.
 func TestPreflightHoldsNodesUntilTheAgentPasses(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	gpu := sc.scaleSet("gpu", "Standard_ND96isr_H100_v5", 0, preflightTags())
 	as := sc.autoscaler("autoscaler", "--nodes=0:10:"+gpu, "--max-preflight-time=5m")
@@ -188,6 +189,7 @@ func TestPreflightHoldsNodesUntilTheAgentPasses(t *testing.T) {
 // group is backed off at the third failure, and the other group takes the
 // rest of the work.
 func TestPreflightFailuresAreReplacedAndBackTheGroupOff(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	a := sc.scaleSet("a", "Standard_ND96isr_H100_v5", 0, preflightTags())
 	b := sc.scaleSet("b", "Standard_ND96isr_H100_v5", 0, preflightTags())
@@ -231,6 +233,7 @@ func TestPreflightFailuresAreReplacedAndBackTheGroupOff(t *testing.T) {
 // With 60 % of the cluster pending preflight, scale-up and scale-down of
 // the rest go on, and the pending nodes are never removed.
 func TestPreflightPendingMajorityDoesNotFreezeTheCluster(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	gpu := sc.scaleSet("gpu", "Standard_ND96isr_H100_v5", 6, preflightTags())
 	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 4, nil)

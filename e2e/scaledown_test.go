@@ -88,6 +88,7 @@ func (sc *scenario) stays(set string, n int, p *harness.Process, loops float64) 
 }
 
 func TestScaleDownEmptyNodes(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 3, nil)
 	sc.registered(cpu, 3)
@@ -119,6 +120,7 @@ func (sc *scenario) exported(p *harness.Process, lines ...string) {
 }
 
 func TestScaleDownRespectsPDBAndDisabledAnnotation(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 3, nil)
 	sc.registered(cpu, 3)
@@ -170,6 +172,7 @@ func TestScaleDownRespectsPDBAndDisabledAnnotation(t *testing.T) {
 // Most nodes go NotReady at once (as when etcd or the network fails): the
 // brake lets at most half the group go within its window.
 func TestBrakeStopsMassDeletion(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 6, nil)
 	sc.registered(cpu, 6)
@@ -212,6 +215,7 @@ func TestBrakeStopsMassDeletion(t *testing.T) {
 // one disruption holds), lands on a node that stays, and the drained node
 // is deleted.
 func TestScaleDownDrainsThroughEvictionAPI(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 2, nil)
 	sc.registered(cpu, 2)

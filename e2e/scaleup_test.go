@@ -15,6 +15,7 @@ import (
 // 40 pods of 3 CPUs on 16-vCPU machines: 5 per node, 8 nodes, from the CPU
 // group; the GPU group must not be touched.
 func TestScaleUpFromZero(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 0, nil)
 	gpu := sc.scaleSet("gpu", "Standard_ND96isr_H100_v5", 0, nil)
@@ -63,6 +64,7 @@ func TestScaleUpFromZero(t *testing.T) {
 }
 
 func TestNoScaleUpForPodsThatFit(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 2, nil)
 	sc.eventually("2 nodes registered", time.Minute, func() (bool, string) {
@@ -84,19 +86,27 @@ func TestNoScaleUpForPodsThatFit(t *testing.T) {
 }
 
 func TestPodNoGroupCanTake(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 0, nil)
 	team := sc.scaleSet("team", "Standard_ND96isr_H100_v5", 0, map[string]string{
 		"k8s.io_cluster-autoscaler_node-template_taint_openai.com__team": "rl:NoSchedule"})
 	sc.autoscaler("autoscaler", "--nodes=0:20:"+cpu, "--nodes=0:20:"+team)
 	sc.workload("train", 1, "8", 8, cpu, team)
+	// Any of the pod's events: every autoscaler in the cluster sees the
+	// pod, and those of scenarios running alongside tell it that their
+	// groups' node affinity does not match.
 	sc.eventually("NotTriggerScaleUp", time.Minute, func() (bool, string) {
 		ev := sc.events("NotTriggerScaleUp")
-		if len(ev) == 0 {
-			return false, "no event"
+		var msgs []string
+		for _, e := range ev {
+			m := e.Message
+			if strings.Contains(m, "Insufficient nvidia.com/gpu") && strings.Contains(m, "untolerated taint") {
+				return true, m
+			}
+			msgs = append(msgs, m)
 		}
-		m := ev[0].Message
-		return strings.Contains(m, "Insufficient nvidia.com/gpu") && strings.Contains(m, "untolerated taint"), m
+		return false, fmt.Sprintf("%d events: %q", len(ev), msgs)
 	})
 	if sc.capacity(cpu)+sc.capacity(team) != 0 {
 		t.Fatalf("scaled up: cpu %d team %d", sc.capacity(cpu), sc.capacity(team))
@@ -104,6 +114,7 @@ func TestPodNoGroupCanTake(t *testing.T) {
 }
 
 func TestQuotaErrorFallsBackToNextGroup(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	a := sc.scaleSet("a", "Standard_D16s_v5", 0, nil)
 	b := sc.scaleSet("b", "Standard_D16s_v5", 0, nil)
@@ -128,6 +139,7 @@ func TestQuotaErrorFallsBackToNextGroup(t *testing.T) {
 }
 
 func TestNeverRegisteredMachinesAreReplaced(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	a := sc.scaleSet("a", "Standard_D16s_v5", 0, nil)
 	b := sc.scaleSet("b", "Standard_D16s_v5", 0, nil)
@@ -151,7 +163,9 @@ func TestNeverRegisteredMachinesAreReplaced(t *testing.T) {
 // Two replicas; the leader is killed in the middle of a scale-up; the other
 // takes over and the final size is what the pods need, never more.
 func TestLeaderElectionTakeover(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
+	sc.failover = true // kills or freezes a leader
 	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 0, nil)
 	first := sc.autoscaler("one", "--nodes=0:40:"+cpu)
 	sc.eventually("a leader", 30*time.Second, func() (bool, string) {
@@ -179,6 +193,7 @@ func TestLeaderElectionTakeover(t *testing.T) {
 // by editing it, and the scale-up speeds up without a restart; a bad value
 // is refused as a whole, with an event naming it, and changes nothing.
 func TestLiveConfigMapTuning(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 0, nil)
 	cms := sc.s.cp.Client.CoreV1().ConfigMaps(sc.ns)

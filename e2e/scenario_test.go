@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -35,6 +36,11 @@ type scenario struct {
 	mu     sync.Mutex // procs and addrs, added to by supervisors
 	procs  []*harness.Process
 	addrs  map[*harness.Process]string
+	// failover: the autoscalers get a 4 s lease (3 s renew deadline), for
+	// scenarios that kill or freeze a leader and wait for another to take
+	// over. Others get a 15 s lease: scenarios run in parallel on two
+	// CPUs, and a leader that misses its renew deadline exits.
+	failover bool
 }
 
 var nonAlnum = regexp.MustCompile(`[^a-z0-9]+`)
@@ -109,7 +115,6 @@ func (sc *scenario) startAutoscaler(name string, extra ...string) (*harness.Proc
 		"--kubeconfig=" + sc.s.cp.Kubeconfig,
 		"--namespace=" + sc.ns,
 		"--leader-elect-resource-name=vmss-autoscaler",
-		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
 		"--address=" + addr,
 		"--azure-subscription-id=" + subscription,
 		"--azure-resource-groups=" + sc.rg,
@@ -124,15 +129,26 @@ func (sc *scenario) startAutoscaler(name string, extra ...string) (*harness.Proc
 		"--kube-client-qps=100", "--kube-client-burst=200",
 		"-v=2",
 	}
+	if sc.failover {
+		args = append(args, "--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms")
+	} else {
+		args = append(args, "--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s")
+	}
 	p, err := sc.s.cp.StartProcess(sc.ctx, sc.prefix+"-"+name, sc.s.autoscaler, append(args, extra...)...)
 	if err != nil {
 		return nil, err
 	}
+	sc.track(p, addr)
+	return p, nil
+}
+
+// track records a process the scenario started, serving on addr: stopped
+// at the end, its log named when the test fails.
+func (sc *scenario) track(p *harness.Process, addr string) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	sc.procs = append(sc.procs, p)
 	sc.addrs[p] = addr
-	return p, nil
 }
 
 // workload creates a Deployment whose pods may only land on the given scale sets.
@@ -217,11 +233,17 @@ func (sc *scenario) podPhases() map[apiv1.PodPhase]int {
 
 // nodesOf counts Ready nodes per scale set of the scenario.
 func (sc *scenario) nodesOf() map[string]int {
-	nodes, err := sc.s.cp.Client.CoreV1().Nodes().List(sc.ctx, metav1.ListOptions{})
+	out := map[string]int{}
+	if len(sc.sets) == 0 {
+		return out
+	}
+	// Only the scenario's nodes: scenarios run in parallel, and a poll
+	// every 250 ms of every node in the cluster is load on the API server.
+	sel := armsim.NodeGroupLabel + " in (" + strings.Join(sc.sets, ",") + ")"
+	nodes, err := sc.s.cp.Client.CoreV1().Nodes().List(sc.ctx, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
 		sc.t.Fatal(err)
 	}
-	out := map[string]int{}
 	mine := map[string]bool{}
 	for _, s := range sc.sets {
 		mine[s] = true
@@ -257,10 +279,28 @@ func (sc *scenario) events(reason string) []apiv1.Event {
 	return out
 }
 
-func (sc *scenario) get(p *harness.Process, path string) (int, string) {
+// addr is the metrics and health address of one of the scenario's autoscalers.
+func (sc *scenario) addr(p *harness.Process) string {
 	sc.mu.Lock()
-	addr := sc.addrs[p]
-	sc.mu.Unlock()
+	defer sc.mu.Unlock()
+	return sc.addrs[p]
+}
+
+// ownARMToken gives the scenario's autoscalers an ARM token of their own:
+// the flag to pass them and the caller the simulator names them by, to
+// throttle them alone (armsim ThrottleCaller) or tell their writes apart.
+func (sc *scenario) ownARMToken(name string) (flag, caller string) {
+	sc.t.Helper()
+	token := "e2e-token-" + sc.prefix + "-" + name
+	file := filepath.Join(sc.t.TempDir(), "arm-token-"+name)
+	if err := os.WriteFile(file, []byte(token), 0o600); err != nil {
+		sc.t.Fatal(err)
+	}
+	return "--azure-token-file=" + file, armsim.CallerOf(token)
+}
+
+func (sc *scenario) get(p *harness.Process, path string) (int, string) {
+	addr := sc.addr(p)
 	resp, err := http.Get("http://" + addr + path)
 	if err != nil {
 		return 0, err.Error()

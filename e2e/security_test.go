@@ -263,6 +263,7 @@ func wantRefused(t *testing.T, what string, err error, want string) {
 // is bound to, and only the preflight label, taint and annotations on it;
 // the real agent binary's fail and pass of its own node are admitted.
 func TestPreflightAgentOwnNodeOnly(t *testing.T) {
+	t.Parallel()
 	ss := newSecurityScenario(t, "e2e-sec-agent")
 	a, b := ss.node(ss.prefix+"-node-a"), ss.node(ss.prefix+"-node-b")
 	sa := ss.full + "-preflight"
@@ -374,6 +375,7 @@ func TestPreflightAgentOwnNodeOnly(t *testing.T) {
 // ConfigMap, Lease and PriorityClass, writes Deployments only in the
 // balloon namespace, where Pod Security "restricted" holds.
 func TestAutoscalerOwnObjectsOnly(t *testing.T) {
+	t.Parallel()
 	ss := newSecurityScenario(t, "e2e-sec-own")
 	as := ss.client(ss.token(ss.full, nil))
 	ctx, cms := ss.ctx, as.CoreV1().ConfigMaps(ss.ns)

@@ -74,6 +74,7 @@ func (sc *scenario) removeNodesAfter(set string) {
 func TestSmoothingSpreadsNodeAdditions(t *testing.T) {
 	const pods, rate, burst = 300, 120, 5
 	sc := newScenario(t)
+	sc.failover = true // kills or freezes a leader
 	set := sc.scaleSet("cpu", "Standard_D16s_v5", 0, nil)
 	sc.removeNodesAfter(set)
 	first := sc.autoscaler("one", smoothingFlags(set, rate, burst)...)
@@ -147,6 +148,7 @@ func TestWithoutSmoothingNodesArriveInABurst(t *testing.T) {
 // Half the pods are deleted while their nodes wait in the queue: those
 // nodes are never created.
 func TestCancelledQueuedNodesAreNeverCreated(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	set := sc.scaleSet("cpu", "Standard_D16s_v5", 0, nil)
 	sc.removeNodesAfter(set)

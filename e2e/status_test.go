@@ -24,6 +24,7 @@ import (
 // API server, nodes are queued and held by the rate. At the end it shows
 // the group settled.
 func TestStatusCommandDuringScaleUp(t *testing.T) {
+	t.Parallel()
 	sc := newScenario(t)
 	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 0, nil)
 	as := sc.autoscaler("autoscaler", "--nodes=1:20:"+cpu,
@@ -32,7 +33,7 @@ func TestStatusCommandDuringScaleUp(t *testing.T) {
 	sc.workload("web", 6, "9", 0, cpu)
 
 	fromConfigMap := []string{"--kubeconfig=" + sc.s.cp.Kubeconfig, "--namespace=" + sc.ns}
-	fromMetrics := []string{"--metrics-url=http://" + sc.addrs[as] + "/metrics"}
+	fromMetrics := []string{"--metrics-url=http://" + sc.addr(as) + "/metrics"}
 
 	// During the scale-up: nodes queued, held by the rate, and the
 	// command's numbers are the cluster's.

@@ -185,8 +185,11 @@ func (s *ScaleDown) Held(now time.Time, afterDelete, afterFailure time.Duration)
 // SoftTaint keeps DeletionCandidate taints on exactly the unneeded nodes,
 // within the per-loop write budget. Which nodes carry the taint is read
 // from the nodes themselves, so a restart cleans up after the previous
-// leader.
-func (s *ScaleDown) SoftTaint(ctx context.Context, now time.Time, nodes []*apiv1.Node, unneeded []string) {
+// leader. Only nodes of this process's node groups (managed) are
+// untainted: the key is cluster-autoscaler's too, and a node of another
+// autoscaler (another cluster-autoscaler, or ours for other scale sets) is
+// that one's to taint.
+func (s *ScaleDown) SoftTaint(ctx context.Context, now time.Time, nodes []*apiv1.Node, unneeded []string, managed func(name string) bool) {
 	logger := klog.FromContext(ctx)
 	budget := s.opts.MaxSoftTaintsPerLoop
 	want := make(map[string]bool, len(unneeded))
@@ -196,7 +199,7 @@ func (s *ScaleDown) SoftTaint(ctx context.Context, now time.Time, nodes []*apiv1
 	var has []string
 	tainted := map[string]bool{}
 	for _, n := range nodes {
-		if HasTaintKey(n, scaledown.DeletionCandidateTaint) {
+		if managed(n.Name) && HasTaintKey(n, scaledown.DeletionCandidateTaint) {
 			has = append(has, n.Name)
 			tainted[n.Name] = true
 		}

@@ -197,7 +197,8 @@ func (s *Server) handle(r *http.Request) response {
 
 // route checks, throttles, counts and dispatches a request. Callers hold s.mu.
 func (s *Server) route(r *http.Request, kind string, body []byte, now time.Time) response {
-	if token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); !ok || strings.TrimSpace(token) == "" {
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || strings.TrimSpace(token) == "" {
 		return errorResponse(http.StatusUnauthorized, "AuthenticationFailed",
 			"Authentication failed. The 'Authorization' header is missing or is not a bearer token.")
 	}
@@ -217,7 +218,7 @@ func (s *Server) route(r *http.Request, kind string, body []byte, now time.Time)
 	if !strings.EqualFold(rt.sub, s.opts.SubscriptionID) {
 		return errorResponse(http.StatusNotFound, "SubscriptionNotFound", "The subscription '%s' could not be found.", rt.sub)
 	}
-	if resp, throttled := s.admit(kind, now); throttled {
+	if resp, throttled := s.admit(kind, CallerOf(token), now); throttled {
 		s.calls[OpThrottled]++
 		return resp
 	}
@@ -251,14 +252,19 @@ func (s *Server) route(r *http.Request, kind string, body []byte, now time.Time)
 }
 
 // admit takes a token from the kind's bucket, or answers 429 when there is
-// none or the kind is throttled. Callers hold s.mu.
-func (s *Server) admit(kind string, now time.Time) (response, bool) {
+// none or the kind is throttled, for everyone (Throttle) or for the caller
+// (ThrottleCaller). Callers hold s.mu.
+func (s *Server) admit(kind, caller string, now time.Time) (response, bool) {
 	policy := readPolicy
 	if kind == kindWrite {
 		policy = writePolicy
 	}
+	until, ok := s.blocked[kind]
+	if mine, isMine := s.blockedFor[caller][kind]; isMine && (!ok || mine.After(until)) {
+		until, ok = mine, true
+	}
 	var wait time.Duration
-	if until, ok := s.blocked[kind]; ok && now.Before(until) {
+	if ok && now.Before(until) {
 		wait = until.Sub(now)
 	} else if ok, _, w := s.buckets[kind].take(now); !ok {
 		wait = w

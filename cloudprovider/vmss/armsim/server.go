@@ -113,7 +113,9 @@ type Server struct {
 	calls   map[string]int
 	buckets map[string]*bucket   // by request kind
 	blocked map[string]time.Time // request kind -> throttled until (Throttle)
-	writes  []Write              // every write request, in order
+	// blockedFor is ThrottleCaller's: caller -> request kind -> until.
+	blockedFor map[string]map[string]time.Time
+	writes     []Write // every write request, in order
 
 	ts      *httptest.Server
 	cert    tls.Certificate
@@ -186,7 +188,8 @@ func New(opts Options) (*Server, error) {
 			kindRead:  newBucket(opts.ReadsPerWindow, unlimitedReads, opts.Window, now),
 			kindWrite: newBucket(opts.WritesPerWindow, unlimitedWrites, opts.Window, now),
 		},
-		blocked: map[string]time.Time{},
+		blocked:    map[string]time.Time{},
+		blockedFor: map[string]map[string]time.Time{},
 	}, nil
 }
 
@@ -383,5 +386,27 @@ func (s *Server) Throttle(kind string, d time.Duration) time.Time {
 	until := s.clock.Now().Add(d)
 	s.blocked[kind] = until
 	klog.V(2).InfoS("Throttling requests", "kind", kind, "duration", d)
+	return until
+}
+
+// ThrottleCaller is Throttle for one security principal: every request of
+// the kind sent with a bearer token whose CallerOf is caller is answered
+// 429 for d; other callers are served. ARM applies its subscription limits
+// per principal and subscription, so one client can be throttled while
+// another in the same subscription is not. It lets tests that share the
+// simulator throttle only their own autoscaler.
+func (s *Server) ThrottleCaller(caller, kind string, d time.Duration) time.Time {
+	if kind != kindRead && kind != kindWrite {
+		klog.ErrorS(nil, "Ignoring throttle of unknown request kind", "kind", kind, "caller", caller)
+		return time.Time{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	until := s.clock.Now().Add(d)
+	if s.blockedFor[caller] == nil {
+		s.blockedFor[caller] = map[string]time.Time{}
+	}
+	s.blockedFor[caller][kind] = until
+	klog.V(2).InfoS("Throttling requests of one caller", "kind", kind, "caller", caller, "duration", d)
 	return until
 }

@@ -697,6 +697,38 @@ func TestThrottling(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("throttle one caller", func(t *testing.T) {
+		env := newTestEnv(t, Options{}, spec)
+		me := CallerOf("static-test-token")
+		// Another principal throttled: this client is served.
+		env.srv.ThrottleCaller(CallerOf("another-token"), "read", time.Minute)
+		if _, err := env.sets.Get(ctx, testRG, "pool", nil); err != nil {
+			t.Fatalf("read while another caller is throttled: %v", err)
+		}
+		env.srv.ThrottleCaller(me, "read", 40*time.Second)
+		_, err := env.sets.Get(ctx, testRG, "pool", nil)
+		if re := responseError(t, err); re.StatusCode != http.StatusTooManyRequests || re.RawResponse.Header.Get("Retry-After") != "40" {
+			t.Fatalf("read: %d Retry-After %q, want 429 and 40", re.StatusCode, re.RawResponse.Header.Get("Retry-After"))
+		}
+		// Its writes are not throttled, and a longer subscription-wide
+		// throttle wins over the caller's shorter one.
+		if _, err := env.scaleTo(ctx, "pool", 2, nil); err != nil {
+			t.Fatalf("write while only reads are throttled: %v", err)
+		}
+		env.srv.Throttle("read", 70*time.Second)
+		_, err = env.sets.Get(ctx, testRG, "pool", nil)
+		if re := responseError(t, err); re.RawResponse.Header.Get("Retry-After") != "70" {
+			t.Fatalf("read under both throttles: Retry-After %q, want 70", re.RawResponse.Header.Get("Retry-After"))
+		}
+		env.clock.Step(70 * time.Second)
+		if _, err := env.sets.Get(ctx, testRG, "pool", nil); err != nil {
+			t.Fatalf("read after both throttles: %v", err)
+		}
+		if got := env.srv.ThrottleCaller(me, "delete", time.Minute); !got.IsZero() {
+			t.Fatalf("unknown kind throttled until %v, want the zero time", got)
+		}
+	})
 }
 
 func TestRequestValidation(t *testing.T) {
