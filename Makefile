@@ -5,9 +5,10 @@
 #   make image                          OCI layout + archive under $(IMAGE_DIR), linux/amd64 and linux/arm64
 #   make push IMAGE=registry/name:tag   push it with the standard keychain (docker login, az acr login)
 GO ?= go
-# staticcheck is built once into the git-ignored .cache/tools, per version.
+# staticcheck is built once into the git-ignored .cache/tools, per its
+# version and Go's (a staticcheck built by an older Go refuses newer code).
 STATICCHECK_VERSION ?= v0.8.2
-STATICCHECK ?= .cache/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
+STATICCHECK ?= .cache/tools/staticcheck-$(STATICCHECK_VERSION)-$(shell $(GO) env GOVERSION)/staticcheck
 # Output of make image (git-ignored). VERSION defaults to the chart's
 # appVersion, REVISION to `git rev-parse HEAD`, CA_CERTS to this machine's
 # bundle (Debian's ca-certificates).
@@ -29,7 +30,7 @@ PREFLIGHT_IMAGE ?=
 # first that fails.
 TEST_STAGES = deps lint unit fuzz e2e scale-ci
 test:
-	@./.ci/stages $(TEST_STAGES)
+	+@MAKE='$(MAKE)' ./.ci/stages $(TEST_STAGES)
 
 # Prometheus (Debian's package) for the dashboard e2e test; a no-op when present.
 deps:
@@ -41,17 +42,16 @@ lint: $(STATICCHECK)
 	$(STATICCHECK) ./...
 
 $(STATICCHECK):
-	GOBIN=$(CURDIR)/$(dir $(STATICCHECK)) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	GOBIN=$(abspath $(dir $(STATICCHECK))) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 # Every package but the end-to-end ones, with the race detector, except
 # the image's: its tests cross-build the autoscaler for linux/amd64 and
 # linux/arm64 and run it, which -race would build a second time for
 # nothing (the race detector has no arm64 cross-build here and finds no
 # races in a build script). They run once, without -race.
-UNRACED = /internal/image
 unit:
-	$(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v /e2e | grep -v '$(UNRACED)')
-	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep '$(UNRACED)')
+	$(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v -e /e2e -e '/internal/image$$')
+	$(GO) test -count=1 -timeout 30m ./internal/image
 
 # Go native fuzzing of every parser of untrusted input, each for FUZZTIME
 # (go test runs one fuzz target at a time). A crash is written to the
@@ -87,8 +87,9 @@ fuzz:
 # plane is built into .cache/bin on first use). Scenarios that only use their
 # own namespace, scale sets and autoscaler run E2E_PARALLEL at a time on the
 # shared control plane; those that kill or freeze a shared component (the
-# API server, etcd, kwok) or need the node-registration hook to themselves
-# (the smoothing rates) run alone, before the rest (they do not call
+# API server, etcd, kwok), need the node-registration hook to themselves
+# (the smoothing rates) or apply the chart's preflight DaemonSet (it selects
+# every pending node) run alone, before the rest (they do not call
 # t.Parallel).
 E2E_PARALLEL ?= 4
 e2e:

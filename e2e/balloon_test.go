@@ -23,7 +23,6 @@ type balloonScenario struct {
 
 func newBalloonScenario(t *testing.T) *balloonScenario {
 	sc := newScenario(t)
-	sc.failover = true // TestBalloonsKeepWarmNodes kills its leader
 	ns, err := sc.s.cp.NewNamespace(sc.ctx, "e2e-balloons")
 	if err != nil {
 		t.Fatal(err)
@@ -78,6 +77,7 @@ func released(body, set, class string) float64 {
 func TestBalloonsKeepWarmNodes(t *testing.T) {
 	t.Parallel()
 	bs := newBalloonScenario(t)
+	bs.failover = true // kills its leader
 	first := bs.autoscaler("one", "--warm-pool="+bs.gpu+":3")
 	bs.warm(3, first)
 	_, warmNodes := bs.balloonsRunning()

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -12,7 +10,6 @@ import (
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
 	apiv1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // ARM applies a scale-up's PATCH and answers 500 (twice): the capacity is
@@ -52,12 +49,8 @@ func TestFrozenLeaderWritesNothing(t *testing.T) {
 	sc.failover = true // kills or freezes a leader
 	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 0, nil)
 	args := []string{"--nodes=0:40:" + cpu, "--node-addition-adaptive=false", "--node-addition-rate=20", "--node-addition-burst=1"}
-	tokenA := filepath.Join(t.TempDir(), "arm-token-a")
-	if err := os.WriteFile(tokenA, []byte("e2e-token-a"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	callerA := armsim.CallerOf("e2e-token-a")
-	a := sc.autoscaler("a", append(args, "--azure-token-file="+tokenA)...)
+	tokenA, callerA := sc.ownARMToken("a")
+	a := sc.autoscaler("a", append(args, tokenA)...)
 	sc.eventually("a leading", 30*time.Second, func() (bool, string) {
 		return sc.logContains(a, "Starting autoscaler loop"), "not yet"
 	})
@@ -227,14 +220,6 @@ func TestPeriodicFailureOnManyNodesIsAnIncident(t *testing.T) {
 	if strings.Contains(body, "vmss_autoscaler_preflight_incident_nodes{") {
 		t.Fatal("preflight_incident_nodes still exported after the incident")
 	}
-}
-
-func (sc *scenario) nodeList(set string) []apiv1.Node {
-	nodes, err := sc.s.cp.Client.CoreV1().Nodes().List(sc.ctx, metav1.ListOptions{LabelSelector: armsim.NodeGroupLabel + "=" + set})
-	if err != nil {
-		sc.t.Fatal(err)
-	}
-	return nodes.Items
 }
 
 // failedLeft are the failed nodes whose Node objects are still there.

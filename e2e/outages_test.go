@@ -272,7 +272,7 @@ func TestEtcdFrozenUntilEveryNodeIsNotReady(t *testing.T) {
 	kwokBack = true
 	sc.silentBetween(cpu, frozen, thawed, "etcd was frozen")
 	sc.eventually("the nodes Ready again", 2*time.Minute, func() (bool, string) {
-		n := sc.nodesOf()[cpu]
+		n := sc.readyNodesOf()[cpu]
 		return n == 6, fmt.Sprintf("%d Ready", n)
 	})
 	sc.workload("more", 3, "12", 0, cpu)

@@ -56,7 +56,7 @@ scrape_configs:
 	if err != nil {
 		sc.t.Fatal(err)
 	}
-	sc.procs = append(sc.procs, p)
+	sc.track(p, addr)
 	pr := &prometheus{url: "http://" + addr, proc: p}
 	sc.eventually("Prometheus ready", time.Minute, func() (bool, string) {
 		resp, err := http.Get(pr.url + "/-/ready")

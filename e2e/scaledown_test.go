@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
 	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
 )
 
@@ -36,15 +35,9 @@ func (sc *scenario) registered(set string, n int) {
 }
 
 func (sc *scenario) nodeNames(set string) []string {
-	nodes, err := sc.s.cp.Client.CoreV1().Nodes().List(sc.ctx, metav1.ListOptions{})
-	if err != nil {
-		sc.t.Fatal(err)
-	}
 	var out []string
-	for _, n := range nodes.Items {
-		if n.Labels[armsim.NodeGroupLabel] == set {
-			out = append(out, n.Name)
-		}
+	for _, n := range sc.nodeList(set) {
+		out = append(out, n.Name)
 	}
 	return out
 }

@@ -231,29 +231,49 @@ func (sc *scenario) podPhases() map[apiv1.PodPhase]int {
 	return out
 }
 
-// nodesOf counts Ready nodes per scale set of the scenario.
+// nodesOf counts the nodes (registered, Ready or not) per scale set of the scenario.
 func (sc *scenario) nodesOf() map[string]int {
+	return sc.countNodes(func(*apiv1.Node) bool { return true })
+}
+
+// readyNodesOf counts the Ready nodes per scale set of the scenario.
+func (sc *scenario) readyNodesOf() map[string]int {
+	return sc.countNodes(func(n *apiv1.Node) bool {
+		for _, c := range n.Status.Conditions {
+			if c.Type == apiv1.NodeReady {
+				return c.Status == apiv1.ConditionTrue
+			}
+		}
+		return false
+	})
+}
+
+func (sc *scenario) countNodes(keep func(*apiv1.Node) bool) map[string]int {
 	out := map[string]int{}
-	if len(sc.sets) == 0 {
-		return out
+	for _, n := range sc.nodeList() {
+		if keep(&n) {
+			out[n.Labels[armsim.NodeGroupLabel]]++
+		}
 	}
-	// Only the scenario's nodes: scenarios run in parallel, and a poll
-	// every 250 ms of every node in the cluster is load on the API server.
-	sel := armsim.NodeGroupLabel + " in (" + strings.Join(sc.sets, ",") + ")"
+	return out
+}
+
+// nodeList lists the nodes of the scenario's scale sets (or of the sets
+// given) by their node-group label: scenarios run in parallel, and a poll
+// every 250 ms of every node in the cluster is load on the API server.
+func (sc *scenario) nodeList(sets ...string) []apiv1.Node {
+	if len(sets) == 0 {
+		sets = sc.sets
+	}
+	if len(sets) == 0 {
+		return nil
+	}
+	sel := armsim.NodeGroupLabel + " in (" + strings.Join(sets, ",") + ")"
 	nodes, err := sc.s.cp.Client.CoreV1().Nodes().List(sc.ctx, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
 		sc.t.Fatal(err)
 	}
-	mine := map[string]bool{}
-	for _, s := range sc.sets {
-		mine[s] = true
-	}
-	for _, n := range nodes.Items {
-		if g := n.Labels[armsim.NodeGroupLabel]; mine[g] {
-			out[g]++
-		}
-	}
-	return out
+	return nodes.Items
 }
 
 func (sc *scenario) capacity(set string) int {
