@@ -36,8 +36,12 @@ test:
 deps:
 	@./.ci/deps
 
+# gofmt's list goes to stderr through the shell (>&2), not tee /dev/stderr:
+# opening /dev/stderr reopens a log file that stderr is redirected to, with
+# truncation, and wiped what make test had written before it.
 lint: $(STATICCHECK)
-	@test -z "$$(git ls-files -co --exclude-standard '*.go' | xargs gofmt -l | tee /dev/stderr)" || { echo "gofmt: files above need formatting"; exit 1; }
+	@unformatted="$$(git ls-files -co --exclude-standard '*.go' | xargs gofmt -l)"; \
+	if [ -n "$$unformatted" ]; then echo "$$unformatted" >&2; echo "gofmt: files above need formatting" >&2; exit 1; fi
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
 

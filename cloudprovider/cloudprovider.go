@@ -99,8 +99,14 @@ type Instance struct {
 	ProviderID string
 	State      InstanceState
 	// Error is set when the cloud reports that the machine failed (for example
-	// its creation ran out of quota).
+	// its creation ran out of quota): a machine that is not running.
 	Error *InstanceError
+	// FailedRunning is set when the cloud reports the machine failed while
+	// it runs: an Azure VM whose extension, data-disk attach or model update
+	// failed has provisioningState Failed and power state running. It is a
+	// running machine (State InstanceRunning, Error nil), never capacity in
+	// error, and nothing deletes it for that: its node and pods live on.
+	FailedRunning *InstanceError
 }
 
 // InstanceError is a failure the cloud reported for one machine.

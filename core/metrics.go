@@ -21,6 +21,7 @@ type Metrics struct {
 	ScaleUps           *prometheus.CounterVec
 	ScaledUpNodes      *prometheus.CounterVec
 	FailedScaleUps     *prometheus.CounterVec
+	FailedRunning      *prometheus.GaugeVec
 	Backoff            *prometheus.GaugeVec
 	SizeUnknown        *prometheus.CounterVec
 	SnapshotRebuilt    prometheus.Gauge
@@ -92,6 +93,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Successful scale-up requests per node group."}, []string{"node_group"}),
 		ScaledUpNodes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "scaled_up_nodes_total",
 			Help: "Nodes requested by successful scale-ups per node group."}, []string{"node_group"}),
+		FailedRunning: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "failed_running_instances",
+			Help: "Machines the cloud reports failed while they run (an Azure VM whose extension, data-disk attach or model update failed), per node group and error code: kept, never deleted for it."},
+			[]string{"node_group", "code"}),
 		FailedScaleUps: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "failed_scale_ups_total",
 			Help: "Failed scale-ups per node group and reason (quota, out-of-capacity, provision-timeout, instance-error, throttled, conflict, other)."},
 			[]string{"node_group", "reason"}),
@@ -169,6 +173,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.UnneededNodes, m.KeptNodes, m.ScaledDownNodes, m.FailedScaleDowns, m.Evictions, m.BrakeEngaged, m.DrainsInFlight, m.ClusterUnhealthy, m.ReplacementBrakeEngaged, m.GateRefused)
 	reg.MustRegister(m.LoopDuration, m.PhaseDuration, m.LoopErrors, m.LastSuccessfulLoop, m.UnschedulablePods,
 		m.PodsAwaitingNodes, m.Nodes, m.TargetSize, m.MinSize, m.MaxSize, m.ScaleUps, m.ScaledUpNodes,
-		m.FailedScaleUps, m.Backoff, m.SizeUnknown, m.SnapshotRebuilt)
+		m.FailedScaleUps, m.FailedRunning, m.Backoff, m.SizeUnknown, m.SnapshotRebuilt)
 	return m
 }

@@ -23,6 +23,7 @@ func (a *Autoscaler) updateClusterState(ctx context.Context, l *loop) error {
 	act := a.registry.Update(l.now, l.groups, l.nodes, func(n *apiv1.Node) cloudprovider.NodeGroup { return l.groupOf[n.Name] })
 	l.actions = act
 	a.guardUnready(ctx, l)
+	a.reportFailedRunning(ctx, act)
 	for _, f := range act.Failures {
 		a.metrics.FailedScaleUps.WithLabelValues(f.Group, f.Reason).Inc()
 		logger.Info("Scale-up failed", "nodeGroup", f.Group, "reason", f.Reason, "class", f.Class.String(), "message", f.Message)
@@ -128,7 +129,7 @@ func (a *Autoscaler) publishGroupMetrics(gs *clusterstate.GroupState) {
 	for state, v := range map[string]int{
 		"ready": r.Ready, "unready": r.Unready, "not_started": r.NotStarted, "unregistered": r.Unregistered,
 		"long_unregistered": r.LongUnregistered, "in_error": r.InError, "deleting": r.Deleting, "upcoming": r.Upcoming,
-		"preflight": r.Preflight, "preflight_failed": r.PreflightFailed,
+		"preflight": r.Preflight, "preflight_failed": r.PreflightFailed, "failed_running": r.FailedRunning,
 	} {
 		a.metrics.Nodes.WithLabelValues(gs.ID, state).Set(float64(v))
 	}

@@ -55,7 +55,7 @@ func groupStatus(gs *clusterstate.GroupState) GroupStatus {
 		Name: gs.ID, Min: gs.Min, Max: gs.Max,
 		Ready: r.Ready, Unready: r.Unready, NotStarted: r.NotStarted, Unregistered: r.Unregistered,
 		LongUnregistered: r.LongUnregistered, InError: r.InError, Deleting: r.Deleting, Upcoming: r.Upcoming,
-		Preflight: r.Preflight, PreflightFailed: r.PreflightFailed, MaxWarning: gs.MaxWarning,
+		Preflight: r.Preflight, PreflightFailed: r.PreflightFailed, MaxWarning: gs.MaxWarning, FailedRunning: r.FailedRunning,
 	}
 	if r.TargetKnown {
 		t := r.Target

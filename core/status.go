@@ -104,6 +104,7 @@ type GroupStatus struct {
 	Unregistered     int            `json:"unregistered"`
 	LongUnregistered int            `json:"longUnregistered"`
 	InError          int            `json:"instancesInError"`
+	FailedRunning    int            `json:"instancesFailedRunning,omitempty"`
 	Deleting         int            `json:"deleting"`
 	Upcoming         int            `json:"upcoming"`
 	Preflight        int            `json:"preflightPending"`

@@ -273,6 +273,10 @@ func (g *Group) Instances() ([]cloudprovider.Instance, error) {
 			e := *in.Error
 			c.Error = &e
 		}
+		if in.FailedRunning != nil {
+			e := *in.FailedRunning
+			c.FailedRunning = &e
+		}
 		out = append(out, c)
 	}
 	return out, nil
@@ -301,6 +305,33 @@ func (g *Group) FailNextCreation(class cloudprovider.ErrorClass, code, msg strin
 	g.p.mu.Lock()
 	defer g.p.mu.Unlock()
 	g.failNext = &cloudprovider.InstanceError{Class: class, Code: code, Message: msg}
+}
+
+// SetInstanceFailure makes an existing instance report a failure, as a
+// cloud reports a machine whose last operation failed: while it runs
+// (FailedRunning, as an Azure VM whose extension failed) when running is
+// set, else as a machine that is not running (Error). A nil failure
+// clears both. It reports whether the instance exists.
+func (g *Group) SetInstanceFailure(providerID string, running bool, failure *cloudprovider.InstanceError) bool {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	for _, in := range g.instances {
+		if in.ProviderID != providerID {
+			continue
+		}
+		in.Error, in.FailedRunning = nil, nil
+		switch {
+		case failure == nil:
+		case running:
+			e := *failure
+			in.FailedRunning = &e
+		default:
+			e := *failure
+			in.Error = &e
+		}
+		return true
+	}
+	return false
 }
 
 // SetIncreaseError makes IncreaseSize return err (nil to clear).

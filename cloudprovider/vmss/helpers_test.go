@@ -312,15 +312,23 @@ func TestInstanceStateFromProvisioningAndPowerState(t *testing.T) {
 		state     cloudprovider.InstanceState
 		errClass  cloudprovider.ErrorClass
 		errorCode string
+		// failedRunning is the code of a VM Failed while it runs (no Error).
+		failedRunning string
 	}{
-		{"running", vm("Succeeded", "ProvisioningState/succeeded", "PowerState/running"), cloudprovider.InstanceRunning, 0, ""},
-		{"creating", vm("Creating", "ProvisioningState/creating"), cloudprovider.InstanceCreating, 0, ""},
-		{"provisioned but starting", vm("Succeeded", "ProvisioningState/succeeded", "PowerState/starting"), cloudprovider.InstanceCreating, 0, ""},
-		{"deleting", vm("Deleting", "ProvisioningState/deleting"), cloudprovider.InstanceDeleting, 0, ""},
-		{"deallocated", vm("Succeeded", "ProvisioningState/succeeded", "PowerState/deallocated"), cloudprovider.InstanceDeleting, 0, ""},
-		{"allocation failed", vm("Failed", "ProvisioningState/failed/AllocationFailed"), cloudprovider.InstanceRunning, cloudprovider.ClassOutOfCapacity, "AllocationFailed"},
-		{"quota failed", vm("Failed", "ProvisioningState/failed/QuotaExceeded"), cloudprovider.InstanceRunning, cloudprovider.ClassQuota, "QuotaExceeded"},
-		{"failed without instance view code", vm("Failed"), cloudprovider.InstanceRunning, cloudprovider.ClassOther, "ProvisioningFailed"},
+		{"running", vm("Succeeded", "ProvisioningState/succeeded", "PowerState/running"), cloudprovider.InstanceRunning, 0, "", ""},
+		{"creating", vm("Creating", "ProvisioningState/creating"), cloudprovider.InstanceCreating, 0, "", ""},
+		{"provisioned but starting", vm("Succeeded", "ProvisioningState/succeeded", "PowerState/starting"), cloudprovider.InstanceCreating, 0, "", ""},
+		{"deleting", vm("Deleting", "ProvisioningState/deleting"), cloudprovider.InstanceDeleting, 0, "", ""},
+		{"deallocated", vm("Succeeded", "ProvisioningState/succeeded", "PowerState/deallocated"), cloudprovider.InstanceDeleting, 0, "", ""},
+		{"allocation failed", vm("Failed", "ProvisioningState/failed/AllocationFailed"), cloudprovider.InstanceRunning, cloudprovider.ClassOutOfCapacity, "AllocationFailed", ""},
+		{"quota failed", vm("Failed", "ProvisioningState/failed/QuotaExceeded"), cloudprovider.InstanceRunning, cloudprovider.ClassQuota, "QuotaExceeded", ""},
+		{"failed without instance view code", vm("Failed"), cloudprovider.InstanceRunning, cloudprovider.ClassOther, "ProvisioningFailed", ""},
+		// A running VM whose extension, disk attach or model update failed:
+		// Failed, and running on; no error.
+		{"extension failed while running", vm("Failed", "ProvisioningState/failed/VMExtensionProvisioningError", "PowerState/running"), cloudprovider.InstanceRunning, 0, "", "VMExtensionProvisioningError"},
+		{"disk attach failed while starting", vm("Failed", "ProvisioningState/failed/AttachDiskWhileBeingDetached", "PowerState/starting"), cloudprovider.InstanceRunning, 0, "", "AttachDiskWhileBeingDetached"},
+		{"failed and stopped", vm("Failed", "ProvisioningState/failed/OSProvisioningTimedOut", "PowerState/stopped"), cloudprovider.InstanceRunning, cloudprovider.ClassOther, "OSProvisioningTimedOut", ""},
+		{"failed and deallocated", vm("Failed", "ProvisioningState/failed/AllocationFailed", "PowerState/deallocated"), cloudprovider.InstanceRunning, cloudprovider.ClassOutOfCapacity, "AllocationFailed", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -333,6 +341,12 @@ func TestInstanceStateFromProvisioningAndPowerState(t *testing.T) {
 				t.Errorf("unexpected error %+v", in.Error)
 			case tc.errorCode != "" && (in.Error == nil || in.Error.Code != tc.errorCode || in.Error.Class != tc.errClass):
 				t.Errorf("error %+v, want code %s class %s", in.Error, tc.errorCode, tc.errClass)
+			}
+			switch {
+			case tc.failedRunning == "" && in.FailedRunning != nil:
+				t.Errorf("unexpected failed-while-running %+v", in.FailedRunning)
+			case tc.failedRunning != "" && (in.FailedRunning == nil || in.FailedRunning.Code != tc.failedRunning):
+				t.Errorf("failed-while-running %+v, want code %s", in.FailedRunning, tc.failedRunning)
 			}
 		})
 	}

@@ -181,7 +181,16 @@ func instanceOf(vm *armcompute.VirtualMachineScaleSetVM) cloudprovider.Instance 
 		in.State = cloudprovider.InstanceDeleting
 	case "failed":
 		code, msg := failureOf(vm)
-		in.Error = &cloudprovider.InstanceError{Class: classOfCode(0, code, msg), Code: code, Message: msg}
+		ie := &cloudprovider.InstanceError{Class: classOfCode(0, code, msg), Code: code, Message: msg}
+		// The provisioning state is the last operation's: a VM whose
+		// extension, data-disk attach or model update failed is Failed
+		// and runs on. Only one that is not running (or whose power state
+		// is not reported) failed to come up (cluster-autoscaler's rule).
+		if ps := powerState(vm); ps == "running" || ps == "starting" {
+			in.FailedRunning = ie
+			return in
+		}
+		in.Error = ie
 		return in
 	}
 	// The power state refines a VM that exists: one still starting is

@@ -50,8 +50,14 @@ type Readiness struct {
 	// Unregistered machines exist in the cloud without a Node object, within
 	// the provision time; LongUnregistered ones are past it.
 	Unregistered, LongUnregistered int
-	// InError machines are ones the cloud reported as failed.
+	// InError machines are ones the cloud reported as failed and that do
+	// not run: failed creations, deleted for that.
 	InError int
+	// FailedRunning machines are ones the cloud reported as failed that
+	// run: power state running, or their Node registered and Ready (a VM
+	// whose extension, data-disk attach or model update failed). They are
+	// counted as the nodes they are, and never deleted for the failure.
+	FailedRunning int
 	// Deleting machines are being removed.
 	Deleting int
 	// NotCreated is the part of the target the cloud has not made machines for yet.
@@ -108,6 +114,27 @@ type Actions struct {
 	PreflightPassed []NodeResult
 	// PreflightNewFailures are the nodes first seen failed in this Update.
 	PreflightNewFailures []NodeResult
+	// FailedRunning are the machines the cloud reports failed while they
+	// run (see Readiness.FailedRunning), listed every Update: the loop
+	// tells of them and leaves them.
+	FailedRunning []FailedRunning
+	// FailedRunningRecovered are the machines listed in FailedRunning by an
+	// earlier Update that run now with no failure (Error holds the code
+	// they had).
+	FailedRunningRecovered []FailedRunning
+}
+
+// FailedRunning is a machine the cloud reports failed while it runs.
+type FailedRunning struct {
+	Group      string
+	ProviderID string
+	// Node is the machine's Node, nil when it has none yet.
+	Node *apiv1.Node
+	// Error is the cloud's failure: its code and message.
+	Error cloudprovider.InstanceError
+	// New says the machine was not listed failed, or with another code,
+	// by the previous Update.
+	New bool
 }
 
 // NodeResult is a node's preflight outcome.
@@ -140,6 +167,9 @@ type Registry struct {
 	// prevUpdate is the time of the previous Update: a machine or a target
 	// first seen now appeared after it.
 	prevUpdate time.Time
+	// failedRunningCode are the machines listed failed while running, by
+	// provider ID, with their error code.
+	failedRunningCode map[string]string
 }
 
 // NewRegistry returns an empty registry.
@@ -156,6 +186,7 @@ func NewRegistry(opts Options) *Registry {
 		preflightPending:  map[string]string{},
 		preflightFailed:   map[string]bool{},
 		preflightFailures: map[string][]time.Time{},
+		failedRunningCode: map[string]string{},
 	}
 }
 
@@ -300,9 +331,27 @@ func (r *Registry) classifyInstances(u *updateState, gs *GroupState, instances [
 		id := in.ProviderID
 		if in.State == cloudprovider.InstanceDeleting {
 			rd.Deleting++
+			delete(r.failedRunningCode, id)
 			continue
 		}
 		live++
+		node := u.nodeByID[cloudprovider.ProviderIDKey(id)]
+		failed := in.FailedRunning
+		if failed == nil && in.Error != nil && node != nil && isReady(node) {
+			// Failed, with no power state that says it runs, but its node
+			// is registered and Ready: it runs (the power state may be
+			// missing from the instance view). Its pods live on it.
+			failed, in.Error = in.Error, nil
+		}
+		if failed != nil {
+			r.failedRunning(u, gs, id, node, *failed)
+		} else if code, ok := r.failedRunningCode[id]; ok {
+			delete(r.failedRunningCode, id)
+			if in.Error == nil {
+				u.act.FailedRunningRecovered = append(u.act.FailedRunningRecovered,
+					FailedRunning{Group: gs.ID, ProviderID: id, Node: node, Error: cloudprovider.InstanceError{Code: code}})
+			}
+		}
 		if in.Error != nil {
 			rd.InError++
 			r.deleteOnce(u.act, gs.ID, id, func() Failure {
@@ -311,7 +360,7 @@ func (r *Registry) classifyInstances(u *updateState, gs *GroupState, instances [
 			})
 			continue
 		}
-		if _, ok := u.nodeByID[cloudprovider.ProviderIDKey(id)]; ok {
+		if node != nil {
 			delete(r.unregisteredSince, id)
 			continue
 		}
@@ -331,6 +380,15 @@ func (r *Registry) classifyInstances(u *updateState, gs *GroupState, instances [
 		})
 	}
 	return live
+}
+
+// failedRunning counts and lists a machine the cloud reports failed while
+// it runs. Nothing is deleted for it.
+func (r *Registry) failedRunning(u *updateState, gs *GroupState, id string, node *apiv1.Node, e cloudprovider.InstanceError) {
+	gs.Readiness.FailedRunning++
+	isNew := r.failedRunningCode[id] != e.Code
+	r.failedRunningCode[id] = e.Code
+	u.act.FailedRunning = append(u.act.FailedRunning, FailedRunning{Group: gs.ID, ProviderID: id, Node: node, Error: e, New: isNew})
 }
 
 // deleteOnce lists a failed machine for deletion: the first time with its
@@ -385,6 +443,11 @@ func (r *Registry) forgetGone(seen map[string]bool, nodes []*apiv1.Node) {
 		if !seen[id] {
 			delete(r.handled, id)
 			delete(r.retry, id)
+		}
+	}
+	for id := range r.failedRunningCode {
+		if !seen[id] {
+			delete(r.failedRunningCode, id)
 		}
 	}
 	present := make(map[string]bool, len(nodes))

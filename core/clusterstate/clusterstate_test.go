@@ -241,3 +241,59 @@ func TestMaxWarning(t *testing.T) {
 		})
 	}
 }
+
+// A machine the cloud reports failed while it runs (power state running,
+// or its node registered and Ready) is a running machine: counted as its
+// node, listed to be told of, never deleted or counted as a failure. Only
+// one that does not run is a failed creation.
+func TestFailedButRunningInstancesAreKept(t *testing.T) {
+	p := inmemory.New()
+	g := p.AddGroup("g", 0, 10, to.Node("t", "1", "1Gi"))
+	r := NewRegistry(opts())
+	if err := g.IncreaseSize(context.Background(), 3); err != nil {
+		t.Fatal(err)
+	}
+	ids := g.ProviderIDs()
+	node := func(i int, o ...to.NodeOption) *apiv1.Node {
+		return to.Node("n"+ids[i], "1", "1Gi", append([]to.NodeOption{to.ProviderID(ids[i]), to.NodeCreatedAt(t0)}, o...)...)
+	}
+	ext := &cloudprovider.InstanceError{Class: cloudprovider.ClassOther, Code: "VMExtensionProvisioningError", Message: "extension failed"}
+	disk := &cloudprovider.InstanceError{Class: cloudprovider.ClassOther, Code: "AttachDiskWhileBeingDetached", Message: "disk attach failed"}
+	alloc := &cloudprovider.InstanceError{Class: cloudprovider.ClassOutOfCapacity, Code: "AllocationFailed", Message: "no capacity"}
+	g.SetInstanceFailure(ids[0], true, ext)    // the cloud says it runs
+	g.SetInstanceFailure(ids[1], false, disk)  // no power state, but its node is Ready
+	g.SetInstanceFailure(ids[2], false, alloc) // never became a node
+	act := update(r, p, t0.Add(time.Minute), node(0), node(1))
+	if len(act.Delete["g"]) != 1 || act.Delete["g"][0] != ids[2] || len(act.Failures) != 1 || act.Failures[0].Reason != "out-of-capacity" {
+		t.Fatalf("actions %+v, want only %s deleted as a failed creation", act, ids[2])
+	}
+	rd := r.Group("g").Readiness
+	if rd.FailedRunning != 2 || rd.InError != 1 || rd.Ready != 2 || rd.Upcoming != 0 {
+		t.Fatalf("readiness %+v, want 2 Ready and failed-running, 1 in error, none upcoming", rd)
+	}
+	codes := map[string]string{}
+	for _, f := range act.FailedRunning {
+		if !f.New || f.Node == nil {
+			t.Errorf("failed-running %+v: want it new, with its node", f)
+		}
+		codes[f.ProviderID] = f.Error.Code
+	}
+	if codes[ids[0]] != ext.Code || codes[ids[1]] != disk.Code || len(codes) != 2 {
+		t.Fatalf("failed-running %v, want %s and %s", codes, ext.Code, disk.Code)
+	}
+	// Listed again, not new; nothing deleted.
+	act = update(r, p, t0.Add(2*time.Minute), node(0), node(1))
+	if len(act.FailedRunning) != 2 || act.FailedRunning[0].New || act.FailedRunning[1].New || len(act.Delete) != 0 {
+		t.Fatalf("second update %+v, want the 2 listed again, not new, nothing deleted", act)
+	}
+	// Machine 0 repaired: recovered. Machine 1's node goes NotReady and its
+	// VM reports no power state: a failed machine that does not run.
+	g.SetInstanceFailure(ids[0], true, nil)
+	act = update(r, p, t0.Add(3*time.Minute), node(0), node(1, to.NotReady()))
+	if len(act.FailedRunningRecovered) != 1 || act.FailedRunningRecovered[0].ProviderID != ids[0] || act.FailedRunningRecovered[0].Error.Code != ext.Code {
+		t.Fatalf("recovered %+v, want %s (was %s)", act.FailedRunningRecovered, ids[0], ext.Code)
+	}
+	if len(act.FailedRunning) != 0 || len(act.Delete["g"]) != 1 || act.Delete["g"][0] != ids[1] {
+		t.Fatalf("actions %+v, want nothing failed-running and %s listed for deletion", act, ids[1])
+	}
+}

@@ -63,6 +63,9 @@ func renderTable(w io.Writer, v *View, now time.Time) error {
 		if g.MaxWarning != "" {
 			notes = append(notes, fmt.Sprintf("WARNING: %s: %s", g.Name, g.MaxWarning))
 		}
+		if g.FailedRunning > 0 {
+			notes = append(notes, fmt.Sprintf("WARNING: %s: %d VMs Failed in Azure but running: kept with their pods (FailedVMRunning events)", g.Name, g.FailedRunning))
+		}
 		warmCol := "-"
 		if g.Warm != nil {
 			warmCol = fmt.Sprintf("%d/%d", g.Warm.Ready, g.Warm.Target)

@@ -45,7 +45,7 @@ func TestTableFromStatus(t *testing.T) {
 			{Name: "cpu", Min: 1, Max: 50, Target: intp(3), Ready: 2, Unready: 1, InError: 1,
 				Backoff: &core.BackoffStatus{Until: until, Reason: "quota exceeded"}},
 			{Name: "gpu-team-rl", Min: 0, Max: 20, SizeError: "scale set read throttled until 03:05:00"},
-			{Name: "gpu-spg", Min: 0, Max: 100, Target: intp(100), Ready: 100,
+			{Name: "gpu-spg", Min: 0, Max: 100, Target: intp(100), Ready: 100, FailedRunning: 2,
 				MaxWarning: "configured max 2500 is more than the node group can hold (100: single placement group); max is 100"},
 		},
 		NodeAddition: core.NodeAdditionStatus{Smoothing: true, RateNodesPerMinute: 120, RateReason: "healthy", Burst: 6, BucketNodes: 20, MaxInFlight: 300,
@@ -84,6 +84,7 @@ func TestTableFromStatus(t *testing.T) {
 		}, []string{
 			"gpu-team-rl: size unknown: scale set read throttled until 03:05:00",
 			"WARNING: gpu-spg: configured max 2500 is more than the node group can hold (100: single placement group); max is 100",
+			"WARNING: gpu-spg: 2 VMs Failed in Azure but running: kept with their pods (FailedVMRunning events)",
 			"From configmap kube-system/vmss-autoscaler-status, changed 12s ago (2026-05-04T03:01:49Z).",
 			"Pods: 40 unschedulable, 24 waiting for upcoming nodes. Nodes: 14, 11 ready.",
 			"Node-addition queue: 9 nodes queued, held by the rate; rate 120 nodes/min (healthy), burst 6 (20 a loop at this rate); 5 in flight (at most 300).",

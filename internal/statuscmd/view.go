@@ -217,6 +217,7 @@ func FromMetrics(source string, families map[string]*dto.MetricFamily) *View {
 		"preflight":         func(g *GroupView) *int { return &g.Preflight },
 		"preflight_failed":  func(g *GroupView) *int { return &g.PreflightFailed },
 		"in_error":          func(g *GroupView) *int { return &g.InError },
+		"failed_running":    func(g *GroupView) *int { return &g.FailedRunning },
 		"not_started":       func(g *GroupView) *int { return &g.NotStarted },
 		"unregistered":      func(g *GroupView) *int { return &g.Unregistered },
 		"long_unregistered": func(g *GroupView) *int { return &g.LongUnregistered },

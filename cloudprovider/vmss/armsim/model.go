@@ -141,6 +141,10 @@ type VMState struct {
 	ComputerName string
 	State        string // StateCreating, StateRunning, StateFailed or StateDeleting
 	ErrorCode    string // for StateFailed, e.g. "AllocationFailed"
+	// PowerState is the instance view's power state: "running" for a
+	// running VM, also one Failed while it runs (FailRunningVM); "starting"
+	// while it is created; "" for a VM that failed to start or is deleting.
+	PowerState string
 }
 
 // scaleSet is the simulator's record of a scale set. Guarded by Server.mu.
@@ -185,6 +189,20 @@ type vmRecord struct {
 	notified bool
 	// hookFailures counts hook calls for the VM that failed in a row.
 	hookFailures int
+	// failedRunning: the VM is Failed but runs (FailRunningVM), as a VM
+	// whose extension, data-disk attach or model update failed does.
+	failedRunning bool
+}
+
+// powerState is the VM's power state as its instance view reports it.
+func (vm *vmRecord) powerState() string {
+	switch {
+	case vm.state == StateRunning, vm.state == StateFailed && vm.failedRunning:
+		return "running"
+	case vm.state == StateCreating:
+		return "starting"
+	}
+	return ""
 }
 
 // operation is an asynchronous ARM operation. Guarded by Server.mu.
@@ -306,9 +324,68 @@ func (s *Server) ScaleSet(rg, name string) (ScaleSetState, error) {
 			ComputerName: vm.computerName(),
 			State:        vm.state,
 			ErrorCode:    vm.errorCode,
+			PowerState:   vm.powerState(),
 		})
 	}
 	return st, nil
+}
+
+// CodeVMExtensionProvisioningError is the code ARM gives a VM whose
+// extension failed: its provisioning state is Failed, and it runs.
+const CodeVMExtensionProvisioningError = "VMExtensionProvisioningError"
+
+// FailRunningVM turns a running VM's provisioning state to Failed with the
+// error code (CodeVMExtensionProvisioningError when empty) while it keeps
+// running, as ARM reports a VM whose extension, data-disk attach or model
+// update failed: provisioningState Failed, PowerState/running. Its node
+// is untouched. RepairVM brings it back.
+func (s *Server) FailRunningVM(rg, name, instanceID, code string) error {
+	if code == "" {
+		code = CodeVMExtensionProvisioningError
+	}
+	return s.changeVM(rg, name, instanceID, "failing", func(vm *vmRecord) error {
+		if vm.state != StateRunning {
+			return fmt.Errorf("VM is %s, not %s", vm.state, StateRunning)
+		}
+		vm.state, vm.errorCode, vm.failedRunning = StateFailed, code, true
+		return nil
+	})
+}
+
+// RepairVM brings a VM that FailRunningVM failed back to Succeeded, as a
+// repaired model (a successful reimage, or the extension fixed and the
+// model applied again) does.
+func (s *Server) RepairVM(rg, name, instanceID string) error {
+	return s.changeVM(rg, name, instanceID, "repairing", func(vm *vmRecord) error {
+		if !vm.failedRunning || vm.state != StateFailed {
+			return fmt.Errorf("VM is %s, not Failed while running", vm.state)
+		}
+		vm.state, vm.errorCode, vm.failedRunning = StateRunning, "", false
+		return nil
+	})
+}
+
+// changeVM applies change to one VM under the lock and bumps the scale
+// set's etag (a VM's state is part of what a Get returns).
+func (s *Server) changeVM(rg, name, instanceID, what string, change func(*vmRecord) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	set, err := s.lookup(rg, name)
+	if err != nil {
+		return fmt.Errorf("%s VM %s: %w", what, instanceID, err)
+	}
+	n, err := strconv.Atoi(instanceID)
+	vm, ok := set.vms[n]
+	if err != nil || !ok {
+		return fmt.Errorf("%s VM %s of scale set %s/%s: no such instance", what, instanceID, rg, name)
+	}
+	if err := change(vm); err != nil {
+		return fmt.Errorf("%s VM %s of scale set %s/%s: %w", what, instanceID, rg, name, err)
+	}
+	set.etag++
+	klog.V(2).InfoS("Changed a VM's state", "resourceGroup", set.rg, "name", set.name, "instanceID", instanceID,
+		"action", what, "state", vm.state, "errorCode", vm.errorCode)
+	return nil
 }
 
 // InjectFault makes the scale set suffer f. Faults of several kinds (and
@@ -532,7 +609,7 @@ func (s *Server) resize(set *scaleSet, n int, failWith string, now time.Time) {
 }
 
 func (s *Server) startDeleting(vm *vmRecord, now time.Time) {
-	vm.state = StateDeleting
+	vm.state, vm.failedRunning = StateDeleting, false
 	vm.deleteAt = now.Add(s.opts.DeleteDelay)
 }
 

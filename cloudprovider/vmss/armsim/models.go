@@ -172,6 +172,10 @@ func instanceViewStatuses(rec *vmRecord) []*armcompute.InstanceViewStatus {
 	case StateFailed:
 		st := status("ProvisioningState/failed/"+rec.errorCode, "Provisioning failed", armcompute.StatusLevelTypesError, to.Ptr(rec.readyAt.UTC()))
 		st.Message = to.Ptr(failureMessage(rec.errorCode))
+		if rec.failedRunning {
+			// Failed after it started: it still runs.
+			return []*armcompute.InstanceViewStatus{st, status("PowerState/running", "VM running", info, nil)}
+		}
 		return []*armcompute.InstanceViewStatus{st}
 	case StateDeleting:
 		return []*armcompute.InstanceViewStatus{status("ProvisioningState/deleting", "Deleting", info, nil)}
@@ -180,8 +184,11 @@ func instanceViewStatuses(rec *vmRecord) []*armcompute.InstanceViewStatus {
 }
 
 func failureMessage(code string) string {
-	if code == CodeAllocationFailed {
+	switch code {
+	case CodeAllocationFailed:
 		return allocationFailedMessage
+	case CodeVMExtensionProvisioningError:
+		return "VM has reported a failure when processing extension 'gpu-driver'. Error message: \"Enable failed: exit status 1\"."
 	}
 	return "Provisioning failed with error code " + code + "."
 }

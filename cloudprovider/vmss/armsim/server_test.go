@@ -949,3 +949,52 @@ func TestPollOperationForms(t *testing.T) {
 		})
 	}
 }
+
+// A running VM whose extension fails turns Failed and keeps running, as ARM
+// reports it (provisioningState Failed, PowerState/running), and a repaired
+// model brings it back to Succeeded.
+func TestFailRunningVMAndRepair(t *testing.T) {
+	env := newTestEnv(t, Options{}, ScaleSetSpec{ResourceGroup: testRG, Name: "pool", SKU: "Standard_D16s_v5", Capacity: 2})
+	ctx := context.Background()
+	getVM := func() *armcompute.VirtualMachineScaleSetVM {
+		t.Helper()
+		r, err := env.vms.Get(ctx, testRG, "pool", "1", &armcompute.VirtualMachineScaleSetVMsClientGetOptions{Expand: to.Ptr(armcompute.InstanceViewTypesInstanceView)})
+		if err != nil {
+			t.Fatalf("getting VM 1: %v", err)
+		}
+		return &r.VirtualMachineScaleSetVM
+	}
+	if err := env.srv.FailRunningVM(testRG, "pool", "1", ""); err != nil {
+		t.Fatalf("FailRunningVM: %v", err)
+	}
+	vm := getVM()
+	if got := *vm.Properties.ProvisioningState; got != "Failed" {
+		t.Errorf("provisioningState %s, want Failed", got)
+	}
+	if codes := statusCodes(vm); !slices.Equal(codes, []string{"ProvisioningState/failed/" + CodeVMExtensionProvisioningError, "PowerState/running"}) {
+		t.Errorf("instance view statuses %v, want the failure and PowerState/running", codes)
+	}
+	st := env.state(t, "pool")
+	if v := st.VMs[1]; v.State != StateFailed || v.ErrorCode != CodeVMExtensionProvisioningError || v.PowerState != "running" || st.Capacity != 2 {
+		t.Errorf("after the failure: %+v (capacity %d), want VM 1 Failed and running, capacity 2", v, st.Capacity)
+	}
+	if err := env.srv.FailRunningVM(testRG, "pool", "1", ""); err == nil || !strings.Contains(err.Error(), "not Running") {
+		t.Errorf("failing a Failed VM again: %v, want an error saying it is not Running", err)
+	}
+	if err := env.srv.RepairVM(testRG, "pool", "0"); err == nil || !strings.Contains(err.Error(), "VM 0") {
+		t.Errorf("repairing a VM that did not fail: %v, want an error naming VM 0", err)
+	}
+	if err := env.srv.FailRunningVM(testRG, "pool", "7", ""); err == nil || !strings.Contains(err.Error(), "no such instance") {
+		t.Errorf("failing an unknown VM: %v, want 'no such instance'", err)
+	}
+	if err := env.srv.RepairVM(testRG, "pool", "1"); err != nil {
+		t.Fatalf("RepairVM: %v", err)
+	}
+	vm = getVM()
+	if got := *vm.Properties.ProvisioningState; got != "Succeeded" {
+		t.Errorf("provisioningState after the repair %s, want Succeeded", got)
+	}
+	if codes := statusCodes(vm); !slices.Equal(codes, []string{"ProvisioningState/succeeded", "PowerState/running"}) {
+		t.Errorf("instance view statuses after the repair %v", codes)
+	}
+}
