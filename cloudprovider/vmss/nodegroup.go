@@ -115,7 +115,7 @@ func (g *scaleSet) update(s *armcompute.VirtualMachineScaleSet, vms []*armcomput
 		}
 		if g.deleting[key] {
 			in.State = cloudprovider.InstanceDeleting
-			in.Error = nil
+			in.Error, in.FailedRunning = nil, nil
 		}
 		g.instances = append(g.instances, in)
 	}
