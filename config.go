@@ -131,6 +131,7 @@ Flags:
 	live.IntVar(&c.core.MaxScaleDownParallelism, "max-scale-down-parallelism", d.MaxScaleDownParallelism, "nodes drained at once")
 	live.IntVar(&c.core.MaxEmptyBulkDelete, "max-empty-bulk-delete", d.MaxEmptyBulkDelete, "empty nodes removed per loop")
 	live.IntVar(&c.core.MaxGracefulTerminationSec, "max-graceful-termination-sec", d.MaxGracefulTerminationSec, "cap on a pod's graceful termination when draining")
+	live.DurationVar(&c.core.NodeDeleteDelayAfterTaint, "node-delete-delay-after-taint", d.NodeDeleteDelayAfterTaint, "how long a node carries its ToBeDeleted taint before its machine is deleted; a pod bound to it meanwhile keeps it")
 	live.BoolVar(&c.core.SkipNodesWithSystemPods, "skip-nodes-with-system-pods", d.SkipNodesWithSystemPods, "keep nodes running kube-system pods that have no PodDisruptionBudget")
 	live.BoolVar(&c.core.SkipNodesWithLocalStorage, "skip-nodes-with-local-storage", d.SkipNodesWithLocalStorage, "keep nodes running pods with emptyDir or hostPath volumes")
 	live.Float64Var(&c.core.ScaleDownBrakeClusterShare, "scale-down-brake-cluster-share", d.ScaleDownBrakeClusterShare, "safety brake: at most this share of the cluster's nodes removed within --scale-down-brake-window")

@@ -154,6 +154,11 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer func() { _ = sim.Close() }()
+	// Pods by node: what the Remover reads again before a machine goes.
+	podInformer := factory.Core().V1().Pods().Informer()
+	if err := actuation.AddNodeNameIndex(podInformer); err != nil {
+		return err
+	}
 	listers := core.Listers{
 		Nodes:      factory.Core().V1().Nodes().Lister(),
 		Pods:       factory.Core().V1().Pods().Lister(),
@@ -228,7 +233,8 @@ func run(ctx context.Context, args []string) error {
 	autoscaler, err := core.New(core.Deps{
 		Options: c.core, Provider: provider, Listers: listers, Simulator: sim,
 		Recorder: recorder, Status: status, Metrics: metrics,
-		Actions: &actuation.KubeNodeActions{Client: client}, Health: observer, Balloons: balloons, Gangs: gangs,
+		Actions: &actuation.KubeNodeActions{Client: client}, Pods: actuation.KubePods{Client: client, Indexer: podInformer.GetIndexer()},
+		Health: observer, Balloons: balloons, Gangs: gangs,
 		Fence: fence,
 	})
 	if err != nil {

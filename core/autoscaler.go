@@ -5,6 +5,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -53,6 +54,9 @@ type Deps struct {
 	// Actions are the loop's Kubernetes writes to nodes and pods; nil
 	// disables scale-down and the replacement of failed nodes.
 	Actions actuation.NodeActions
+	// Pods reads a node's pods again when its machine is deleted: the
+	// informer's cache, then the API server. Required with Actions.
+	Pods    actuation.PodReader
 	Metrics *Metrics
 	// Health feeds the adaptive node-addition rate; nil: no signals.
 	Health HealthSource
@@ -91,12 +95,14 @@ type Autoscaler struct {
 	epoch        uint64
 	actions      actuation.NodeActions
 	evictor      actuation.Evictor
-	scaleDown    *scaleDownState
-	nodeAdd      *nodeAddition
-	preflight    *preflightState
-	balloons     BalloonController
-	gangs        gang.MinCounts
-	fence        cloudprovider.Fence
+	// remover is the only way this process deletes machines.
+	remover   *actuation.Remover
+	scaleDown *scaleDownState
+	nodeAdd   *nodeAddition
+	preflight *preflightState
+	balloons  BalloonController
+	gangs     gang.MinCounts
+	fence     cloudprovider.Fence
 	// gate is the last check before every write to nodes, pods and
 	// machines: the fence, and the unready guard's hold.
 	gate    *actuation.Gate
@@ -155,7 +161,11 @@ func New(d Deps) (*Autoscaler, error) {
 	d.Actions = actuation.Guarded(d.Actions, gate)
 	a.actions = d.Actions
 	a.evictor = actuation.Evictor{Actions: d.Actions, Results: d.Metrics.Evictions}
-	a.scaleDown = newScaleDownState(d, d.Metrics)
+	if d.Actions != nil && d.Pods == nil {
+		return nil, errors.New("Deps.Pods is required with Deps.Actions: no machine is deleted without a fresh look at its pods")
+	}
+	a.remover = actuation.NewRemover(d.Pods, d.Clock)
+	a.scaleDown = newScaleDownState(d, d.Metrics, a.remover)
 	a.replace.brake = scaledown.NewBrake(d.Options.replacementBrakeOptions())
 	if a.nodeAdd, err = newNodeAddition(d.Options, d.Health); err != nil {
 		return nil, err
@@ -209,6 +219,9 @@ type loop struct {
 	claimed map[string]bool
 	// replacementsHeld counts deletions the replacement brake held.
 	replacementsHeld int
+	// replacementsBlocked are nodes being replaced that a pod which may not
+	// be evicted keeps, as "node: why".
+	replacementsBlocked []string
 	// incidents are the preflight checks in an incident, with the nodes
 	// failing them; incidentKept counts the failed nodes kept for them.
 	incidents    map[string]int

@@ -51,6 +51,33 @@ type env struct {
 	balloons BalloonController
 	gangs    gang.MinCounts
 	fence    cloudprovider.Fence
+	// late are pods only the API server has: bound after the informer's
+	// view, seen by the Remover's fresh read alone.
+	late []*apiv1.Pod
+}
+
+// envPods is the env's PodReader: the pod indexer for the cache, and the
+// indexer plus the late pods for the API server.
+type envPods struct{ e *env }
+
+func (p envPods) Cached(node string) []*apiv1.Pod {
+	var out []*apiv1.Pod
+	for _, o := range p.e.pods.List() {
+		if pod := o.(*apiv1.Pod); pod.Spec.NodeName == node {
+			out = append(out, pod)
+		}
+	}
+	return out
+}
+
+func (p envPods) Fresh(_ context.Context, node string) ([]*apiv1.Pod, error) {
+	out := p.Cached(node)
+	for _, pod := range p.e.late {
+		if pod.Spec.NodeName == node {
+			out = append(out, pod)
+		}
+	}
+	return out, nil
 }
 
 type memStatus struct{ writes []string }
@@ -86,6 +113,9 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		opts:     DefaultOptions(),
 	}
 	e.opts.GPUResourceName = to.GPU
+	// Scale-down deletes in the loop that decides; the delay after the
+	// taint has tests of its own.
+	e.opts.NodeDeleteDelayAfterTaint = 0
 	for _, o := range opts {
 		o(e)
 	}
@@ -118,6 +148,7 @@ func (e *env) start() *env {
 		Clock:     e.clock,
 		Rand:      rand.New(rand.NewPCG(1, 2)),
 		Actions:   e.actions,
+		Pods:      envPods{e},
 		Health:    e.health,
 		Balloons:  e.balloons,
 		Gangs:     e.gangs,

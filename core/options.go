@@ -65,8 +65,13 @@ type Options struct {
 	MaxScaleDownParallelism          int
 	MaxEmptyBulkDelete               int
 	MaxGracefulTerminationSec        int
-	SkipNodesWithSystemPods          bool
-	SkipNodesWithLocalStorage        bool
+	// NodeDeleteDelayAfterTaint is how long a node removed by scale-down
+	// carries its ToBeDeleted taint before its machine is deleted: a pod
+	// bound to it before the taint arrived shows up, and the removal is
+	// given up (CA's --node-delete-delay-after-taint).
+	NodeDeleteDelayAfterTaint time.Duration
+	SkipNodesWithSystemPods   bool
+	SkipNodesWithLocalStorage bool
 	// The safety brake: at most this share of the cluster, and of a group,
 	// deleted within the window.
 	ScaleDownBrakeClusterShare float64
@@ -187,6 +192,7 @@ func DefaultOptions() Options {
 		MaxScaleDownParallelism:          10,
 		MaxEmptyBulkDelete:               10,
 		MaxGracefulTerminationSec:        600,
+		NodeDeleteDelayAfterTaint:        5 * time.Second,
 		SkipNodesWithSystemPods:          true,
 		SkipNodesWithLocalStorage:        true,
 		ScaleDownBrakeClusterShare:       0.5,
@@ -283,6 +289,7 @@ func (o Options) Validate() error {
 		{"--scale-down-delay-after-add", o.ScaleDownDelayAfterAdd},
 		{"--scale-down-delay-after-delete", o.ScaleDownDelayAfterDelete},
 		{"--scale-down-delay-after-failure", o.ScaleDownDelayAfterFailure},
+		{"--node-delete-delay-after-taint", o.NodeDeleteDelayAfterTaint},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("%s: must not be negative, got %s", f.flag, f.v)
@@ -402,6 +409,9 @@ func (o Options) validateRanges() error {
 		// A day: far past any real grace period (CA's default is 10 minutes).
 		func() error {
 			return bounds.Int("--max-graceful-termination-sec", o.MaxGracefulTerminationSec, 0, 86_400)
+		},
+		func() error {
+			return bounds.Duration("--node-delete-delay-after-taint", o.NodeDeleteDelayAfterTaint, 0, time.Hour)
 		},
 		func() error {
 			return bounds.Duration("--scale-down-brake-window", o.ScaleDownBrakeWindow, time.Millisecond, maxWait)

@@ -9,7 +9,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
-	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
 )
 
@@ -41,21 +40,7 @@ func (a *Autoscaler) updateClusterState(ctx context.Context, l *loop) error {
 		}
 		act.Delete = nil
 	}
-	for id, ids := range act.Delete {
-		if k := a.allowReplacements(l, id, len(ids)); k < len(ids) {
-			a.registry.RetryDelete(ids[k:]) // held, asked again by the next Update
-			act.Delete[id] = ids[:k]
-		}
-	}
-	actuation.DeleteByGroup(ctx, l.byID, act.Delete, actuation.Same, func(id string, ids []string, err error) {
-		if err != nil {
-			// Retried next loop; the group's backoff is not extended again.
-			a.registry.RetryDelete(ids)
-			logger.Error(err, "Deleting failed machines", "nodeGroup", id, "count", len(ids))
-			return
-		}
-		logger.Info("Deleted failed machines", "nodeGroup", id, "count", len(ids))
-	})
+	a.removeFailedMachines(ctx, l, act.Delete)
 	for _, id := range sortedKeys(act.DecreaseTarget) {
 		delta := act.DecreaseTarget[id]
 		if err := l.byID[id].DecreaseTargetSize(ctx, delta); err != nil {
@@ -122,7 +107,7 @@ func (a *Autoscaler) publishGroupMetrics(gs *clusterstate.GroupState) {
 	for _, reason := range []string{"empty", "underutilized", "unready"} {
 		a.metrics.ScaledDownNodes.WithLabelValues(gs.ID, reason)
 	}
-	for _, step := range []string{"taint", "evict", "drain-timeout", "delete"} {
+	for _, step := range []string{"taint", "evict", "drain-timeout", "recheck", "delete"} {
 		a.metrics.FailedScaleDowns.WithLabelValues(gs.ID, step)
 	}
 	r := gs.Readiness

@@ -10,7 +10,6 @@ import (
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
-	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
 )
 
@@ -27,8 +26,9 @@ const (
 
 // preflightState remembers the failed nodes being replaced between loops.
 type preflightState struct {
-	// evictedAt is when a failed node's pods were first evicted.
-	evictedAt map[string]time.Time
+	// blocked are nodes being replaced that keep a pod which may not be
+	// evicted, with why (told once per reason).
+	blocked map[string]string
 	// deleted are failed nodes whose machines were deleted (name → when),
 	// until their Node objects go.
 	deleted map[string]time.Time
@@ -48,11 +48,11 @@ type preflightState struct {
 func (ps *preflightState) release(name string) {
 	delete(ps.cordoned, name)
 	delete(ps.admitted, name)
-	delete(ps.evictedAt, name)
+	delete(ps.blocked, name)
 }
 
 func newPreflightState() *preflightState {
-	return &preflightState{evictedAt: map[string]time.Time{}, deleted: map[string]time.Time{}, admitted: map[string]bool{},
+	return &preflightState{blocked: map[string]string{}, deleted: map[string]time.Time{}, admitted: map[string]bool{},
 		cordoned: map[string]bool{}, incidents: newIncidents()}
 }
 
@@ -135,7 +135,7 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 		a.pruneFailed(l)
 		return nil
 	}
-	toDelete := map[string][]*apiv1.Node{}
+	var toDelete []actuation.Machine
 	ps := a.preflight
 	for _, f := range act.PreflightFailed {
 		n := f.Node
@@ -171,10 +171,10 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 			}
 			ps.admitted[n.Name] = true
 		}
-		if !a.evictForReplacement(ctx, l, n) {
+		if !a.drainForReplacement(ctx, l, n) {
 			continue
 		}
-		toDelete[f.Group] = append(toDelete[f.Group], n)
+		toDelete = append(toDelete, actuation.MachineOf(f.Group, n))
 	}
 	if l.incidentKept > 0 {
 		logger.V(2).Info("Failed nodes kept for preflight incidents", "nodes", l.incidentKept, "incidents", l.incidents)
@@ -183,18 +183,24 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 		logger.V(2).Info("Failed nodes left alone until their failure settles", "nodes", l.failuresSettling,
 			"settle", a.opts.PreflightFailureSettle)
 	}
-	actuation.DeleteByGroup(ctx, l.byID, toDelete, actuation.ProviderIDOf, func(id string, nodes []*apiv1.Node, err error) {
-		if err != nil {
-			logger.Error(err, "Deleting machines that failed preflight; retried next loop", "nodeGroup", id, "count", len(nodes))
-			return
+	replaced := map[string]int{}
+	for _, o := range a.remover.Remove(ctx, l.byID, toDelete) {
+		switch {
+		case o.Deleted:
+			ps.deleted[o.Node.Name] = l.now
+			replaced[o.Group]++
+		case o.Err != nil:
+			logger.Error(o.Err, "Deleting a machine that failed preflight; retried next loop", "node", klog.KObj(o.Node), "nodeGroup", o.Group)
+		default:
+			// Its pods are terminating within their grace, or one came:
+			// the next loop evicts what runs and looks again.
+			logger.V(2).Info("Machine that failed preflight waits for its pods", "node", klog.KObj(o.Node), "holder", o.Held.String())
 		}
-		for _, n := range nodes {
-			ps.deleted[n.Name] = l.now
-			delete(ps.evictedAt, n.Name)
-		}
-		a.metrics.PreflightReplaced.WithLabelValues(id).Add(float64(len(nodes)))
-		logger.Info("Deleted machines that failed preflight", "nodeGroup", id, "count", len(nodes))
-	})
+	}
+	for _, id := range sortedKeys(replaced) {
+		a.metrics.PreflightReplaced.WithLabelValues(id).Add(float64(replaced[id]))
+		logger.Info("Deleted machines that failed preflight", "nodeGroup", id, "count", replaced[id])
+	}
 	a.pruneFailed(l)
 	return nil
 }
@@ -217,46 +223,6 @@ func (a *Autoscaler) releaseForIncident(ctx context.Context, n *apiv1.Node) {
 	}
 	ps.release(n.Name)
 	klog.FromContext(ctx).V(2).Info("Failed node kept for a preflight incident; uncordoned", "node", klog.KObj(n))
-}
-
-// evictForReplacement evicts the workload pods of a failed node and says
-// whether the node may be deleted: no workload pod left. Evictions go
-// through the Eviction API, so PodDisruptionBudgets hold as in scale-down:
-// a node whose pods may not be evicted stays, cordoned, and says so once
-// the graceful-termination cap has passed.
-func (a *Autoscaler) evictForReplacement(ctx context.Context, l *loop, n *apiv1.Node) bool {
-	idx, ok := l.snap.Index(n.Name)
-	if !ok {
-		return true
-	}
-	var left []*apiv1.Pod
-	for _, pi := range l.snap.NodeInfo(idx).GetPods() {
-		p := pi.GetPod()
-		if scaledown.IsDaemonSetPod(p) || scaledown.IsMirrorPod(p) || p.Status.Phase == apiv1.PodSucceeded || p.Status.Phase == apiv1.PodFailed || p.DeletionTimestamp != nil {
-			continue
-		}
-		left = append(left, p)
-	}
-	ps := a.preflight
-	if len(left) == 0 {
-		return true
-	}
-	first, ok := ps.evictedAt[n.Name]
-	if !ok {
-		first = l.now
-		ps.evictedAt[n.Name] = first
-	}
-	if l.now.Sub(first) > time.Duration(a.opts.MaxGracefulTerminationSec)*time.Second {
-		klog.FromContext(ctx).V(2).Info("A node that failed preflight keeps pods whose eviction is refused; kept cordoned",
-			"node", klog.KObj(n), "pods", len(left))
-	}
-	o := a.opts.evictOptions()
-	for _, p := range left {
-		if err := a.evictor.Evict(ctx, o, p); err != nil {
-			klog.FromContext(ctx).V(2).Info("Eviction from a node that failed preflight refused; retried", "pod", klog.KObj(p), "err", err.Error())
-		}
-	}
-	return false
 }
 
 // uncordonRecovered makes schedulable again the failed nodes this process
@@ -299,9 +265,9 @@ func (a *Autoscaler) pruneFailed(l *loop) {
 			delete(a.preflight.deleted, name)
 		}
 	}
-	for name := range a.preflight.evictedAt {
+	for name := range a.preflight.blocked {
 		if _, ok := l.snap.Index(name); !ok {
-			delete(a.preflight.evictedAt, name)
+			delete(a.preflight.blocked, name)
 		}
 	}
 	for name := range a.preflight.admitted {

@@ -31,12 +31,12 @@ type scaleDownState struct {
 	braked   bool
 }
 
-func newScaleDownState(d Deps, m *Metrics) *scaleDownState {
+func newScaleDownState(d Deps, m *Metrics, remover *actuation.Remover) *scaleDownState {
 	o := d.Options
 	brake := scaledown.NewBrake(o.brakeOptions())
 	s := &scaleDownState{planner: scaledown.NewPlanner(o.scaleDownOptions(), d.Simulator, brake), brake: brake}
 	if d.Actions != nil {
-		s.actuator = actuation.NewScaleDown(d.Actions, d.Listers.Pods, d.Recorder, actuation.Metrics{
+		s.actuator = actuation.NewScaleDown(d.Actions, remover, d.Listers.Pods, d.Recorder, actuation.Metrics{
 			Evictions: m.Evictions, ScaledDown: m.ScaledDownNodes, Failed: m.FailedScaleDowns, DrainsInFlight: m.DrainsInFlight,
 		}, d.Clock, o.actuationOptions())
 	}
@@ -64,7 +64,7 @@ func (o Options) evictOptions() actuation.EvictOptions {
 }
 
 func (o Options) actuationOptions() actuation.Options {
-	return actuation.Options{Evict: o.evictOptions(), MaxSoftTaintsPerLoop: o.MaxSoftTaintsPerLoop}
+	return actuation.Options{Evict: o.evictOptions(), MaxSoftTaintsPerLoop: o.MaxSoftTaintsPerLoop, DeleteDelayAfterTaint: o.NodeDeleteDelayAfterTaint}
 }
 
 func (o Options) scaleDownOptions() scaledown.Options {

@@ -32,6 +32,7 @@ func (a *Autoscaler) writeStatus(ctx context.Context, l *loop) error {
 	st.ClusterUnhealthy = l.unhealthy
 	st.ConfigFallback = a.configFallback()
 	st.ReplacementsHeld = l.replacementsHeld
+	st.ReplacementsBlocked = l.replacementsBlocked
 	st.PreflightIncidents = l.incidents
 	st.PreflightFailuresSettling = l.failuresSettling
 	st.LastChange = l.now.UTC()

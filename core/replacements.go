@@ -5,8 +5,11 @@ import (
 	"fmt"
 
 	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
 )
 
@@ -59,4 +62,144 @@ func (a *Autoscaler) reportReplacements(ctx context.Context, l *loop) {
 		v = 1
 	}
 	a.metrics.ReplacementBrakeEngaged.Set(v)
+}
+
+// EventReplacementBlocked is on a node being replaced whose pods may not be
+// evicted (a bare pod, safe-to-evict=false, local storage, a
+// PodDisruptionBudget): it stays cordoned, never force-deleted.
+const EventReplacementBlocked = "ReplacementBlocked"
+
+// drainForReplacement drains a node being replaced (it failed preflight, or
+// its machine failed) the way scale-down drains one: the same rules for
+// which pods may be evicted, evictions through the Eviction API with each
+// pod's grace period (capped by --max-graceful-termination-sec), never a
+// forced deletion. It says whether the node has nothing left to evict:
+// its machine may then be handed to the Remover, which deletes it once the
+// evicted pods are gone or their grace ran out. A node a pod keeps stays
+// cordoned; an event and the status say which pod and why.
+func (a *Autoscaler) drainForReplacement(ctx context.Context, l *loop, n *apiv1.Node) bool {
+	idx, ok := l.snap.Index(n.Name)
+	if !ok {
+		return true // not in the snapshot: the Remover reads its pods
+	}
+	var running []*apiv1.Pod
+	for _, p := range l.snap.Pods(idx) {
+		if h := actuation.HolderOf(p, l.now); h != nil && !h.Terminating {
+			running = append(running, p)
+		}
+	}
+	if len(running) == 0 {
+		delete(a.preflight.blocked, n.Name)
+		return true
+	}
+	var move []*apiv1.Pod
+	reason, why := scaledown.ReasonPDB, ""
+	pdbs, err := a.pdbs()
+	if err != nil {
+		why = err.Error()
+	} else {
+		move, reason, why = scaledown.PodsToMove(running, pdbs, a.opts.scaleDownOptions().Rules)
+	}
+	if reason != scaledown.ReasonNone {
+		l.replacementsBlocked = append(l.replacementsBlocked, n.Name+": "+why)
+		if a.preflight.blocked[n.Name] != why {
+			a.preflight.blocked[n.Name] = why
+			klog.FromContext(ctx).Info("A node being replaced keeps a pod that may not be evicted; kept cordoned", "node", klog.KObj(n), "reason", why)
+			if a.rec != nil {
+				a.rec.Event(nodeRef(n), apiv1.EventTypeWarning, EventReplacementBlocked,
+					fmt.Sprintf("node kept cordoned, not replaced, while %s (%s)", why, reason))
+			}
+		}
+		return false
+	}
+	delete(a.preflight.blocked, n.Name)
+	o := a.opts.evictOptions()
+	for _, p := range move {
+		if err := a.evictor.Evict(ctx, o, p); err != nil {
+			klog.FromContext(ctx).V(2).Info("Eviction from a node being replaced refused; retried", "pod", klog.KObj(p), "err", err.Error())
+		}
+	}
+	return false
+}
+
+// pdbs are the PodDisruptionBudgets from the cache.
+func (a *Autoscaler) pdbs() (*scaledown.PDBs, error) {
+	if a.listers.PDBs == nil {
+		return scaledown.NewPDBs(nil), nil
+	}
+	list, err := a.listers.PDBs.List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("listing PodDisruptionBudgets from cache: %w", err)
+	}
+	return scaledown.NewPDBs(list), nil
+}
+
+// removeFailedMachines deletes the machines the cluster state found failed
+// (a creation error, never registered), within the replacement brake. A
+// failed machine whose Node exists may run pods: it is cordoned and
+// drained like any replacement, and deleted once nothing holds it; until
+// then it is asked again by the next loop.
+func (a *Autoscaler) removeFailedMachines(ctx context.Context, l *loop, del map[string][]string) {
+	if len(del) == 0 {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	nodeOf := make(map[string]*apiv1.Node, len(l.nodes))
+	for _, n := range l.nodes {
+		if n.Spec.ProviderID != "" {
+			nodeOf[cloudprovider.ProviderIDKey(n.Spec.ProviderID)] = n
+		}
+	}
+	var machines []actuation.Machine
+	for _, id := range sortedKeys(del) {
+		for _, pid := range del[id] {
+			m := actuation.Machine{Group: id, ProviderID: pid, Node: nodeOf[cloudprovider.ProviderIDKey(pid)]}
+			if !a.admitReplacement(ctx, l, m) {
+				a.registry.RetryDelete([]string{pid}) // asked again by the next Update
+				continue
+			}
+			machines = append(machines, m)
+		}
+	}
+	deleted := map[string]int{}
+	for _, o := range a.remover.Remove(ctx, l.byID, machines) {
+		switch {
+		case o.Deleted:
+			deleted[o.Group]++
+			continue
+		case o.Err != nil:
+			logger.Error(o.Err, "Deleting a failed machine; retried next loop", "providerID", o.ProviderID, "nodeGroup", o.Group)
+		default:
+			logger.V(2).Info("Failed machine waits for its pods", "node", klog.KObj(o.Node), "holder", o.Held.String())
+		}
+		a.registry.RetryDelete([]string{o.ProviderID})
+	}
+	for _, id := range sortedKeys(deleted) {
+		logger.Info("Deleted failed machines", "nodeGroup", id, "count", deleted[id])
+	}
+}
+
+// admitReplacement says whether a failed machine may be deleted this loop:
+// the replacement brake admits it (once; a machine admitted earlier and
+// still draining is not counted again) and, when its Node exists, the node
+// has nothing left to evict. (That node is not Ready — a failed machine
+// whose node is Ready runs, and is kept — so the node lifecycle
+// controller's not-ready taint keeps new pods off it; no cordon is added
+// that a recovery would have to take back.)
+func (a *Autoscaler) admitReplacement(ctx context.Context, l *loop, m actuation.Machine) bool {
+	ps := a.preflight
+	key := m.ProviderID
+	if m.Node != nil {
+		key = m.Node.Name
+	}
+	if !ps.admitted[key] {
+		if a.allowReplacements(l, m.Group, 1) == 0 {
+			return false
+		}
+		ps.admitted[key] = true
+	}
+	if m.Node == nil {
+		return true
+	}
+	return a.drainForReplacement(ctx, l, m.Node)
 }

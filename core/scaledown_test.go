@@ -14,7 +14,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apiv1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
@@ -35,6 +37,9 @@ type fakeActions struct {
 	// yet); graces records every eviction's grace period by pod.
 	refuse bool
 	graces map[string][]int64
+	// graceful, when set, makes an eviction leave the pod terminating
+	// (deletionTimestamp = now + grace by this clock), not gone at once.
+	graceful *clocktesting.FakeClock
 	// untainted records every RemoveTaint as "node key".
 	untainted []string
 }
@@ -71,6 +76,18 @@ func (f *fakeActions) Evict(_ context.Context, p *apiv1.Pod, grace int64) error 
 		return errors.New("Cannot evict pod as it would violate the pod's disruption budget")
 	}
 	f.evicted = append(f.evicted, p.Name)
+	if f.graceful != nil {
+		// As the API server does: the pod stays, terminating until its
+		// grace runs out; the kubelet removes it when its process exits.
+		obj, ok, err := f.pods.Get(p)
+		if err != nil || !ok {
+			return err
+		}
+		c := obj.(*apiv1.Pod).DeepCopy()
+		c.DeletionTimestamp = &metav1.Time{Time: f.graceful.Now().Add(time.Duration(grace) * time.Second)}
+		c.DeletionGracePeriodSeconds = &grace
+		return f.pods.Update(c)
+	}
 	return f.pods.Delete(p)
 }
 

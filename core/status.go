@@ -33,6 +33,10 @@ type Status struct {
 	// ReplacementsHeld are deletions that are not scale-down the
 	// replacement brake held back in the last loop.
 	ReplacementsHeld int `json:"replacementsHeld,omitempty"`
+	// ReplacementsBlocked are nodes being replaced (failed preflight, a
+	// failed machine) that keep a pod which may not be evicted, as "node:
+	// why": they stay cordoned and are not deleted.
+	ReplacementsBlocked []string `json:"replacementsBlocked,omitempty"`
 	// PreflightIncidents are checks many nodes fail at once, with the
 	// nodes failing each: those nodes are kept, not replaced.
 	PreflightIncidents map[string]int `json:"preflightIncidents,omitempty"`

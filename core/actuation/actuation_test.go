@@ -6,40 +6,143 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	apiv1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
 	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
 )
 
-func TestDeleteByGroup(t *testing.T) {
+// pods is a PodReader over two views: what the informer has seen, and
+// what the API server holds (a pod bound a moment ago is only there).
+type pods struct {
+	cached, fresh []*apiv1.Pod
+	err           error
+	freshReads    int
+}
+
+func (p *pods) Cached(string) []*apiv1.Pod { return p.cached }
+func (p *pods) Fresh(context.Context, string) ([]*apiv1.Pod, error) {
+	p.freshReads++
+	return p.fresh, p.err
+}
+
+func TestRemoveBatchesPerGroup(t *testing.T) {
 	p := inmemory.New()
 	a := p.AddGroup("a", 0, 10, to.Node("a", "4", "8Gi"), inmemory.WithTarget(3))
 	b := p.AddGroup("b", 0, 10, to.Node("b", "4", "8Gi"), inmemory.WithTarget(2))
 	b.SetDeleteError(errors.New("ARM said no"))
 	groups := GroupsByID(p.NodeGroups())
-	batch := map[string][]string{
-		"b":    b.ProviderIDs()[:1],
-		"a":    a.ProviderIDs()[:2],
-		"gone": {"inmemory://gone/0"},
-		"none": nil,
+	machines := []Machine{
+		{Group: "b", ProviderID: b.ProviderIDs()[0]},
+		{Group: "a", ProviderID: a.ProviderIDs()[0]},
+		{Group: "gone", ProviderID: "inmemory://gone/0"},
+		{Group: "a", ProviderID: a.ProviderIDs()[1]},
 	}
-	var calls []string
-	DeleteByGroup(context.Background(), groups, batch, Same, func(id string, ids []string, err error) {
-		calls = append(calls, fmt.Sprintf("%s:%d:%v", id, len(ids), err != nil))
-		if err != nil && !strings.Contains(err.Error(), "node group "+id) {
-			t.Errorf("error %q does not name node group %s", err, id)
+	r := NewRemover(&pods{}, clocktesting.NewFakeClock(time.Now()))
+	var got []string
+	for _, o := range r.Remove(context.Background(), groups, machines) {
+		got = append(got, fmt.Sprintf("%s:%v:%v", o.Group, o.Deleted, o.Err != nil))
+		if o.Err != nil && !strings.Contains(o.Err.Error(), "node group "+o.Group) {
+			t.Errorf("error %q does not name node group %s", o.Err, o.Group)
 		}
-	})
-	if got, want := strings.Join(calls, ","), "a:2:false,b:1:true,gone:1:true"; got != want {
-		t.Fatalf("calls %s, want %s (one per group in name order, empty batches skipped)", got, want)
+	}
+	if got, want := strings.Join(got, ","), "b:false:true,a:true:false,gone:false:true,a:true:false"; got != want {
+		t.Fatalf("outcomes %s, want %s (in the order given)", got, want)
 	}
 	if got := a.Deleted(); len(got) != 2 {
 		t.Fatalf("group a deleted %v, want 2 machines in one call", got)
 	}
 	if got := b.Deleted(); len(got) != 0 {
 		t.Fatalf("group b deleted %v despite the error", got)
+	}
+}
+
+// TestRemoveLooksAgain: a machine whose Node exists is deleted only when
+// nothing left on it would die with it, read from the cache and then
+// from the API server at the moment of the deletion.
+func TestRemoveLooksAgain(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	on := to.OnNode("n")
+	rs := to.ControlledBy("ReplicaSet", "rs", "u1")
+	ds := to.ControlledBy("DaemonSet", "ds", "u2")
+	phase := func(ph apiv1.PodPhase) to.PodOption { return func(p *apiv1.Pod) { p.Status.Phase = ph } }
+	deleting := func(at time.Time) to.PodOption {
+		return func(p *apiv1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: at} }
+	}
+	mirror := func(p *apiv1.Pod) { p.Annotations = map[string]string{"kubernetes.io/config.mirror": "x"} }
+	for _, tc := range []struct {
+		name          string
+		cached, fresh []*apiv1.Pod
+		err           error
+		want          string // deleted, held: <holder>, error
+		freshReads    int
+	}{
+		{name: "nothing on it", want: "deleted", freshReads: 1},
+		{name: "DaemonSet, mirror and finished pods go with it",
+			fresh: []*apiv1.Pod{to.Pod("d", on, ds), to.Pod("m", on, mirror), to.Pod("s", on, rs, phase(apiv1.PodSucceeded)), to.Pod("f", on, rs, phase(apiv1.PodFailed))},
+			want:  "deleted", freshReads: 1},
+		{name: "a pod the informer has not seen yet keeps it",
+			fresh: []*apiv1.Pod{to.Pod("late", on, rs)}, want: "held: pod default/late runs on the node", freshReads: 1},
+		{name: "a running pod in the cache keeps it without an API call",
+			cached: []*apiv1.Pod{to.Pod("p", on, rs)}, want: "held: pod default/p runs on the node", freshReads: 0},
+		{name: "a pod on another node does not count",
+			fresh: []*apiv1.Pod{to.Pod("x", to.OnNode("other"), rs)}, want: "deleted", freshReads: 1},
+		{name: "an evicted pod within its grace keeps it",
+			fresh: []*apiv1.Pod{to.Pod("e", on, rs, deleting(now.Add(time.Second)))},
+			want:  "held: pod default/e is terminating until 2026-01-01T00:00:01Z", freshReads: 1},
+		{name: "an evicted pod whose grace ran out does not",
+			fresh: []*apiv1.Pod{to.Pod("e", on, rs, deleting(now))}, want: "deleted", freshReads: 1},
+		{name: "a running pod is named before a terminating one",
+			fresh: []*apiv1.Pod{to.Pod("e", on, rs, deleting(now.Add(time.Minute))), to.Pod("p", on, rs)},
+			want:  "held: pod default/p runs on the node", freshReads: 1},
+		{name: "a pod bound to the node but not started keeps it",
+			fresh: []*apiv1.Pod{to.Pod("p", on, rs, phase(apiv1.PodPending))}, want: "held: pod default/p runs on the node", freshReads: 1},
+		{name: "pods that cannot be read: no deletion",
+			err: errors.New("connection refused"), want: "error", freshReads: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := inmemory.New()
+			g := p.AddGroup("g", 0, 10, to.Node("g", "4", "8Gi"), inmemory.WithTarget(1))
+			node := to.Node("n", "4", "8Gi", to.ProviderID(g.ProviderIDs()[0]))
+			reader := &pods{cached: tc.cached, fresh: tc.fresh, err: tc.err}
+			r := NewRemover(reader, clocktesting.NewFakeClock(now))
+			out := r.Remove(context.Background(), GroupsByID(p.NodeGroups()), []Machine{MachineOf("g", node)})
+			got := "deleted"
+			switch o := out[0]; {
+			case o.Held != nil:
+				got = "held: " + o.Held.String()
+			case o.Err != nil:
+				got = "error"
+			case !o.Deleted:
+				got = "nothing"
+			}
+			if got != tc.want {
+				t.Fatalf("outcome %q, want %q", got, tc.want)
+			}
+			if deleted := len(g.Deleted()) == 1; deleted != (tc.want == "deleted") {
+				t.Fatalf("machine deleted: %v, want %v", deleted, tc.want == "deleted")
+			}
+			if reader.freshReads != tc.freshReads {
+				t.Fatalf("%d fresh reads, want %d", reader.freshReads, tc.freshReads)
+			}
+		})
+	}
+}
+
+// TestRemoveMachineWithoutNode: a machine that never registered is deleted
+// without reading any pod.
+func TestRemoveMachineWithoutNode(t *testing.T) {
+	p := inmemory.New()
+	g := p.AddGroup("g", 0, 10, to.Node("g", "4", "8Gi"), inmemory.WithTarget(1))
+	reader := &pods{err: errors.New("must not be read")}
+	out := NewRemover(reader, clocktesting.NewFakeClock(time.Now())).Remove(context.Background(), GroupsByID(p.NodeGroups()),
+		[]Machine{{Group: "g", ProviderID: g.ProviderIDs()[0]}})
+	if !out[0].Deleted || reader.freshReads != 0 {
+		t.Fatalf("outcome %+v after %d reads, want deleted without a read", out[0], reader.freshReads)
 	}
 }
 

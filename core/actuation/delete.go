@@ -3,10 +3,12 @@ package actuation
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 
 	apiv1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 )
@@ -21,37 +23,59 @@ func GroupsByID(groups []cloudprovider.NodeGroup) map[string]cloudprovider.NodeG
 	return out
 }
 
-// DeleteByGroup deletes machines with one DeleteNodes per group, groups in
-// name order, and hands each group's items and outcome to done. items are
-// what the caller tracks (a removal, a node, a provider ID); providerID
-// names each one's machine. A group missing from groups fails with an
-// error naming it, and its machines are left alone.
-func DeleteByGroup[T any](ctx context.Context, groups map[string]cloudprovider.NodeGroup, batch map[string][]T,
-	providerID func(T) string, done func(group string, items []T, err error)) {
-	for _, id := range slices.Sorted(maps.Keys(batch)) {
-		items := batch[id]
-		if len(items) == 0 {
-			continue
+// NodeNameIndex is the pod informer's index by spec.nodeName, which
+// KubePods reads. AddNodeNameIndex adds it before the informer starts.
+const NodeNameIndex = "spec.nodeName"
+
+// AddNodeNameIndex indexes a pod informer by the node its pods are bound to.
+func AddNodeNameIndex(pods cache.SharedIndexInformer) error {
+	err := pods.AddIndexers(cache.Indexers{NodeNameIndex: func(obj any) ([]string, error) {
+		if p, ok := obj.(*apiv1.Pod); ok && p.Spec.NodeName != "" {
+			return []string{p.Spec.NodeName}, nil
 		}
-		g, ok := groups[id]
-		if !ok {
-			done(id, items, fmt.Errorf("deleting %d machines: node group %s is gone", len(items), id))
-			continue
-		}
-		pids := make([]string, 0, len(items))
-		for _, it := range items {
-			pids = append(pids, providerID(it))
-		}
-		var err error
-		if err = g.DeleteNodes(ctx, pids); err != nil {
-			err = fmt.Errorf("deleting %d machines of node group %s: %w", len(pids), id, err)
-		}
-		done(id, items, err)
+		return nil, nil
+	}})
+	if err != nil {
+		return fmt.Errorf("indexing pods by node: %w", err)
 	}
+	return nil
 }
 
-// ProviderIDOf is the providerID of a node, for DeleteByGroup.
-func ProviderIDOf(n *apiv1.Node) string { return n.Spec.ProviderID }
+// KubePods implements PodReader: the informer's index by node, and a list
+// of the pods bound to the node from the API server (a field selector the
+// API server serves from its watch cache, after waiting for it to catch up
+// with etcd: a consistent read that costs no scan of every pod).
+type KubePods struct {
+	Client  kubernetes.Interface
+	Indexer cache.Indexer // indexed by NodeNameIndex
+}
 
-// Same is the identity, for DeleteByGroup over provider IDs.
-func Same(s string) string { return s }
+// Cached implements PodReader.
+func (k KubePods) Cached(node string) []*apiv1.Pod {
+	objs, err := k.Indexer.ByIndex(NodeNameIndex, node)
+	if err != nil {
+		return nil // no index: the fresh read decides
+	}
+	out := make([]*apiv1.Pod, 0, len(objs))
+	for _, o := range objs {
+		if p, ok := o.(*apiv1.Pod); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Fresh implements PodReader.
+func (k KubePods) Fresh(ctx context.Context, node string) ([]*apiv1.Pod, error) {
+	list, err := k.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing the pods of node %s: %w", node, err)
+	}
+	out := make([]*apiv1.Pod, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, &list.Items[i])
+	}
+	return out, nil
+}

@@ -3,6 +3,8 @@ package actuation
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -30,6 +32,11 @@ type Options struct {
 	// MaxSoftTaintsPerLoop caps the taint writes of SoftTaint and
 	// UntaintStale per loop (--max-soft-taints-per-loop).
 	MaxSoftTaintsPerLoop int
+	// DeleteDelayAfterTaint is how long a node carries its ToBeDeleted
+	// taint before its machine is deleted (--node-delete-delay-after-taint,
+	// CA's name): a pod the scheduler bound before the taint reached it
+	// shows up in the meantime, and the removal is given up.
+	DeleteDelayAfterTaint time.Duration
 }
 
 // Metrics are the actuator's metrics.
@@ -43,11 +50,13 @@ type Metrics struct {
 // ScaleDown carries out scale-down's decisions: DeletionCandidate soft
 // taints, ToBeDeleted taints, batched deletion of empty nodes, and drains
 // in background goroutines whose nodes the next loop deletes, one
-// DeleteNodes per group. Its methods are called by the loop; drains run
-// concurrently with it and read only what they were handed when they
-// started, so a live reload never races with a drain.
+// DeleteNodes per group, all through the Remover. Its methods are called
+// by the loop; drains run concurrently with it and read only what they
+// were handed when they started, so a live reload never races with a
+// drain.
 type ScaleDown struct {
 	actions NodeActions
+	remover *Remover
 	evictor Evictor
 	pods    corelisters.PodLister
 	rec     record.EventRecorder // nil: no events
@@ -61,9 +70,10 @@ type ScaleDown struct {
 	// cloud lists alive again after its deletion (the asynchronous delete
 	// failed) is taken back by Reconcile.
 	gone map[string]removed
-	// drained holds, per group, nodes whose drain finished; the next loop
-	// deletes them with one DeleteNodes per group.
-	drained map[string][]scaledown.Removal
+	// drained holds nodes whose drain finished (empty nodes at once):
+	// the loops from their notBefore on delete them with one DeleteNodes
+	// per group.
+	drained []toDelete
 	// draining are the nodes a goroutine is draining, or drained and not
 	// yet deleted.
 	draining map[string]bool
@@ -73,10 +83,18 @@ type ScaleDown struct {
 	wg                      sync.WaitGroup
 }
 
-// NewScaleDown returns an idle actuator.
-func NewScaleDown(actions NodeActions, pods corelisters.PodLister, rec record.EventRecorder, m Metrics, clk clock.Clock, o Options) *ScaleDown {
-	return &ScaleDown{actions: actions, evictor: Evictor{Actions: actions, Results: m.Evictions}, pods: pods, rec: rec,
-		metrics: m, clock: clk, opts: o, gone: map[string]removed{}, drained: map[string][]scaledown.Removal{}, draining: map[string]bool{}}
+// toDelete is a tainted node whose machine is to be deleted: not before
+// notBefore (the delay after its taint), and given up at deadline while
+// pods it evicted are still terminating.
+type toDelete struct {
+	r                   scaledown.Removal
+	notBefore, deadline time.Time
+}
+
+// NewScaleDown returns an idle actuator that deletes through remover.
+func NewScaleDown(actions NodeActions, remover *Remover, pods corelisters.PodLister, rec record.EventRecorder, m Metrics, clk clock.Clock, o Options) *ScaleDown {
+	return &ScaleDown{actions: actions, remover: remover, evictor: Evictor{Actions: actions, Results: m.Evictions}, pods: pods, rec: rec,
+		metrics: m, clock: clk, opts: o, gone: map[string]removed{}, draining: map[string]bool{}}
 }
 
 // SetOptions changes the options for what starts next; running drains keep
@@ -269,55 +287,92 @@ func (s *ScaleDown) UntaintStale(ctx context.Context, nodes []*apiv1.Node, group
 	}
 }
 
-// RemoveEmpty taints and deletes empty nodes, one DeleteNodes per group.
+// RemoveEmpty taints empty nodes and hands them to deletion after
+// --node-delete-delay-after-taint (this very loop when it is zero): the
+// Remover looks at their pods again then, and a node that got a pod since
+// the decision is kept.
 func (s *ScaleDown) RemoveEmpty(ctx context.Context, now time.Time, groups map[string]cloudprovider.NodeGroup, empty []scaledown.Removal) {
-	perGroup := map[string][]scaledown.Removal{}
+	if len(empty) == 0 {
+		return
+	}
+	delay := s.opts.DeleteDelayAfterTaint
 	for _, r := range empty {
 		if err := s.actions.AddTaint(ctx, r.Node.Name, ToBeDeleted(now)); err != nil {
 			s.fail(ctx, now, r, "taint", err)
 			continue
 		}
-		perGroup[r.Group] = append(perGroup[r.Group], r)
+		s.mu.Lock()
+		s.draining[r.Node.Name] = true
+		s.drained = append(s.drained, toDelete{r: r, notBefore: now.Add(delay), deadline: s.deadline(now.Add(delay), s.opts.Evict)})
+		s.mu.Unlock()
 	}
-	s.delete(ctx, now, groups, perGroup, "Removed empty nodes")
+	s.metrics.DrainsInFlight.Set(float64(s.InFlight()))
+	if delay <= 0 {
+		s.FlushDrained(ctx, now, groups)
+	}
 }
 
-// FlushDrained deletes the nodes whose drain finished since the last loop,
-// one DeleteNodes per group. It runs whatever else the loop decides: their
-// pods are gone already.
+// deadline is when a removal whose pods are still terminating from is
+// given up: the graceful-termination cap plus a minute.
+func (s *ScaleDown) deadline(from time.Time, o EvictOptions) time.Time {
+	return from.Add(time.Duration(o.MaxGracefulTerminationSec)*time.Second + time.Minute)
+}
+
+// FlushDrained deletes the nodes whose drain finished (and the empty
+// nodes) once their delay after the taint is over, one DeleteNodes per
+// group, through the Remover. It runs whatever else the loop decides. A
+// node the Remover finds a running pod on is kept: the removal is given
+// up (untainted, counted as failed_scale_downs_total{step="recheck"},
+// and an event names the pod). One whose evicted pods are still within
+// their grace period waits for the next loop, until its deadline.
 func (s *ScaleDown) FlushDrained(ctx context.Context, now time.Time, groups map[string]cloudprovider.NodeGroup) {
 	s.mu.Lock()
-	batch := s.drained
-	s.drained = map[string][]scaledown.Removal{}
-	s.mu.Unlock()
-	if len(batch) == 0 {
-		return
-	}
-	s.delete(ctx, now, groups, batch, "Removed drained nodes")
-	s.mu.Lock()
-	for _, rs := range batch {
-		for _, r := range rs {
-			delete(s.draining, r.Node.Name)
+	var due, later []toDelete
+	for _, d := range s.drained {
+		if d.notBefore.After(now) {
+			later = append(later, d)
+		} else {
+			due = append(due, d)
 		}
 	}
+	s.drained = later
 	s.mu.Unlock()
+	if len(due) == 0 {
+		return
+	}
+	machines := make([]Machine, len(due))
+	for i, d := range due {
+		machines[i] = MachineOf(d.r.Group, d.r.Node)
+	}
+	deleted := map[string]int{}
+	var wait []toDelete
+	for i, o := range s.remover.Remove(ctx, groups, machines) {
+		d := due[i]
+		switch {
+		case o.Deleted:
+			s.removed(now, d.r)
+			deleted[d.r.Group]++
+		case o.Err != nil:
+			s.fail(ctx, now, d.r, "delete", o.Err)
+		case o.Held.Terminating && now.Before(d.deadline):
+			wait = append(wait, d)
+			continue // still draining
+		case o.Held.Terminating:
+			s.fail(ctx, now, d.r, "drain-timeout", fmt.Errorf("%s, past the drain's deadline %s", o.Held, d.deadline.UTC().Format(time.RFC3339)))
+		default:
+			s.fail(ctx, now, d.r, "recheck", fmt.Errorf("%s: it came after the scale-down decision; the node is kept", o.Held))
+		}
+		s.mu.Lock()
+		delete(s.draining, d.r.Node.Name)
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	s.drained = append(s.drained, wait...)
+	s.mu.Unlock()
+	for _, id := range slices.Sorted(maps.Keys(deleted)) {
+		klog.FromContext(ctx).Info("Removed nodes", "nodeGroup", id, "count", deleted[id])
+	}
 	s.metrics.DrainsInFlight.Set(float64(s.InFlight()))
-}
-
-func (s *ScaleDown) delete(ctx context.Context, now time.Time, groups map[string]cloudprovider.NodeGroup, batch map[string][]scaledown.Removal, done string) {
-	DeleteByGroup(ctx, groups, batch, func(r scaledown.Removal) string { return r.Node.Spec.ProviderID },
-		func(id string, rs []scaledown.Removal, err error) {
-			for _, r := range rs {
-				if err != nil {
-					s.fail(ctx, now, r, "delete", err)
-				} else {
-					s.removed(now, r)
-				}
-			}
-			if err == nil {
-				klog.FromContext(ctx).Info(done, "nodeGroup", id, "count", len(rs))
-			}
-		})
 }
 
 func (s *ScaleDown) removed(now time.Time, r scaledown.Removal) {
@@ -354,7 +409,7 @@ func (s *ScaleDown) StartDrain(ctx context.Context, now time.Time, r scaledown.R
 	s.draining[r.Node.Name] = true
 	s.mu.Unlock()
 	s.metrics.DrainsInFlight.Set(float64(s.InFlight()))
-	o := s.opts.Evict
+	o, delay := s.opts.Evict, s.opts.DeleteDelayAfterTaint
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -365,10 +420,10 @@ func (s *ScaleDown) StartDrain(ctx context.Context, now time.Time, r scaledown.R
 			s.metrics.DrainsInFlight.Set(float64(s.InFlight()))
 			return
 		}
-		// Still marked draining until the next loop deletes it, batched
-		// with the other drained nodes of its group.
+		// Still marked draining until a loop deletes it, batched with the
+		// other drained nodes of its group, once its taint is old enough.
 		s.mu.Lock()
-		s.drained[r.Group] = append(s.drained[r.Group], r)
+		s.drained = append(s.drained, toDelete{r: r, notBefore: now.Add(delay), deadline: s.deadline(now, o)})
 		s.mu.Unlock()
 	}()
 }

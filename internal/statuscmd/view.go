@@ -127,6 +127,9 @@ func FromStatus(source string, st *core.Status) *View {
 	if st.ClusterUnhealthy != "" {
 		v.Warnings = append(v.Warnings, "cluster unhealthy, nothing deleted, cordoned or drained: "+st.ClusterUnhealthy)
 	}
+	for _, b := range st.ReplacementsBlocked {
+		v.Warnings = append(v.Warnings, "not replaced, kept cordoned: "+b)
+	}
 	if st.ReplacementsHeld > 0 {
 		v.Warnings = append(v.Warnings, fmt.Sprintf("replacement brake: %d deletions held (failed preflight, machines in error or never registered)", st.ReplacementsHeld))
 	}

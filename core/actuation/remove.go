@@ -1,0 +1,201 @@
+package actuation
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
+)
+
+// Machine is a machine to delete: its node group, its provider ID and its
+// Node, when one registered (nil: nothing ever ran on it).
+type Machine struct {
+	Group      string
+	ProviderID string
+	Node       *apiv1.Node
+}
+
+// MachineOf is the machine of a node.
+func MachineOf(group string, n *apiv1.Node) Machine {
+	return Machine{Group: group, ProviderID: n.Spec.ProviderID, Node: n}
+}
+
+// Holder is a pod that keeps its node's machine: it runs there, or it was
+// asked to stop and its grace period has not run out.
+type Holder struct {
+	Pod *apiv1.Pod
+	// Terminating says the pod is stopping (evicted or deleted): the
+	// machine may go once the pod is gone, or at Until, the end of its
+	// grace period (its deletionTimestamp).
+	Terminating bool
+	Until       time.Time
+}
+
+func (h Holder) String() string {
+	if h.Terminating {
+		return fmt.Sprintf("pod %s/%s is terminating until %s", h.Pod.Namespace, h.Pod.Name, h.Until.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("pod %s/%s runs on the node", h.Pod.Namespace, h.Pod.Name)
+}
+
+// HolderOf says whether p keeps its node's machine at now: nil for
+// DaemonSet and mirror pods (they go with the node), for finished pods,
+// and for pods whose deletion's grace period ran out (deletionTimestamp
+// reached: the kubelet kills what is left, or there is no kubelet). Every
+// other pod holds it: a running pod never dies with its machine.
+func HolderOf(p *apiv1.Pod, now time.Time) *Holder {
+	switch {
+	case scaledown.IsDaemonSetPod(p), scaledown.IsMirrorPod(p),
+		p.Status.Phase == apiv1.PodSucceeded, p.Status.Phase == apiv1.PodFailed:
+		return nil
+	case p.DeletionTimestamp != nil:
+		if !now.Before(p.DeletionTimestamp.Time) {
+			return nil
+		}
+		return &Holder{Pod: p, Terminating: true, Until: p.DeletionTimestamp.Time}
+	}
+	return &Holder{Pod: p}
+}
+
+// firstHolder is the first pod of pods bound to node that holds its
+// machine at now: a running one before a terminating one.
+func firstHolder(pods []*apiv1.Pod, node string, now time.Time) *Holder {
+	var terminating *Holder
+	for _, p := range pods {
+		if p.Spec.NodeName != node {
+			continue
+		}
+		h := HolderOf(p, now)
+		switch {
+		case h == nil:
+		case !h.Terminating:
+			return h
+		case terminating == nil:
+			terminating = h
+		}
+	}
+	return terminating
+}
+
+// Outcome is what Remove did with a machine.
+type Outcome struct {
+	Machine
+	// Deleted: its group's DeleteNodes accepted it.
+	Deleted bool
+	// Held names the pod that kept it: not deleted, nothing was asked of
+	// the cloud for it.
+	Held *Holder
+	// Err says why it was not deleted otherwise: its pods could not be
+	// read, or the deletion failed.
+	Err error
+}
+
+// PodReader reads the pods bound to a node.
+type PodReader interface {
+	// Cached are the pods bound to the node in the informer's cache.
+	Cached(node string) []*apiv1.Pod
+	// Fresh reads them from the API server, a consistent read: what the
+	// cache has not seen yet (a pod bound a moment ago) is there.
+	Fresh(ctx context.Context, node string) ([]*apiv1.Pod, error)
+}
+
+// Remover is the only way core deletes machines. At the moment it
+// deletes, it looks at each machine's node again — the informer's cache,
+// then a fresh read of the pods bound to it — and deletes only machines
+// that hold nothing but DaemonSet and mirror pods, finished pods, and pods
+// whose termination ended or whose grace period ran out. A machine with
+// no Node needs no such look. Deletions are batched one DeleteNodes per
+// node group.
+//
+// What a caller does with a held machine is its own: scale-down gives the
+// removal up, a replacement waits.
+type Remover struct {
+	pods  PodReader
+	clock clock.Clock
+}
+
+// NewRemover returns a Remover that reads pods through pods.
+func NewRemover(pods PodReader, clk clock.Clock) *Remover {
+	return &Remover{pods: pods, clock: clk}
+}
+
+// Remove checks and deletes machines, one DeleteNodes per group, groups in
+// name order, and returns one outcome per machine, in the order given.
+func (r *Remover) Remove(ctx context.Context, groups map[string]cloudprovider.NodeGroup, machines []Machine) []Outcome {
+	out := make([]Outcome, len(machines))
+	batch := map[string][]int{}
+	for i, m := range machines {
+		out[i].Machine = m
+		if m.Node != nil {
+			h, err := r.holder(ctx, m.Node.Name)
+			if err != nil {
+				out[i].Err = fmt.Errorf("reading the pods of node %s before deleting its machine: %w", m.Node.Name, err)
+				continue
+			}
+			if h != nil {
+				out[i].Held = h
+				continue
+			}
+		}
+		batch[m.Group] = append(batch[m.Group], i)
+	}
+	for _, id := range slices.Sorted(maps.Keys(batch)) {
+		idx := batch[id]
+		err := deleteGroup(ctx, groups, id, len(idx), func(yield func(string) bool) {
+			for _, i := range idx {
+				if !yield(machines[i].ProviderID) {
+					return
+				}
+			}
+		})
+		for _, i := range idx {
+			out[i].Deleted, out[i].Err = err == nil, err
+		}
+	}
+	return out
+}
+
+// holder looks at a node's pods: the cache first (a holder there needs no
+// API call), then a fresh read.
+func (r *Remover) holder(ctx context.Context, node string) (*Holder, error) {
+	if h := firstHolder(r.pods.Cached(node), node, r.clock.Now()); h != nil {
+		return h, nil
+	}
+	pods, err := r.pods.Fresh(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	return firstHolder(pods, node, r.clock.Now()), nil
+}
+
+// deleteGroup deletes n machines of one group with one DeleteNodes. A
+// group missing from groups fails with an error naming it, and its
+// machines are left alone.
+func deleteGroup(ctx context.Context, groups map[string]cloudprovider.NodeGroup, id string, n int, providerIDs func(yield func(string) bool)) error {
+	g, ok := groups[id]
+	if !ok {
+		return fmt.Errorf("deleting %d machines: node group %s is gone", n, id)
+	}
+	pids := slices.Collect(providerIDs)
+	if err := g.DeleteNodes(ctx, pids); err != nil {
+		return fmt.Errorf("deleting %d machines of node group %s: %w", len(pids), id, err)
+	}
+	return nil
+}
+
+// ByGroup groups outcomes by node group, for callers that report per
+// group.
+func ByGroup(outcomes []Outcome) map[string][]Outcome {
+	out := map[string][]Outcome{}
+	for _, o := range outcomes {
+		out[o.Group] = append(out[o.Group], o)
+	}
+	return out
+}
