@@ -28,6 +28,7 @@ type suite struct {
 	cp         *harness.ControlPlane
 	sim        *armsim.Server
 	hook       *filterHook
+	never      *neverKill // the never-kill invariant (invariant_test.go)
 	autoscaler string
 	caFile     string
 	tokenFile  string
@@ -50,12 +51,14 @@ func (s *suite) run(name string) int {
 
 // filterHook registers nodes through the Kubernetes hook, except for
 // scale sets whose VMs must never register (the provision-timeout test) and
-// scale sets a test gave a hook of their own (other realism).
+// scale sets a test gave a hook of their own (other realism). It hands
+// every deletion to the never-kill invariant's watcher, whatever the scale set.
 type filterHook struct {
-	inner  armsim.NodeHook
-	mu     sync.Mutex
-	silent map[string]bool
-	own    map[string]armsim.NodeHook
+	inner   armsim.NodeHook
+	watcher armsim.DeletionWatcher
+	mu      sync.Mutex
+	silent  map[string]bool
+	own     map[string]armsim.NodeHook
 }
 
 // use registers a scale set's VMs through h.
@@ -95,6 +98,11 @@ func (h *filterHook) VMRunning(ctx context.Context, vm armsim.VM) error {
 
 func (h *filterHook) VMDeleted(ctx context.Context, vm armsim.VM) error {
 	return h.hookFor(vm).VMDeleted(ctx, vm)
+}
+
+// VMsDeleting is armsim.DeletionWatcher's: the never-kill check.
+func (h *filterHook) VMsDeleting(ctx context.Context, vms []armsim.VM) {
+	h.watcher.VMsDeleting(ctx, vms)
 }
 
 // realisticHook registers nodes as AKS kubelets do (armsim.DefaultRealism:
@@ -139,7 +147,12 @@ func runMain(m *testing.M) int {
 	}
 	defer cp.Stop()
 	klog.InfoS("Control plane up", "after", time.Since(start).Round(time.Second), "logs", cp.LogDir)
-	hook := &filterHook{inner: realisticHook(cp), silent: map[string]bool{}, own: map[string]armsim.NodeHook{}}
+	never := newNeverKill(cp.Client)
+	if err := never.start(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: never-kill invariant:", err)
+		return 1
+	}
+	hook := &filterHook{inner: realisticHook(cp), watcher: never, silent: map[string]bool{}, own: map[string]armsim.NodeHook{}}
 	// VMs boot in 1 s ± 0.5 s: compressed, but not in lockstep.
 	sim, err := armsim.New(armsim.Options{SubscriptionID: subscription, Location: "eastus", BootDelay: time.Second,
 		BootJitter: 500 * time.Millisecond, Seed: 1, Hook: hook})
@@ -163,7 +176,7 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	theSuite = &suite{cp: cp, sim: sim, hook: hook, autoscaler: autoscaler, caFile: caFile, tokenFile: tokenFile}
+	theSuite = &suite{cp: cp, sim: sim, hook: hook, never: never, autoscaler: autoscaler, caFile: caFile, tokenFile: tokenFile}
 	code := m.Run()
 	if code != 0 {
 		fmt.Fprintln(os.Stderr, cp.LogHint())

@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"bufio"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -74,6 +76,16 @@ func (s *supervised) exited() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.exits)
+}
+
+// firstExit is when the autoscaler first exited (the zero time if it has not).
+func (s *supervised) firstExit() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.exits) == 0 {
+		return time.Time{}
+	}
+	return s.exits[0]
 }
 
 // serving waits until the current process answers /metrics.
@@ -154,10 +166,55 @@ func (sc *scenario) capacityIs(set string, want int) func() (bool, string) {
 	}
 }
 
+// leaseLockError is what client-go's leader election logs when it cannot
+// read the lease (the API server unreachable).
+const leaseLockError = "Error retrieving lease lock"
+
+// logCount counts the occurrences of s in a process's log.
+func (sc *scenario) logCount(p *harness.Process, s string) int {
+	b, err := os.ReadFile(p.LogFile)
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(b), s)
+}
+
+// flagDuration reads a duration flag a process was started with, from the
+// command line its log begins with (the last value given wins).
+func (sc *scenario) flagDuration(p *harness.Process, flag string) time.Duration {
+	sc.t.Helper()
+	f, err := os.Open(p.LogFile)
+	if err != nil {
+		sc.t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	line, err := bufio.NewReader(f).ReadString('\n')
+	if err != nil {
+		sc.t.Fatalf("reading the command line of %s: %v", p.Name, err)
+	}
+	var d time.Duration
+	found := false
+	for _, arg := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(arg, flag+"="); ok {
+			if d, err = time.ParseDuration(v); err != nil {
+				sc.t.Fatalf("%s: %s: %v", p.Name, arg, err)
+			}
+			found = true
+		}
+	}
+	if !found {
+		sc.t.Fatalf("%s was not started with %s: %s", p.Name, flag, line)
+	}
+	return d
+}
+
 // The API server is killed (SIGKILL) in the middle of a scale-up and
 // started again. The autoscaler loses its lease and exits; it makes no ARM
-// write while it cannot renew the lease; restarted, it finishes the
-// scale-up: exactly what the pods need, no increase applied twice.
+// write from its renew deadline after the kill (or its exit, if later)
+// until the API server is back (neither it nor its replacement holds a
+// renewed lease); restarted,
+// it finishes the scale-up: exactly what the pods need, no increase
+// applied twice.
 func TestAPIServerKilledMidScaleUp(t *testing.T) {
 	sc := newScenario(t)
 	sc.failover = true // kills or freezes a leader
@@ -168,21 +225,37 @@ func TestAPIServerKilledMidScaleUp(t *testing.T) {
 		c := sc.capacity(cpu)
 		return c >= 2, fmt.Sprintf("capacity %d", c)
 	})
+	leader := as.current()
+	renewDeadline := sc.flagDuration(leader, "--leader-elect-renew-deadline")
 	cp := sc.s.cp
 	if err := cp.KillComponent(harness.APIServer); err != nil {
 		t.Fatal(err)
 	}
+	// KillComponent returns once the API server has exited: no renewal of
+	// the lease succeeds after killed, so from killed+renewDeadline on the
+	// leader's fence (the lease renewed within the renew deadline) lets no
+	// write start.
+	killed := time.Now()
+	deadline := killed.Add(renewDeadline)
 	restarted := false
 	t.Cleanup(func() {
 		if !restarted { // the rest of the suite needs an API server
 			_ = cp.StartComponent(sc.ctx, harness.APIServer)
 		}
 	})
-	// The autoscaler notices: it cannot renew its lease, and exits.
-	sc.eventually("the autoscaler exits on its lost lease", time.Minute, func() (bool, string) {
-		return as.exited() >= 1, "still running"
+	// The API server stays down until the leader has exited on its lost
+	// lease and its replacement (started 1 s later) has tried for the
+	// lease and failed minLeaseFailures times, 0.5-1.1 s apart: the window
+	// checked below covers a process that does not hold the lease.
+	const minLeaseFailures = 3
+	sc.eventually("the leader exited on its lost lease and its replacement failing to get the lease", time.Minute, func() (bool, string) {
+		p := as.current()
+		if p == leader {
+			return false, fmt.Sprintf("%s, the leader, not replaced yet (%d exits)", p.Name, as.exited())
+		}
+		n := sc.logCount(p, leaseLockError)
+		return n >= minLeaseFailures, fmt.Sprintf("%s: %d failed attempts at the lease", p.Name, n)
 	})
-	lost := time.Now()
 	// Down until it is started: it serves requests before its /readyz,
 	// which StartComponent waits for, says ready.
 	back := time.Now()
@@ -190,7 +263,23 @@ func TestAPIServerKilledMidScaleUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	restarted = true
-	sc.silentBetween(cpu, lost, back, "the API server was down")
+	// The window starts at the renew deadline, or at the leader's exit if
+	// that is later: the fence is checked before a write is sent, so a
+	// write let through just before the deadline reaches ARM a request's
+	// latency after it; one sent before the leader exited, before its exit.
+	// The leader exits a retry period (0.5 s) or more after its fence shut.
+	from, exited := deadline, as.firstExit()
+	if exited.After(from) {
+		from = exited
+	}
+	// At least the restart delay and two retry periods.
+	if w := back.Sub(from); w < time.Second {
+		t.Fatalf("the API server came back %s after the window opened (killed %s, renew deadline %s, leader exited %s, back %s): too short a window to check",
+			w, killed.Format("15:04:05.000"), deadline.Format("15:04:05.000"), exited.Format("15:04:05.000"), back.Format("15:04:05.000"))
+	}
+	t.Logf("no write from %s to %s (%s; killed %s, renew deadline %s, leader exited %s)", from.Format("15:04:05.000"), back.Format("15:04:05.000"),
+		back.Sub(from), killed.Format("15:04:05.000"), deadline.Format("15:04:05.000"), exited.Format("15:04:05.000"))
+	sc.silentBetween(cpu, from, back, "no process held a renewed lease (the API server down)")
 	sc.eventually("12 pods Running", 3*time.Minute, allRunning(sc, 12))
 	p := as.serving(time.Minute)
 	sc.steadyFor(p, 5, "capacity 12", sc.capacityIs(cpu, 12))

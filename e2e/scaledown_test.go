@@ -112,14 +112,18 @@ func (sc *scenario) exported(p *harness.Process, lines ...string) {
 	})
 }
 
+// Three nodes: one empty but annotated scale-down-disabled, one whose only
+// pod is covered by a PDB that allows no disruption (the pod could run on
+// either other node: only the PDB keeps it), one empty. Only the last goes.
 func TestScaleDownRespectsPDBAndDisabledAnnotation(t *testing.T) {
 	t.Parallel()
 	sc := newScenario(t)
 	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 3, nil)
 	sc.registered(cpu, 3)
 	names := sc.nodeNames(cpu)
+	disabled, guarded, free := names[0], names[1], names[2]
 	// One node is annotated scale-down-disabled.
-	sc.updateNode(names[0], false, func(n *apiv1.Node) {
+	sc.updateNode(disabled, false, func(n *apiv1.Node) {
 		if n.Annotations == nil {
 			n.Annotations = map[string]string{}
 		}
@@ -134,31 +138,86 @@ func TestScaleDownRespectsPDBAndDisabledAnnotation(t *testing.T) {
 	if _, err := sc.s.cp.Client.PolicyV1().PodDisruptionBudgets(sc.ns).Create(sc.ctx, pdb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	sc.workload("web", 1, "1", 0, cpu)
-	sc.eventually("the pod Running", time.Minute, allRunning(sc, 1))
-	pods, _ := sc.s.cp.Client.CoreV1().Pods(sc.ns).List(sc.ctx, metav1.ListOptions{})
-	podNode := pods.Items[0].Spec.NodeName
+	// The pod is placed on the guarded node by cordoning the two others
+	// while it is scheduled, not by a node selector: pinned, it would have
+	// no place to move, and that alone would keep its node.
+	sc.scheduledOn("web", "1", guarded, disabled, free)
 	as := sc.autoscaler("autoscaler", fastScaleDown("--nodes=0:10:"+cpu,
 		"--scale-down-brake-cluster-share=1", "--scale-down-brake-group-share=1")...)
-	want := 2
-	if podNode == names[0] {
-		want = 1 // the pod sits on the disabled node: only the third can go
-	}
 	sc.eventually("the free node removed", time.Minute, func() (bool, string) {
 		c := sc.capacity(cpu)
-		return c == want, fmt.Sprintf("capacity %d", c)
+		return c == 2, fmt.Sprintf("capacity %d", c)
 	})
-	sc.stays(cpu, want, as, 5)
-	left := map[string]bool{}
-	for _, n := range sc.nodeNames(cpu) {
-		left[n] = true
+	sc.stays(cpu, 2, as, 5)
+	// The Node object goes when the simulator finishes deleting the VM.
+	sc.eventually("the disabled and the PDB-guarded nodes left", time.Minute, func() (bool, string) {
+		left := map[string]bool{}
+		for _, n := range sc.nodeNames(cpu) {
+			left[n] = true
+		}
+		return len(left) == 2 && left[disabled] && left[guarded], fmt.Sprintf("nodes %v, want %s (scale-down-disabled) and %s (PDB)", left, disabled, guarded)
+	})
+	sc.onNode("web", guarded)
+	sc.exported(as, `vmss_autoscaler_scale_down_kept_nodes{reason="pdb"} 1`,
+		`vmss_autoscaler_scale_down_kept_nodes{reason="scale-down-disabled"} 1`)
+}
+
+// scheduledOn runs a replicated pod (label app=name) of the scenario's
+// sets on node, with the others cordoned while it is scheduled and
+// uncordoned after: nothing in the pod ties it to the node.
+func (sc *scenario) scheduledOn(name, cpu, node string, others ...string) {
+	sc.t.Helper()
+	for _, o := range others {
+		sc.updateNode(o, false, func(n *apiv1.Node) { n.Spec.Unschedulable = true })
 	}
-	if !left[names[0]] || !left[podNode] {
-		t.Fatalf("nodes left %v: want the scale-down-disabled node %s and the PDB-guarded node %s", left, names[0], podNode)
+	sc.workload(name, 1, cpu, 0, sc.sets...)
+	sc.eventually(name+" Running on "+node, time.Minute, func() (bool, string) {
+		pods, err := sc.s.cp.Client.CoreV1().Pods(sc.ns).List(sc.ctx, metav1.ListOptions{LabelSelector: "app=" + name})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName == node && p.Status.Phase == apiv1.PodRunning {
+				return true, ""
+			}
+			if p.Spec.NodeName != "" && p.Spec.NodeName != node && p.DeletionTimestamp == nil {
+				// The scheduler had not seen a cordon yet: schedule it again.
+				sc.t.Logf("%s scheduled on %s, not %s: deleting it", p.Name, p.Spec.NodeName, node)
+				_ = sc.s.cp.Client.CoreV1().Pods(sc.ns).Delete(sc.ctx, p.Name, metav1.DeleteOptions{})
+			}
+		}
+		return false, fmt.Sprintf("%d pods", len(pods.Items))
+	})
+	for _, o := range others {
+		sc.updateNode(o, false, func(n *apiv1.Node) { n.Spec.Unschedulable = false })
 	}
-	_, body := sc.get(as, "/metrics")
-	if want == 2 && !strings.Contains(body, `vmss_autoscaler_scale_down_kept_nodes{reason="pdb"} 1`) {
-		t.Errorf("/metrics does not count the node kept for its PDB")
+	// The controller manager removes the unschedulable taint it added.
+	sc.eventually("the nodes uncordoned", time.Minute, func() (bool, string) {
+		for _, n := range sc.nodeList() {
+			for _, t := range n.Spec.Taints {
+				if t.Key == apiv1.TaintNodeUnschedulable {
+					return false, n.Name + " tainted " + t.Key
+				}
+			}
+		}
+		return true, ""
+	})
+}
+
+// onNode checks that the app's pods run on node, and only there.
+func (sc *scenario) onNode(app, node string) {
+	sc.t.Helper()
+	pods, err := sc.s.cp.Client.CoreV1().Pods(sc.ns).List(sc.ctx, metav1.ListOptions{LabelSelector: "app=" + app})
+	if err != nil {
+		sc.t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != node || p.Status.Phase != apiv1.PodRunning {
+			sc.t.Fatalf("pod %s %s on %q, want Running on %s", p.Name, p.Status.Phase, p.Spec.NodeName, node)
+		}
+	}
+	if len(pods.Items) != 1 {
+		sc.t.Fatalf("%d pods of %s, want 1", len(pods.Items), app)
 	}
 }
 

@@ -63,6 +63,7 @@ func newScenario(t *testing.T) *scenario {
 	if err != nil {
 		t.Fatal(err)
 	}
+	theSuite.never.register(ns)
 	sc := &scenario{t: t, ctx: ctx, s: theSuite, ns: ns, rg: "MC_e2e_" + short + "_eastus", prefix: short, addrs: map[*harness.Process]string{}}
 	t.Cleanup(func() {
 		cancel() // supervisors start nothing more
@@ -72,6 +73,9 @@ func newScenario(t *testing.T) *scenario {
 		for _, p := range procs {
 			_ = p.Stop()
 		}
+		// Every scenario holds the never-kill invariant: checked once its
+		// autoscalers are stopped, before its pods go with the namespace.
+		sc.checkNeverKill()
 		if t.Failed() {
 			t.Log(theSuite.cp.LogHint())
 			for _, p := range procs {
@@ -128,6 +132,11 @@ func (sc *scenario) startAutoscaler(name string, extra ...string) (*harness.Proc
 		"--new-pod-scale-up-delay=0s",
 		"--kube-client-qps=100", "--kube-client-burst=200",
 		"-v=2",
+	}
+	if grace, ok, err := maxGraceFlag(extra); err != nil {
+		return nil, err
+	} else if ok {
+		sc.s.never.maxGrace(sc.ns, grace) // evictions are owed no more
 	}
 	if sc.failover {
 		args = append(args, "--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms")

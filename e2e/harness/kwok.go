@@ -23,11 +23,91 @@ options:
   nodePlayStageParallelism: 16
   podPlayStageParallelism: 16`
 
-// kwokStages returns kwok's options and its stock "fast" stages as one
-// multi-document YAML: nodes become Ready at once and keep a heartbeat
-// (kwok renews their Leases, see --node-lease-duration-seconds), pods
-// become Running as soon as they are bound, Jobs' pods complete, and
-// deleted pods go away.
+// PodDeleteDelayAnnotation says how long a pod's process takes to exit on
+// SIGTERM, as a Go duration ("60s"): kwok deletes the terminating pod that
+// long after its deletion, or when its grace period runs out if that comes
+// first, as the kubelet kills a process that outlives its grace. kwok's
+// stock "general" pod-delete stage reads the same annotation.
+const PodDeleteDelayAnnotation = "pod-delete.stage.kwok.x-k8s.io/delay"
+
+// podDeleteStages replace kwok's stock "fast" pod-delete stage, which
+// deletes a terminating pod at once, with two:
+//
+//   - pod-delete: a terminating pod without PodDeleteDelayAnnotation is
+//     deleted at once, as before: a process that exits on SIGTERM
+//     straight away.
+//   - pod-delete-after-exit: a terminating pod with the annotation is
+//     deleted after min(its delay, the time left until its
+//     deletionTimestamp). The deletionTimestamp is when the grace period
+//     given at deletion (an eviction's, say) runs out, and the kubelet
+//     then SIGKILLs the process; that is what an autoscaler deleting the
+//     machine must wait for.
+//
+// kwok's Delay picks, for a duration D and a jitter J, J when J <= D and a
+// uniform draw from [D, J) otherwise. With D the annotation and J the time
+// until the deletionTimestamp, as the stock general stage has it, a pod
+// whose process exits in 6 s under a 30 s grace would go at a random time
+// between 6 and 30 s. So J is the deletionTimestamp only when it comes
+// before D has passed (the jq expression parses the Go duration and
+// compares it with the grace left, by jq's clock, which is kwok's), and
+// otherwise D itself: always min(D, grace left), never random.
+//
+// kwok computes the delay when it sees the pod change; a terminating pod
+// that is updated again (its status, say) is timed afresh from then, but
+// never past its deletionTimestamp.
+const podDeleteStages = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-delete
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'Exists'
+    - key: '.metadata.annotations["` + PodDeleteDelayAnnotation + `"]'
+      operator: 'DoesNotExist'
+  next:
+    delete: true
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-delete-after-exit
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'Exists'
+    - key: '.metadata.annotations["` + PodDeleteDelayAnnotation + `"]'
+      operator: 'Exists'
+  delay:
+    durationFrom:
+      jq:
+        expression: '.metadata.annotations["` + PodDeleteDelayAnnotation + `"]'
+    jitterDurationFrom:
+      jq:
+        expression: >-
+          .metadata.annotations["` + PodDeleteDelayAnnotation + `"] as $d
+          | .metadata.deletionTimestamp as $end
+          | ([$d | scan("([0-9]*\\.?[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
+              | (.[0] | tonumber) * {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 0.001, "s": 1, "m": 60, "h": 3600}[.[1]]]
+             | add) as $exit
+          | if $exit != null and ($end | fromdateiso8601) - now < $exit then $end else $d end
+  next:
+    delete: true`
+
+// kwokStages returns kwok's options and stages as one multi-document YAML:
+// its stock "fast" stages, by which nodes become Ready at once and keep a
+// heartbeat (kwok renews their Leases, see --node-lease-duration-seconds),
+// pods become Running as soon as they are bound and Jobs' pods complete,
+// and podDeleteStages, by which deleted pods go away when their process
+// would have exited.
 func kwokStages() string {
 	docs := []string{
 		kwokOptions,
@@ -35,7 +115,7 @@ func kwokStages() string {
 		nodeheartbeat.DefaultNodeHeartbeatWithLease,
 		podfast.DefaultPodReady,
 		podfast.DefaultPodComplete,
-		podfast.DefaultPodDelete,
+		podDeleteStages,
 	}
 	for i, d := range docs {
 		docs[i] = strings.TrimSpace(d)

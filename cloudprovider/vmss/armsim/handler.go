@@ -138,7 +138,12 @@ func baseURL(r *http.Request) string {
 }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	resp := s.handle(r)
+	resp, deleting := s.handle(r)
+	if len(deleting) > 0 {
+		// Before the answer: whoever asked cannot act on it before the
+		// watcher has looked at the machines.
+		s.watcher.VMsDeleting(r.Context(), deleting)
+	}
 	h := w.Header()
 	for k, vs := range resp.header {
 		h[k] = vs
@@ -167,13 +172,14 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	klog.V(4).InfoS("ARM request", "method", r.Method, "url", r.URL.String(), "status", resp.status, "requestID", requestID)
 }
 
-// handle answers a request.
-func (s *Server) handle(r *http.Request) response {
+// handle answers a request and, when there is a DeletionWatcher, returns the
+// VMs the request started deleting.
+func (s *Server) handle(r *http.Request) (response, []VM) {
 	var body []byte
 	if r.Method == http.MethodPatch || r.Method == http.MethodPost || r.Method == http.MethodPut {
 		var err error
 		if body, err = io.ReadAll(io.LimitReader(r.Body, maxBody)); err != nil {
-			return errorResponse(http.StatusBadRequest, "InvalidRequestContent", "Reading the request body failed: %v", err)
+			return errorResponse(http.StatusBadRequest, "InvalidRequestContent", "Reading the request body failed: %v", err), nil
 		}
 	}
 	kind := kindOf(r.Method)
@@ -181,7 +187,9 @@ func (s *Server) handle(r *http.Request) response {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
+	s.recordDeleting, s.deleting = s.watcher != nil, nil
 	resp := s.route(r, kind, body, now)
+	deleting := s.startedDeleting()
 	if kind == kindWrite {
 		s.logWrite(r, body, resp.status, now)
 	}
@@ -192,7 +200,7 @@ func (s *Server) handle(r *http.Request) response {
 	if resp.header.Get(header) == "" {
 		resp.set(header, strconv.Itoa(s.buckets[kind].peek(now)))
 	}
-	return resp
+	return resp, deleting
 }
 
 // route checks, throttles, counts and dispatches a request. Callers hold s.mu.

@@ -31,6 +31,29 @@ type NodeHook interface {
 	VMDeleted(ctx context.Context, vm VM) error
 }
 
+// DeletionWatcher is an optional interface of a NodeHook: a hook that
+// implements it is told the moment an ARM request makes VMs start deleting,
+// which is when, in Azure, the processes on them die (the VM is shut down at
+// once; the rest of the deletion, which Options.DeleteDelay models and after
+// which VMDeleted is called, is ARM's bookkeeping). A test environment uses
+// it to check what was still running on the machines at that moment.
+//
+// The server calls VMsDeleting from the request's handler, synchronously,
+// after releasing its lock and before writing the response, so the caller
+// that asked for the deletion cannot observe it before the watcher has. It is
+// called for the requests that changed VMs to Deleting: an instance deletion
+// (POST .../delete) and a scale set update (PATCH) that lowers the capacity,
+// including one answered with an error after it took effect
+// (FaultCommitThenServerError). A refused request changes nothing and calls
+// nothing. vms are the VMs that the request newly started deleting (not
+// those already deleting), in instance ID order per scale set; some may never
+// have run (still Creating, or Failed to boot) and have no node. Calls for
+// concurrent requests may run concurrently. Changes made by Go calls
+// (SetCapacity) and by Advance are not reported.
+type DeletionWatcher interface {
+	VMsDeleting(ctx context.Context, vms []VM)
+}
+
 // Advance applies every time-based transition due by Options.Clock (VMs
 // finishing booting or deleting) and then calls the hook for VMs that started
 // running or are gone, retrying calls that failed before.
@@ -107,6 +130,28 @@ func (s *Server) Advance(ctx context.Context) {
 		rec.hookFailures++
 	}
 	s.gone = slices.DeleteFunc(s.gone, func(rec *vmRecord) bool { return slices.Contains(done, rec) })
+}
+
+// startedDeleting takes the VMs that the request being handled started
+// deleting, described for the DeletionWatcher, and stops recording them.
+// Callers hold s.mu.
+func (s *Server) startedDeleting() []VM {
+	recs := s.deleting
+	s.recordDeleting, s.deleting = false, nil
+	if len(recs) == 0 {
+		return nil
+	}
+	slices.SortFunc(recs, func(a, b *vmRecord) int {
+		if c := strings.Compare(setKey(a.set.rg, a.set.name), setKey(b.set.rg, b.set.name)); c != 0 {
+			return c
+		}
+		return a.instanceID - b.instanceID
+	})
+	vms := make([]VM, 0, len(recs))
+	for _, rec := range recs {
+		vms = append(vms, s.hookVM(rec))
+	}
+	return vms
 }
 
 // hookVM describes a VM for the hook. Callers hold s.mu.

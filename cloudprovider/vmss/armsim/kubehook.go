@@ -134,9 +134,11 @@ func (h *KubeNodeHook) VMDeleted(ctx context.Context, vm VM) error {
 	return nil
 }
 
-// nodeName is the VM's computer name, lower-cased as Kubernetes node names
-// must be.
-func nodeName(vm VM) string { return strings.ToLower(vm.ComputerName) }
+// NodeName is the name of the VM's Node as KubeNodeHook registers it: the
+// VM's computer name, lower-cased as Kubernetes node names must be.
+func (vm VM) NodeName() string { return strings.ToLower(vm.ComputerName) }
+
+func nodeName(vm VM) string { return vm.NodeName() }
 
 // Node returns the Node the hook registers for vm: as it is at
 // registration, before the device plugin and network agents have run.

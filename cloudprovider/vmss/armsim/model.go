@@ -608,9 +608,14 @@ func (s *Server) resize(set *scaleSet, n int, failWith string, now time.Time) {
 	}
 }
 
+// startDeleting moves a VM to Deleting and, while a request is handled for a
+// DeletionWatcher, records it for the watcher. Callers hold s.mu.
 func (s *Server) startDeleting(vm *vmRecord, now time.Time) {
 	vm.state, vm.failedRunning = StateDeleting, false
 	vm.deleteAt = now.Add(s.opts.DeleteDelay)
+	if s.recordDeleting {
+		s.deleting = append(s.deleting, vm)
+	}
 }
 
 // newOperation starts an asynchronous operation on the set, applying

@@ -86,7 +86,7 @@ type Options struct {
 	Window          time.Duration // bucket refill window (tokens refill continuously: N per Window); default 1 minute
 	PageSize        int           // VM list page size, nextLink paging beyond it; default 1000
 	Clock           clock.Clock   // default real clock; tests pass a fake clock
-	Hook            NodeHook      // may be nil
+	Hook            NodeHook      // may be nil; may also be a DeletionWatcher
 	SKUs            []SKU         // default DefaultSKUs()
 	// Addr is the address Start listens on; default "127.0.0.1:0". Only
 	// loopback addresses are accepted.
@@ -99,7 +99,9 @@ type Server struct {
 	opts  Options
 	clock clock.Clock
 	hook  NodeHook
-	skus  map[string]SKU // by lower-case name
+	// watcher is the hook as a DeletionWatcher, nil if it is not one.
+	watcher DeletionWatcher
+	skus    map[string]SKU // by lower-case name
 
 	// hookMu serialises Advance, so each hook call is made once even when
 	// Advance runs concurrently (Run and a test, say).
@@ -116,6 +118,10 @@ type Server struct {
 	// blockedFor is ThrottleCaller's: caller -> request kind -> until.
 	blockedFor map[string]map[string]time.Time
 	writes     []Write // every write request, in order
+	// recordDeleting is set while a request is handled for the watcher:
+	// startDeleting then appends the VMs it moves to Deleting to deleting.
+	recordDeleting bool
+	deleting       []*vmRecord
 
 	ts      *httptest.Server
 	cert    tls.Certificate
@@ -175,15 +181,17 @@ func New(opts Options) (*Server, error) {
 		skus[key] = k
 	}
 	now := opts.Clock.Now()
+	watcher, _ := opts.Hook.(DeletionWatcher)
 	return &Server{
-		opts:  opts,
-		clock: opts.Clock,
-		hook:  opts.Hook,
-		skus:  skus,
-		rng:   rand.New(rand.NewPCG(opts.Seed, opts.Seed^jitterStream)),
-		sets:  map[string]*scaleSet{},
-		ops:   map[string]*operation{},
-		calls: map[string]int{},
+		opts:    opts,
+		clock:   opts.Clock,
+		hook:    opts.Hook,
+		watcher: watcher,
+		skus:    skus,
+		rng:     rand.New(rand.NewPCG(opts.Seed, opts.Seed^jitterStream)),
+		sets:    map[string]*scaleSet{},
+		ops:     map[string]*operation{},
+		calls:   map[string]int{},
 		buckets: map[string]*bucket{
 			kindRead:  newBucket(opts.ReadsPerWindow, unlimitedReads, opts.Window, now),
 			kindWrite: newBucket(opts.WritesPerWindow, unlimitedWrites, opts.Window, now),

@@ -1,0 +1,96 @@
+package harness
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/kwok/pkg/apis/internalversion"
+	"sigs.k8s.io/kwok/pkg/config"
+	"sigs.k8s.io/kwok/pkg/utils/lifecycle"
+)
+
+// podLifecycle loads the pod stages kwok is given, through kwok's own
+// config and lifecycle code.
+func podLifecycle(t *testing.T) lifecycle.Lifecycle {
+	t.Helper()
+	var stages []*internalversion.Stage
+	for _, doc := range strings.Split(kwokStages(), "\n---\n") {
+		obj, err := config.Unmarshal(doc)
+		if err != nil {
+			t.Fatalf("kwok cannot read a document of its configuration: %v\n%s", err, doc)
+		}
+		if st, ok := obj.(*internalversion.Stage); ok && st.Spec.ResourceRef.Kind == "Pod" {
+			stages = append(stages, st)
+		}
+	}
+	lc, err := lifecycle.NewLifecycle(stages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lc
+}
+
+// TestKwokPodDeleteStages checks which stage kwok plays for a terminating
+// pod and after how long: at once without the delay annotation, else after
+// min(the delay, the grace left), never a random time between the two.
+func TestKwokPodDeleteStages(t *testing.T) {
+	lc := podLifecycle(t)
+	tests := []struct {
+		name      string
+		delay     string        // annotation; "" for none
+		graceLeft time.Duration // until the deletionTimestamp
+		wantStage string
+		want      time.Duration
+	}{
+		{"no annotation", "", 30 * time.Second, "pod-delete", 0},
+		{"exits before its grace", "6s", 30 * time.Second, "pod-delete-after-exit", 6 * time.Second},
+		{"killed at its grace end", "60s", 3 * time.Second, "pod-delete-after-exit", 3 * time.Second},
+		{"compound duration", "1m30s", time.Hour, "pod-delete-after-exit", 90 * time.Second},
+		{"milliseconds", "1500ms", time.Minute, "pod-delete-after-exit", 1500 * time.Millisecond},
+		{"fraction, killed", "2.5h", 10 * time.Minute, "pod-delete-after-exit", 10 * time.Minute},
+		{"grace already over", "60s", -2 * time.Second, "pod-delete-after-exit", -2 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			// kwok's jq reads the wall clock (jq's now); so does the
+			// deletionTimestamp, which has whole seconds on the wire.
+			now := time.Now()
+			end := now.Add(tt.graceLeft).Truncate(time.Second)
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", DeletionTimestamp: &metav1.Time{Time: end}},
+				Spec:       corev1.PodSpec{NodeName: "n"},
+				Status:     corev1.PodStatus{Phase: corev1.PodRunning},
+			}
+			if tt.delay != "" {
+				pod.Annotations = map[string]string{PodDeleteDelayAnnotation: tt.delay}
+			}
+			event := &lifecycle.Event{Labels: pod.Labels, Annotations: pod.Annotations, Data: pod}
+			for range 20 { // a random pick would show in 20 draws
+				stage, err := lc.Match(ctx, event)
+				if err != nil || stage == nil {
+					t.Fatalf("Match = %v, %v; want stage %s", stage, err, tt.wantStage)
+				}
+				if stage.Name() != tt.wantStage {
+					t.Fatalf("stage %s, want %s", stage.Name(), tt.wantStage)
+				}
+				got, _, err := stage.Delay(ctx, event, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := tt.want
+				if tt.graceLeft < tt.want || tt.graceLeft < 0 {
+					want = end.Sub(now) // the grace end, at whole seconds
+				}
+				// jq's now is read a little after ours.
+				if d := got - want; d > 0 || d < -time.Second {
+					t.Fatalf("delay %s, want %s", got, want)
+				}
+			}
+		})
+	}
+}
