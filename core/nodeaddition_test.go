@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
 	"github.com/vmss-autoscaler/vmss-autoscaler/ratelimit"
 )
 
@@ -172,5 +173,32 @@ func TestAdaptiveRateFollowsAPIServerHealth(t *testing.T) {
 	}
 	if !strings.Contains(e.status.writes[len(e.status.writes)-1], "rateReason: healthy") {
 		t.Fatalf("status does not say why:\n%s", e.status.writes[len(e.status.writes)-1])
+	}
+}
+
+// TestInFlightCapCountsGroupsOfUnknownSize: a group whose size cannot be
+// read this loop still has its booting machines; the in-flight cap counts
+// them as when last known, so another group cannot add a whole cap more.
+func TestInFlightCapCountsGroupsOfUnknownSize(t *testing.T) {
+	e := newEnv(t, smoothing(6000, 1000, 8))
+	a := e.provider.AddGroup("gpu-a", 0, 100, gpuTemplate("gpu-a"))
+	b := e.provider.AddGroup("gpu-b", 0, 100, gpuTemplate("gpu-b"))
+	e.start()
+	e.add(pendingPods(8, "first", append(wholeGPU(), to.NodeSelector("pool", "gpu-a"))...))
+	e.run()
+	if got := a.Increases(); len(got) != 1 || got[0] != 8 {
+		t.Fatalf("gpu-a increases %v, want [8]: the whole cap", got)
+	}
+	a.SetSizeUnknown(true) // its VM list fails from now on; its 8 still boot
+	e.add(pendingPods(8, "second", append(wholeGPU(), to.NodeSelector("pool", "gpu-b"))...))
+	for range 3 {
+		e.clock.Step(10 * time.Second)
+		e.run()
+	}
+	if got := b.Increases(); len(got) != 0 {
+		t.Fatalf("gpu-b increases %v while gpu-a's 8 machines boot: the cap of 8 is full", got)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.NodesInFlight); got != 8 {
+		t.Fatalf("nodes_in_flight %v, want gpu-a's 8", got)
 	}
 }

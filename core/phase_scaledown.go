@@ -101,19 +101,39 @@ func (a *Autoscaler) WaitForDrains() {
 // enough: empty ones in bulk, others drained in parallel.
 func (a *Autoscaler) scaleDownPhase(ctx context.Context, l *loop) error {
 	act := a.scaleDown.actuator
-	if !a.opts.ScaleDownEnabled || act == nil {
+	if act == nil {
 		return nil
 	}
 	if l.unhealthy != "" {
+		// The gate refuses every deletion and taint now; what was started
+		// waits for the cluster to recover.
+		a.scaleDown.planner.Reset()
 		l.scaleDown.Skipped = "cluster unhealthy: " + l.unhealthy
 		return nil
 	}
-	// Drains that finished since the last loop are deleted whatever else
-	// this loop decides: their pods are gone already.
+	// Removals already under way finish whatever else this loop decides
+	// (scale-down disabled or held included): drained nodes are deleted
+	// (their pods are gone), deletions that failed after they were
+	// accepted are taken back, and ToBeDeleted taints nobody acts on any
+	// more (a dead leader's, a cancelled drain's) are removed.
 	act.FlushDrained(ctx, l.now, l.byID)
-	// Deletions that failed after they were accepted are taken back.
 	act.Reconcile(ctx, l.now, l.byID)
-	if why := a.scaleDownHeld(l); why != "" {
+	act.Forget(func(name string) bool { _, ok := l.snap.Index(name); return ok })
+	managed := func(name string) bool { _, ok := l.groupOf[name]; return ok }
+	act.UntaintStale(ctx, l.nodes, l.groups, managed)
+	why := a.scaleDownHeld(l)
+	if !a.opts.ScaleDownEnabled {
+		why = "--scale-down-enabled=false"
+	}
+	if why != "" {
+		// Unneeded times start again when scale-down resumes: a node is
+		// removed only after it was unneeded for the whole unneeded time
+		// while scale-down could have acted.
+		a.scaleDown.planner.Reset()
+		if !a.opts.ScaleDownEnabled {
+			// Disabled: no node is a deletion candidate.
+			act.SoftTaint(ctx, l.now, l.nodes, nil, managed)
+		}
 		l.scaleDown.Skipped = why
 		klog.FromContext(ctx).V(2).Info("Scale-down held", "reason", why)
 		return nil
@@ -125,10 +145,7 @@ func (a *Autoscaler) scaleDownPhase(ctx context.Context, l *loop) error {
 			return fmt.Errorf("listing PodDisruptionBudgets from cache: %w", err)
 		}
 	}
-	act.Forget(func(name string) bool { _, ok := l.snap.Index(name); return ok })
 	nodes := a.scaleDownNodes(l)
-	managed := func(name string) bool { _, ok := l.groupOf[name]; return ok }
-	act.UntaintStale(ctx, l.nodes, l.groups, managed)
 	d := a.scaleDown.planner.Plan(ctx, l.now, l.snap, nodes, a.scaleDownGroups(l), scaledown.NewPDBs(pdbList), act.InFlight())
 	a.reportScaleDownPlan(ctx, l, d)
 	act.SoftTaint(ctx, l.now, l.nodes, d.Unneeded, managed)
@@ -201,8 +218,13 @@ func (a *Autoscaler) scaleDownNodes(l *loop) []scaledown.Node {
 
 // scaleDownHeld says why scale-down waits this loop, or "".
 func (a *Autoscaler) scaleDownHeld(l *loop) string {
-	if len(l.scaleUp.ScaleUps) > 0 {
-		return "scaled up in this loop"
+	// Held as cluster-autoscaler holds it: in a loop that asked the cloud
+	// for nodes. Demand the node-addition queue only queued asked for
+	// nothing, and with smoothing it may wait many minutes.
+	for _, su := range l.scaleUp.ScaleUps {
+		if su.Delta > 0 {
+			return "scaled up in this loop"
+		}
 	}
 	return a.scaleDown.actuator.Held(l.now, a.opts.ScaleDownDelayAfterDelete, a.opts.ScaleDownDelayAfterFailure)
 }

@@ -82,16 +82,32 @@ func (a *Autoscaler) scaleUpPasses(l *loop) []scaleup.Pass {
 	}
 }
 
+// inFlight is what the in-flight cap counts: every group's upcoming
+// nodes (requested, booting, registering, in preflight). A group whose
+// size is unknown this loop (a failed VM list, throttling) counts as many
+// as when it was last known: its machines still boot, and hiding them
+// would let the other groups add a whole cap more.
+func (a *Autoscaler) inFlight(l *loop) int {
+	n := 0
+	for _, g := range l.groups {
+		gs := a.registry.Group(g.ID())
+		switch {
+		case gs == nil:
+		case gs.Readiness.TargetKnown:
+			n += gs.Readiness.Upcoming
+		default:
+			n += gs.Readiness.LastKnownUpcoming
+		}
+	}
+	return n
+}
+
 // scaleUpRequest describes the loop to the orchestrator. Templates and
 // candidates are built only when some pass has pods.
 func (a *Autoscaler) scaleUpRequest(ctx context.Context, l *loop, passes []scaleup.Pass) (scaleup.Request, error) {
 	req := scaleup.Request{Now: l.now, Snap: l.snap, MaxNew: int(^uint(0) >> 1), IsBalloon: a.opts.isBalloon,
 		GangSplit: a.opts.GangSplit, Passes: passes}
-	for _, g := range l.groups {
-		if gs := a.registry.Group(g.ID()); gs != nil && gs.Readiness.TargetKnown {
-			req.InFlight += gs.Readiness.Upcoming
-		}
-	}
+	req.InFlight = a.inFlight(l)
 	empty := true
 	for _, p := range passes {
 		empty = empty && len(p.Pods) == 0 && len(p.Gangs) == 0

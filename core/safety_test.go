@@ -199,10 +199,17 @@ func TestDeleteThatFailsLaterIsTakenBack(t *testing.T) {
 	if len(cpu.Deleted()) != 0 {
 		t.Fatal("removed again within the delay after the failure")
 	}
+	// Held, the node's unneeded time started again: it must be unneeded
+	// for the whole of it once scale-down may act.
 	e.clock.Step(3 * time.Minute)
 	e.run()
+	if got := cpu.Deleted(); len(got) != 0 {
+		t.Fatalf("deleted %v the moment scale-down resumed, before a new unneeded time", got)
+	}
+	e.clock.Step(2 * time.Minute)
+	e.run()
 	if got := cpu.Deleted(); len(got) != 1 {
-		t.Fatalf("deleted %v after the delay, want the empty node", got)
+		t.Fatalf("deleted %v after the delay and a new unneeded time, want the empty node", got)
 	}
 }
 

@@ -71,6 +71,10 @@ type Readiness struct {
 	// Upcoming is what the target promises beyond usable nodes: machines
 	// that are coming and count against new scale-ups.
 	Upcoming int
+	// LastKnownUpcoming is Upcoming as of the last Update that knew the
+	// group's size (raised by scale-ups since): what the in-flight cap
+	// counts for the group while its size is unknown.
+	LastKnownUpcoming int
 }
 
 // GroupState is one group as of the last Update.
@@ -158,6 +162,9 @@ type Registry struct {
 	handled     map[string]bool
 	retry       map[string]bool
 	lastScaleUp map[string]time.Time
+	// lastUpcoming is each group's upcoming count when its size was last
+	// known, raised by the scale-ups since.
+	lastUpcoming map[string]int
 	// preflightPending are nodes seen pending (name → group);
 	// preflightFailed nodes already counted as failures; preflightFailures
 	// the recent failure times per group, for the backoff.
@@ -183,6 +190,7 @@ func NewRegistry(opts Options) *Registry {
 		handled:           map[string]bool{},
 		retry:             map[string]bool{},
 		lastScaleUp:       map[string]time.Time{},
+		lastUpcoming:      map[string]int{},
 		preflightPending:  map[string]string{},
 		preflightFailed:   map[string]bool{},
 		preflightFailures: map[string][]time.Time{},
@@ -243,10 +251,17 @@ func (r *Registry) Update(now time.Time, groups []cloudprovider.NodeGroup, nodes
 			r.checkNeverCreated(&u, gs, live, provision)
 			gs.Readiness.Upcoming = max(0, gs.Readiness.Target-gs.Readiness.Ready-gs.Readiness.Unready-
 				gs.Readiness.LongUnregistered-gs.Readiness.InError-gs.Readiness.PreflightFailed)
+			r.lastUpcoming[g.ID()] = gs.Readiness.Upcoming
 		}
+		gs.Readiness.LastKnownUpcoming = r.lastUpcoming[g.ID()]
 		gs.Backoff = r.backoff.Status(g.ID(), now)
 	}
 	r.forgetGone(u.seen, nodes)
+	for id := range r.lastUpcoming {
+		if _, ok := r.groups[id]; !ok {
+			delete(r.lastUpcoming, id)
+		}
+	}
 	return act
 }
 
@@ -602,7 +617,9 @@ func (r *Registry) RegisterScaleUp(group string, delta int, now time.Time) {
 		gs.Readiness.Target += delta
 		gs.Readiness.Upcoming += delta
 		gs.Readiness.NotCreated += delta
+		gs.Readiness.LastKnownUpcoming += delta
 	}
+	r.lastUpcoming[group] += delta
 }
 
 // RegisterFailedScaleUp backs a group off after IncreaseSize failed.

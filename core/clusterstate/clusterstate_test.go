@@ -79,6 +79,7 @@ func TestReadinessTransitions(t *testing.T) {
 	}
 	for _, s := range steps {
 		act := update(r, p, t0.Add(s.at), s.nodes...)
+		s.want.LastKnownUpcoming = s.want.Upcoming // the size is known at every step
 		if got := r.Group("g").Readiness; got != s.want {
 			t.Fatalf("%s: readiness\n got %+v\nwant %+v", s.name, got, s.want)
 		}

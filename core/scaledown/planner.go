@@ -163,6 +163,11 @@ func (p *Planner) forget() {
 	}
 }
 
+// Reset forgets every node's unneeded time: while scale-down is held or
+// disabled no node counts as unneeded, so none is removed the moment it
+// resumes.
+func (p *Planner) Reset() { clear(p.since) }
+
 // Brake returns the planner's brake (the actuator records deletions on it).
 func (p *Planner) Brake() *Brake { return p.brake }
 
