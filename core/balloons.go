@@ -57,6 +57,12 @@ func (a *Autoscaler) syncBalloons(ctx context.Context, l *loop) error {
 	if a.balloons == nil || !known {
 		return nil
 	}
+	// The loop checked the fence when it started; a leader that stalled
+	// since must not write Deployments either.
+	if err := a.gate.Write("balloons"); err != nil {
+		klog.FromContext(ctx).V(2).Info("Balloon Deployments not synced", "err", err.Error())
+		return nil
+	}
 	res, err := a.balloons.Sync(ctx, specs)
 	if err != nil {
 		return fmt.Errorf("syncing balloon Deployments: %w", err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/klog/v2"
+
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
 )
 
@@ -41,6 +43,10 @@ func (a *Autoscaler) writeStatus(ctx context.Context, l *loop) error {
 		return err
 	}
 	if cmp == a.lastStatus {
+		return nil
+	}
+	if err := a.gate.Write("status"); err != nil {
+		klog.FromContext(ctx).V(2).Info("Status not written", "err", err.Error())
 		return nil
 	}
 	if err := a.status.WriteStatus(ctx, full); err != nil {

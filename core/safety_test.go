@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apiv1 "k8s.io/api/core/v1"
 
+	"github.com/vmss-autoscaler/vmss-autoscaler/balloon"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
@@ -152,6 +153,35 @@ func TestFencedReplicaWritesNothing(t *testing.T) {
 	}
 	if gs := e.a.registry.Group("gpu"); gs.Backoff.Active {
 		t.Fatal("group backed off for a fenced write: the group is fine")
+	}
+}
+
+// TestFenceClosedMidLoopWritesNoStatusOrBalloons: the fence closes after
+// the loop started (the leader stalled past its lease meanwhile): neither
+// the balloon Deployments nor the status ConfigMap are written, and the
+// refusals are counted.
+func TestFenceClosedMidLoopWritesNoStatusOrBalloons(t *testing.T) {
+	calls := 0
+	rec := &recordingBalloons{}
+	e := newEnv(t, withOptions(func(o *Options) { o.WarmPools = map[string]balloon.Policy{"gpu": {Fixed: 1}} }))
+	e.balloons = rec
+	e.fence = func() error {
+		calls++
+		if calls > 1 { // open when the loop starts, closed from then on
+			return errors.New("lease not renewed within the renew deadline")
+		}
+		return nil
+	}
+	e.provider.AddGroup("gpu", 0, 20, gpuTemplate("gpu"), inmemory.WithTarget(1))
+	e.start()
+	e.run()
+	if len(rec.specs) != 0 || len(e.status.writes) != 0 {
+		t.Fatalf("%d balloon syncs and %d status writes through a closed fence", len(rec.specs), len(e.status.writes))
+	}
+	for _, action := range []string{"balloons", "status"} {
+		if got := testutil.ToFloat64(e.a.metrics.GateRefused.WithLabelValues("fence", action)); got != 1 {
+			t.Errorf("gate_refused_writes_total{fence,%s} = %v, want 1", action, got)
+		}
 	}
 }
 
