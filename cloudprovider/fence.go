@@ -33,6 +33,12 @@ func WithFence(p CloudProvider, fence Fence) CloudProvider {
 // WithGuards returns p with every write of its node groups checked against
 // g first: a write a guard refuses is not sent. Every path that writes to
 // the cloud goes through the provider, so none escapes them.
+//
+// The guards are checked when a write method is called, and travel in its
+// context to the wrapped group: a provider whose one call sends several
+// write requests (the same write again after an unclear answer or a
+// read-back) checks CheckWrite before each, so a fence that closes during
+// the call stops the writes still to come.
 func WithGuards(p CloudProvider, g Guards) CloudProvider {
 	if g.Writes == nil && g.Deletions == nil {
 		return p
@@ -77,30 +83,69 @@ func (g *fencedGroup) check() error {
 	return nil
 }
 
+// checkDeletion is check and the deletion hold.
+func (g *fencedGroup) checkDeletion() error {
+	if err := g.check(); err != nil {
+		return err
+	}
+	if g.guards.Deletions == nil {
+		return nil
+	}
+	if err := g.guards.Deletions(); err != nil {
+		return NewError(ClassHeld, "", "no deletion from node group "+g.ID(), err)
+	}
+	return nil
+}
+
 func (g *fencedGroup) IncreaseSize(ctx context.Context, delta int) error {
 	if err := g.check(); err != nil {
 		return err
 	}
-	return g.NodeGroup.IncreaseSize(ctx, delta)
+	return g.NodeGroup.IncreaseSize(withWriteCheck(ctx, g.check), delta)
 }
 
 func (g *fencedGroup) DeleteNodes(ctx context.Context, providerIDs []string) error {
-	if err := g.check(); err != nil {
+	if err := g.checkDeletion(); err != nil {
 		return err
 	}
-	if g.guards.Deletions != nil {
-		if err := g.guards.Deletions(); err != nil {
-			return NewError(ClassHeld, "", "no deletion from node group "+g.ID(), err)
-		}
-	}
-	return g.NodeGroup.DeleteNodes(ctx, providerIDs)
+	return g.NodeGroup.DeleteNodes(withWriteCheck(ctx, g.checkDeletion), providerIDs)
 }
 
 func (g *fencedGroup) DecreaseTargetSize(ctx context.Context, delta int) error {
 	if err := g.check(); err != nil {
 		return err
 	}
-	return g.NodeGroup.DecreaseTargetSize(ctx, delta)
+	return g.NodeGroup.DecreaseTargetSize(withWriteCheck(ctx, g.check), delta)
+}
+
+// writeCheckKey is the context key of the guards of a write call.
+type writeCheckKey struct{}
+
+// CheckWrite says whether a write request may be sent to the cloud now:
+// nil, or the error of the guard that refuses it (ClassFenced; ClassHeld
+// for a held deletion). ctx is the one a guarded group (WithGuards) passed
+// to the write method of the group it wraps; a context without guards
+// passes. A provider calls it right before each write request it sends.
+func CheckWrite(ctx context.Context) error {
+	if check, ok := ctx.Value(writeCheckKey{}).(func() error); ok {
+		return check()
+	}
+	return nil
+}
+
+// withWriteCheck returns ctx carrying check, after any check ctx carries
+// already (a group guarded twice is checked against both).
+func withWriteCheck(ctx context.Context, check func() error) context.Context {
+	if outer, ok := ctx.Value(writeCheckKey{}).(func() error); ok {
+		inner := check
+		check = func() error {
+			if err := outer(); err != nil {
+				return err
+			}
+			return inner()
+		}
+	}
+	return context.WithValue(ctx, writeCheckKey{}, check)
 }
 
 // SizeLimit implements SizeLimited with the wrapped group's limit (none

@@ -93,3 +93,101 @@ func TestFencedGroupKeepsItsSizeLimit(t *testing.T) {
 		t.Fatalf("MaxSize = %d, want the limit", fenced.MaxSize())
 	}
 }
+
+// probed wraps a provider's groups so that their write methods call during
+// instead of writing: a test looks at what the call's context says.
+type probed struct {
+	cloudprovider.CloudProvider
+	during func(ctx context.Context)
+}
+
+func (p *probed) NodeGroups() []cloudprovider.NodeGroup {
+	var out []cloudprovider.NodeGroup
+	for _, g := range p.CloudProvider.NodeGroups() {
+		out = append(out, &probedGroup{NodeGroup: g, during: p.during})
+	}
+	return out
+}
+
+type probedGroup struct {
+	cloudprovider.NodeGroup
+	during func(ctx context.Context)
+}
+
+func (g *probedGroup) IncreaseSize(ctx context.Context, _ int) error {
+	g.during(ctx)
+	return nil
+}
+
+func (g *probedGroup) DeleteNodes(ctx context.Context, _ []string) error {
+	g.during(ctx)
+	return nil
+}
+
+func (g *probedGroup) DecreaseTargetSize(ctx context.Context, _ int) error {
+	g.during(ctx)
+	return nil
+}
+
+// TestGuardsAreCheckedAgainDuringTheCall: the guards pass when a write
+// method is called and then one closes; CheckWrite on the context the
+// wrapped group was given reports it, so a provider that writes more than
+// once in a call stops there.
+func TestGuardsAreCheckedAgainDuringTheCall(t *testing.T) {
+	const ok = cloudprovider.ErrorClass(-1)
+	tests := []struct {
+		name string
+		// closes says which guard refuses from the middle of the call on:
+		// "writes", "deletions", "outer" (the outer of two fences) or "".
+		closes string
+		// want is CheckWrite's class during IncreaseSize, DeleteNodes and
+		// DecreaseTargetSize (ok: nil).
+		want [3]cloudprovider.ErrorClass
+	}{
+		{"guards stay open", "", [3]cloudprovider.ErrorClass{ok, ok, ok}},
+		{"the fence closes", "writes", [3]cloudprovider.ErrorClass{cloudprovider.ClassFenced, cloudprovider.ClassFenced, cloudprovider.ClassFenced}},
+		{"a deletion hold starts", "deletions", [3]cloudprovider.ErrorClass{ok, cloudprovider.ClassHeld, ok}},
+		{"guarded twice, the outer fence closes", "outer", [3]cloudprovider.ErrorClass{cloudprovider.ClassFenced, cloudprovider.ClassFenced, cloudprovider.ClassFenced}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			p := inmemory.New()
+			g := p.AddGroup("g", 0, 10, to.Node("g", "4", "8Gi"), inmemory.WithTarget(2))
+			closed := ""
+			guard := func(name string) cloudprovider.Fence {
+				return func() error {
+					if closed == name {
+						return errors.New(name + " closed")
+					}
+					return nil
+				}
+			}
+			var got []cloudprovider.ErrorClass
+			during := func(ctx context.Context) {
+				closed = tc.closes
+				err := cloudprovider.CheckWrite(ctx)
+				closed = ""
+				if err == nil {
+					got = append(got, ok)
+				} else {
+					got = append(got, cloudprovider.ClassOf(err))
+				}
+			}
+			fp := cloudprovider.WithGuards(&probed{CloudProvider: p, during: during}, cloudprovider.Guards{Writes: guard("writes"), Deletions: guard("deletions")})
+			fp = cloudprovider.WithFence(fp, guard("outer"))
+			fg := fp.NodeGroups()[0]
+			for i, err := range []error{fg.IncreaseSize(ctx, 1), fg.DeleteNodes(ctx, g.ProviderIDs()[:1]), fg.DecreaseTargetSize(ctx, -1)} {
+				if err != nil {
+					t.Fatalf("write %d refused at the call: %v", i, err)
+				}
+			}
+			if len(got) != 3 || [3]cloudprovider.ErrorClass(got) != tc.want {
+				t.Fatalf("CheckWrite during the calls: %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if err := cloudprovider.CheckWrite(context.Background()); err != nil {
+		t.Fatalf("CheckWrite without guards: %v", err)
+	}
+}

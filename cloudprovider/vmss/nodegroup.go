@@ -360,10 +360,25 @@ func (g *scaleSet) TargetSize() (int, error) {
 	return g.sizeLocked()
 }
 
+// maxScaleUpWrites bounds the PATCHes of one scale-up: the first, and the
+// same target again after an unclear answer or a 412.
+const maxScaleUpWrites = 3
+
 // IncreaseSize implements cloudprovider.NodeGroup: a PATCH of sku.capacity
-// guarded by the scale set's ETag (on 412 the scale set is read again once
-// and the PATCH retried). The long-running operation is watched in the
-// background; its failure shows up as failed instances.
+// to the absolute target (the cached size the loop decided on plus delta,
+// computed once), guarded by the scale set's ETag. The long-running
+// operation is watched in the background; its failure shows up as failed
+// instances.
+//
+// The write is idempotent, so it can be sent again safely. An answer that
+// leaves its outcome unknown (a 5xx or no answer: ARM may have committed
+// it, now or a moment later) is not retried by the SDK, and a 412 means the
+// scale set changed since it was read: either way the scale set is read
+// again and compared with the target, never with a fresh size plus delta.
+// At or above the target, nothing more is written (the earlier write
+// committed, or another writer raised it); below, the same target is
+// written again with the fresh ETag. Each write is sent only if the write
+// guards (cloudprovider.CheckWrite) pass just before it.
 func (g *scaleSet) IncreaseSize(ctx context.Context, delta int) error {
 	if delta <= 0 {
 		return fmt.Errorf("increase of scale set %s must be positive, got %d", g.name, delta)
@@ -380,45 +395,47 @@ func (g *scaleSet) IncreaseSize(ctx context.Context, delta int) error {
 		return fmt.Errorf("increase of scale set %s to %d exceeds its max %d", g.name, target, maxSize)
 	}
 
-	// The write carries the absolute target. Its outcome is ambiguous on a
-	// 5xx or a lost connection (ARM may have committed it), so the SDK does
-	// not retry it: the scale set is read again, and the write is done
-	// again only if it did not commit. A 412 means someone else changed the
-	// scale set: the target is recomputed from the fresh read, once.
-	poller, err := g.patchCapacity(ctx, target, etag)
-	if isAmbiguous(err) {
+	logger := klog.FromContext(ctx)
+	var (
+		poller  *runtime.Poller[armcompute.VirtualMachineScaleSetsClientUpdateResponse]
+		base    = size // the capacity that the write that succeeds raises
+		unclear bool   // an earlier write of the target may have committed
+		prev    error  // the answer that made this write be sent again
+	)
+	for attempt := 1; ; attempt++ {
+		poller, err = g.patchCapacity(ctx, target, etag)
+		if cloudprovider.ClassOf(err) == cloudprovider.ClassFenced && prev != nil {
+			return fmt.Errorf("scaling scale set %s to %d: not writing again after %v: %w", g.name, target, prev, err)
+		}
+		if !(isAmbiguous(err) || isPreconditionFailed(err)) || attempt == maxScaleUpWrites {
+			break
+		}
+		unclear, prev = unclear || isAmbiguous(err), err
 		fresh, ferr := g.reread(ctx)
 		if ferr != nil {
-			return fmt.Errorf("re-reading scale set %s after a failed write (%v): %w", g.name, err, ferr)
+			return fmt.Errorf("re-reading scale set %s after a failed write of capacity %d (%v): %w", g.name, target, err, ferr)
 		}
-		if fresh == target {
-			klog.FromContext(ctx).Info("Scale-up committed though its answer was lost; not writing again",
-				"scaleSet", g.name, "target", target, "err", err.Error())
+		if fresh >= target {
+			if unclear {
+				logger.Info("Scale-up committed though its answer was lost; not writing again",
+					"scaleSet", g.name, "target", target, "capacity", fresh, "err", err.Error())
+			} else {
+				logger.Info("Scale set already at or above the scale-up target (another writer changed it); not writing again",
+					"scaleSet", g.name, "target", target, "capacity", fresh)
+			}
 			return nil
 		}
-		if fresh != size {
-			return fmt.Errorf("scaling scale set %s to %d: capacity is %d after a failed write: %w", g.name, target, fresh, classify(err))
-		}
+		logger.V(2).Info("Writing the scale-up target again", "scaleSet", g.name, "target", target,
+			"capacity", fresh, "attempt", attempt+1, "err", err.Error())
+		base = fresh
 		g.mu.Lock()
 		etag = g.etag
 		g.mu.Unlock()
-		poller, err = g.patchCapacity(ctx, target, etag)
-	}
-	if isPreconditionFailed(err) {
-		fresh, ferr := g.reread(ctx)
-		if ferr != nil {
-			return fmt.Errorf("re-reading scale set %s after an ETag conflict: %w", g.name, ferr)
-		}
-		target = fresh + delta
-		if target > maxSize {
-			return fmt.Errorf("increase of scale set %s to %d exceeds its max %d (after re-read)", g.name, target, maxSize)
-		}
-		g.mu.Lock()
-		etag = g.etag
-		g.mu.Unlock()
-		poller, err = g.patchCapacity(ctx, target, etag)
 	}
 	if err != nil {
+		if cloudprovider.ClassOf(err) == cloudprovider.ClassFenced {
+			return err // refused before the first write
+		}
 		if n := sizeLimitOf(err); n > 0 {
 			// ARM knows a limit the scale set's properties did not show:
 			// the group's max follows it from now on.
@@ -433,11 +450,16 @@ func (g *scaleSet) IncreaseSize(ctx context.Context, delta int) error {
 	g.opSeq++
 	op, maxID := g.opSeq, g.maxInstanceID
 	g.mu.Unlock()
-	watch(g, poller, "scale-up", op, delta, maxID, nil)
+	watch(g, poller, "scale-up", op, target-base, maxID, nil)
 	return nil
 }
 
+// patchCapacity sends one PATCH of the capacity, if the write guards in ctx
+// pass (cloudprovider.CheckWrite).
 func (g *scaleSet) patchCapacity(ctx context.Context, target int, etag string) (*runtime.Poller[armcompute.VirtualMachineScaleSetsClientUpdateResponse], error) {
+	if err := cloudprovider.CheckWrite(ctx); err != nil {
+		return nil, err
+	}
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
 	// Never retried by the SDK: IncreaseSize reads back an ambiguous outcome.
@@ -476,10 +498,12 @@ func (g *scaleSet) reread(ctx context.Context) (int, error) {
 }
 
 // isAmbiguous says a write may or may not have been applied: ARM answered
-// 5xx, or no answer came (but not a throttle: a 429 is never applied).
+// 5xx, or no answer came (but not a throttle: a 429 is never applied; nor
+// a write the guards refused, which was never sent).
 func isAmbiguous(err error) bool {
 	var th *errThrottled
-	if err == nil || errors.Is(err, context.Canceled) || errors.As(err, &th) {
+	var refused *cloudprovider.Error
+	if err == nil || errors.Is(err, context.Canceled) || errors.As(err, &th) || errors.As(err, &refused) {
 		return false
 	}
 	var re *azcore.ResponseError
@@ -585,6 +609,9 @@ func (g *scaleSet) DeleteNodes(ctx context.Context, providerIDs []string) error 
 		return nil
 	}
 	sort.Strings(ids)
+	if err := cloudprovider.CheckWrite(ctx); err != nil {
+		return err
+	}
 	dctx, cancel := withTimeout(ctx)
 	defer cancel()
 	poller, err := g.p.vmss.BeginDeleteInstances(dctx, g.rg, g.name,

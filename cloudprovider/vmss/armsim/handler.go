@@ -240,7 +240,7 @@ func (s *Server) route(r *http.Request, kind string, body []byte, now time.Time)
 	case OpListScaleSets:
 		return s.listScaleSets(rt, now)
 	}
-	set, errResp := s.resolveSet(rt)
+	set, errResp := s.resolveSet(rt, now)
 	if errResp != nil {
 		return *errResp
 	}
@@ -287,9 +287,10 @@ func (s *Server) admit(kind, caller string, now time.Time) (response, bool) {
 	return resp, true
 }
 
-// resolveSet finds the scale set a request is about and applies
-// FaultServerError. Callers hold s.mu.
-func (s *Server) resolveSet(rt route) (*scaleSet, *response) {
+// resolveSet finds the scale set a request is about, lands the late
+// updates due (FaultCommitLate) and applies FaultServerError. Callers hold
+// s.mu.
+func (s *Server) resolveSet(rt route, now time.Time) (*scaleSet, *response) {
 	if !s.groupExists(rt.rg) {
 		resp := errorResponse(http.StatusNotFound, "ResourceGroupNotFound", "Resource group '%s' could not be found.", rt.rg)
 		return nil, &resp
@@ -301,6 +302,7 @@ func (s *Server) resolveSet(rt route) (*scaleSet, *response) {
 				"For more details please go to https://aka.ms/ARMResourceNotFoundFix", rt.name, rt.rg)
 		return nil, &resp
 	}
+	s.landLate(set, false, now)
 	if _, ok := set.takeFault(FaultServerError); ok {
 		resp := errorResponse(http.StatusInternalServerError, "InternalServerError",
 			"Encountered internal server error. Diagnostic information: tracking id '%s'.", newUUID())
@@ -317,6 +319,7 @@ func (s *Server) listScaleSets(rt route, now time.Time) response {
 	list := armcompute.VirtualMachineScaleSetListResult{Value: []*armcompute.VirtualMachineScaleSet{}}
 	for key, set := range s.sets {
 		if strings.HasPrefix(key, prefix) {
+			s.landLate(set, false, now)
 			list.Value = append(list.Value, s.scaleSetModel(set, set.provisioningState(now)))
 		}
 	}
@@ -358,6 +361,10 @@ func (s *Server) updateScaleSet(r *http.Request, set *scaleSet, body []byte, now
 				p.tags[k] = ""
 			}
 		}
+	}
+	if s.acceptLate(set, p) {
+		return errorResponse(http.StatusInternalServerError, "InternalServerError",
+			"Encountered internal server error. Diagnostic information: tracking id '%s'.", newUUID())
 	}
 	op, aerr := s.update(set, p, now)
 	if aerr != nil {

@@ -44,8 +44,10 @@ type NodeHook interface {
 // called for the requests that changed VMs to Deleting: an instance deletion
 // (POST .../delete) and a scale set update (PATCH) that lowers the capacity,
 // including one answered with an error after it took effect
-// (FaultCommitThenServerError). A refused request changes nothing and calls
-// nothing. vms are the VMs that the request newly started deleting (not
+// (FaultCommitThenServerError). An update that lands late (FaultCommitLate)
+// is reported with the request about the scale set before which it lands
+// (not when it lands at Advance). A refused request changes nothing and
+// calls nothing. vms are the VMs that the request newly started deleting (not
 // those already deleting), in instance ID order per scale set; some may never
 // have run (still Creating, or Failed to boot) and have no node. Calls for
 // concurrent requests may run concurrently. Changes made by Go calls

@@ -72,6 +72,18 @@ const (
 	// InternalExecutionError and the VMs are Running again, as when Azure
 	// fails to delete a VM: the machines live on.
 	FaultDeleteFails
+	// FaultCommitLate answers a scale set update (a PATCH) 500
+	// InternalServerError with nothing changed yet, and applies the update
+	// a moment later, as ARM does when its front end gives up on a request
+	// the back end goes on to commit: the caller's read-back still shows
+	// the old scale set, and the change lands after it. The update must
+	// pass its checks when it is sent (an update answered 412 or 409 takes
+	// no fault); it lands as it was asked, without its If-Match, just
+	// before the request about the scale set that follows the Fault.Lag
+	// requests which still see it unchanged (requests answered 429 do not
+	// count), or at the next Advance, whichever comes first. ClearFaults
+	// does not call back an update already accepted.
+	FaultCommitLate
 )
 
 // String returns the fault kind's name.
@@ -91,6 +103,8 @@ func (k FaultKind) String() string {
 		return "ServerError"
 	case FaultDeleteFails:
 		return "DeleteFails"
+	case FaultCommitLate:
+		return "CommitLate"
 	}
 	return "FaultKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -106,6 +120,10 @@ type Fault struct {
 	// Duration is, for FaultSlowLRO, the extra time the operation stays
 	// InProgress.
 	Duration time.Duration
+	// Lag is, for FaultCommitLate, how many requests about the scale set
+	// still see it unchanged after the update was answered; 0 means 1
+	// (the caller's read-back).
+	Lag int
 }
 
 // ScaleSetSpec describes a scale set to add to the simulator.
@@ -158,6 +176,9 @@ type scaleSet struct {
 	vms      map[int]*vmRecord
 	faults   []*Fault
 	lastOp   *operation
+	// late are updates answered with an error that have not landed yet
+	// (FaultCommitLate), oldest first.
+	late []*lateCommit
 	// singlePlacementGroup and image are the scale set's properties that
 	// bound its capacity (see capacityLimit).
 	singlePlacementGroup bool
@@ -203,6 +224,15 @@ func (vm *vmRecord) powerState() string {
 		return "starting"
 	}
 	return ""
+}
+
+// lateCommit is an update answered 500 that lands later
+// (FaultCommitLate). Guarded by Server.mu.
+type lateCommit struct {
+	req updateRequest // as asked, without its preconditions
+	// wait is how many more requests about the scale set see it before
+	// it lands.
+	wait int
 }
 
 // operation is an asynchronous ARM operation. Guarded by Server.mu.
@@ -391,11 +421,11 @@ func (s *Server) changeVM(rg, name, instanceID, what string, change func(*vmReco
 // InjectFault makes the scale set suffer f. Faults of several kinds (and
 // several of one kind, applied in turn) can be active at once.
 func (s *Server) InjectFault(rg, name string, f Fault) error {
-	if f.Kind < FaultQuota || f.Kind > FaultDeleteFails {
+	if f.Kind < FaultQuota || f.Kind > FaultCommitLate {
 		return fmt.Errorf("injecting fault into scale set %s/%s: unknown kind %v", rg, name, f.Kind)
 	}
-	if f.Count < 0 || f.Duration < 0 {
-		return fmt.Errorf("injecting fault %v into scale set %s/%s: count and duration must not be negative", f.Kind, rg, name)
+	if f.Count < 0 || f.Duration < 0 || f.Lag < 0 {
+		return fmt.Errorf("injecting fault %v into scale set %s/%s: count, duration and lag must not be negative", f.Kind, rg, name)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -638,27 +668,37 @@ func (s *Server) newOperation(set *scaleSet, errCode, errMessage string, now tim
 	return op
 }
 
-// update applies a PATCH of the scale set. Callers hold s.mu.
-func (s *Server) update(set *scaleSet, p updateRequest, now time.Time) (*operation, *armError) {
+// checkUpdate answers as ARM does a PATCH of the scale set that fails its
+// preconditions or asks for what the scale set cannot be; nil when it can
+// be applied. It changes nothing. Callers hold s.mu.
+func (set *scaleSet) checkUpdate(p updateRequest) *armError {
 	if p.ifMatch != "" && p.ifMatch != "*" && normalizeETag(p.ifMatch) != normalizeETag(set.etagString()) {
-		return nil, &armError{http.StatusPreconditionFailed, "PreconditionFailed",
+		return &armError{http.StatusPreconditionFailed, "PreconditionFailed",
 			fmt.Sprintf("The specified precondition 'If-Match = %s' failed: the current ETag of scale set '%s' is %s.", p.ifMatch, set.name, set.etagString())}
 	}
 	if p.ifNoneMatch == "*" || (p.ifNoneMatch != "" && normalizeETag(p.ifNoneMatch) == normalizeETag(set.etagString())) {
-		return nil, &armError{http.StatusPreconditionFailed, "PreconditionFailed",
+		return &armError{http.StatusPreconditionFailed, "PreconditionFailed",
 			fmt.Sprintf("The specified precondition 'If-None-Match = %s' failed.", p.ifNoneMatch)}
 	}
 	if p.skuName != "" && !strings.EqualFold(p.skuName, set.sku.Name) {
-		return nil, &armError{http.StatusConflict, "PropertyChangeNotAllowed",
+		return &armError{http.StatusConflict, "PropertyChangeNotAllowed",
 			fmt.Sprintf("Changing property 'sku.name' from '%s' to '%s' is not allowed by the simulator.", set.sku.Name, p.skuName)}
+	}
+	if p.capacity != nil {
+		return set.checkCapacity(*p.capacity)
+	}
+	return nil
+}
+
+// update applies a PATCH of the scale set. Callers hold s.mu.
+func (s *Server) update(set *scaleSet, p updateRequest, now time.Time) (*operation, *armError) {
+	if aerr := set.checkUpdate(p); aerr != nil {
+		return nil, aerr
 	}
 	current := set.capacity()
 	want := current
 	if p.capacity != nil {
 		want = *p.capacity
-		if aerr := set.checkCapacity(want); aerr != nil {
-			return nil, aerr
-		}
 	}
 	failWith, failMessage := "", ""
 	if want > current {
@@ -684,6 +724,51 @@ func (s *Server) update(set *scaleSet, p updateRequest, now time.Time) (*operati
 	klog.V(2).InfoS("Updated scale set", "resourceGroup", set.rg, "name", set.name, "from", current, "to", want,
 		"etag", set.etagString(), "operation", op.id, "fails", op.errCode)
 	return op, nil
+}
+
+// acceptLate takes a FaultCommitLate for an update that passes its checks:
+// the update is kept to land later and true returned (the caller answers
+// 500); false when the fault is not active or the update would be
+// refused. Callers hold s.mu.
+func (s *Server) acceptLate(set *scaleSet, p updateRequest) bool {
+	if set.checkUpdate(p) != nil {
+		return false
+	}
+	f, ok := set.takeFault(FaultCommitLate)
+	if !ok {
+		return false
+	}
+	p.ifMatch, p.ifNoneMatch = "", "" // checked now; it lands as accepted
+	set.late = append(set.late, &lateCommit{req: p, wait: max(f.Lag, 1)})
+	klog.V(2).InfoS("Accepted a scale set update that lands late; answering 500", "resourceGroup", set.rg, "name", set.name,
+		"capacity", p.capacity, "lag", max(f.Lag, 1))
+	return true
+}
+
+// landLate is called for each request about the scale set (and, with all,
+// by Advance): the late updates whose wait is over land, in order, before
+// the request is handled; the others wait one request less. Callers hold
+// s.mu.
+func (s *Server) landLate(set *scaleSet, all bool, now time.Time) {
+	kept := set.late[:0]
+	for _, l := range set.late {
+		if len(kept) == 0 && (all || l.wait == 0) {
+			op, aerr := s.update(set, l.req, now)
+			if aerr != nil {
+				klog.V(2).InfoS("A late scale set update was refused when it landed", "resourceGroup", set.rg, "name", set.name, "err", aerr.Error())
+				continue
+			}
+			klog.V(2).InfoS("A late scale set update landed", "resourceGroup", set.rg, "name", set.name,
+				"capacity", set.capacity(), "operation", op.id)
+			continue
+		}
+		if l.wait > 0 {
+			l.wait--
+		}
+		kept = append(kept, l)
+	}
+	clear(set.late[len(kept):])
+	set.late = kept
 }
 
 const allocationFailedMessage = "Allocation failed. We do not have sufficient capacity for the requested VM size in this region. " +
@@ -734,6 +819,7 @@ func normalizeETag(tag string) string {
 func (s *Server) transition(now time.Time) []*vmRecord {
 	var removed []*vmRecord
 	for _, set := range s.sets {
+		s.landLate(set, true, now)
 		for id, vm := range set.vms {
 			switch {
 			case vm.state == StateCreating && !now.Before(vm.readyAt):
