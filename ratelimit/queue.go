@@ -7,9 +7,26 @@
 // no demand between loops — demand is restated every loop from the pending
 // pods, so demand that disappears (pods deleted, scheduled elsewhere) is
 // cancelled by not being restated, and a restart loses nothing but the
-// bucket's fill. The bucket starts full less the nodes already in flight,
-// so an autoscaler restarted in the middle of a scale-up does not add a
-// fresh burst on top of the one its predecessor just spent.
+// bucket's fill and the gangs' places in line. The bucket starts full less
+// the nodes already in flight, so an autoscaler restarted in the middle of
+// a scale-up does not add a fresh burst on top of the one its predecessor
+// just spent.
+//
+// The queue keeps its order: a gang that cannot be released whole holds
+// its place, and nothing after it in the order (later gangs, single-node
+// demand of its class, every lower class) is released until it is. That
+// is the only backfill that never delays it: a node requested now comes
+// up no sooner than the ones already in flight, so any node released
+// behind the gang is one more that must come up before the gang fits, or
+// a token it waits for. So the first held gang — the head — is released
+// within max(L, (min(N, Burst) − τ)/rate) + one loop of becoming the head,
+// where L is the longest a requested node stays in flight, N the gang's
+// nodes and τ the bucket's fill then: everything in flight then is up
+// within L and nothing else is spent meanwhile. A gang larger than the cap
+// needs nothing in flight, which takes at most L once nothing else goes.
+// To keep that place, the queue remembers when it first saw each gang
+// (gangs are ordered by it, then by age) and forgets a gang once it is
+// released or a later loop does not restate it.
 package ratelimit
 
 import (
@@ -91,8 +108,8 @@ func (o Options) capacity(period time.Duration) float64 {
 	return math.Max(float64(o.Burst), o.NodesPerMinute*period.Minutes())
 }
 
-// Queue is the token bucket and the fairness cursor. Not safe for
-// concurrent use: the loop owns it.
+// Queue is the token bucket, the fairness cursor and the gangs' places in
+// line. Not safe for concurrent use: the loop owns it.
 type Queue struct {
 	opts   Options
 	tokens float64
@@ -102,6 +119,49 @@ type Queue struct {
 	period time.Duration
 	// cursor is the group that goes first in the next round-robin.
 	cursor string
+	// seen is, per gang, when the queue first and last saw its demand.
+	seen map[gangKey]gangSeen
+	// head is the gang that held the order in the last Decide. Another
+	// Decide at the same time (a retry round of the same loop, which
+	// restates only the demand it plans again) keeps it held even when
+	// it is not restated.
+	head *gangLine
+}
+
+// gangKey names a gang within its class (a gang is all or nothing per
+// class).
+type gangKey struct {
+	class Class
+	name  string
+}
+
+type gangSeen struct{ first, last time.Time }
+
+// gangLine is a gang's place in the order of one Decide.
+type gangLine struct {
+	key   gangKey
+	first time.Time // when the queue first saw it
+	since time.Time // its oldest member's age
+	// members are its demand indexes; none for a head remembered from an
+	// earlier Decide at the same time.
+	members []int
+	// nodes, limit and at, for a head: its nodes, why it waits, and the
+	// Decide that held it.
+	nodes int
+	limit Limit
+	at    time.Time
+}
+
+func (a *gangLine) before(b *gangLine) bool {
+	switch {
+	case a.key.class != b.key.class:
+		return a.key.class < b.key.class
+	case !a.first.Equal(b.first):
+		return a.first.Before(b.first)
+	case !a.since.Equal(b.since):
+		return a.since.Before(b.since)
+	}
+	return a.key.name < b.key.name
 }
 
 // New returns a queue with a full bucket.
@@ -156,7 +216,9 @@ type Decision struct {
 	Tokens float64
 	// Limit says what held demand back first.
 	Limit Limit
-	// HeldGangs says, per gang held back whole, its nodes and why.
+	// HeldGangs says, per gang held back whole, its nodes and why: a gang
+	// waiting behind the head while it would fit itself gives the head's
+	// reason.
 	HeldGangs map[string]HeldGang
 }
 
@@ -195,9 +257,12 @@ func (d Decision) Released() int {
 }
 
 // Decide refills the bucket to now and releases demand: workload before
-// balloon, older before newer, one node per group per round so a big group
-// cannot starve the others, and a gang's nodes all at once. inFlight is the
-// number of nodes requested and not yet ready.
+// balloon, gangs before single-node demand within a class (gangs in the
+// order the queue first saw them, then older first), one node per group
+// per round so a big group cannot starve the others, and a gang's nodes
+// all at once. The first gang that cannot be released holds everything
+// after it (see the package doc). inFlight is the number of nodes
+// requested and not yet ready.
 func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 	if q.last.IsZero() {
 		q.tokens = math.Max(0, math.Min(q.tokens, float64(q.opts.Burst-inFlight)))
@@ -232,47 +297,67 @@ func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 			d.Limit = why
 		}
 	}
+	gangs := q.line(now, ds)
+	// held is the head's reason once a gang could not be released:
+	// nothing after it goes.
+	held := NotLimited
+	var head *gangLine
 	for _, class := range []Class{Workload, Balloon} {
-		// Gangs first within their class, oldest first: all or nothing,
-		// across every group the gang's nodes come from.
-		seen := map[string]bool{}
-		for i, x := range ds {
-			if x.Class != class || x.Gang == "" || seen[x.Gang] {
+		// Gangs first within their class, in line: all or nothing, across
+		// every group the gang's nodes come from.
+		for _, g := range gangs {
+			if g.key.class != class {
 				continue
 			}
-			seen[x.Gang] = true
-			var members []int
-			need := 0
-			for j := i; j < len(ds); j++ {
-				if ds[j].Class == class && ds[j].Gang == x.Gang && left[j] > 0 {
-					members = append(members, j)
-					need += left[j]
+			if g.members == nil {
+				// The head of an earlier round of this loop, not restated.
+				if held == NotLimited {
+					held, head = g.limit, g
+					limit(held)
 				}
-			}
-			switch {
-			case need == 0:
 				continue
+			}
+			need := 0
+			for _, j := range g.members {
+				need += left[j]
+			}
+			if need == 0 {
+				continue
+			}
+			why := NotLimited
+			switch {
 			case need > room && !(need > q.opts.MaxInFlight && inFlight == 0 && room == q.opts.MaxInFlight):
 				// A gang larger than the whole cap could never fit under it:
 				// it goes alone, when nothing is in flight and nothing was
 				// released before it, and the cap is paid back (nothing more
 				// goes until its nodes are up).
-				limit(LimitInFlight)
-				d.hold(x.Gang, need, LimitInFlight)
-				continue
+				why = LimitInFlight
 			case float64(need) > q.tokens && q.tokens < float64(min(need, q.opts.Burst)):
 				// A gang larger than the burst goes when the bucket is full
 				// and is paid back afterwards (tokens go negative).
-				limit(LimitRate)
-				d.hold(x.Gang, need, LimitRate)
+				why = LimitRate
+			case held != NotLimited:
+				// It would fit, but the head waits for this room.
+				why = held
+			}
+			if why != NotLimited {
+				limit(why)
+				d.hold(g.key.name, need, why)
+				if held == NotLimited {
+					held = why
+					head = &gangLine{key: g.key, first: g.first, since: g.since, nodes: need, limit: why, at: now}
+				}
 				continue
 			}
 			q.tokens -= float64(need)
 			room = max(0, room-need)
-			for _, j := range members {
+			for _, j := range g.members {
 				d.release(ds[j], left[j])
 				left[j] = 0
 			}
+			// Released demand leaves the line: if it comes back (the cloud
+			// refused it), it is new demand.
+			delete(q.seen, g.key)
 		}
 		// Then one node per group per round, starting after the last
 		// round's first group.
@@ -281,6 +366,13 @@ func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 			if x.Class == class && x.Gang == "" && left[i] > 0 {
 				order = append(order, i)
 			}
+		}
+		if held != NotLimited {
+			// Behind a held gang: nothing goes.
+			if len(order) > 0 {
+				limit(held)
+			}
+			continue
 		}
 		order = rotate(ds, order, q.cursor)
 		for len(order) > 0 {
@@ -310,6 +402,7 @@ func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 			order = next
 		}
 	}
+	q.head = head
 	for i, x := range ds {
 		if left[i] > 0 {
 			if d.Queued[x.Group] == nil {
@@ -320,6 +413,48 @@ func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 	}
 	d.Tokens = q.tokens
 	return d
+}
+
+// line records the gangs demanded now, forgets the ones a later loop did
+// not restate, and orders them: by class, then when the queue first saw
+// them, then age. The head of an earlier Decide at the same time that is
+// not restated keeps its place.
+func (q *Queue) line(now time.Time, ds []Demand) []*gangLine {
+	if q.seen == nil {
+		q.seen = map[gangKey]gangSeen{}
+	}
+	byKey := map[gangKey]*gangLine{}
+	var out []*gangLine
+	for i, x := range ds {
+		if x.Gang == "" {
+			continue
+		}
+		k := gangKey{x.Class, x.Gang}
+		g := byKey[k]
+		if g == nil {
+			s, ok := q.seen[k]
+			if !ok {
+				s.first = now
+			}
+			s.last = now
+			q.seen[k] = s
+			g = &gangLine{key: k, first: s.first, since: x.Since}
+			byKey[k] = g
+			out = append(out, g)
+		}
+		// ds is sorted by age within a class: the first member is the oldest.
+		g.members = append(g.members, i)
+	}
+	for k, s := range q.seen {
+		if s.last.Before(now) {
+			delete(q.seen, k)
+		}
+	}
+	if h := q.head; h != nil && h.at.Equal(now) && byKey[h.key] == nil {
+		out = append(out, &gangLine{key: h.key, first: h.first, since: h.since, nodes: h.nodes, limit: h.limit, at: h.at})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].before(out[j]) })
+	return out
 }
 
 // Refund returns the tokens of n released nodes the cloud refused, so a
