@@ -6,14 +6,20 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	apiv1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/util/retry"
 )
 
 // lastGoodKey is the key of the status ConfigMap holding the flags
 // ConfigMap's last accepted content: where a restart finds it.
 const lastGoodKey = "lastGoodConfig"
+
+// lastGoodTimeout bounds a read or a write of the last good configuration.
+const lastGoodTimeout = 30 * time.Second
 
 // startConfig parses the configuration at start. Only a bad command line
 // stops the binary. A refused --config file (the flags ConfigMap, mounted
@@ -64,7 +70,7 @@ func readLastGood(ctx context.Context, c *config) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("building Kubernetes client: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, lastGoodTimeout)
 	defer cancel()
 	cm, err := client.CoreV1().ConfigMaps(c.core.Namespace).Get(ctx, c.core.StatusConfigMapName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -74,4 +80,52 @@ func readLastGood(ctx context.Context, c *config) (string, error) {
 		return "", fmt.Errorf("reading ConfigMap %s/%s: %w", c.core.Namespace, c.core.StatusConfigMapName, err)
 	}
 	return cm.Data[lastGoodKey], nil
+}
+
+// lastGoodStore writes the last good flags content into the status
+// ConfigMap, which the leader's loop also writes (its status key).
+type lastGoodStore struct {
+	client    corev1client.ConfigMapsGetter
+	namespace string
+	name      string
+}
+
+// save stores data under lastGoodKey, leaving the other keys as they are,
+// and creates the ConfigMap if there is none. A write that lost a race
+// with the loop's status write (a conflict, or a create after the status
+// created the ConfigMap) reads the ConfigMap again and retries.
+func (s lastGoodStore) save(ctx context.Context, data string) error {
+	ctx, cancel := context.WithTimeout(ctx, lastGoodTimeout)
+	defer cancel()
+	raced := func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }
+	if err := retry.OnError(retry.DefaultRetry, raced, func() error { return s.write(ctx, data) }); err != nil {
+		return fmt.Errorf("storing the last good configuration in ConfigMap %s/%s key %s: %w", s.namespace, s.name, lastGoodKey, err)
+	}
+	return nil
+}
+
+// write is one attempt of save: a Get, then a Create or an Update.
+func (s lastGoodStore) write(ctx context.Context, data string) error {
+	cms := s.client.ConfigMaps(s.namespace)
+	cm, err := cms.Get(ctx, s.name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = cms.Create(ctx, &apiv1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: s.namespace,
+				Labels: map[string]string{"app.kubernetes.io/managed-by": "vmss-autoscaler"}},
+			Data: map[string]string{lastGoodKey: data},
+		}, metav1.CreateOptions{})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if v, ok := cm.Data[lastGoodKey]; ok && v == data {
+		return nil
+	}
+	if cm.Data == nil {
+		cm.Data = map[string]string{}
+	}
+	cm.Data[lastGoodKey] = data
+	_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+	return err
 }

@@ -208,8 +208,10 @@ func run(ctx context.Context, args []string) error {
 	recorder := broadcaster.NewRecorder(scheme.Scheme, apiv1.EventSource{Component: "vmss-autoscaler"})
 
 	var status core.StatusWriter
+	var safety core.SafetyStore
 	if c.core.WriteStatusConfigMap {
-		status = &core.ConfigMapStatusWriter{Client: client.CoreV1(), Namespace: c.core.Namespace, Name: c.core.StatusConfigMapName}
+		w := &core.ConfigMapStatusWriter{Client: client.CoreV1(), Namespace: c.core.Namespace, Name: c.core.StatusConfigMapName}
+		status, safety = w, w
 	}
 	// The fence: with leader election, this replica acts, and writes to
 	// the cloud, only while it holds the lease and renewed it within
@@ -232,7 +234,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	autoscaler, err := core.New(core.Deps{
 		Options: c.core, Provider: provider, Listers: listers, Simulator: sim,
-		Recorder: recorder, Status: status, Metrics: metrics,
+		Recorder: recorder, Status: status, Safety: safety, Metrics: metrics,
 		Actions: &actuation.KubeNodeActions{Client: client}, Pods: actuation.KubePods{Client: client, Indexer: podInformer.GetIndexer()},
 		Health: observer, Balloons: balloons, Gangs: gangs,
 		Fence: fence,
@@ -255,6 +257,8 @@ func run(ctx context.Context, args []string) error {
 	// loop must never act on the command line's values (or a mounted file
 	// the kubelet has not refreshed yet) while the ConfigMap says otherwise.
 	readConfig := func(context.Context) {}
+	// loopDone is told of every loop that completed.
+	loopDone := func(context.Context) {}
 	if c.configMap != "" {
 		// Every replica follows the flags ConfigMap, so a standby that takes
 		// over runs the latest configuration; only the leader records events.
@@ -265,8 +269,10 @@ func run(ctx context.Context, args []string) error {
 		}
 		r := newReloader(args, reloadExtra, flags, c, autoscaler.Reconfigure, recorder, metrics, health.isLeader)
 		r.klog = kf.apply
-		lastGood := &core.ConfigMapStatusWriter{Client: client.CoreV1(), Namespace: c.core.Namespace, Name: c.core.StatusConfigMapName}
-		r.persist = func(ctx context.Context, data string) error { return lastGood.WriteKey(ctx, lastGoodKey, data) }
+		// The leader stores the last good configuration at its first
+		// successful loop and at every accepted edit.
+		r.persist = lastGoodStore{client: client.CoreV1(), namespace: c.core.Namespace, name: c.core.StatusConfigMapName}.save
+		loopDone = r.loopSucceeded
 		r.accepted = func() {
 			metrics.ConfigFallback.Set(0)
 			autoscaler.SetConfigFallback("")
@@ -331,7 +337,7 @@ func run(ctx context.Context, args []string) error {
 		}
 		logger.Info("Starting autoscaler loop", "scanInterval", c.core.ScanInterval, "cloudProvider", provider.Name(),
 			"nodeGroups", len(provider.NodeGroups()))
-		autoscaler.Run(ctx)
+		autoscaler.Run(ctx, loopDone)
 	}
 	if !c.leaderElect {
 		go func() { lead(ctx) }()

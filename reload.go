@@ -43,12 +43,18 @@ type reloader struct {
 	accepted func()
 	rec      record.EventRecorder
 	metrics  *core.Metrics
-	isLeader func() bool
+	isLeader func() bool // nil: always (no leader election)
 	mu       sync.Mutex
 	lastData string
 	values   map[string]string   // flag values of the configuration in force
 	settings map[string][]string // the same, as values to set again
 	restart  map[string]bool     // keys changed that wait for a restart
+	// good is the content last accepted; unsaved says this process has not
+	// stored it yet (a standby accepts without storing; a store may fail,
+	// and storeFailing then says so, to log it once).
+	good         string
+	unsaved      bool
+	storeFailing bool
 }
 
 func newReloader(args []string, extra func(*pflag.FlagSet), fs *pflag.FlagSet, c *config, apply func(core.Options) error,
@@ -144,11 +150,8 @@ func (r *reloader) reload(ctx context.Context, cm *apiv1.ConfigMap) {
 	if r.accepted != nil {
 		r.accepted()
 	}
-	if r.persist != nil && (r.isLeader == nil || r.isLeader()) {
-		if err := r.persist(ctx, data); err != nil {
-			logger.Error(err, "Storing the last good configuration; a restart on a refused flags file would fall back to an older one")
-		}
-	}
+	r.good, r.unsaved = data, true
+	r.storeLastGood(ctx)
 	if len(r.restart) > 0 {
 		r.metrics.ConfigRestartRequired.Set(1)
 	}
@@ -161,6 +164,40 @@ func (r *reloader) reload(ctx context.Context, cm *apiv1.ConfigMap) {
 		r.event(cm, apiv1.EventTypeWarning, eventConfigRestartRequired, "these keys take effect only after a restart: "+strings.Join(restart, ", "))
 	}
 }
+
+// loopSucceeded is told of every loop that completed. The leader's first
+// one stores the content it runs on as the last good configuration, unless
+// an accepted edit stored it already: a replica accepts the flags ConfigMap
+// as a standby, which does not store, and the same content when it leads
+// is no edit. Until a store succeeds, every successful loop tries again.
+func (r *reloader) loopSucceeded(ctx context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.storeLastGood(ctx)
+}
+
+// storeLastGood stores the accepted content when this replica leads and
+// has not stored it yet; standbys never store. r.mu is held.
+func (r *reloader) storeLastGood(ctx context.Context) {
+	if r.persist == nil || !r.unsaved || !r.leading() {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	if err := r.persist(ctx, r.good); err != nil {
+		if !r.storeFailing {
+			logger.Error(err, "Storing the last good configuration failed, tried again after every successful loop; "+
+				"until then a restart on a refused flags file falls back to an older one, or to the command line alone")
+		} else {
+			logger.V(2).Info("Storing the last good configuration failed again", "err", err)
+		}
+		r.storeFailing = true
+		return
+	}
+	r.unsaved, r.storeFailing = false, false
+	logger.Info("Stored the last good configuration", "key", lastGoodKey)
+}
+
+func (r *reloader) leading() bool { return r.isLeader == nil || r.isLeader() }
 
 // parsePinned parses data again with the named restart-only keys set to
 // the values in force: only a restart may change them.
@@ -186,7 +223,7 @@ func (r *reloader) parsePinned(data []byte, names []string) (*config, error) {
 }
 
 func (r *reloader) event(cm *apiv1.ConfigMap, typ, reason, msg string) {
-	if r.rec != nil && (r.isLeader == nil || r.isLeader()) {
+	if r.rec != nil && r.leading() {
 		r.rec.Event(cm, typ, reason, msg)
 	}
 }
