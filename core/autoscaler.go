@@ -54,6 +54,9 @@ type Deps struct {
 	// Actions are the loop's Kubernetes writes to nodes and pods; nil
 	// disables scale-down and the replacement of failed nodes.
 	Actions actuation.NodeActions
+	// Safety keeps the brakes' and backoffs' state across a failover (the
+	// status ConfigMap); nil: each leader starts with empty ones.
+	Safety SafetyStore
 	// Pods reads a node's pods again when its machine is deleted: the
 	// informer's cache, then the API server. Required with Actions.
 	Pods    actuation.PodReader
@@ -95,6 +98,11 @@ type Autoscaler struct {
 	epoch        uint64
 	actions      actuation.NodeActions
 	evictor      actuation.Evictor
+	// safety keeps the safety state for the next leader (nil: not kept);
+	// restored says it was read back, lastSafety is what was last saved.
+	safety     SafetyStore
+	restored   bool
+	lastSafety string
 	// remover is the only way this process deletes machines.
 	remover   *actuation.Remover
 	scaleDown *scaleDownState
@@ -149,6 +157,7 @@ func New(d Deps) (*Autoscaler, error) {
 		preflight: newPreflightState(),
 		balloons:  d.Balloons,
 		gangs:     d.Gangs,
+		safety:    d.Safety,
 	}
 	a.registry = clusterstate.NewRegistry(d.Options.registryOptions())
 	chain, err := scaleup.NewChain(d.Options.Expanders, d.Options.GPUResourceName, a.priorities, d.Rand)
@@ -249,6 +258,7 @@ func (a *Autoscaler) phases() []phase {
 		{"scale-up", a.scaleUp},
 		{"scale-down", a.scaleDownPhase},
 		{"status", a.writeStatus},
+		{"safety-state", a.saveSafetyState},
 	}
 }
 
@@ -266,6 +276,9 @@ func (a *Autoscaler) RunOnce(ctx context.Context) error {
 		}
 	}
 	a.applyPending(ctx)
+	if err := a.restoreSafetyState(ctx); err != nil {
+		return fmt.Errorf("not acting: %w", err)
+	}
 	start := a.clock.Now()
 	a.epoch++
 	l := &loop{now: start, epoch: a.epoch}
@@ -323,8 +336,10 @@ func (a *Autoscaler) LastRun() time.Time {
 	return a.lastRun
 }
 
-// Run calls RunOnce every ScanInterval until ctx ends.
-func (a *Autoscaler) Run(ctx context.Context) {
+// Run calls RunOnce every ScanInterval until ctx ends, and completed
+// (when not nil) after every loop that completed: the leader stores the
+// last good configuration at its first.
+func (a *Autoscaler) Run(ctx context.Context, completed func(context.Context)) {
 	newTicker := func(d time.Duration) clock.Ticker {
 		if wt, ok := a.clock.(clock.WithTicker); ok {
 			return wt.NewTicker(d)
@@ -337,6 +352,8 @@ func (a *Autoscaler) Run(ctx context.Context) {
 	for {
 		if err := a.RunOnce(ctx); err != nil {
 			klog.FromContext(ctx).Error(err, "Autoscaler loop failed")
+		} else if completed != nil {
+			completed(ctx)
 		}
 		if a.opts.ScanInterval != interval { // a live reload changed it
 			interval = a.opts.ScanInterval

@@ -51,6 +51,8 @@ type env struct {
 	balloons BalloonController
 	gangs    gang.MinCounts
 	fence    cloudprovider.Fence
+	// safety is the safety store new leaders share (nil: none).
+	safety SafetyStore
 	// late are pods only the API server has: bound after the informer's
 	// view, seen by the Remover's fresh read alone.
 	late []*apiv1.Pod
@@ -149,6 +151,7 @@ func (e *env) start() *env {
 		Rand:      rand.New(rand.NewPCG(1, 2)),
 		Actions:   e.actions,
 		Pods:      envPods{e},
+		Safety:    e.safety,
 		Health:    e.health,
 		Balloons:  e.balloons,
 		Gangs:     e.gangs,

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	apiv1 "k8s.io/api/core/v1"
@@ -125,6 +126,7 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 		a.pruneFailed(l)
 		return nil
 	}
+	a.adoptCordons(l)
 	a.uncordonRecovered(ctx, l)
 	if len(act.PreflightFailed) == 0 {
 		a.pruneFailed(l)
@@ -157,7 +159,7 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 			continue
 		}
 		if !n.Spec.Unschedulable {
-			if err := a.actions.Cordon(ctx, n.Name); err != nil {
+			if err := a.actions.Cordon(ctx, n.Name, cordonPreflight); err != nil {
 				logger.Error(err, "Cordoning a node that failed preflight", "node", klog.KObj(n))
 				continue
 			}
@@ -224,6 +226,27 @@ func (a *Autoscaler) releaseForIncident(ctx context.Context, n *apiv1.Node) {
 	ps.release(n.Name)
 	klog.FromContext(ctx).V(2).Info("Failed node kept for a preflight incident; uncordoned", "node", klog.KObj(n))
 }
+
+// adoptCordons takes over the preflight cordons an earlier leader (or this
+// process before a restart) put on nodes: they carry
+// actuation.CordonedAnnotation, so a node that passes again is uncordoned
+// by whoever leads now.
+func (a *Autoscaler) adoptCordons(l *loop) {
+	ps := a.preflight
+	for _, n := range l.nodes {
+		if ps.cordoned[n.Name] {
+			continue
+		}
+		if why, ok := actuation.CordonedBy(n); ok && strings.HasPrefix(why, cordonPreflight+" ") {
+			if _, managed := l.groupOf[n.Name]; managed {
+				ps.cordoned[n.Name] = true
+			}
+		}
+	}
+}
+
+// cordonPreflight is the reason on the cordons of nodes that failed preflight.
+const cordonPreflight = "preflight-failed"
 
 // uncordonRecovered makes schedulable again the failed nodes this process
 // cordoned that passed since (the agent's periodic re-run succeeded after

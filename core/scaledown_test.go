@@ -91,7 +91,7 @@ func (f *fakeActions) Evict(_ context.Context, p *apiv1.Pod, grace int64) error 
 	return f.pods.Delete(p)
 }
 
-func (f *fakeActions) Cordon(_ context.Context, node string) error {
+func (f *fakeActions) Cordon(_ context.Context, node, _ string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.cordoned = append(f.cordoned, node)

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 )
 
@@ -147,9 +148,37 @@ func (w *ConfigMapStatusWriter) WriteStatus(ctx context.Context, status string) 
 	return w.WriteKey(ctx, "status", status)
 }
 
+// SafetyStateKey is the status ConfigMap's key that keeps the safety
+// state (the brakes' windows, the backoffs) for the next leader.
+const SafetyStateKey = "safety-state"
+
+// ReadSafetyState implements SafetyStore: "" when the ConfigMap or its key
+// does not exist yet.
+func (w *ConfigMapStatusWriter) ReadSafetyState(ctx context.Context) (string, error) {
+	cm, err := w.Client.ConfigMaps(w.Namespace).Get(ctx, w.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading status ConfigMap %s/%s: %w", w.Namespace, w.Name, err)
+	}
+	return cm.Data[SafetyStateKey], nil
+}
+
+// WriteSafetyState implements SafetyStore.
+func (w *ConfigMapStatusWriter) WriteSafetyState(ctx context.Context, state string) error {
+	return w.WriteKey(ctx, SafetyStateKey, state)
+}
+
 // WriteKey creates the ConfigMap with one key, or sets that key, leaving
-// the others as they are; an unchanged value is not written.
+// the others as they are; an unchanged value is not written. A conflict
+// (another key written meanwhile: the status, the last good flags) is
+// read and applied again.
 func (w *ConfigMapStatusWriter) WriteKey(ctx context.Context, key, value string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error { return w.writeKey(ctx, key, value) })
+}
+
+func (w *ConfigMapStatusWriter) writeKey(ctx context.Context, key, value string) error {
 	cms := w.Client.ConfigMaps(w.Namespace)
 	cm, err := cms.Get(ctx, w.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -174,6 +203,7 @@ func (w *ConfigMapStatusWriter) WriteKey(ctx context.Context, key, value string)
 	}
 	cm.Data[key] = value
 	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		// %w keeps the Conflict visible to RetryOnConflict.
 		return fmt.Errorf("updating key %s of status ConfigMap %s/%s: %w", key, w.Namespace, w.Name, err)
 	}
 	return nil

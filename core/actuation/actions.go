@@ -8,6 +8,7 @@ package actuation
 import (
 	"context"
 	"fmt"
+	"time"
 
 	apiv1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -25,9 +26,12 @@ type NodeActions interface {
 	RemoveTaint(ctx context.Context, node, key string) error
 	// Evict evicts a pod through the Eviction API, so PodDisruptionBudgets hold.
 	Evict(ctx context.Context, pod *apiv1.Pod, gracePeriodSeconds int64) error
-	// Cordon marks a node unschedulable.
-	Cordon(ctx context.Context, node string) error
-	// Uncordon marks a node schedulable again.
+	// Cordon marks a node unschedulable, and says on it (CordonedAnnotation)
+	// that this autoscaler did and why, so the next leader knows.
+	Cordon(ctx context.Context, node, reason string) error
+	// Uncordon marks schedulable again a node this autoscaler cordoned
+	// (it carries CordonedAnnotation); a node cordoned by anyone else is
+	// left as it is.
 	Uncordon(ctx context.Context, node string) error
 }
 
@@ -84,9 +88,33 @@ func (k *KubeNodeActions) updateTaints(ctx context.Context, node string, change 
 	return nil
 }
 
-// Cordon implements NodeActions.
-func (k *KubeNodeActions) Cordon(ctx context.Context, node string) error {
-	if err := k.setUnschedulable(ctx, node, true); err != nil {
+// CordonedAnnotation is on a node this autoscaler cordoned: "<reason>
+// <RFC3339 time>". A new leader reads it to take over the cordon (and to
+// take it back when the node recovers); a node cordoned by anyone else
+// never carries it and is never uncordoned by this autoscaler.
+const CordonedAnnotation = "vmss-autoscaler.io/cordoned"
+
+// CordonedBy says whether this autoscaler cordoned the node, and why.
+func CordonedBy(n *apiv1.Node) (string, bool) {
+	v, ok := n.Annotations[CordonedAnnotation]
+	return v, ok && n.Spec.Unschedulable
+}
+
+// Cordon implements NodeActions. A node already cordoned (by anyone) is
+// left as it is: its cordon is not claimed.
+func (k *KubeNodeActions) Cordon(ctx context.Context, node, reason string) error {
+	err := k.updateNode(ctx, node, func(n *apiv1.Node) bool {
+		if n.Spec.Unschedulable {
+			return false
+		}
+		n.Spec.Unschedulable = true
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[CordonedAnnotation] = reason + " " + metav1.Now().UTC().Format(time.RFC3339)
+		return true
+	})
+	if err != nil {
 		return fmt.Errorf("cordoning node %s: %w", node, err)
 	}
 	return nil
@@ -94,19 +122,28 @@ func (k *KubeNodeActions) Cordon(ctx context.Context, node string) error {
 
 // Uncordon implements NodeActions.
 func (k *KubeNodeActions) Uncordon(ctx context.Context, node string) error {
-	if err := k.setUnschedulable(ctx, node, false); err != nil {
+	err := k.updateNode(ctx, node, func(n *apiv1.Node) bool {
+		if _, ours := n.Annotations[CordonedAnnotation]; !ours {
+			return false
+		}
+		delete(n.Annotations, CordonedAnnotation)
+		n.Spec.Unschedulable = false
+		return true
+	})
+	if err != nil {
 		return fmt.Errorf("uncordoning node %s: %w", node, err)
 	}
 	return nil
 }
 
-func (k *KubeNodeActions) setUnschedulable(ctx context.Context, node string, v bool) error {
+// updateNode reads a node, changes it and writes it back, again on a
+// conflict; change says whether it changed anything.
+func (k *KubeNodeActions) updateNode(ctx context.Context, node string, change func(*apiv1.Node) bool) error {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n, err := k.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil || n.Spec.Unschedulable == v {
+		if err != nil || !change(n) {
 			return err
 		}
-		n.Spec.Unschedulable = v
 		_, err = k.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 		return err
 	})

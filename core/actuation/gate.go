@@ -139,11 +139,11 @@ func (a *guarded) Evict(ctx context.Context, pod *apiv1.Pod, grace int64) error 
 	return a.inner.Evict(ctx, pod, grace)
 }
 
-func (a *guarded) Cordon(ctx context.Context, node string) error {
+func (a *guarded) Cordon(ctx context.Context, node, reason string) error {
 	if err := a.gate.Destroy("cordon"); err != nil {
 		return fmt.Errorf("cordoning node %s: %w", node, err)
 	}
-	return a.inner.Cordon(ctx, node)
+	return a.inner.Cordon(ctx, node, reason)
 }
 
 func (a *guarded) Uncordon(ctx context.Context, node string) error {

@@ -27,7 +27,10 @@ func (r *recordingActions) Evict(context.Context, *apiv1.Pod, int64) error {
 	r.calls["evict"]++
 	return nil
 }
-func (r *recordingActions) Cordon(context.Context, string) error   { r.calls["cordon"]++; return nil }
+func (r *recordingActions) Cordon(context.Context, string, string) error {
+	r.calls["cordon"]++
+	return nil
+}
 func (r *recordingActions) Uncordon(context.Context, string) error { r.calls["uncordon"]++; return nil }
 
 // TestGateGuardsEveryWrite: under the hold nothing is tainted, cordoned or
@@ -40,7 +43,7 @@ func TestGateGuardsEveryWrite(t *testing.T) {
 		"taint":    func(ctx context.Context, a NodeActions) error { return a.AddTaint(ctx, "n", ToBeDeleted(time.Time{})) },
 		"untaint":  func(ctx context.Context, a NodeActions) error { return a.RemoveTaint(ctx, "n", "k") },
 		"evict":    func(ctx context.Context, a NodeActions) error { return a.Evict(ctx, pod, 0) },
-		"cordon":   func(ctx context.Context, a NodeActions) error { return a.Cordon(ctx, "n") },
+		"cordon":   func(ctx context.Context, a NodeActions) error { return a.Cordon(ctx, "n", "test") },
 		"uncordon": func(ctx context.Context, a NodeActions) error { return a.Uncordon(ctx, "n") },
 	}
 	for _, tc := range []struct {
@@ -93,11 +96,11 @@ func TestGateHoldLifts(t *testing.T) {
 	inner := &recordingActions{calls: map[string]int{}}
 	a := Guarded(inner, g)
 	g.Hold("cluster unhealthy")
-	if err := a.Cordon(context.Background(), "n"); !errors.Is(err, ErrHeld) {
+	if err := a.Cordon(context.Background(), "n", "test"); !errors.Is(err, ErrHeld) {
 		t.Fatalf("cordon under the hold: %v", err)
 	}
 	g.Hold("")
-	if err := a.Cordon(context.Background(), "n"); err != nil || inner.calls["cordon"] != 1 {
+	if err := a.Cordon(context.Background(), "n", "test"); err != nil || inner.calls["cordon"] != 1 {
 		t.Fatalf("cordon after the hold lifted: %v, sent %d", err, inner.calls["cordon"])
 	}
 	if Guarded(nil, g) != nil {

@@ -1,6 +1,7 @@
 package clusterstate
 
 import (
+	"sort"
 	"time"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
@@ -78,4 +79,42 @@ func (b *Backoff) Status(group string, now time.Time) BackoffStatus {
 		return BackoffStatus{}
 	}
 	return BackoffStatus{Active: now.Before(e.until), Until: e.until, Class: e.class, Reason: e.reason}
+}
+
+// BackoffRecord is a group's backoff, for keeping across a failover.
+type BackoffRecord struct {
+	Group       string                   `json:"group"`
+	Until       time.Time                `json:"until"`
+	LastFailure time.Time                `json:"lastFailure"`
+	Duration    time.Duration            `json:"duration"`
+	Class       cloudprovider.ErrorClass `json:"class"`
+	Reason      string                   `json:"reason"`
+}
+
+// Records are the groups' backoffs still remembered at now (within the
+// reset time of their last failure), by group name.
+func (b *Backoff) Records(now time.Time) []BackoffRecord {
+	out := make([]BackoffRecord, 0, len(b.entries))
+	for g, e := range b.entries {
+		if now.Sub(e.lastFailure) > b.opts.Reset {
+			continue
+		}
+		out = append(out, BackoffRecord{Group: g, Until: e.until, LastFailure: e.lastFailure, Duration: e.duration, Class: e.class, Reason: e.reason})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Group < out[j].Group })
+	return out
+}
+
+// Restore takes an earlier leader's backoffs; a group this process has a
+// later failure for keeps its own.
+func (b *Backoff) Restore(now time.Time, rs []BackoffRecord) {
+	for _, r := range rs {
+		if now.Sub(r.LastFailure) > b.opts.Reset {
+			continue
+		}
+		if e := b.entries[r.Group]; e != nil && !e.lastFailure.Before(r.LastFailure) {
+			continue
+		}
+		b.entries[r.Group] = &backoffEntry{until: r.Until, lastFailure: r.LastFailure, duration: r.Duration, class: r.Class, reason: r.Reason}
+	}
 }

@@ -622,6 +622,12 @@ func (r *Registry) RegisterScaleUp(group string, delta int, now time.Time) {
 	r.lastUpcoming[group] += delta
 }
 
+// BackoffRecords are the groups' backoffs, for the safety state.
+func (r *Registry) BackoffRecords(now time.Time) []BackoffRecord { return r.backoff.Records(now) }
+
+// RestoreBackoffs takes an earlier leader's backoffs.
+func (r *Registry) RestoreBackoffs(now time.Time, rs []BackoffRecord) { r.backoff.Restore(now, rs) }
+
 // RegisterFailedScaleUp backs a group off after IncreaseSize failed.
 func (r *Registry) RegisterFailedScaleUp(group string, class cloudprovider.ErrorClass, msg string, now time.Time) {
 	r.backoff.Fail(group, class, msg, now)

@@ -2,6 +2,7 @@ package scaledown
 
 import (
 	"math"
+	"sort"
 	"time"
 )
 
@@ -83,4 +84,33 @@ func (b *Brake) Record(now time.Time, group string) {
 func (b *Brake) Recent(now time.Time) int {
 	b.prune(now)
 	return len(b.deletions)
+}
+
+// Record is one deletion a brake counts, for keeping across a failover.
+type Record struct {
+	At    time.Time `json:"at"`
+	Group string    `json:"group"`
+}
+
+// Records are the deletions in the window at now, oldest first.
+func (b *Brake) Records(now time.Time) []Record {
+	b.prune(now)
+	out := make([]Record, len(b.deletions))
+	for i, d := range b.deletions {
+		out[i] = Record{At: d.at, Group: d.group}
+	}
+	return out
+}
+
+// Restore adds deletions an earlier leader recorded (those still in the
+// window at now), so a new leader's budget is what is left of the same
+// window, not a fresh one. Called once, before the brake records anything
+// itself (several deletions share one time: a loop's).
+func (b *Brake) Restore(now time.Time, rs []Record) {
+	for _, r := range rs {
+		if now.Sub(r.At) < b.opts.Window && !now.Before(r.At) {
+			b.deletions = append(b.deletions, deletion{at: r.At, group: r.Group})
+		}
+	}
+	sort.SliceStable(b.deletions, func(i, j int) bool { return b.deletions[i].at.Before(b.deletions[j].at) })
 }

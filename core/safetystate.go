@@ -1,0 +1,92 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"k8s.io/klog/v2"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
+)
+
+// SafetyStore keeps the safety state where the next leader reads it
+// before its first loop (the status ConfigMap's safety-state key).
+type SafetyStore interface {
+	// ReadSafetyState returns what was saved, "" when nothing was.
+	ReadSafetyState(ctx context.Context) (string, error)
+	// WriteSafetyState saves it.
+	WriteSafetyState(ctx context.Context, state string) error
+}
+
+// safetyState is what a new leader needs to keep the promises the last
+// one made: the deletions both brakes counted in their windows and the
+// groups' backoffs. (Which nodes preflight cordoned is on the nodes
+// themselves: actuation.CordonedAnnotation.)
+type safetyState struct {
+	ScaleDownDeletions []scaledown.Record           `json:"scaleDownDeletions,omitempty"`
+	Replacements       []scaledown.Record           `json:"replacements,omitempty"`
+	Backoffs           []clusterstate.BackoffRecord `json:"backoffs,omitempty"`
+}
+
+// restoreSafetyState reads the safety state back once, before the first
+// loop that acts. A state that cannot be read stops the loop (nothing is
+// done on a budget that may already be spent); one that cannot be parsed
+// is said loudly and ignored (a newer format, a hand edit).
+func (a *Autoscaler) restoreSafetyState(ctx context.Context) error {
+	if a.restored || a.safety == nil {
+		return nil
+	}
+	raw, err := a.safety.ReadSafetyState(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the safety state (brakes, backoffs) an earlier leader saved: %w", err)
+	}
+	a.restored = true
+	if raw == "" {
+		return nil
+	}
+	var st safetyState
+	if err := json.Unmarshal([]byte(raw), &st); err != nil {
+		klog.FromContext(ctx).Error(err, "The saved safety state is unreadable; starting with empty brakes and backoffs")
+		return nil
+	}
+	now := a.clock.Now()
+	a.scaleDown.brake.Restore(now, st.ScaleDownDeletions)
+	a.replace.brake.Restore(now, st.Replacements)
+	a.registry.RestoreBackoffs(now, st.Backoffs)
+	a.lastSafety = raw
+	klog.FromContext(ctx).Info("Safety state read back", "scaleDownDeletions", len(st.ScaleDownDeletions),
+		"replacements", len(st.Replacements), "backoffs", len(st.Backoffs))
+	return nil
+}
+
+// saveSafetyState writes the safety state when it changed (through the
+// gate: a fenced replica saves nothing).
+func (a *Autoscaler) saveSafetyState(ctx context.Context, l *loop) error {
+	if a.safety == nil || !a.restored {
+		return nil
+	}
+	st := safetyState{
+		ScaleDownDeletions: a.scaleDown.brake.Records(l.now),
+		Replacements:       a.replace.brake.Records(l.now),
+		Backoffs:           a.registry.BackoffRecords(l.now),
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("rendering the safety state: %w", err)
+	}
+	if string(b) == a.lastSafety {
+		return nil
+	}
+	if err := a.gate.Write("safety-state"); err != nil {
+		return nil
+	}
+	if err := a.safety.WriteSafetyState(ctx, string(b)); err != nil {
+		// Kept for the next loop: not a reason to stop this one.
+		klog.FromContext(ctx).Error(err, "Saving the safety state; retried next loop")
+		return nil
+	}
+	a.lastSafety = string(b)
+	return nil
+}
