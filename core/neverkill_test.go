@@ -1,6 +1,7 @@
 package core
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
 	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
@@ -165,7 +167,12 @@ func TestReplacementGivesPodsTheirGrace(t *testing.T) {
 			if len(acts.graces["worker"]) != 1 {
 				t.Fatalf("evicted %d times, want once (a terminating pod is not evicted again)", len(acts.graces["worker"]))
 			}
-			e.clock.Step(time.Second) // 60 s: the grace ran out
+			e.clock.Step(time.Second) // 60 s: the grace ran out, but not its margin
+			e.run()
+			if got := len(gpu.Deleted()); got != 0 && !tc.exit {
+				t.Fatalf("%d machines deleted within the margin after the grace", got)
+			}
+			e.clock.Step(actuation.GraceMargin)
 			e.run()
 			if got := len(gpu.Deleted()); got != 1 {
 				t.Fatalf("%d machines deleted once the grace ran out, want 1", got)
@@ -239,9 +246,33 @@ func TestFailedMachineWithANodeIsDrainedFirst(t *testing.T) {
 	if got := gpu.Deleted(); len(got) != 0 {
 		t.Fatalf("deleted %v within the pod's grace", got)
 	}
-	e.clock.Step(time.Second)
+	e.clock.Step(time.Second + actuation.GraceMargin)
 	e.run()
 	if got := gpu.Deleted(); len(got) != 1 {
 		t.Fatalf("deleted %v once the grace ran out, want the failed machine", got)
+	}
+}
+
+// TestFailedMachineRetriedIsChargedOnce: a failed machine without a Node
+// whose deletion keeps failing (ARM throttling, say) is asked again every
+// loop but counted by the replacement brake once, so it cannot spend the
+// budget every other replacement needs.
+func TestFailedMachineRetriedIsChargedOnce(t *testing.T) {
+	e := newEnv(t)
+	gpu := e.provider.AddGroup("gpu", 0, 20, gpuTemplate("gpu"), inmemory.WithTarget(1))
+	e.start()
+	gpu.SetInstanceFailure(gpu.ProviderIDs()[0], false, &cloudprovider.InstanceError{Class: cloudprovider.ClassOther, Code: "OSProvisioningTimedOut"})
+	gpu.SetDeleteError(errors.New("429 Too Many Requests"))
+	for range 5 {
+		e.run()
+		e.clock.Step(10 * time.Second)
+	}
+	if got := e.a.replace.brake.Recent(e.clock.Now()); got != 1 {
+		t.Fatalf("the brake counted %d replacements for one machine retried 5 times, want 1", got)
+	}
+	gpu.SetDeleteError(nil)
+	e.run()
+	if got := gpu.Deleted(); len(got) != 1 {
+		t.Fatalf("deleted %v once the cloud answers, want the failed machine", got)
 	}
 }

@@ -36,6 +36,9 @@ type preflightState struct {
 	// admitted are failed nodes the replacement brake let through: their
 	// pods are evicted and their machines deleted.
 	admitted map[string]bool
+	// admittedMachines are failed machines without a Node the brake let
+	// through, by provider ID, while their deletion is asked again.
+	admittedMachines map[string]bool
 	// cordoned are failed nodes this process cordoned: uncordoned if they
 	// pass again before they are deleted (the agent's periodic re-run).
 	cordoned map[string]bool
@@ -53,7 +56,7 @@ func (ps *preflightState) release(name string) {
 }
 
 func newPreflightState() *preflightState {
-	return &preflightState{blocked: map[string]string{}, deleted: map[string]time.Time{}, admitted: map[string]bool{},
+	return &preflightState{blocked: map[string]string{}, admittedMachines: map[string]bool{}, deleted: map[string]time.Time{}, admitted: map[string]bool{},
 		cordoned: map[string]bool{}, incidents: newIncidents()}
 }
 

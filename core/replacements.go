@@ -151,8 +151,10 @@ func (a *Autoscaler) removeFailedMachines(ctx context.Context, l *loop, del map[
 		}
 	}
 	var machines []actuation.Machine
+	listed := map[string]bool{}
 	for _, id := range sortedKeys(del) {
 		for _, pid := range del[id] {
+			listed[pid] = true
 			m := actuation.Machine{Group: id, ProviderID: pid, Node: nodeOf[cloudprovider.ProviderIDKey(pid)]}
 			if !a.admitReplacement(ctx, l, m) {
 				a.registry.RetryDelete([]string{pid}) // asked again by the next Update
@@ -161,11 +163,22 @@ func (a *Autoscaler) removeFailedMachines(ctx context.Context, l *loop, del map[
 			machines = append(machines, m)
 		}
 	}
+	// A machine no longer asked for (deleted, or it recovered) is
+	// forgotten: asked again later, it is counted by the brake again.
+	for pid := range a.preflight.admittedMachines {
+		if !listed[pid] {
+			delete(a.preflight.admittedMachines, pid)
+		}
+	}
 	deleted := map[string]int{}
 	for _, o := range a.remover.Remove(ctx, l.byID, machines) {
 		switch {
 		case o.Deleted:
 			deleted[o.Group]++
+			if o.Node != nil {
+				// The preflight phase must not delete it again.
+				a.preflight.deleted[o.Node.Name] = l.now
+			}
 			continue
 		case o.Err != nil:
 			logger.Error(o.Err, "Deleting a failed machine; retried next loop", "providerID", o.ProviderID, "nodeGroup", o.Group)
@@ -188,15 +201,19 @@ func (a *Autoscaler) removeFailedMachines(ctx context.Context, l *loop, del map[
 // that a recovery would have to take back.)
 func (a *Autoscaler) admitReplacement(ctx context.Context, l *loop, m actuation.Machine) bool {
 	ps := a.preflight
-	key := m.ProviderID
+	// A node's admission is forgotten with the node (pruneFailed); a
+	// machine without one, when it is no longer asked for.
+	admitted, key := ps.admitted, ""
 	if m.Node != nil {
 		key = m.Node.Name
+	} else {
+		admitted, key = ps.admittedMachines, m.ProviderID
 	}
-	if !ps.admitted[key] {
+	if !admitted[key] {
 		if a.allowReplacements(l, m.Group, 1) == 0 {
 			return false
 		}
-		ps.admitted[key] = true
+		admitted[key] = true
 	}
 	if m.Node == nil {
 		return true

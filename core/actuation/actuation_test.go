@@ -10,6 +10,9 @@ import (
 
 	apiv1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
@@ -93,9 +96,12 @@ func TestRemoveLooksAgain(t *testing.T) {
 			fresh: []*apiv1.Pod{to.Pod("x", to.OnNode("other"), rs)}, want: "deleted", freshReads: 1},
 		{name: "an evicted pod within its grace keeps it",
 			fresh: []*apiv1.Pod{to.Pod("e", on, rs, deleting(now.Add(time.Second)))},
-			want:  "held: pod default/e is terminating until 2026-01-01T00:00:01Z", freshReads: 1},
+			want:  "held: pod default/e is terminating until 2026-01-01T00:00:03Z", freshReads: 1},
+		{name: "an evicted pod whose grace ends this very moment keeps it for the margin",
+			fresh: []*apiv1.Pod{to.Pod("e", on, rs, deleting(now))},
+			want:  "held: pod default/e is terminating until 2026-01-01T00:00:02Z", freshReads: 1},
 		{name: "an evicted pod whose grace ran out does not",
-			fresh: []*apiv1.Pod{to.Pod("e", on, rs, deleting(now))}, want: "deleted", freshReads: 1},
+			fresh: []*apiv1.Pod{to.Pod("e", on, rs, deleting(now.Add(-GraceMargin)))}, want: "deleted", freshReads: 1},
 		{name: "a running pod is named before a terminating one",
 			fresh: []*apiv1.Pod{to.Pod("e", on, rs, deleting(now.Add(time.Minute))), to.Pod("p", on, rs)},
 			want:  "held: pod default/p runs on the node", freshReads: 1},
@@ -166,5 +172,34 @@ func TestGrace(t *testing.T) {
 				t.Fatalf("grace %d, want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestKubePods: the informer's index by node gives a node's pods; the
+// fresh read lists them from the API server by field selector (the fake
+// clientset ignores field selectors: the Remover keeps only the node's).
+func TestKubePods(t *testing.T) {
+	a, b := to.Pod("a", to.OnNode("n1")), to.Pod("b", to.OnNode("n2"))
+	client := fake.NewClientset(a, b)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	inf := factory.Core().V1().Pods().Informer()
+	if err := AddNodeNameIndex(inf); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	k := KubePods{Client: client, Indexer: inf.GetIndexer()}
+	if got := k.Cached("n1"); len(got) != 1 || got[0].Name != "a" {
+		t.Fatalf("cached pods of n1 %v, want [a]", got)
+	}
+	fresh, err := k.Fresh(ctx, "n1")
+	if err != nil || firstHolder(fresh, "n1", time.Now()).Pod.Name != "a" {
+		t.Fatalf("fresh read %v, %v: want a as n1's holder", fresh, err)
+	}
+	noIndex := KubePods{Client: client, Indexer: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})}
+	if got := noIndex.Cached("n1"); got != nil {
+		t.Fatalf("cached pods without the index %v, want none (the fresh read decides)", got)
 	}
 }

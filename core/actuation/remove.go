@@ -45,21 +45,29 @@ func (h Holder) String() string {
 	return fmt.Sprintf("pod %s/%s runs on the node", h.Pod.Namespace, h.Pod.Name)
 }
 
+// GraceMargin is added to a terminating pod's deletionTimestamp before its
+// machine may go: the timestamp is the API server's clock, in whole
+// seconds on the wire, and the kubelet starts counting the grace only
+// when it sees the deletion.
+const GraceMargin = 2 * time.Second
+
 // HolderOf says whether p keeps its node's machine at now: nil for
 // DaemonSet and mirror pods (they go with the node), for finished pods,
 // and for pods whose deletion's grace period ran out (deletionTimestamp
-// reached: the kubelet kills what is left, or there is no kubelet). Every
-// other pod holds it: a running pod never dies with its machine.
+// plus GraceMargin reached: the kubelet killed what is left, or there is
+// no kubelet). Every other pod holds it: a running pod never dies with
+// its machine.
 func HolderOf(p *apiv1.Pod, now time.Time) *Holder {
 	switch {
 	case scaledown.IsDaemonSetPod(p), scaledown.IsMirrorPod(p),
 		p.Status.Phase == apiv1.PodSucceeded, p.Status.Phase == apiv1.PodFailed:
 		return nil
 	case p.DeletionTimestamp != nil:
-		if !now.Before(p.DeletionTimestamp.Time) {
+		until := p.DeletionTimestamp.Add(GraceMargin)
+		if !now.Before(until) {
 			return nil
 		}
-		return &Holder{Pod: p, Terminating: true, Until: p.DeletionTimestamp.Time}
+		return &Holder{Pod: p, Terminating: true, Until: until}
 	}
 	return &Holder{Pod: p}
 }
@@ -95,6 +103,9 @@ type Outcome struct {
 	// Err says why it was not deleted otherwise: its pods could not be
 	// read, or the deletion failed.
 	Err error
+	// Sent says DeleteNodes was called for it: with Err set, the cloud may
+	// or may not have started deleting it (a timeout, a lost answer).
+	Sent bool
 }
 
 // PodReader reads the pods bound to a node.
@@ -156,7 +167,7 @@ func (r *Remover) Remove(ctx context.Context, groups map[string]cloudprovider.No
 			}
 		})
 		for _, i := range idx {
-			out[i].Deleted, out[i].Err = err == nil, err
+			out[i].Deleted, out[i].Err, out[i].Sent = err == nil, err, true
 		}
 	}
 	return out

@@ -111,6 +111,14 @@ func (s *ScaleDown) InFlight() int {
 	return len(s.draining)
 }
 
+// setInFlight sets the drains-in-flight gauge under the lock, so a drain
+// goroutine's older count never overwrites a newer one.
+func (s *ScaleDown) setInFlight() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.metrics.DrainsInFlight.Set(float64(len(s.draining)))
+}
+
 // IsDraining says a node is being drained or waits for its deletion.
 func (s *ScaleDown) IsDraining(name string) bool {
 	s.mu.Lock()
@@ -306,7 +314,7 @@ func (s *ScaleDown) RemoveEmpty(ctx context.Context, now time.Time, groups map[s
 		s.drained = append(s.drained, toDelete{r: r, notBefore: now.Add(delay), deadline: s.deadline(now.Add(delay), s.opts.Evict)})
 		s.mu.Unlock()
 	}
-	s.metrics.DrainsInFlight.Set(float64(s.InFlight()))
+	s.setInFlight()
 	if delay <= 0 {
 		s.FlushDrained(ctx, now, groups)
 	}
@@ -352,6 +360,8 @@ func (s *ScaleDown) FlushDrained(ctx context.Context, now time.Time, groups map[
 		case o.Deleted:
 			s.removed(now, d.r)
 			deleted[d.r.Group]++
+		case o.Err != nil && o.Sent:
+			s.uncertain(ctx, now, d.r, o.Err)
 		case o.Err != nil:
 			s.fail(ctx, now, d.r, "delete", o.Err)
 		case o.Held.Terminating && now.Before(d.deadline):
@@ -372,7 +382,28 @@ func (s *ScaleDown) FlushDrained(ctx context.Context, now time.Time, groups map[
 	for _, id := range slices.Sorted(maps.Keys(deleted)) {
 		klog.FromContext(ctx).Info("Removed nodes", "nodeGroup", id, "count", deleted[id])
 	}
-	s.metrics.DrainsInFlight.Set(float64(s.InFlight()))
+	s.setInFlight()
+}
+
+// UncertainDeleteWait is how long a node whose deletion failed without a
+// clear answer (a timeout, a lost connection: the cloud may have started
+// deleting it) keeps its ToBeDeleted taint before Reconcile looks at its
+// machine again: longer than the provider's default cache lifetime
+// (1 minute ±10%), so the machine's state is read after the deletion.
+const UncertainDeleteWait = 3 * time.Minute
+
+// uncertain keeps a node whose deletion failed without a clear answer
+// tainted and out of every plan: untainted now, it could take a gang's
+// pods while its machine goes away. Reconcile takes it back (untaint,
+// failed_scale_downs_total{step="delete"}) if its machine is still alive
+// after UncertainDeleteWait; a machine that did go takes its Node along.
+func (s *ScaleDown) uncertain(ctx context.Context, now time.Time, r scaledown.Removal, err error) {
+	klog.FromContext(ctx).Error(err, "Deleting a node's machine failed without a clear answer; kept tainted until its machine is read again",
+		"node", r.Node.Name, "nodeGroup", r.Group, "recheckAfter", UncertainDeleteWait)
+	s.mu.Lock()
+	s.gone[r.Node.Name] = removed{r: r, at: now.Add(UncertainDeleteWait)}
+	s.lastFailure = now
+	s.mu.Unlock()
 }
 
 func (s *ScaleDown) removed(now time.Time, r scaledown.Removal) {
@@ -408,7 +439,7 @@ func (s *ScaleDown) StartDrain(ctx context.Context, now time.Time, r scaledown.R
 	s.mu.Lock()
 	s.draining[r.Node.Name] = true
 	s.mu.Unlock()
-	s.metrics.DrainsInFlight.Set(float64(s.InFlight()))
+	s.setInFlight()
 	o, delay := s.opts.Evict, s.opts.DeleteDelayAfterTaint
 	s.wg.Add(1)
 	go func() {
@@ -417,7 +448,7 @@ func (s *ScaleDown) StartDrain(ctx context.Context, now time.Time, r scaledown.R
 			s.mu.Lock()
 			delete(s.draining, r.Node.Name)
 			s.mu.Unlock()
-			s.metrics.DrainsInFlight.Set(float64(s.InFlight()))
+			s.setInFlight()
 			return
 		}
 		// Still marked draining until a loop deletes it, batched with the
