@@ -138,27 +138,35 @@ func NewRemover(pods PodReader, clk clock.Clock) *Remover {
 }
 
 // Remove checks and deletes machines, one DeleteNodes per group, groups in
-// name order, and returns one outcome per machine, in the order given.
+// name order, and returns one outcome per machine, in the order given. A
+// group's machines are looked at right before its DeleteNodes, not all
+// before the first group's: the look is as fresh as the deletion.
 func (r *Remover) Remove(ctx context.Context, groups map[string]cloudprovider.NodeGroup, machines []Machine) []Outcome {
 	out := make([]Outcome, len(machines))
-	batch := map[string][]int{}
+	perGroup := map[string][]int{}
 	for i, m := range machines {
 		out[i].Machine = m
-		if m.Node != nil {
-			h, err := r.holder(ctx, m.Node.Name)
-			if err != nil {
-				out[i].Err = fmt.Errorf("reading the pods of node %s before deleting its machine: %w", m.Node.Name, err)
-				continue
-			}
-			if h != nil {
-				out[i].Held = h
-				continue
-			}
-		}
-		batch[m.Group] = append(batch[m.Group], i)
+		perGroup[m.Group] = append(perGroup[m.Group], i)
 	}
-	for _, id := range slices.Sorted(maps.Keys(batch)) {
-		idx := batch[id]
+	for _, id := range slices.Sorted(maps.Keys(perGroup)) {
+		var idx []int
+		for _, i := range perGroup[id] {
+			if n := machines[i].Node; n != nil {
+				h, err := r.holder(ctx, n.Name)
+				if err != nil {
+					out[i].Err = fmt.Errorf("reading the pods of node %s before deleting its machine: %w", n.Name, err)
+					continue
+				}
+				if h != nil {
+					out[i].Held = h
+					continue
+				}
+			}
+			idx = append(idx, i)
+		}
+		if len(idx) == 0 {
+			continue
+		}
 		err := deleteGroup(ctx, groups, id, len(idx), func(yield func(string) bool) {
 			for _, i := range idx {
 				if !yield(machines[i].ProviderID) {
