@@ -188,6 +188,12 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 		logger.V(2).Info("Failed nodes left alone until their failure settles", "nodes", l.failuresSettling,
 			"settle", a.opts.PreflightFailureSettle)
 	}
+	if len(toDelete) > 0 {
+		if err := a.persistSafetyState(ctx, l.now); err != nil {
+			logger.Error(err, "Machines that failed preflight not deleted: the brake's count could not be saved first; retried next loop")
+			toDelete = nil
+		}
+	}
 	replaced := map[string]int{}
 	for _, o := range a.remover.Remove(ctx, l.byID, toDelete) {
 		switch {

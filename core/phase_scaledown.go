@@ -149,6 +149,14 @@ func (a *Autoscaler) scaleDownPhase(ctx context.Context, l *loop) error {
 	d := a.scaleDown.planner.Plan(ctx, l.now, l.snap, nodes, a.scaleDownGroups(l), scaledown.NewPDBs(pdbList), act.InFlight())
 	a.reportScaleDownPlan(ctx, l, d)
 	act.SoftTaint(ctx, l.now, l.nodes, d.Unneeded, managed)
+	if len(d.Empty)+len(d.Drain) > 0 {
+		// Write-ahead: the brake counted these removals; the next leader
+		// must see them counted even if this one dies mid-way.
+		if err := a.persistSafetyState(ctx, l.now); err != nil {
+			klog.FromContext(ctx).Error(err, "Scale-down not started: the brake's count could not be saved first; retried next loop")
+			return nil
+		}
+	}
 	act.RemoveEmpty(ctx, l.now, l.byID, d.Empty)
 	for _, r := range d.Drain {
 		act.StartDrain(ctx, l.now, r)

@@ -170,6 +170,15 @@ func (a *Autoscaler) removeFailedMachines(ctx context.Context, l *loop, del map[
 			delete(a.preflight.admittedMachines, pid)
 		}
 	}
+	if len(machines) > 0 {
+		if err := a.persistSafetyState(ctx, l.now); err != nil {
+			logger.Error(err, "Failed machines not deleted: the brake's count could not be saved first; retried next loop")
+			for _, m := range machines {
+				a.registry.RetryDelete([]string{m.ProviderID})
+			}
+			return
+		}
+	}
 	deleted := map[string]int{}
 	for _, o := range a.remover.Remove(ctx, l.byID, machines) {
 		switch {

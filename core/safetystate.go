@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -61,16 +62,29 @@ func (a *Autoscaler) restoreSafetyState(ctx context.Context) error {
 	return nil
 }
 
-// saveSafetyState writes the safety state when it changed (through the
-// gate: a fenced replica saves nothing).
+// saveSafetyState writes the safety state at the end of the loop when it
+// changed (backoffs of this loop's scale-ups); a failure is retried by the
+// next loop.
 func (a *Autoscaler) saveSafetyState(ctx context.Context, l *loop) error {
+	if err := a.persistSafetyState(ctx, l.now); err != nil {
+		klog.FromContext(ctx).Error(err, "Saving the safety state; retried next loop")
+	}
+	return nil
+}
+
+// persistSafetyState writes the safety state when it changed, through the
+// gate (a fenced replica saves nothing). The paths that delete call it
+// after their brake admitted the deletions and before they are sent
+// (write-ahead): a leader killed in between leaves the next one a budget
+// that already counts them. They send nothing when it fails.
+func (a *Autoscaler) persistSafetyState(ctx context.Context, now time.Time) error {
 	if a.safety == nil || !a.restored {
 		return nil
 	}
 	st := safetyState{
-		ScaleDownDeletions: a.scaleDown.brake.Records(l.now),
-		Replacements:       a.replace.brake.Records(l.now),
-		Backoffs:           a.registry.BackoffRecords(l.now),
+		ScaleDownDeletions: a.scaleDown.brake.Records(now),
+		Replacements:       a.replace.brake.Records(now),
+		Backoffs:           a.registry.BackoffRecords(now),
 	}
 	b, err := json.Marshal(st)
 	if err != nil {
@@ -80,12 +94,10 @@ func (a *Autoscaler) saveSafetyState(ctx context.Context, l *loop) error {
 		return nil
 	}
 	if err := a.gate.Write("safety-state"); err != nil {
-		return nil
+		return err
 	}
 	if err := a.safety.WriteSafetyState(ctx, string(b)); err != nil {
-		// Kept for the next loop: not a reason to stop this one.
-		klog.FromContext(ctx).Error(err, "Saving the safety state; retried next loop")
-		return nil
+		return fmt.Errorf("saving the safety state: %w", err)
 	}
 	a.lastSafety = string(b)
 	return nil

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime"
@@ -24,8 +25,10 @@ type memSafety struct {
 	mu      sync.Mutex
 	state   string
 	readErr error
-	reads   int
-	writes  int
+	// writeErr, when set, fails every write.
+	writeErr error
+	reads    int
+	writes   int
 }
 
 func (m *memSafety) ReadSafetyState(context.Context) (string, error) {
@@ -38,6 +41,9 @@ func (m *memSafety) ReadSafetyState(context.Context) (string, error) {
 func (m *memSafety) WriteSafetyState(_ context.Context, s string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.writeErr != nil {
+		return m.writeErr
+	}
 	m.state = s
 	m.writes++
 	return nil
@@ -215,4 +221,40 @@ func TestRunTellsOfCompletedLoops(t *testing.T) {
 	cancel()
 	e.clock.Step(e.opts.ScanInterval)
 	<-stopped
+}
+
+// TestSafetyStateWrittenBeforeDeleting: the brake's count is saved before
+// the deletions it admitted are sent (a leader killed in between leaves
+// them counted); when it cannot be saved, nothing is deleted.
+func TestSafetyStateWrittenBeforeDeleting(t *testing.T) {
+	acts := &fakeActions{}
+	e := newEnv(t, withScaleDown(acts), actOnFailuresAtOnce(), withOptions(func(o *Options) {
+		o.PreflightFailuresBeforeBackoff = 0
+		o.PreflightIncidentMinNodes = 1000
+	}))
+	store := &memSafety{}
+	e.safety = store
+	bad := e.provider.AddGroup("bad", 0, 200, gpuTemplate("bad"), inmemory.WithTarget(4))
+	e.start()
+	e.register(bad, func(n *apiv1.Node) {
+		n.Labels[preflight.DefaultLabel] = preflight.ValueFailed
+		n.Annotations = map[string]string{preflight.DefaultFailureAnnotation: "ib: link down"}
+	})
+	store.set(func(m *memSafety) { m.writeErr = errors.New("etcd is slow") })
+	e.run()
+	e.run()
+	if got := bad.Deleted(); len(got) != 0 {
+		t.Fatalf("deleted %v while the brake's count could not be saved", got)
+	}
+	store.set(func(m *memSafety) { m.writeErr = nil })
+	e.run()
+	deleted := len(bad.Deleted())
+	if deleted == 0 {
+		t.Fatal("nothing deleted once the state can be saved")
+	}
+	var st safetyState
+	must(t, json.Unmarshal([]byte(store.state), &st))
+	if len(st.Replacements) < deleted {
+		t.Fatalf("saved %d replacements, %d machines deleted: the count was not written first", len(st.Replacements), deleted)
+	}
 }
