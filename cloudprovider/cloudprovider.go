@@ -129,4 +129,16 @@ type GroupOptions struct {
 // resource IDs are case-insensitive, and the same VM's ID differs in case
 // between ARM (the resource group as created, e.g. MC_rg_cluster_eastus)
 // and its Node (the Azure cloud provider lower-cases the resource group).
-func ProviderIDKey(id string) string { return strings.ToLower(id) }
+// The slashes after the scheme do not count either ("azure:///subscriptions/…"
+// and "azure://subscriptions/…" name one VM, and NodeGroupForNode accepts
+// both): a Node whose ID is spelled one way must be found for a machine
+// listed the other way, or its machine would look never registered — and
+// be deleted as such, with the Node's pods on it.
+func ProviderIDKey(id string) string {
+	id = strings.ToLower(id)
+	scheme, rest, ok := strings.Cut(id, "://")
+	if !ok {
+		return id
+	}
+	return scheme + ":///" + strings.Trim(rest, "/")
+}

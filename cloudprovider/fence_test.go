@@ -191,3 +191,19 @@ func TestGuardsAreCheckedAgainDuringTheCall(t *testing.T) {
 		t.Fatalf("CheckWrite without guards: %v", err)
 	}
 }
+
+func TestProviderIDKey(t *testing.T) {
+	for _, tc := range []struct{ a, b string }{
+		{"azure:///subscriptions/S/resourceGroups/MC_rg/providers/Microsoft.Compute/virtualMachineScaleSets/gpu/virtualMachines/3",
+			"azure://subscriptions/s/resourcegroups/mc_rg/providers/microsoft.compute/virtualmachinescalesets/gpu/virtualmachines/3"},
+		{"azure:///subscriptions/s/x/", "azure:///subscriptions/s/x"},
+		{"inmemory://cpu/1", "INMEMORY:///cpu/1"},
+	} {
+		if cloudprovider.ProviderIDKey(tc.a) != cloudprovider.ProviderIDKey(tc.b) {
+			t.Errorf("%q and %q name one machine: keys %q, %q", tc.a, tc.b, cloudprovider.ProviderIDKey(tc.a), cloudprovider.ProviderIDKey(tc.b))
+		}
+	}
+	if cloudprovider.ProviderIDKey("azure:///subscriptions/s/x/1") == cloudprovider.ProviderIDKey("azure:///subscriptions/s/x/2") {
+		t.Error("two machines with one key")
+	}
+}

@@ -276,3 +276,26 @@ func TestFailedMachineRetriedIsChargedOnce(t *testing.T) {
 		t.Fatalf("deleted %v once the cloud answers, want the failed machine", got)
 	}
 }
+
+// TestNodeWithAnotherIDSpellingIsItsMachines: a Node whose providerID is
+// spelled with other slashes and case than its machine's (both name one
+// VM) is that machine's node: counted registered, never deleted as a
+// machine that did not register (with the Node's pods on it).
+func TestNodeWithAnotherIDSpellingIsItsMachines(t *testing.T) {
+	e := newEnv(t)
+	gpu := e.provider.AddGroup("gpu", 0, 20, gpuTemplate("gpu"), inmemory.WithTarget(1))
+	e.start()
+	e.register(gpu, func(n *apiv1.Node) {
+		n.Spec.ProviderID = strings.ToUpper(strings.Replace(n.Spec.ProviderID, "://", ":///", 1))
+	})
+	for range 3 {
+		e.run()
+		e.clock.Step(10 * time.Minute) // past --max-node-provision-time
+	}
+	if got := gpu.Deleted(); len(got) != 0 {
+		t.Fatalf("deleted %v: a registered node's machine taken for one that never registered", got)
+	}
+	if rd := e.a.registry.Group("gpu").Readiness; rd.Registered != 1 || rd.LongUnregistered != 0 {
+		t.Fatalf("readiness %+v, want the node registered", rd)
+	}
+}
