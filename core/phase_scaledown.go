@@ -176,7 +176,9 @@ func (a *Autoscaler) scaleDownGroups(l *loop) map[string]*scaledown.Group {
 		rd := gs.Readiness
 		unready := rd.Unready + rd.LongUnregistered
 		healthy := !(unready > 3 && float64(unready) > a.opts.ScaleDownMaxUnreadyShare*float64(rd.Registered+rd.LongUnregistered))
-		groups[g.ID()] = &scaledown.Group{Min: gs.Min, Target: rd.Target, Deleting: rd.Deleting, Healthy: healthy,
+		// Removals decided and not yet sent (waiting for the delay after
+		// their taint, or draining) count as deleting.
+		groups[g.ID()] = &scaledown.Group{Min: gs.Min, Target: rd.Target, Deleting: rd.Deleting + a.scaleDown.actuator.InFlightIn(g.ID()), Healthy: healthy,
 			RecentScaleUp: !gs.LastScaleUp.IsZero() && l.now.Sub(gs.LastScaleUp) < a.opts.ScaleDownDelayAfterAdd}
 	}
 	return groups

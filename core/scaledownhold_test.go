@@ -142,3 +142,27 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestPendingRemovalsCountAgainstTheMinimum: empty nodes tainted and
+// waiting for --node-delete-delay-after-taint count as deleting, so the
+// loops in between do not plan the group below its minimum.
+func TestPendingRemovalsCountAgainstTheMinimum(t *testing.T) {
+	acts := &fakeActions{}
+	e := newEnv(t, withScaleDown(acts), withOptions(func(o *Options) {
+		o.ScaleDownUnneededTime = time.Minute
+		o.NodeDeleteDelayAfterTaint = 5 * time.Second
+		o.ScaleDownBrakeClusterShare, o.ScaleDownBrakeGroupShare = 1, 1
+	}))
+	cpu := e.provider.AddGroup("cpu", 1, 10, cpuTemplate("cpu"), inmemory.WithTarget(3))
+	e.start()
+	e.register(cpu)
+	e.run()
+	e.clock.Step(2 * time.Minute)
+	for range 8 {
+		e.run()
+		e.clock.Step(time.Second)
+	}
+	if got := len(cpu.Deleted()); got != 2 {
+		t.Fatalf("%d of 3 deleted, want 2: the minimum is 1", got)
+	}
+}

@@ -76,7 +76,8 @@ type ScaleDown struct {
 	drained []toDelete
 	// draining are the nodes a goroutine is draining, or drained and not
 	// yet deleted.
-	draining map[string]bool
+	// (node name → its group)
+	draining map[string]string
 	// lastDelete and lastFailure drive --scale-down-delay-after-delete and
 	// -after-failure; drains write them from their goroutines.
 	lastDelete, lastFailure time.Time
@@ -94,7 +95,7 @@ type toDelete struct {
 // NewScaleDown returns an idle actuator that deletes through remover.
 func NewScaleDown(actions NodeActions, remover *Remover, pods corelisters.PodLister, rec record.EventRecorder, m Metrics, clk clock.Clock, o Options) *ScaleDown {
 	return &ScaleDown{actions: actions, remover: remover, evictor: Evictor{Actions: actions, Results: m.Evictions}, pods: pods, rec: rec,
-		metrics: m, clock: clk, opts: o, gone: map[string]removed{}, draining: map[string]bool{}}
+		metrics: m, clock: clk, opts: o, gone: map[string]removed{}, draining: map[string]string{}}
 }
 
 // SetOptions changes the options for what starts next; running drains keep
@@ -119,11 +120,27 @@ func (s *ScaleDown) setInFlight() {
 	s.metrics.DrainsInFlight.Set(float64(len(s.draining)))
 }
 
+// InFlightIn is the number of a group's nodes being drained or waiting for
+// their deletion: the planner counts them as deleting, so a group is never
+// planned below its minimum by removals not yet sent.
+func (s *ScaleDown) InFlightIn(group string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, g := range s.draining {
+		if g == group {
+			n++
+		}
+	}
+	return n
+}
+
 // IsDraining says a node is being drained or waits for its deletion.
 func (s *ScaleDown) IsDraining(name string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.draining[name]
+	_, ok := s.draining[name]
+	return ok
 }
 
 // IsGone says a node's machine was deleted by this actuator.
@@ -310,7 +327,7 @@ func (s *ScaleDown) RemoveEmpty(ctx context.Context, now time.Time, groups map[s
 			continue
 		}
 		s.mu.Lock()
-		s.draining[r.Node.Name] = true
+		s.draining[r.Node.Name] = r.Group
 		s.drained = append(s.drained, toDelete{r: r, notBefore: now.Add(delay), deadline: s.deadline(now.Add(delay), s.opts.Evict)})
 		s.mu.Unlock()
 	}
@@ -437,7 +454,7 @@ func (s *ScaleDown) fail(ctx context.Context, now time.Time, r scaledown.Removal
 // force now.
 func (s *ScaleDown) StartDrain(ctx context.Context, now time.Time, r scaledown.Removal) {
 	s.mu.Lock()
-	s.draining[r.Node.Name] = true
+	s.draining[r.Node.Name] = r.Group
 	s.mu.Unlock()
 	s.setInFlight()
 	o, delay := s.opts.Evict, s.opts.DeleteDelayAfterTaint
