@@ -33,6 +33,21 @@ const (
 	ClassSizeLimit
 )
 
+// ErrNotSent marks a write the provider refused before sending anything
+// to the cloud (a request it knows is invalid, below a group's minimum):
+// its outcome is certain — nothing changed.
+var ErrNotSent = errors.New("refused before it was sent")
+
+// NotSent says err is a write that certainly reached nothing: refused by
+// the provider before sending (ErrNotSent), by the fence or by a hold.
+func NotSent(err error) bool {
+	if errors.Is(err, ErrNotSent) {
+		return true
+	}
+	c := ClassOf(err)
+	return c == ClassFenced || c == ClassHeld
+}
+
 func (c ErrorClass) String() string {
 	switch c {
 	case ClassSizeUnknown:

@@ -576,7 +576,7 @@ func (g *scaleSet) DeleteNodes(ctx context.Context, providerIDs []string) error 
 		ref, ok := parseProviderID(key)
 		if !ok || ref.scaleSet != strings.ToLower(g.name) || ref.resourceGroup != strings.ToLower(g.rg) {
 			g.mu.Unlock()
-			return fmt.Errorf("deleting from scale set %s: instance %s does not belong to it", g.name, pid)
+			return fmt.Errorf("deleting from scale set %s: instance %s does not belong to it: %w", g.name, pid, cloudprovider.ErrNotSent)
 		}
 		if strings.HasPrefix(ref.instanceID, "failed-op") {
 			dropFailed[key] = true
@@ -593,7 +593,7 @@ func (g *scaleSet) DeleteNodes(ctx context.Context, providerIDs []string) error 
 	}
 	if size-running < g.min {
 		g.mu.Unlock()
-		return fmt.Errorf("deleting %d running instances from scale set %s would go below its min %d (size %d)", running, g.name, g.min, size)
+		return fmt.Errorf("deleting %d running instances from scale set %s would go below its min %d (size %d): %w", running, g.name, g.min, size, cloudprovider.ErrNotSent)
 	}
 	if len(dropFailed) > 0 {
 		if g.dropped == nil {

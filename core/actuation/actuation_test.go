@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
 	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
 )
@@ -201,5 +202,31 @@ func TestKubePods(t *testing.T) {
 	noIndex := KubePods{Client: client, Indexer: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})}
 	if got := noIndex.Cached("n1"); got != nil {
 		t.Fatalf("cached pods without the index %v, want none (the fresh read decides)", got)
+	}
+}
+
+// TestRemoveSaysWhetherTheDeletionWasSent: an error the provider returns
+// before sending anything is certain (nothing changed); any other may
+// have started a deletion.
+func TestRemoveSaysWhetherTheDeletionWasSent(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		sent bool
+	}{
+		{"refused before sending", fmt.Errorf("below the minimum: %w", cloudprovider.ErrNotSent), false},
+		{"fenced", cloudprovider.NewError(cloudprovider.ClassFenced, "", "not the leader", nil), false},
+		{"a timeout", errors.New("context deadline exceeded"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := inmemory.New()
+			g := p.AddGroup("g", 0, 10, to.Node("g", "4", "8Gi"), inmemory.WithTarget(1))
+			g.SetDeleteError(tc.err)
+			out := NewRemover(&pods{}, clocktesting.NewFakeClock(time.Now())).Remove(context.Background(), GroupsByID(p.NodeGroups()),
+				[]Machine{{Group: "g", ProviderID: g.ProviderIDs()[0]}})
+			if out[0].Err == nil || out[0].Sent != tc.sent {
+				t.Fatalf("outcome %+v, want an error with Sent %v", out[0], tc.sent)
+			}
+		})
 	}
 }

@@ -174,8 +174,9 @@ func (r *Remover) Remove(ctx context.Context, groups map[string]cloudprovider.No
 				}
 			}
 		})
+		sent := err == nil || !cloudprovider.NotSent(err)
 		for _, i := range idx {
-			out[i].Deleted, out[i].Err, out[i].Sent = err == nil, err, true
+			out[i].Deleted, out[i].Err, out[i].Sent = err == nil, err, sent
 		}
 	}
 	return out
