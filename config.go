@@ -90,11 +90,12 @@ func newFlagSet(c *config) *pflag.FlagSet {
   vmss-autoscaler status [flags]      print what the autoscaler thinks, per node group (status --help)
   vmss-autoscaler --version           print the version and commit
 
-Flags:
+Flags (each may also be a key of the --config file or of the --config-map
+YAML, except those marked "command line only"):
 `)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&c.configFile, "config", "", "YAML file whose keys are flag names (the Helm chart mounts its ConfigMap here); flags given on the command line win")
+	fs.StringVar(&c.configFile, "config", "", "YAML file whose keys are flag names (the Helm chart mounts its ConfigMap here); flags given on the command line win; a command-line-only key refuses the file")
 	fs.StringVar(&c.configMap, "config-map", "", "ConfigMap (in --namespace) of flag values, watched through the API: live keys take effect on the next loop without a restart; empty: not watched")
 	fs.StringVar(&c.configMapKey, "config-map-key", "config.yaml", "key of --config-map holding the YAML of flag values")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file; empty for in-cluster configuration")
@@ -199,6 +200,46 @@ Flags:
 	return fs
 }
 
+// commandLineOnly are the flags that decide who the autoscaler is, where
+// its credentials are sent and what it runs on the nodes, with why. The
+// --config file and the flags ConfigMap are the same ConfigMap, which
+// whoever may edit it rewrites without touching the Deployment: such a key
+// there, or in the last good configuration stored from it, refuses the
+// whole file, naming the key. The provider's flags are defined in
+// main.go (providerFlags); TestCommandLineOnlyFlagsClassified makes every
+// azure-*, image and kubeconfig flag be here or named as not privileged,
+// and the chart keeps the same list (vmss-autoscaler.commandLineOnlyKeys)
+// to pass these keys of its values as arguments.
+var commandLineOnly = map[string]string{
+	"azure-arm-endpoint":       "it decides where the Azure credential is sent",
+	"azure-authority-host":     "it decides where the federated token or client secret is sent for an Azure token",
+	"azure-token-audience":     "it decides which resource the Azure token is requested for",
+	"azure-ca-file":            "it decides which servers are trusted with the Azure credential",
+	"azure-token-file":         "it decides which file is sent as the Azure bearer token",
+	"azure-client-secret-file": "it decides which file is sent as the Azure client secret",
+	"azure-auth":               "it decides which Azure credential is used",
+	"azure-tenant-id":          "it decides which Azure identity is used",
+	"azure-client-id":          "it decides which Azure identity is used",
+	"azure-subscription-id":    "it decides which subscription the Azure credential acts on",
+	"kubeconfig":               "it decides where the Kubernetes credential is sent, and which one",
+	"balloon-image":            "it decides what code runs in the balloon pods on the nodes",
+}
+
+// commandLineOnlyError is the refusal of key name in a flags file.
+func commandLineOnlyError(name string) string {
+	return fmt.Sprintf("--%s: may be set on the command line only (%s)", name, commandLineOnly[name])
+}
+
+// markCommandLineOnly says so in the help of the command-line-only flags
+// fs defines.
+func markCommandLineOnly(fs *pflag.FlagSet) {
+	for name := range commandLineOnly {
+		if f := fs.Lookup(name); f != nil && !strings.Contains(f.Usage, "(command line only") {
+			f.Usage += " (command line only: " + commandLineOnly[name] + ")"
+		}
+	}
+}
+
 // parseConfig parses the command line, then the --config file for flags the
 // command line did not set, then validates. Every error names the flag (or
 // config key) and the value.
@@ -216,6 +257,7 @@ func parseConfigFrom(args []string, extra func(*pflag.FlagSet), data []byte, sou
 	if extra != nil {
 		extra(fs)
 	}
+	markCommandLineOnly(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, err
 	}
@@ -320,6 +362,7 @@ func applyConfigFile(fs *pflag.FlagSet, path string) error {
 }
 
 // applyConfig sets flags from YAML data; errors name source, key and value.
+// A key only the command line may set (commandLineOnly) refuses it all.
 func applyConfig(fs *pflag.FlagSet, data []byte, source string) error {
 	path := source
 	raw := map[string]any{}
@@ -331,6 +374,17 @@ func applyConfig(fs *pflag.FlagSet, data []byte, source string) error {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	// Keys only the command line may set refuse the whole file, all named,
+	// before anything else is looked at.
+	var refused []string
+	for _, k := range keys {
+		if name := strings.TrimPrefix(k, "--"); commandLineOnly[name] != "" {
+			refused = append(refused, commandLineOnlyError(name))
+		}
+	}
+	if len(refused) > 0 {
+		return fmt.Errorf("%s: %s", path, strings.Join(refused, "; "))
+	}
 	for _, k := range keys {
 		name := strings.TrimPrefix(k, "--")
 		f := fs.Lookup(name)

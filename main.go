@@ -134,6 +134,9 @@ func run(ctx context.Context, args []string) error {
 	if c.kubeAPIContentType != contentTypeJSON {
 		restCfg.AcceptContentTypes += "," + contentTypeJSON
 	}
+	// The secure listener's reviews get a client of their own, copied
+	// before the observer below wraps this one (secureserve.NewReviewClient).
+	reviewCfg := rest.CopyConfig(restCfg)
 	// The adaptive node-addition rate watches the API server through the
 	// autoscaler's own requests: latency, 429s, 5xx.
 	observer := ratelimit.NewObserver(c.core.NodeAdditionAdaptiveOptions.LatencyThreshold, nil)
@@ -168,6 +171,10 @@ func run(ctx context.Context, args []string) error {
 	}
 	// The balloon Deployments this process manages, in their namespace.
 	bo := c.core.Balloons
+	// A balloon namespace without Pod Security restricted is refused.
+	if err := bo.CheckNamespaceAtStart(ctx, client); err != nil {
+		return err
+	}
 	balloonFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(bo.Namespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = bo.ManagedByLabel + "=" + bo.ManagedByValue }),
 		informers.WithTransform(trim.Metadata))
@@ -302,7 +309,15 @@ func run(ctx context.Context, args []string) error {
 	mux := newMux(reg, health)
 	srvErr := serve(ctx, c.address, mux)
 	if c.secureAddress != "" {
-		authn, authz, err := secureserve.Delegating(client, 10*time.Second)
+		// TokenReviews and SubjectAccessReviews on a client of their own,
+		// with its own rate limiter, capped in flight and cached (negative
+		// answers too): whoever reaches the port must not queue the lease
+		// renewals and the loop's requests behind reviews of random tokens.
+		reviewClient, err := secureserve.NewReviewClient(reviewCfg)
+		if err != nil {
+			return err
+		}
+		authn, authz, err := secureserve.Delegating(reviewClient, secureserve.ReviewOptions{Registerer: reg})
 		if err != nil {
 			return err
 		}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
 )
 
 func TestParseConfigRejectsBadInput(t *testing.T) {
@@ -55,6 +57,10 @@ func TestParseConfigRejectsBadInput(t *testing.T) {
 		{"lease a day", []string{"--leader-elect-lease-duration=24h"}, "--leader-elect-lease-duration=24h0m0s: must be between"},
 		{"content type", []string{"--kube-api-content-type=application/yaml"}, `--kube-api-content-type="application/yaml": want application/vnd.kubernetes.protobuf or application/json`},
 		{"standby informers", []string{"--standby-informers=lukewarm"}, `--standby-informers="lukewarm": want on-lead or warm`},
+		// The balloon namespace gets the Deployment rights: never kube-system or the autoscaler's own.
+		{"balloons in kube-system", []string{"--namespace=ops", "--balloon-namespace=kube-system"}, `--balloon-namespace: "kube-system" is refused`},
+		{"balloons in the autoscaler's namespace", []string{"--namespace=ops", "--balloon-namespace=ops"}, `--balloon-namespace: "ops" is the autoscaler's own namespace (--namespace)`},
+		{"balloons in the default --namespace", []string{"--balloon-namespace=kube-system"}, `--balloon-namespace: "kube-system" is refused`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -124,5 +130,66 @@ func TestHealth(t *testing.T) {
 	lastSuccess = now
 	if code() != 200 {
 		t.Fatal("leader unhealthy right after a successful loop")
+	}
+}
+
+// TestCommandLineOnlyFlagsClassified: commandLineOnly is the list the
+// refusals, the --help marks, the chart and SECURITY.md's table follow.
+// Every flag whose name says identity, endpoint, credential or image is in
+// it, or named here as not privileged, with why: a new such flag must be
+// classified.
+func TestCommandLineOnlyFlagsClassified(t *testing.T) {
+	notPrivileged := map[string]string{
+		"azure-resource-groups":         "which scale sets are managed, within what the identity's role assignment allows: cost and disruption",
+		"azure-cache-ttl":               "how often ARM is read",
+		"azure-force-delete":            "how instances are deleted",
+		"azure-operation-poll-interval": "how often ARM operations are polled",
+	}
+	looksPrivileged := func(name string) bool {
+		for _, s := range []string{"azure-", "image", "kubeconfig", "token", "endpoint", "secret", "ca-file", "authority", "tenant", "client-id"} {
+			if strings.Contains(name, s) {
+				return true
+			}
+		}
+		return false
+	}
+	var prov providerFlags
+	kf := newKlogFlags()
+	_, fs, err := parseConfigFrom([]string{"--nodes=0:10:gpu"}, func(fs *pflag.FlagSet) {
+		prov.register(fs)
+		kf.addShadows(fs)
+	}, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, why := range commandLineOnly {
+		f := fs.Lookup(name)
+		switch {
+		case f == nil:
+			t.Errorf("commandLineOnly names --%s: not a flag", name)
+		case !strings.HasPrefix(why, "it decides "):
+			t.Errorf("--%s: reason %q, want one saying what it decides", name, why)
+		case isLive(f):
+			t.Errorf("--%s: command line only and live", name)
+		case !strings.HasSuffix(f.Usage, " (command line only: "+why+")"):
+			t.Errorf("--%s: help %q does not say it is command line only, and why", name, f.Usage)
+		}
+	}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if looksPrivileged(f.Name) && commandLineOnly[f.Name] == "" && notPrivileged[f.Name] == "" {
+			t.Errorf("--%s: add it to commandLineOnly (config.go) with what it decides, or to notPrivileged here with why not", f.Name)
+		}
+		if commandLineOnly[f.Name] != "" && notPrivileged[f.Name] != "" {
+			t.Errorf("--%s: both command line only and not privileged", f.Name)
+		}
+	})
+	// The behaviour's tests (config_test.go) cover every key of the list.
+	if len(commandLineOnlyKeys) != len(commandLineOnly) {
+		t.Errorf("config_test.go tests %d command-line-only keys, commandLineOnly has %d", len(commandLineOnlyKeys), len(commandLineOnly))
+	}
+	for name, why := range commandLineOnly {
+		if commandLineOnlyKeys[name] != why {
+			t.Errorf("--%s: config_test.go's reason %q, commandLineOnly's %q", name, commandLineOnlyKeys[name], why)
+		}
 	}
 }

@@ -25,10 +25,12 @@ const (
 )
 
 // reloader applies edits of the flags ConfigMap: the whole new set is
-// parsed and validated as at start; a bad value refuses it all (the last
-// good configuration stays) with an event and a log line naming the key
-// and the value; live keys go to the autoscaler for its next loop; other
-// changed keys are reported as needing a restart. Which keys are live is
+// parsed and validated as at start; a bad value, or a key only the command
+// line may set (commandLineOnly: identity, endpoints, credentials' files,
+// images), refuses it all (the last good configuration stays) with an event
+// and a log line naming the key (and the value); live keys go to the
+// autoscaler for its next loop; other changed keys are reported as needing
+// a restart. Which keys are live is
 // declared where each flag is defined (isLive).
 type reloader struct {
 	args   []string

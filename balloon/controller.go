@@ -83,7 +83,9 @@ func (r Result) Changed() bool {
 // Sync makes the balloon Deployments match specs, one per group: it creates
 // the missing ones, updates those whose spec changed or was edited by
 // someone (drift), and deletes managed balloon Deployments of groups no
-// longer in specs. It makes sure the PriorityClass exists first.
+// longer in specs. It makes sure the PriorityClass exists first, and writes
+// no Deployment unless Options.Namespace exists and enforces Pod Security
+// restricted (deletions go on).
 //
 // An error with one group does not stop the others; the returned error
 // joins them all. Sync is safe to call from several goroutines (calls are
@@ -93,6 +95,7 @@ func (c *Controller) Sync(ctx context.Context, specs []GroupSpec) (Result, error
 	defer c.mu.Unlock()
 	logger := klog.FromContext(ctx).WithName("balloon")
 	ctx = klog.NewContext(ctx, logger)
+	o := c.opts
 	var res Result
 
 	plans, keep, errs := c.plan(ctx, specs, &res)
@@ -113,9 +116,23 @@ func (c *Controller) Sync(ctx context.Context, specs []GroupSpec) (Result, error
 	}
 	res.PriorityClassProblem = c.pcProblem
 
+	// The namespace: read before any write (writes are rare), so that no
+	// balloon Deployment goes into a namespace whose Pod Security does not
+	// enforce restricted, nor into one created, or relabelled, after start.
+	var nsErr error
+	if len(plans) > 0 {
+		if nsErr = o.checkNamespace(ctx, c.client); nsErr != nil {
+			errs = append(errs, nsErr)
+		}
+	}
+
 	for _, p := range plans {
 		if err := ctx.Err(); err != nil {
 			return res, errors.Join(append(errs, err)...)
+		}
+		if nsErr != nil {
+			// Said once above; deleting stale ones below is still fine.
+			continue
 		}
 		if !c.pcOK {
 			// Until the PriorityClass is known to be usable, write no

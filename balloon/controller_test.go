@@ -432,6 +432,34 @@ func TestSyncRecreatesOnSelectorChange(t *testing.T) {
 	e.assertInSync(o, s)
 }
 
+// TestSyncAddsManagedByToOldBalloonPods: a Deployment made before balloon
+// pods carried the managed-by label (which IsBalloon requires) is updated
+// in place, selector kept: its new pods are balloons again.
+func TestSyncAddsManagedByToOldBalloonPods(t *testing.T) {
+	o := DefaultOptions()
+	s := spec("g", 1)
+	before := balloonDeployment(o, s, func(d *appsv1.Deployment) {
+		delete(d.Spec.Template.Labels, o.ManagedByLabel)
+		d.Annotations[SpecHashAnnotation] = specHash(d)
+	})
+	e := newEnv(t, o, before, priorityClass(-100, apiv1.PreemptNever))
+	res, err := e.sync(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := DeploymentName("g")
+	if len(res.Updated) != 1 || !strings.Contains(res.Updated[0].Reason, "template labels") {
+		t.Fatalf("updated %+v, want the template labels changed", res.Updated)
+	}
+	if got, want := e.writes(), []string{"update deployments " + name}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("writes %v, want %v (in place: the selector is unchanged)", got, want)
+	}
+	if got := e.get(ns, name).Spec.Template.Labels[o.ManagedByLabel]; got != o.ManagedByValue {
+		t.Fatalf("template label %s = %q, want %q", o.ManagedByLabel, got, o.ManagedByValue)
+	}
+	e.assertInSync(o, s)
+}
+
 // TestSyncWaitsForDeletion: a balloon Deployment being deleted is left
 // alone until it is gone.
 func TestSyncWaitsForDeletion(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -82,7 +81,12 @@ func DeploymentName(group string) string {
 // same Options and GroupSpec give the same object, SpecHashAnnotation
 // included. Nothing of s is aliased.
 func (o Options) Deployment(s GroupSpec) *appsv1.Deployment {
-	podLabels := map[string]string{o.Label: s.Group}
+	// The selector keeps the balloon label alone (it is immutable: a
+	// Deployment made before the pods carried the managed-by label keeps
+	// its selector and is updated in place); the pods carry the managed-by
+	// label too, which IsBalloon requires.
+	selector := map[string]string{o.Label: s.Group}
+	podLabels := map[string]string{o.Label: s.Group, o.ManagedByLabel: o.ManagedByValue}
 	d := &appsv1.Deployment{
 		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -92,7 +96,7 @@ func (o Options) Deployment(s GroupSpec) *appsv1.Deployment {
 		},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: new(s.Replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: maps.Clone(podLabels)},
+			Selector: &metav1.LabelSelector{MatchLabels: selector},
 			// Recreate, not RollingUpdate: balloons need no availability,
 			// and while old balloons still hold their nodes new ones would
 			// be pending, which reads as demand for more nodes. Recreate

@@ -86,10 +86,13 @@ func TestDeployment(t *testing.T) {
 	if d.Spec.Replicas == nil || *d.Spec.Replicas != 3 {
 		t.Errorf("replicas = %v, want 3", d.Spec.Replicas)
 	}
-	podLabels := map[string]string{"vmss-autoscaler.io/balloon": "gpu-h100"}
-	if !reflect.DeepEqual(d.Spec.Selector.MatchLabels, podLabels) || len(d.Spec.Selector.MatchExpressions) > 0 {
-		t.Errorf("selector = %v, want %v", d.Spec.Selector, podLabels)
+	// The selector is the balloon label alone (immutable: as made before
+	// the pods carried the managed-by label, which IsBalloon requires).
+	selector := map[string]string{"vmss-autoscaler.io/balloon": "gpu-h100"}
+	if !reflect.DeepEqual(d.Spec.Selector.MatchLabels, selector) || len(d.Spec.Selector.MatchExpressions) > 0 {
+		t.Errorf("selector = %v, want %v", d.Spec.Selector, selector)
 	}
+	podLabels := map[string]string{"vmss-autoscaler.io/balloon": "gpu-h100", "app.kubernetes.io/managed-by": "vmss-autoscaler"}
 	if !reflect.DeepEqual(d.Spec.Template.Labels, podLabels) {
 		t.Errorf("template labels = %v, want %v", d.Spec.Template.Labels, podLabels)
 	}

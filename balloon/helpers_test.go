@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	appslisters "k8s.io/client-go/listers/apps/v1"
@@ -158,8 +160,27 @@ func newEnv(t *testing.T, o Options, objs ...runtime.Object) *env {
 }
 
 // newEnvWith is newEnv with the informer's list options changed by tweak
-// (nil: unfiltered).
+// (nil: unfiltered). The balloon namespace exists with Pod Security
+// restricted, unless objs hold a Namespace of that name.
 func newEnvWith(t *testing.T, o Options, tweak func(*metav1.ListOptions), objs ...runtime.Object) *env {
+	t.Helper()
+	if !slices.ContainsFunc(objs, func(obj runtime.Object) bool {
+		ns, ok := obj.(*apiv1.Namespace)
+		return ok && ns.Name == o.Namespace
+	}) {
+		objs = append(objs, restricted(o.Namespace))
+	}
+	return startEnv(t, o, tweak, objs...)
+}
+
+// newEnvWithoutNamespace is newEnv without the balloon namespace (unless
+// objs hold it).
+func newEnvWithoutNamespace(t *testing.T, o Options, objs ...runtime.Object) *env {
+	t.Helper()
+	return startEnv(t, o, nil, objs...)
+}
+
+func startEnv(t *testing.T, o Options, tweak func(*metav1.ListOptions), objs ...runtime.Object) *env {
 	t.Helper()
 	for _, obj := range objs {
 		legacyscheme.Scheme.Default(obj)
@@ -185,6 +206,16 @@ func newEnvWith(t *testing.T, o Options, tweak func(*metav1.ListOptions), objs .
 		}
 		return false, nil, nil
 	})
+	// The fake clientset's watch does not resume from a resource version:
+	// a write between the informer's List and its Watch is lost for good.
+	// The env is ready only once the Deployments watch is open.
+	watching := make(chan struct{})
+	var once sync.Once
+	client.PrependWatchReactor("deployments", func(action k8stesting.Action) (bool, watch.Interface, error) {
+		w, err := client.Tracker().Watch(action.GetResource(), action.GetNamespace())
+		once.Do(func() { close(watching) })
+		return true, w, err
+	})
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(tweak))
 	deployments := factory.Apps().V1().Deployments()
 	lister := deployments.Lister()
@@ -198,6 +229,11 @@ func newEnvWith(t *testing.T, o Options, tweak func(*metav1.ListOptions), objs .
 		if !ok {
 			t.Fatalf("informer for %v did not sync", typ)
 		}
+	}
+	select {
+	case <-watching:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Deployments informer never opened its watch")
 	}
 	e := &env{t: t, ctx: ctx, client: client, lister: lister, tweak: tweak, ctrl: NewController(client, lister, o)}
 	return e

@@ -117,15 +117,22 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// IsBalloon reports whether p is a balloon: it carries the balloon label
-// with a non-empty value (the node group's name).
+// IsBalloon reports whether p is a balloon of this autoscaler: it is in the
+// balloon namespace, carries the managed-by label with the controller's
+// value, runs at the balloon PriorityClass and carries the balloon label
+// with a non-empty value (the node group's name). The label alone is not
+// enough: any tenant may label its own pods, and a pod taken for a balloon
+// has its room counted as free, which buys nothing for the pods waiting for
+// that room when the scheduler will not preempt it. Only the controller
+// (and whoever may create pods in the balloon namespace) makes balloons.
 func (o Options) IsBalloon(p *apiv1.Pod) bool {
 	return o.GroupOf(p) != ""
 }
 
-// GroupOf is the node group a balloon pod keeps warm, "" for other pods.
+// GroupOf is the node group a balloon pod keeps warm, "" for other pods
+// (IsBalloon).
 func (o Options) GroupOf(p *apiv1.Pod) string {
-	if p == nil {
+	if p == nil || p.Namespace != o.Namespace || !o.isManaged(p.Labels) || p.Spec.PriorityClassName != o.PriorityClassName {
 		return ""
 	}
 	return p.Labels[o.Label]

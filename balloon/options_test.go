@@ -70,11 +70,43 @@ func TestValidate(t *testing.T) {
 }
 
 func TestIsBalloonAndGroupOf(t *testing.T) {
-	pod := func(labels map[string]string) *apiv1.Pod {
-		return &apiv1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "kube-system", Labels: labels}}
+	type podOption func(*apiv1.Pod)
+	// pod is a balloon as the controller makes it, changed by opts.
+	pod := func(opts ...podOption) *apiv1.Pod {
+		p := &apiv1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: DefaultNamespace,
+				Labels: map[string]string{DefaultLabel: "gpu-h100", DefaultManagedByLabel: DefaultManagedByValue}},
+			Spec: apiv1.PodSpec{PriorityClassName: DefaultPriorityClassName, Priority: new(DefaultPriorityValue)},
+		}
+		for _, o := range opts {
+			o(p)
+		}
+		return p
+	}
+	labels := func(kv ...string) podOption {
+		return func(p *apiv1.Pod) {
+			for i := 0; i+1 < len(kv); i += 2 {
+				p.Labels[kv[i]] = kv[i+1]
+			}
+		}
+	}
+	without := func(key string) podOption { return func(p *apiv1.Pod) { delete(p.Labels, key) } }
+	inNamespace := func(ns string) podOption { return func(p *apiv1.Pod) { p.Namespace = ns } }
+	// tenant: a pod of another namespace dressed as a balloon, at the
+	// default priority (0) that no pending pod of priority 0 preempts.
+	tenant := func(p *apiv1.Pod) {
+		p.Namespace, p.Spec.PriorityClassName, p.Spec.Priority = "team-a", "", new(int32(0))
 	}
 	custom := DefaultOptions()
-	custom.Label = "example.com/warm"
+	custom.Label, custom.Namespace, custom.PriorityClassName = "example.com/warm", "warm", "warm-balloons"
+	customPod := func(opts ...podOption) *apiv1.Pod {
+		p := pod(without(DefaultLabel), labels("example.com/warm", "g"), inNamespace("warm"),
+			func(p *apiv1.Pod) { p.Spec.PriorityClassName = "warm-balloons" })
+		for _, o := range opts {
+			o(p)
+		}
+		return p
+	}
 	for _, tc := range []struct {
 		name      string
 		o         Options
@@ -82,13 +114,27 @@ func TestIsBalloonAndGroupOf(t *testing.T) {
 		isBalloon bool
 		group     string
 	}{
-		{"balloon", DefaultOptions(), pod(map[string]string{DefaultLabel: "gpu-h100"}), true, "gpu-h100"},
-		{"empty value is not a balloon", DefaultOptions(), pod(map[string]string{DefaultLabel: ""}), false, ""},
-		{"no labels", DefaultOptions(), pod(nil), false, ""},
-		{"other labels", DefaultOptions(), pod(map[string]string{"app": "x", DefaultNodeGroupLabel: "gpu"}), false, ""},
+		{"balloon", DefaultOptions(), pod(), true, "gpu-h100"},
+		{"empty value is not a balloon", DefaultOptions(), pod(labels(DefaultLabel, "")), false, ""},
+		{"no labels", DefaultOptions(), pod(func(p *apiv1.Pod) { p.Labels = nil }), false, ""},
+		{"other labels", DefaultOptions(), pod(without(DefaultLabel), labels("app", "x", DefaultNodeGroupLabel, "gpu")), false, ""},
 		{"nil pod", DefaultOptions(), nil, false, ""},
-		{"configured label", custom, pod(map[string]string{"example.com/warm": "g"}), true, "g"},
-		{"default label under a configured one", custom, pod(map[string]string{DefaultLabel: "g"}), false, ""},
+		{"tenant pod labelled as a balloon, priority 0, in its namespace", DefaultOptions(), pod(tenant), false, ""},
+		{"tenant pod with the balloon PriorityClass, in its namespace", DefaultOptions(), pod(inNamespace("team-a")), false, ""},
+		{"in kube-system", DefaultOptions(), pod(inNamespace("kube-system")), false, ""},
+		{"without the PriorityClass, in the balloon namespace", DefaultOptions(),
+			pod(func(p *apiv1.Pod) { p.Spec.PriorityClassName, p.Spec.Priority = "", new(int32(0)) }), false, ""},
+		{"another PriorityClass", DefaultOptions(), pod(func(p *apiv1.Pod) { p.Spec.PriorityClassName = "low" }), false, ""},
+		{"without the managed-by label", DefaultOptions(), pod(without(DefaultManagedByLabel)), false, ""},
+		{"managed by someone else", DefaultOptions(), pod(labels(DefaultManagedByLabel, "helm")), false, ""},
+		{"configured names", custom, customPod(), true, "g"},
+		{"default label under a configured one", custom, customPod(without("example.com/warm"), labels(DefaultLabel, "g")), false, ""},
+		{"default namespace under a configured one", custom, customPod(inNamespace(DefaultNamespace)), false, ""},
+		{"default PriorityClass under a configured one", custom, customPod(func(p *apiv1.Pod) { p.Spec.PriorityClassName = DefaultPriorityClassName }), false, ""},
+		{"what Deployment makes", DefaultOptions(), func() *apiv1.Pod {
+			d := DefaultOptions().Deployment(spec("gpu-h100", 1))
+			return &apiv1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: d.Namespace, Labels: d.Spec.Template.Labels}, Spec: d.Spec.Template.Spec}
+		}(), true, "gpu-h100"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.o.IsBalloon(tc.pod); got != tc.isBalloon {

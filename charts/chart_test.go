@@ -27,6 +27,7 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
 	"helm.sh/helm/v3/pkg/releaseutil"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -138,8 +139,14 @@ func parseValues(t *testing.T, s string) map[string]any {
 // checked against values.schema.json first.
 func render(t *testing.T, values map[string]any) (map[string]string, error) {
 	t.Helper()
+	return renderIn(t, values, namespace)
+}
+
+// renderIn is render as `helm install -n ns`.
+func renderIn(t *testing.T, values map[string]any, ns string) (map[string]string, error) {
+	t.Helper()
 	ch := loadChart(t)
-	opts := chartutil.ReleaseOptions{Name: release, Namespace: namespace, Revision: 1, IsInstall: true}
+	opts := chartutil.ReleaseOptions{Name: release, Namespace: ns, Revision: 1, IsInstall: true}
 	vals, err := chartutil.ToRenderValues(ch, values, opts, chartutil.DefaultCapabilities)
 	if err != nil {
 		return nil, err
@@ -406,7 +413,8 @@ func TestRenderDefaults(t *testing.T) {
 		"Deployment": 1, "DaemonSet": 1, "ServiceAccount": 2, "ConfigMap": 3, "Service": 1,
 		"PodDisruptionBudget": 1, "PriorityClass": 1, "ClusterRole": 3, "ClusterRoleBinding": 2, // + the metrics reader
 		"Role": 2, "RoleBinding": 2, "Namespace": 1,
-		"ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2,
+		"ValidatingAdmissionPolicy": 5, "ValidatingAdmissionPolicyBinding": 5,
+		"NetworkPolicy": 1,
 	}
 	if got := kinds(r); !maps.Equal(got, want) {
 		t.Errorf("kinds rendered = %v, want %v", got, want)
@@ -775,6 +783,8 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"library: xid not a number", `preflight: {library: {xid: {xids: [79, fallen]}}}`, "xids"},
 		{"priorities key", `priorityExpander: {priorities: {high: [".*"]}}`, "priorities"},
 		{"service monitor interval", `serviceMonitor: {interval: often}`, "interval"},
+		{"balloon ceiling not a quantity", `admissionPolicies: {balloonMaxResources: {nvidia.com/gpu: lots}}`, "balloonMaxResources"},
+		{"balloon ceiling negative", `admissionPolicies: {balloonMaxResources: {cpu: -1}}`, "balloonMaxResources"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			vals := parseValues(t, tc.values)
@@ -811,6 +821,8 @@ func TestTemplateRejectsBadValues(t *testing.T) {
 	for _, tc := range []struct{ name, values, want string }{
 		{"warm pool without balloons", "balloons: {enabled: false}\nconfig: {warm-pool: [\"gpu:2\"]}", "balloons.enabled"},
 		{"workload identity without client", "workloadIdentity: {enabled: true}", "workloadIdentity.clientID"},
+		{"preflight agent without its admission policy", "admissionPolicies: {enabled: false}",
+			"preflight.enabled needs admissionPolicies.enabled: without the admission policy <fullname>-preflight-own-node the preflight agent's token"},
 		{"no preflight check at all", "preflight: {checks: {checks: []}, library: {gpus: {enabled: false}, ecc: {enabled: false}, xid: {enabled: false}, dcgm: {enabled: false}}}",
 			"preflight: no check at all"},
 	} {
@@ -1379,30 +1391,77 @@ func TestRBACCheckCatchesExtraGrants(t *testing.T) {
 }
 
 // TestBalloonNamespace: the chart creates the balloon namespace with Pod
-// Security "restricted", unless it is the release namespace or turned off.
+// Security "restricted", with or without balloons.enabled (the balloon Role
+// is there either way); with createNamespace false only when told that the
+// namespace made by hand enforces restricted.
 func TestBalloonNamespace(t *testing.T) {
-	r := mustRender(t, nil)
-	ns := decode[*corev1.Namespace](t, r.get(t, "Namespace", "vmss-autoscaler-balloons"))
-	for _, k := range []string{"enforce", "audit", "warn"} {
-		if got := ns.Labels["pod-security.kubernetes.io/"+k]; got != "restricted" {
-			t.Errorf("namespace label pod-security.kubernetes.io/%s = %q, want restricted", k, got)
-		}
-	}
-	for name, values := range map[string]string{
-		"release namespace": "config: {balloon-namespace: " + namespace + "}",
-		"not created":       "balloons: {createNamespace: false}",
-		"no balloons":       "balloons: {enabled: false}",
+	for _, tc := range []struct{ name, values, ns string }{
+		{"defaults", "", "vmss-autoscaler-balloons"},
+		{"no balloons", "balloons: {enabled: false}", "vmss-autoscaler-balloons"},
+		{"configured", "config: {balloon-namespace: warm}", "warm"},
 	} {
-		t.Run(name, func(t *testing.T) {
-			if got := mustRender(t, parseValues(t, values)).ofKind("Namespace"); len(got) != 0 {
-				t.Errorf("Namespace %s rendered", got[0].name())
+		t.Run(tc.name, func(t *testing.T) {
+			r := mustRender(t, parseValues(t, tc.values))
+			ns := decode[*corev1.Namespace](t, r.get(t, "Namespace", tc.ns))
+			for _, k := range []string{"enforce", "audit", "warn"} {
+				if got := ns.Labels["pod-security.kubernetes.io/"+k]; got != "restricted" {
+					t.Errorf("namespace label pod-security.kubernetes.io/%s = %q, want restricted", k, got)
+				}
+			}
+			if role := r.get(t, "Role", "vmss-autoscaler-balloons"); role.namespace() != tc.ns {
+				t.Errorf("balloon Role in %s, want %s", role.namespace(), tc.ns)
 			}
 		})
 	}
+	t.Run("made by hand, asserted restricted", func(t *testing.T) {
+		r := mustRender(t, parseValues(t, "balloons: {createNamespace: false, namespacePodSecurityEnforced: true}"))
+		if got := r.ofKind("Namespace"); len(got) != 0 {
+			t.Errorf("Namespace %s rendered", got[0].name())
+		}
+	})
 }
 
-// TestAdmissionPolicies: both policies and their bindings, for the chart's
-// ServiceAccounts and names; off with admissionPolicies.enabled false.
+// TestBalloonNamespaceRefused: the chart fails, naming the value and why,
+// when the balloon namespace would widen what the autoscaler's token may do
+// (it may create Deployments there): kube-system, the release namespace,
+// or one whose Pod Security would not enforce restricted. The binary
+// refuses the same at start (balloon.Options.ValidateNamespace,
+// CheckNamespaceAtStart).
+func TestBalloonNamespaceRefused(t *testing.T) {
+	for _, tc := range []struct{ name, values, want string }{
+		{"kube-system, installed elsewhere", "config: {balloon-namespace: kube-system}",
+			"config.balloon-namespace: must not be kube-system: the autoscaler may create and update Deployments in the balloon namespace, and a Deployment in kube-system may run as any ServiceAccount there (cluster-admin)"},
+		{"kube-system without balloons", "balloons: {enabled: false}\nconfig: {balloon-namespace: kube-system}", "config.balloon-namespace: must not be kube-system"},
+		{"kube-system not created", "balloons: {createNamespace: false, namespacePodSecurityEnforced: true}\nconfig: {balloon-namespace: kube-system}",
+			"config.balloon-namespace: must not be kube-system"},
+		{"the release namespace", "config: {balloon-namespace: autoscaling}",
+			"config.balloon-namespace: must not be the release namespace autoscaling: the autoscaler may create and update Deployments in the balloon namespace, and a Deployment there may run as the autoscaler's own ServiceAccount"},
+		{"a lower Pod Security level", "balloons: {podSecurity: baseline}",
+			"balloons.podSecurity: must be restricted, got baseline: whoever holds the autoscaler's token may create Deployments in config.balloon-namespace (vmss-autoscaler-balloons)"},
+		{"privileged", "balloons: {podSecurity: privileged}", "balloons.podSecurity: must be restricted, got privileged"},
+		{"not created, not asserted", "balloons: {createNamespace: false}",
+			"balloons.createNamespace is false, so the chart cannot label config.balloon-namespace (vmss-autoscaler-balloons) with pod-security.kubernetes.io/enforce=restricted. Label it yourself (kubectl label namespace vmss-autoscaler-balloons pod-security.kubernetes.io/enforce=restricted) and set balloons.namespacePodSecurityEnforced: true"},
+		{"not created, asserted false", "balloons: {createNamespace: false, namespacePodSecurityEnforced: false}", "balloons.namespacePodSecurityEnforced: true"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Installed in "autoscaling", so that kube-system and the
+			// release namespace are told apart.
+			_, err := renderIn(t, parseValues(t, tc.values), "autoscaling")
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("render error = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+	// Installed in kube-system (the chart tests' namespace, and a common
+	// choice), balloons there are refused too.
+	if _, err := render(t, parseValues(t, "config: {balloon-namespace: kube-system}")); err == nil || !strings.Contains(err.Error(), "config.balloon-namespace: must not be kube-system") {
+		t.Errorf("render in kube-system with balloons there: error = %v, want the refusal", err)
+	}
+}
+
+// TestAdmissionPolicies: the policies and their bindings, for the chart's
+// ServiceAccounts and names; off with admissionPolicies.enabled false (and
+// the preflight agent off).
 // e2e TestPreflightAgentOwnNodeOnly proves them on the API server.
 func TestAdmissionPolicies(t *testing.T) {
 	r := mustRender(t, parseValues(t, fullValues))
@@ -1413,13 +1472,64 @@ func TestAdmissionPolicies(t *testing.T) {
 			t.Errorf("preflight policy does not name %s:\n%s", s, own.raw)
 		}
 	}
-	for _, name := range []string{"vmss-autoscaler-preflight-own-node", "vmss-autoscaler-own-objects"} {
+	all := []string{"vmss-autoscaler-preflight-own-node", "vmss-autoscaler-own-objects", "vmss-autoscaler-autoscaler-nodes",
+		"vmss-autoscaler-balloon-deployments", "vmss-autoscaler-balloon-priority-class"}
+	for _, name := range all {
+		p := decode[*admissionregistrationv1.ValidatingAdmissionPolicy](t, r.get(t, "ValidatingAdmissionPolicy", name))
+		if p.Spec.FailurePolicy == nil || *p.Spec.FailurePolicy != admissionregistrationv1.Fail || len(p.Spec.Validations) == 0 {
+			t.Errorf("policy %s: failurePolicy %v, %d validations", name, p.Spec.FailurePolicy, len(p.Spec.Validations))
+		}
 		b := r.get(t, "ValidatingAdmissionPolicyBinding", name)
 		if !strings.Contains(b.raw, "policyName: "+name) || !strings.Contains(b.raw, "[Deny]") {
 			t.Errorf("binding %s:\n%s", name, b.raw)
 		}
 	}
-	off := mustRender(t, parseValues(t, "admissionPolicies: {enabled: false}"))
+	// The autoscaler's own policies match its ServiceAccount and name what
+	// its code writes (e2e TestSecurityAutoscalerNodeWritesHeld,
+	// TestSecurityBalloonDeploymentPinned, TestSecurityBalloonPriorityClassPinned
+	// prove them on the API server).
+	for name, want := range map[string][]string{
+		"vmss-autoscaler-autoscaler-nodes": {"ToBeDeletedByClusterAutoscaler", "DeletionCandidateOfClusterAutoscaler",
+			"'NoSchedule'", "'PreferNoSchedule'", `\"vmss-autoscaler.io/cordoned\"`},
+		"vmss-autoscaler-balloon-deployments": {`== "registry.k8s.io/pause:3.10"`, `== "warm-balloons"`, `.name == "pause"`,
+			"automountServiceAccountToken", "volumes", "command", "limits"},
+		"vmss-autoscaler-balloon-priority-class": {`object.metadata.name == "warm-balloons"`, "object.value == -1000", "'Never'", "globalDefault"},
+	} {
+		raw := r.get(t, "ValidatingAdmissionPolicy", name).raw
+		for _, s := range append(want, `request.userInfo.username == "system:serviceaccount:kube-system:vmss-autoscaler"`) {
+			if !strings.Contains(raw, s) {
+				t.Errorf("policy %s does not name %s:\n%s", name, s, raw)
+			}
+		}
+		if strings.Contains(raw, "balloonMaxResources") {
+			t.Errorf("policy %s has a balloon ceiling without admissionPolicies.balloonMaxResources", name)
+		}
+	}
+	// The balloon image and the ceilings follow the values.
+	cv := parseValues(t, fullValues)
+	cv["config"].(map[string]any)["balloon-image"] = "example.azurecr.io/pause:3.10"
+	cv["admissionPolicies"] = map[string]any{"balloonMaxResources": map[string]any{"nvidia.com/gpu": 8, "cpu": "96", "memory": "1800Gi"}}
+	capped := mustRender(t, cv)
+	raw := capped.get(t, "ValidatingAdmissionPolicy", "vmss-autoscaler-balloon-deployments").raw
+	for _, s := range []string{`== "example.azurecr.io/pause:3.10"`, "(cpu=96, memory=1800Gi, nvidia.com/gpu=8)",
+		`{\"cpu\":\"96\",\"memory\":\"1800Gi\",\"nvidia.com/gpu\":\"8\"}`} {
+		if !strings.Contains(raw, s) {
+			t.Errorf("balloon Deployment policy with ceilings does not name %s:\n%s", s, raw)
+		}
+	}
+	// Without balloons the autoscaler writes no Deployment and no
+	// PriorityClass: only its node policy is added.
+	nb := mustRender(t, parseValues(t, "balloons: {enabled: false}"))
+	if _, ok := nb.find("ValidatingAdmissionPolicy", "vmss-autoscaler-autoscaler-nodes"); !ok {
+		t.Error("no node policy without balloons")
+	}
+	for _, name := range []string{"vmss-autoscaler-balloon-deployments", "vmss-autoscaler-balloon-priority-class"} {
+		if _, ok := nb.find("ValidatingAdmissionPolicy", name); ok {
+			t.Errorf("policy %s rendered without balloons", name)
+		}
+	}
+	// Off only with the preflight agent off (TestTemplateRejectsBadValues).
+	off := mustRender(t, parseValues(t, "admissionPolicies: {enabled: false}\npreflight: {enabled: false}"))
 	if n := len(off.ofKind("ValidatingAdmissionPolicy")) + len(off.ofKind("ValidatingAdmissionPolicyBinding")); n != 0 {
 		t.Errorf("%d admission objects with admissionPolicies.enabled false", n)
 	}

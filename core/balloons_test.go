@@ -15,9 +15,15 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
 )
 
-// balloonPod is a whole-node GPU placeholder of group g.
+// balloonPod is a whole-node GPU placeholder of group g, as the balloon
+// controller makes it: in the balloon namespace, with the managed-by label
+// and the balloon PriorityClass.
 func balloonPod(name, g string, opts ...to.PodOption) *apiv1.Pod {
-	o := append([]to.PodOption{to.Labels(balloon.DefaultOptions().Label, g), to.Namespace("kube-system"),
+	bo := balloon.DefaultOptions()
+	o := append([]to.PodOption{to.Labels(bo.Label, g, bo.ManagedByLabel, bo.ManagedByValue), to.Namespace(bo.Namespace),
+		func(p *apiv1.Pod) {
+			p.Spec.PriorityClassName, p.Spec.Priority = bo.PriorityClassName, new(bo.PriorityValue)
+		},
 		to.ControlledBy("ReplicaSet", "balloon-"+g, types.UID("rs-balloon-"+g))}, wholeGPU()...)
 	return to.Pod(name, append(o, opts...)...)
 }
@@ -58,6 +64,43 @@ func TestRealPodsTakeBalloonRoomWithoutAScaleUp(t *testing.T) {
 				opts = append(opts, tc.pod)
 			}
 			e.add(pendingPods(2, "train", opts...))
+			e.run()
+			if got := sum(gpu.Increases()); got != tc.wantNodes {
+				t.Fatalf("nodes requested %d (%v), want %d", got, gpu.Increases(), tc.wantNodes)
+			}
+		})
+	}
+}
+
+// TestLookalikeBalloonsAreNotFreeRoom: a pod is a balloon only in the
+// balloon namespace, with the managed-by label and the balloon
+// PriorityClass. A tenant that labels its own pods like balloons does not
+// get their room counted as free: the scheduler would not preempt a pod of
+// priority 0 for the pending pods, so they get nodes.
+func TestLookalikeBalloonsAreNotFreeRoom(t *testing.T) {
+	bo := balloon.DefaultOptions()
+	tenant := func(p *apiv1.Pod) { p.Namespace = "team-a" }
+	priority0 := func(p *apiv1.Pod) { p.Spec.PriorityClassName, p.Spec.Priority = "", new(int32(0)) }
+	for _, tc := range []struct {
+		name      string
+		pod       []to.PodOption
+		wantNodes int
+	}{
+		{"real balloons: their room is free", nil, 0},
+		{"tenant pods labelled as balloons, priority 0", []to.PodOption{tenant, priority0}, 2},
+		{"tenant pods labelled as balloons, with the balloon PriorityClass", []to.PodOption{tenant}, 2},
+		{"in the balloon namespace without the PriorityClass", []to.PodOption{priority0}, 2},
+		{"in the balloon namespace without the managed-by label", []to.PodOption{func(p *apiv1.Pod) { delete(p.Labels, bo.ManagedByLabel) }}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			gpu := e.provider.AddGroup("gpu", 0, 20, gpuTemplate("gpu"), inmemory.WithTarget(2))
+			e.start()
+			e.register(gpu)
+			for i, n := range e.nodeNames() {
+				e.add(balloonPod("balloon-"+string(rune('a'+i)), "gpu", append([]to.PodOption{to.OnNode(n)}, tc.pod...)...))
+			}
+			e.add(pendingPods(2, "train", wholeGPU()...))
 			e.run()
 			if got := sum(gpu.Increases()); got != tc.wantNodes {
 				t.Fatalf("nodes requested %d (%v), want %d", got, gpu.Increases(), tc.wantNodes)

@@ -340,6 +340,11 @@ func (o Options) Validate() error {
 	if err := o.Balloons.Validate(); err != nil {
 		return err
 	}
+	// Balloons are recognised only in their namespace, which must not be
+	// one where the autoscaler's Deployment rights reach further.
+	if err := o.Balloons.ValidateNamespace(o.Namespace); err != nil {
+		return err
+	}
 	if err := o.Preflight.Validate(); err != nil {
 		return err
 	}

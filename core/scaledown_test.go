@@ -311,7 +311,8 @@ func TestReloadDuringDrain(t *testing.T) {
 	balloonOpts := e.opts.Balloons
 	e.add(to.Pod("web", to.Requests("1", "1Gi"), to.OnNode(name(0)), to.ControlledBy("ReplicaSet", "web", "rs-web")))
 	e.add(to.Pod("warm", to.Requests("1", "1Gi"), to.OnNode(name(0)), to.ControlledBy("ReplicaSet", "warm", "rs-warm"),
-		to.Labels(balloonOpts.Label, "cpu"), to.Namespace(balloonOpts.Namespace)))
+		to.Labels(balloonOpts.Label, "cpu", balloonOpts.ManagedByLabel, balloonOpts.ManagedByValue), to.Namespace(balloonOpts.Namespace),
+		func(p *apiv1.Pod) { p.Spec.PriorityClassName = balloonOpts.PriorityClassName }))
 	e.add(to.Pod("db", to.Requests("10", "10Gi"), to.OnNode(name(1)), to.ControlledBy("ReplicaSet", "db", "rs-db")))
 	acts.setRefuse(true)
 	e.run()

@@ -23,11 +23,7 @@ type balloonScenario struct {
 
 func newBalloonScenario(t *testing.T) *balloonScenario {
 	sc := newScenario(t)
-	ns, err := sc.s.cp.NewNamespace(sc.ctx, "e2e-balloons")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sc.s.cp.Client.CoreV1().Namespaces().Delete(sc.ctx, ns, metav1.DeleteOptions{}) })
+	ns := sc.restrictedNamespace("e2e-balloons")
 	return &balloonScenario{scenario: sc, gpu: sc.scaleSet("gpu", "Standard_ND96isr_H100_v5", 0, nil), balloonNS: ns}
 }
 

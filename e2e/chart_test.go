@@ -97,24 +97,7 @@ func TestChartAppliesAndRuns(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	secureAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	c := dep.Spec.Template.Spec.Containers[0]
-	args := []string{"--kubeconfig=" + sc.serviceAccountKubeconfig(dir, dep.Spec.Template.Spec.ServiceAccountName)}
-	for _, a := range c.Args {
-		switch {
-		case strings.HasPrefix(a, "--config="):
-			a = "--config=" + configFile
-		case strings.HasPrefix(a, "--address="):
-			a = "--address=" + addr
-		case strings.HasPrefix(a, "--secure-address="):
-			a = "--secure-address=" + secureAddr
-		}
-		args = append(args, a)
-	}
-	var env []string
-	for _, e := range c.Env {
-		if e.ValueFrom == nil {
-			env = append(env, e.Name+"="+e.Value)
-		}
-	}
+	args, env := sc.chartCommand(dir, dep, configFile, addr, secureAddr)
 	t.Logf("running the autoscaler with the chart's arguments %v and environment %v", c.Args, env)
 	p, err := sc.s.cp.StartProcessEnv(sc.ctx, sc.prefix+"-chart", sc.s.autoscaler, env, append(args, "-v=2")...)
 	if err != nil {
@@ -287,4 +270,49 @@ func (sc *scenario) serviceAccountKubeconfig(dir, sa string) string {
 	path := filepath.Join(dir, "sa.kubeconfig")
 	must(sc.t, clientcmd.WriteToFile(*cfg, path))
 	return path
+}
+
+// chartCommand is the chart's autoscaler container as a local process: its
+// arguments, with the ServiceAccount's kubeconfig and the config file and
+// listen addresses given, and its literal environment.
+func (sc *scenario) chartCommand(dir string, dep *appsv1.Deployment, configFile, addr, secureAddr string) (args, env []string) {
+	c := dep.Spec.Template.Spec.Containers[0]
+	args = []string{"--kubeconfig=" + sc.serviceAccountKubeconfig(dir, dep.Spec.Template.Spec.ServiceAccountName)}
+	for _, a := range c.Args {
+		switch {
+		case strings.HasPrefix(a, "--config="):
+			a = "--config=" + configFile
+		case strings.HasPrefix(a, "--address="):
+			a = "--address=" + addr
+		case strings.HasPrefix(a, "--secure-address="):
+			a = "--secure-address=" + secureAddr
+		}
+		args = append(args, a)
+	}
+	for _, e := range c.Env {
+		if e.ValueFrom == nil {
+			env = append(env, e.Name+"="+e.Value)
+		}
+	}
+	return args, env
+}
+
+// applyChart renders the chart and applies every object but its workloads
+// (the DaemonSets and the Deployment would only wait for nodes; tests play
+// them), and returns what it applied.
+func (sc *scenario) applyChart(values map[string]any, release string) []*unstructured.Unstructured {
+	sc.t.Helper()
+	root, err := harness.RepoRoot()
+	must(sc.t, err)
+	objs, err := charts.Render(filepath.Join(root, "charts", "vmss-autoscaler"), values, release, sc.ns)
+	must(sc.t, err)
+	var keep []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() != "DaemonSet" && o.GetKind() != "Deployment" {
+			keep = append(keep, o)
+		}
+	}
+	applied := sc.applyAll(keep)
+	sc.t.Logf("applied %s", strings.Join(applied, ", "))
+	return keep
 }

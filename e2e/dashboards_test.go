@@ -35,7 +35,7 @@ func TestDashboardsShowDataFromARealPrometheus(t *testing.T) {
 	token, caller := sc.ownARMToken("autoscaler")
 	as := sc.autoscaler("autoscaler", fastScaleDown(token,
 		"--nodes=0:10:"+gpu, "--nodes=0:20:"+cpu, "--nodes=0:3:"+quota, "--nodes=0:3:"+lro,
-		"--warm-pool="+gpu+":1", "--balloon-namespace=kube-system", // no chart here to create the balloon namespace
+		"--warm-pool="+gpu+":1", "--balloon-namespace="+sc.restrictedNamespace("e2e-dash-balloons"), // as the chart would create it
 		"--node-addition-rate=30", "--node-addition-burst=2",
 		"--node-addition-adaptive-interval=2s", "--node-addition-rate-min=10", "--node-addition-rate-max=100",
 		"--apiserver-metrics-interval=2s",

@@ -31,7 +31,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/vmss-autoscaler/vmss-autoscaler/balloon"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
 	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
 )
@@ -50,10 +49,9 @@ import (
 //   - Every pod evicted through the Eviction API (condition DisruptionTarget,
 //     reason EvictionByEvictionAPI) is given its own grace period,
 //     min(terminationGracePeriodSeconds, --max-graceful-termination-sec), as
-//     its deletionGracePeriodSeconds. Balloons (placeholders, evicted with
-//     none by design) excepted. Attributed to the scenario by the pod's
-//     namespace; pods of other namespaces (balloon namespaces) are not
-//     checked.
+//     its deletionGracePeriodSeconds. Attributed to the scenario by the
+//     pod's namespace; pods of other namespaces (balloon namespaces, whose
+//     placeholders are evicted with none by design) are not checked.
 //
 // A scenario's cleanup fails the test for every violation recorded for its
 // scale sets and namespace, once its autoscalers are stopped. Deletions
@@ -327,7 +325,11 @@ func (n *neverKill) podSeen(obj any) {
 		}
 		return
 	}
-	if p.DeletionTimestamp == nil || !evicted(p) || p.Labels[balloon.DefaultLabel] != "" || n.checked[p.UID] {
+	// No balloon.DefaultLabel exception: balloons live in balloon
+	// namespaces, never checked here, and a scenario's pod labelled like one
+	// is no balloon to the autoscaler (balloon.Options.IsBalloon) and is
+	// owed its grace period like any other.
+	if p.DeletionTimestamp == nil || !evicted(p) || n.checked[p.UID] {
 		return
 	}
 	n.checked[p.UID] = true

@@ -30,8 +30,6 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/balloon"
-	"github.com/vmss-autoscaler/vmss-autoscaler/charts"
-	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
 )
 
 // securityScenario is the chart applied to the real API server with its
@@ -56,19 +54,7 @@ func newSecurityScenario(t *testing.T, release string) *securityScenario {
 		"preflight": map[string]any{"enabled": true, "library": map[string]any{"gpus": map[string]any{"enabled": false},
 			"ecc": map[string]any{"enabled": false}, "xid": map[string]any{"enabled": false}, "dcgm": map[string]any{"enabled": false}}},
 	}
-	root, err := harness.RepoRoot()
-	must(t, err)
-	objs, err := charts.Render(filepath.Join(root, "charts", "vmss-autoscaler"), values, release, sc.ns)
-	must(t, err)
-	// The DaemonSets and Deployment would only wait for nodes; leave them out.
-	var keep []*unstructured.Unstructured
-	for _, o := range objs {
-		if o.GetKind() != "DaemonSet" && o.GetKind() != "Deployment" {
-			keep = append(keep, o)
-		}
-	}
-	applied := sc.applyAll(keep)
-	t.Logf("applied %s", strings.Join(applied, ", "))
+	keep := sc.applyChart(values, release)
 	t.Cleanup(func() { sc.deleteClusterScoped(keep) })
 	ss := &securityScenario{scenario: sc, full: release + "-vmss-autoscaler", objs: keep}
 	ss.grantsInForce()

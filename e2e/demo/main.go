@@ -35,6 +35,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/vmss-autoscaler/vmss-autoscaler/balloon"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
 	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
 )
@@ -165,6 +166,13 @@ func run(ctx context.Context, o options) error {
 	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, &apiv1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating namespace %s: %w", namespace, err)
 	}
+	// The balloon namespace as the chart creates it: the binary refuses one
+	// without Pod Security restricted, and kube-system or its own.
+	balloonNS := &apiv1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: balloon.DefaultNamespace,
+		Labels: map[string]string{balloon.PodSecurityEnforceLabel: balloon.PodSecurityRestricted}}}
+	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, balloonNS, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating namespace %s: %w", balloonNS.Name, err)
+	}
 	addr, err := harness.FreeAddr()
 	if err != nil {
 		return err
@@ -192,8 +200,6 @@ func run(ctx context.Context, o options) error {
 		"--scale-down-brake-window=20s",
 		"--node-addition-rate=120", "--node-addition-burst=6", "--node-addition-adaptive=false",
 		"--warm-pool=gpu-h100:1",
-		// The demo's control plane has no chart, so no balloon namespace.
-		"--balloon-namespace=kube-system",
 		"-v=2",
 	}
 	as, err := cp.StartProcess(ctx, "vmss-autoscaler", autoscalerBin, args...)

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/vmss-autoscaler/vmss-autoscaler/balloon"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
 	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
 )
@@ -252,6 +253,13 @@ func (sc *scenario) start(ctx context.Context) (_ *env, stop func(), err error) 
 	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, &apiv1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		return nil, stop, fmt.Errorf("creating namespace %s: %w", namespace, err)
 	}
+	// The balloon namespace as the chart creates it: the binary refuses one
+	// without Pod Security restricted, and kube-system or its own.
+	balloonNS := &apiv1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: balloon.DefaultNamespace,
+		Labels: map[string]string{balloon.PodSecurityEnforceLabel: balloon.PodSecurityRestricted}}}
+	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, balloonNS, metav1.CreateOptions{}); err != nil {
+		return nil, stop, fmt.Errorf("creating namespace %s: %w", balloonNS.Name, err)
+	}
 	if e.addr, err = harness.FreeAddr(); err != nil {
 		return nil, stop, err
 	}
@@ -269,8 +277,6 @@ func (sc *scenario) start(ctx context.Context) (_ *env, stop func(), err error) 
 		"--azure-ca-file=" + caFile,
 		"--azure-auth=token-file",
 		"--azure-token-file=" + tokenFile,
-		// No chart here, so no balloon namespace of its own.
-		"--balloon-namespace=kube-system",
 		"--scale-down-unneeded-time=" + scaleDownUnneeded.String(),
 		"--scale-down-delay-after-add=" + scaleDownUnneeded.String(),
 		"--scale-down-brake-window=" + sc.brakeWindow.String(),

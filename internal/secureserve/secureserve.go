@@ -5,7 +5,9 @@
 // RBAC decides who may scrape (for example a ClusterRole granting get on
 // the non-resource URL /metrics, bound to Prometheus' ServiceAccount).
 // Paths listed in AlwaysAllowPaths (the kubelet's probe of /healthz) are
-// served to anyone.
+// served to anyone. The reviews are bounded (review.go): their own client
+// and rate limiter, a cap on those in flight, caches of the answers,
+// negative ones included.
 package secureserve
 
 import (
@@ -16,14 +18,11 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
-	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
-	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
-	"k8s.io/client-go/kubernetes"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/klog/v2"
 )
@@ -37,51 +36,22 @@ type Options struct {
 	CertFile, KeyFile string
 	// AlwaysAllowPaths are served without authentication or authorization.
 	AlwaysAllowPaths []string
-	// CacheTTL is how long a TokenReview or SubjectAccessReview answer is
-	// kept (default 10s), so a scrape every few seconds costs the API
-	// server nothing more.
-	CacheTTL time.Duration
-}
-
-// Delegating builds the authenticator (TokenReview) and authorizer
-// (SubjectAccessReview) that ask the API server through client; the
-// caller's identity needs create on tokenreviews and subjectaccessreviews
-// (the system:auth-delegator ClusterRole's rules).
-func Delegating(client kubernetes.Interface, cacheTTL time.Duration) (authenticator.Request, authorizer.Authorizer, error) {
-	if cacheTTL <= 0 {
-		cacheTTL = 10 * time.Second
-	}
-	backoff := &wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5}
-	authn, _, err := authenticatorfactory.DelegatingAuthenticatorConfig{
-		TokenAccessReviewClient:  client.AuthenticationV1(),
-		TokenAccessReviewTimeout: 10 * time.Second,
-		WebhookRetryBackoff:      backoff,
-		CacheTTL:                 cacheTTL,
-	}.New()
-	if err != nil {
-		return nil, nil, fmt.Errorf("delegated authentication: %w", err)
-	}
-	authz, err := authorizerfactory.DelegatingAuthorizerConfig{
-		SubjectAccessReviewClient: client.AuthorizationV1(),
-		AllowCacheTTL:             cacheTTL,
-		DenyCacheTTL:              cacheTTL,
-		WebhookRetryBackoff:       backoff,
-	}.New()
-	if err != nil {
-		return nil, nil, fmt.Errorf("delegated authorization: %w", err)
-	}
-	return authn, authz, nil
 }
 
 // Handler serves h to requests whose bearer token the authenticator
 // accepts (401 otherwise) and that the authorizer allows for the HTTP
 // verb, lower-cased, on the request's path as a non-resource URL (403
-// otherwise); paths in alwaysAllow are served to anyone.
+// otherwise); paths in alwaysAllow are served to anyone. A request that
+// would need a review while too many are in flight (ErrBusy) is answered
+// 429 with Retry-After at once. Refusals are logged (-v=2) at most once
+// every 10 seconds each, with a count: whoever reaches the port must not
+// fill the log either.
 func Handler(h http.Handler, authn authenticator.Request, authz authorizer.Authorizer, alwaysAllow []string) http.Handler {
 	allow := map[string]bool{}
 	for _, p := range alwaysAllow {
 		allow[p] = true
 	}
+	var unauthenticated, forbidden, busy sampled
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if allow[r.URL.Path] {
 			h.ServeHTTP(w, r)
@@ -89,9 +59,16 @@ func Handler(h http.Handler, authn authenticator.Request, authz authorizer.Autho
 		}
 		logger := klog.FromContext(r.Context())
 		res, ok, err := authn.AuthenticateRequest(r)
+		if errors.Is(err, ErrBusy) {
+			if n := busy.take(); n > 0 {
+				logger.V(2).Info("Requests to the secure metrics server refused: too many token reviews in flight", "refused", n, "remote", r.RemoteAddr)
+			}
+			tooMany(w)
+			return
+		}
 		if err != nil || !ok {
-			if err != nil {
-				logger.V(2).Info("Unauthenticated request to the secure metrics server", "path", r.URL.Path, "remote", r.RemoteAddr, "err", err)
+			if n := unauthenticated.take(); n > 0 && err != nil {
+				logger.V(2).Info("Unauthenticated requests to the secure metrics server", "count", n, "path", r.URL.Path, "remote", r.RemoteAddr, "err", err)
 			}
 			http.Error(w, "Unauthorized", http.StatusUnauthorized)
 			return
@@ -103,18 +80,55 @@ func Handler(h http.Handler, authn authenticator.Request, authz authorizer.Autho
 			ResourceRequest: false,
 		}
 		decision, reason, err := authz.Authorize(r.Context(), attrs)
+		if errors.Is(err, ErrBusy) {
+			if n := busy.take(); n > 0 {
+				logger.V(2).Info("Requests to the secure metrics server refused: too many access reviews in flight", "refused", n, "user", res.User.GetName())
+			}
+			tooMany(w)
+			return
+		}
 		if err != nil {
 			logger.Error(err, "Authorizing a request to the secure metrics server", "user", res.User.GetName(), "path", r.URL.Path)
 			http.Error(w, "authorization failed", http.StatusInternalServerError)
 			return
 		}
 		if decision != authorizer.DecisionAllow {
-			logger.V(2).Info("Forbidden request to the secure metrics server", "user", res.User.GetName(), "path", r.URL.Path, "reason", reason)
+			if n := forbidden.take(); n > 0 {
+				logger.V(2).Info("Forbidden requests to the secure metrics server", "count", n, "user", res.User.GetName(), "path", r.URL.Path, "reason", reason)
+			}
 			http.Error(w, fmt.Sprintf("Forbidden: user %q may not %s %s", res.User.GetName(), attrs.Verb, r.URL.Path), http.StatusForbidden)
 			return
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+func tooMany(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "1")
+	http.Error(w, "Too many requests awaiting authentication or authorization; retry later", http.StatusTooManyRequests)
+}
+
+// sampled counts events and lets one in every logEvery be logged.
+type sampled struct {
+	mu    sync.Mutex
+	last  time.Time
+	count int
+}
+
+const logEvery = 10 * time.Second
+
+// take counts an event and returns how many to log now (this one and
+// those since the last logged), or 0.
+func (s *sampled) take() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.count++
+	if now := time.Now(); now.Sub(s.last) >= logEvery {
+		n := s.count
+		s.last, s.count = now, 0
+		return n
+	}
+	return 0
 }
 
 // tlsConfig loads the serving certificate, or makes a self-signed one for
@@ -146,6 +160,8 @@ func tlsConfig(o Options) (*tls.Config, error) {
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
 
+const maxHeaderBytes = 64 << 10
+
 // Serve listens on o.Address with TLS and serves h (already wrapped by
 // Handler) until ctx ends. It returns the listener's address and a channel
 // that receives the server's error, if it stops on one.
@@ -158,7 +174,10 @@ func Serve(ctx context.Context, o Options, h http.Handler) (net.Addr, <-chan err
 	if err != nil {
 		return nil, nil, fmt.Errorf("--secure-address=%s: %w", o.Address, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, TLSConfig: cfg,
+	// Headers up to 64 KiB (a ServiceAccount token is about 1 KiB, an
+	// OIDC one a few): net/http's default of 1 MiB would let every
+	// TokenReview carry a megabyte.
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, TLSConfig: cfg, MaxHeaderBytes: maxHeaderBytes,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
 	errc := make(chan error, 1)
 	go func() {

@@ -124,14 +124,42 @@ Call: include "vmss-autoscaler.flag" (list . "flag-name" "default").
 {{- end }}
 
 {{/*
+The flags the binary takes on the command line only (config.go,
+commandLineOnly): identity, endpoints, credentials' files, images. It
+refuses them in the flags ConfigMap, which its editors write, not the
+Deployment's: the chart passes these keys of .Values.config as arguments
+(commandLineOnlyArgs). charts/chart_test.go checks this list against the
+binary's --help.
+*/}}
+{{- define "vmss-autoscaler.commandLineOnlyKeys" -}}
+azure-arm-endpoint azure-authority-host azure-token-audience azure-ca-file azure-token-file azure-client-secret-file azure-auth azure-tenant-id azure-client-id azure-subscription-id kubeconfig balloon-image
+{{- end }}
+
+{{/* The command-line-only keys of .Values.config whose value is set (not null, "" or []), as arguments: a YAML list. */}}
+{{- define "vmss-autoscaler.commandLineOnlyArgs" -}}
+{{- $cli := splitList " " (include "vmss-autoscaler.commandLineOnlyKeys" .) }}
+{{- $args := list }}
+{{- range $k, $v := .Values.config }}
+{{- if and (has (trimPrefix "--" $k) $cli) (not (or (kindIs "invalid" $v) (and (kindIs "string" $v) (eq $v "")) (and (kindIs "slice" $v) (eq (len $v) 0)))) }}
+{{- range $x := ternary $v (list $v) (kindIs "slice" $v) }}
+{{- $args = append $args (printf "--%s=%v" (trimPrefix "--" $k) $x) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toYaml $args }}
+{{- end }}
+
+{{/*
 The flags ConfigMap's config.yaml: .Values.config without the keys whose
-value is null, "" or an empty list (so the binary's defaults apply), in
+value is null, "" or an empty list (so the binary's defaults apply) and
+without the command-line-only keys (arguments: commandLineOnlyArgs), in
 sorted order. false and 0 are kept.
 */}}
 {{- define "vmss-autoscaler.configYAML" -}}
+{{- $cli := splitList " " (include "vmss-autoscaler.commandLineOnlyKeys" .) }}
 {{- $out := dict }}
 {{- range $k, $v := .Values.config }}
-{{- if not (or (kindIs "invalid" $v) (and (kindIs "string" $v) (eq $v "")) (and (kindIs "slice" $v) (eq (len $v) 0))) }}
+{{- if not (or (has (trimPrefix "--" $k) $cli) (kindIs "invalid" $v) (and (kindIs "string" $v) (eq $v "")) (and (kindIs "slice" $v) (eq (len $v) 0))) }}
 {{- $_ := set $out $k $v }}
 {{- end }}
 {{- end }}
@@ -216,4 +244,32 @@ checks. Call with (dict "root" . "checks" <checks values> "quick" bool "slow" bo
 {{- $cfg := omit .checks "checks" }}
 {{- $_ := set $cfg "checks" $all }}
 {{- toYaml $cfg }}
+{{- end }}
+
+{{/*
+Fails the render when the balloon namespace would widen what the
+autoscaler's token may do (the binary refuses the same at start): the
+autoscaler may create, update and delete Deployments there, so it must be
+neither kube-system (a Deployment there may run as any of its
+ServiceAccounts: cluster-admin) nor the release namespace (its own
+ServiceAccount), and Pod Security admission must enforce "restricted" there
+(the chart labels the namespace it creates; one made by hand is asserted
+with balloons.namespacePodSecurityEnforced). Outputs nothing.
+*/}}
+{{- define "vmss-autoscaler.balloonNamespaceChecks" -}}
+{{- $ns := include "vmss-autoscaler.balloonNamespace" . }}
+{{- $label := "pod-security.kubernetes.io/enforce=restricted" }}
+{{- if eq $ns "kube-system" }}
+{{- fail "config.balloon-namespace: must not be kube-system: the autoscaler may create and update Deployments in the balloon namespace, and a Deployment in kube-system may run as any ServiceAccount there (cluster-admin). Use a namespace of its own (default vmss-autoscaler-balloons)" }}
+{{- end }}
+{{- if eq $ns .Release.Namespace }}
+{{- fail (printf "config.balloon-namespace: must not be the release namespace %s: the autoscaler may create and update Deployments in the balloon namespace, and a Deployment there may run as the autoscaler's own ServiceAccount. Use a namespace of its own (default vmss-autoscaler-balloons)" $ns) }}
+{{- end }}
+{{- if .Values.balloons.createNamespace }}
+{{- if ne .Values.balloons.podSecurity "restricted" }}
+{{- fail (printf "balloons.podSecurity: must be restricted, got %s: whoever holds the autoscaler's token may create Deployments in config.balloon-namespace (%s), and Pod Security restricted keeps their pods unprivileged; the binary refuses a balloon namespace without %s" .Values.balloons.podSecurity $ns $label) }}
+{{- end }}
+{{- else if not .Values.balloons.namespacePodSecurityEnforced }}
+{{- fail (printf "balloons.createNamespace is false, so the chart cannot label config.balloon-namespace (%s) with %s. Label it yourself (kubectl label namespace %s %s) and set balloons.namespacePodSecurityEnforced: true; the binary refuses to start on a balloon namespace without that label" $ns $label $ns $label) }}
+{{- end }}
 {{- end }}
