@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,25 +39,16 @@ func TestChartAppliesAndRuns(t *testing.T) {
 		"image":        map[string]any{"repository": "example.invalid/vmss-autoscaler"},
 		"nodeSelector": map[string]any{"e2e.vmss-autoscaler.io/no-such-node": "true"}, // the pods never run here: the binary runs below
 		"azure":        map[string]any{"subscriptionID": subscription},
-		"config": map[string]any{
-			"nodes":                         []any{"0:20:" + cpu},
-			"azure-resource-groups":         sc.rg,
-			"azure-arm-endpoint":            sc.s.sim.URL(),
-			"azure-ca-file":                 sc.s.caFile,
-			"azure-auth":                    "token-file",
-			"azure-token-file":              sc.s.tokenFile,
-			"azure-cache-ttl":               "1s",
-			"azure-operation-poll-interval": "1s",
-			"scan-interval":                 "1s",
-			"new-pod-scale-up-delay":        "0s",
-			"leader-elect-lease-duration":   "4s",
-			"leader-elect-renew-deadline":   "3s",
-			"leader-elect-retry-period":     "500ms",
-			"node-addition-rate":            6,
-			"node-addition-burst":           1,
-			"node-addition-adaptive":        false,
-			"balloon-namespace":             sc.ns + "-balloons", // created by the chart
-		},
+		"config": sc.chartSimConfig(map[string]any{
+			"nodes":                       []any{"0:20:" + cpu},
+			"leader-elect-lease-duration": "4s",
+			"leader-elect-renew-deadline": "3s",
+			"leader-elect-retry-period":   "500ms",
+			"node-addition-rate":          6,
+			"node-addition-burst":         1,
+			"node-addition-adaptive":      false,
+			"balloon-namespace":           sc.ns + "-balloons", // created by the chart
+		}),
 		"balloons":  map[string]any{"enabled": true},
 		"preflight": map[string]any{"enabled": true},
 	}
@@ -315,4 +307,22 @@ func (sc *scenario) applyChart(values map[string]any, release string) []*unstruc
 	applied := sc.applyAll(keep)
 	sc.t.Logf("applied %s", strings.Join(applied, ", "))
 	return keep
+}
+
+// chartSimConfig is the chart's `config` for a scenario: the keys that point
+// the binary at the ARM simulator and compress its timings, plus extra.
+func (sc *scenario) chartSimConfig(extra map[string]any) map[string]any {
+	cfg := map[string]any{
+		"azure-resource-groups":         sc.rg,
+		"azure-arm-endpoint":            sc.s.sim.URL(),
+		"azure-ca-file":                 sc.s.caFile,
+		"azure-auth":                    "token-file",
+		"azure-token-file":              sc.s.tokenFile,
+		"azure-cache-ttl":               "1s",
+		"azure-operation-poll-interval": "1s",
+		"scan-interval":                 "1s",
+		"new-pod-scale-up-delay":        "0s",
+	}
+	maps.Copy(cfg, extra)
+	return cfg
 }

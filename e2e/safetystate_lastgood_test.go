@@ -31,25 +31,16 @@ func TestSafetyStateLastGoodSavedOnFreshInstall(t *testing.T) {
 	sc := newScenario(t)
 	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 0, nil)
 	const rate = 30 // the chart's; the command line's default is 100
-	run := sc.installChart("e2e-lastgood", map[string]any{
-		"nodes":                         []any{"0:20:" + cpu},
-		"azure-resource-groups":         sc.rg,
-		"azure-arm-endpoint":            sc.s.sim.URL(),
-		"azure-ca-file":                 sc.s.caFile,
-		"azure-auth":                    "token-file",
-		"azure-token-file":              sc.s.tokenFile,
-		"azure-cache-ttl":               "1s",
-		"azure-operation-poll-interval": "1s",
-		"scan-interval":                 "1s",
-		"new-pod-scale-up-delay":        "0s",
-		"leader-elect-lease-duration":   "4s",
-		"leader-elect-renew-deadline":   "3s",
-		"leader-elect-retry-period":     "500ms",
-		"node-addition-rate":            rate,
-		"node-addition-burst":           3,
-		"node-addition-adaptive":        false,
-		"balloon-namespace":             sc.ns + "-balloons", // created by the chart
-	})
+	run := sc.installChart("e2e-lastgood", sc.chartSimConfig(map[string]any{
+		"nodes":                       []any{"0:20:" + cpu},
+		"leader-elect-lease-duration": "4s",
+		"leader-elect-renew-deadline": "3s",
+		"leader-elect-retry-period":   "500ms",
+		"node-addition-rate":          rate,
+		"node-addition-burst":         3,
+		"node-addition-adaptive":      false,
+		"balloon-namespace":           sc.ns + "-balloons", // created by the chart
+	}))
 
 	// The Deployment's replicas start together; no edit is made.
 	first := run.startReplicas("fresh")

@@ -468,18 +468,9 @@ func TestSecurityPoliciesAdmitTheRealAutoscaler(t *testing.T) {
 		"image":        map[string]any{"repository": "example.invalid/vmss-autoscaler"},
 		"nodeSelector": map[string]any{"e2e.vmss-autoscaler.io/no-such-node": "true"},
 		"azure":        map[string]any{"subscriptionID": subscription},
-		"config": map[string]any{
+		"config": sc.chartSimConfig(map[string]any{
 			"nodes":                          []any{"0:10:" + cpu},
 			"warm-pool":                      []any{cpu + ":1"},
-			"azure-resource-groups":          sc.rg,
-			"azure-arm-endpoint":             sc.s.sim.URL(),
-			"azure-ca-file":                  sc.s.caFile,
-			"azure-auth":                     "token-file",
-			"azure-token-file":               sc.s.tokenFile,
-			"azure-cache-ttl":                "1s",
-			"azure-operation-poll-interval":  "1s",
-			"scan-interval":                  "1s",
-			"new-pod-scale-up-delay":         "0s",
 			"node-addition-adaptive":         false,
 			"scale-down-unneeded-time":       "3s",
 			"scale-down-unready-time":        "3s",
@@ -489,7 +480,7 @@ func TestSecurityPoliciesAdmitTheRealAutoscaler(t *testing.T) {
 			"scale-down-brake-group-share":   1,
 			"balloon-namespace":              balloonNS,
 			"balloon-priority-class":         pc,
-		},
+		}),
 		"admissionPolicies": map[string]any{"balloonMaxResources": map[string]any{"cpu": "16", "memory": "64Gi"}},
 	}
 	root, err := harness.RepoRoot()
