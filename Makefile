@@ -79,6 +79,7 @@ FUZZ_TARGETS = \
 	.:FuzzFlagsYAML \
 	./core/scaleup:FuzzParsePriorities \
 	./balloon:FuzzParsePolicies \
+	./core/health:FuzzParseHealthPolicy \
 	./ratelimit:FuzzParseRejected
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

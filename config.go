@@ -119,6 +119,7 @@ YAML, except those marked "command line only"):
 	fs.StringVar(&c.core.StatusConfigMapName, "status-config-map-name", d.StatusConfigMapName, "name of the status ConfigMap")
 	fs.BoolVar(&c.core.WriteStatusConfigMap, "write-status-configmap", d.WriteStatusConfigMap, "write the status ConfigMap")
 	fs.StringVar(&c.core.PriorityConfigMapName, "priority-expander-configmap", d.PriorityConfigMapName, "ConfigMap of the priority expander (key \"priorities\", CA's format)")
+	fs.StringVar(&c.core.HealthPolicyConfigMapName, "health-policy-configmap", d.HealthPolicyConfigMapName, "ConfigMap of the passive node health policy (key \"policy\", docs/health.md), read live; absent: the built-in policy; annotated vmss-autoscaler.io/health-paused=true: reports only")
 	live.IntVar(&c.core.MaxPodEventsPerLoop, "max-pod-events-per-loop", d.MaxPodEventsPerLoop, "cap on pod events (TriggeredScaleUp, NotTriggerScaleUp) written per loop")
 	live.DurationVar(&c.core.PodEventInterval, "pod-event-interval", d.PodEventInterval, "an unchanged event for the same pod is repeated at most this often")
 	live.BoolVar(&c.core.ScaleDownEnabled, "scale-down-enabled", d.ScaleDownEnabled, "remove unneeded nodes")

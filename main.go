@@ -151,7 +151,7 @@ func run(ctx context.Context, args []string) error {
 	// images) is dropped before it is cached (package trim).
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trim.Object))
 	// Only the ConfigMaps read live, each by name (the RBAC grants no other).
-	configMaps := newNamedConfigMaps(client, c.core.Namespace, c.configMap, c.core.PriorityConfigMapName)
+	configMaps := newNamedConfigMaps(client, c.core.Namespace, c.configMap, c.core.PriorityConfigMapName, c.core.HealthPolicyConfigMapName)
 	sim, err := simulator.New(ctx, factory, c.core.GPUResourceName)
 	if err != nil {
 		return err

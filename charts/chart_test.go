@@ -410,7 +410,7 @@ func TestRenderDefaults(t *testing.T) {
 	checkTyped(t, r)
 
 	want := map[string]int{
-		"Deployment": 1, "DaemonSet": 1, "ServiceAccount": 2, "ConfigMap": 3, "Service": 1,
+		"Deployment": 1, "DaemonSet": 1, "ServiceAccount": 2, "ConfigMap": 4, "Service": 1,
 		"PodDisruptionBudget": 1, "PriorityClass": 1, "ClusterRole": 3, "ClusterRoleBinding": 2, // + the metrics reader
 		"Role": 2, "RoleBinding": 2, "Namespace": 1,
 		"ValidatingAdmissionPolicy": 5, "ValidatingAdmissionPolicyBinding": 5,
@@ -1269,7 +1269,7 @@ func TestRBACCoversTheCode(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The ConfigMaps cached live, each by name (configmaps.go).
-	if !strings.Contains(string(src), "newNamedConfigMaps(client, c.core.Namespace, c.configMap, c.core.PriorityConfigMapName)") {
+	if !strings.Contains(string(src), "newNamedConfigMaps(client, c.core.Namespace, c.configMap, c.core.PriorityConfigMapName, c.core.HealthPolicyConfigMapName)") {
 		t.Fatal("main.go: the named ConfigMap informers changed; update the ConfigMap grants below")
 	}
 	for name, values := range map[string]string{"defaults": "", "full": fullValues, "no live config": "liveConfig: {enabled: false}"} {
@@ -1301,7 +1301,7 @@ func TestRBACCoversTheCode(t *testing.T) {
 				grant{"authorization.k8s.io", "subjectaccessreviews", "create", ""}, // ... and may they get /metrics
 			)
 			status, lease := str("status-config-map-name", "vmss-autoscaler-status"), str("leader-elect-resource-name", "vmss-autoscaler")
-			watched := []string{str("priority-expander-configmap", "vmss-autoscaler-priority-expander")}
+			watched := []string{str("priority-expander-configmap", "vmss-autoscaler-priority-expander"), str("health-policy-configmap", "vmss-autoscaler-health-policy")}
 			if name != "no live config" {
 				watched = append(watched, "vmss-autoscaler-config") // --config-map
 			}

@@ -108,6 +108,7 @@ type Autoscaler struct {
 	scaleDown *scaleDownState
 	nodeAdd   *nodeAddition
 	preflight *preflightState
+	health    *healthState
 	balloons  BalloonController
 	gangs     gang.MinCounts
 	fence     cloudprovider.Fence
@@ -155,6 +156,7 @@ func New(d Deps) (*Autoscaler, error) {
 		templates: newTemplates(),
 		events:    newPodEvents(d.Recorder, d.Options.MaxPodEventsPerLoop, d.Options.PodEventInterval),
 		preflight: newPreflightState(),
+		health:    newHealthState(),
 		balloons:  d.Balloons,
 		gangs:     d.Gangs,
 		safety:    d.Safety,
@@ -238,6 +240,12 @@ type loop struct {
 	// failuresSettling counts the failed nodes left alone because their
 	// failure is younger than --preflight-failure-settle.
 	failuresSettling int
+	// health is the health phase's findings; skuTemplates are the groups'
+	// VM-size templates and degraded the nodes' shortfalls against them,
+	// each computed once per loop.
+	health       *healthReport
+	skuTemplates map[string]*apiv1.Node
+	degraded     map[string][]apiv1.ResourceName
 	// results for status and metrics
 	unschedulable int
 	awaiting      int
@@ -254,6 +262,7 @@ func (a *Autoscaler) phases() []phase {
 		{"snapshot", a.takeSnapshot},
 		{"cluster-state", a.updateClusterState},
 		{"preflight", a.replaceFailedPreflight},
+		{"health", a.nodeHealth},
 		{"balloons", a.syncBalloons},
 		{"scale-up", a.scaleUp},
 		{"scale-down", a.scaleDownPhase},

@@ -61,6 +61,14 @@ type Metrics struct {
 	ConfigReloads         *prometheus.CounterVec
 	ConfigRestartRequired prometheus.Gauge
 	ConfigFallback        prometheus.Gauge
+
+	// Passive node health (docs/health.md).
+	HealthUnhealthy *prometheus.GaugeVec
+	HealthActions   *prometheus.CounterVec
+	HealthHeld      *prometheus.CounterVec
+	HealthBreaker   *prometheus.GaugeVec
+	DegradedNodes   *prometheus.GaugeVec
+	HealthPaused    prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -168,6 +176,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.ConfigFallback = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "config_fallback",
 		Help: "1 while the process runs on a fallback configuration (its flags file was refused at start: the last good configuration, or the command line alone); 0 once a flags ConfigMap is accepted."})
 	reg.MustRegister(m.ConfigReloads, m.ConfigRestartRequired, m.ConfigFallback)
+	m.HealthUnhealthy = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "health_unhealthy_nodes",
+		Help: "Nodes matching a rule of the health policy now, by node group and rule (the strongest rule a node matches); absent when none."}, []string{"node_group", "rule"})
+	m.HealthActions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "health_actions_total",
+		Help: "What the health policy did to nodes: cordon, drain (evictions begun), replace (machine deleted), uncordon (recovered)."}, []string{"node_group", "rule", "action"})
+	m.HealthHeld = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "health_held_total",
+		Help: "Health actions held back, per loop and node, by reason: paused, unready-guard, breaker, gang, brake, blocked."}, []string{"node_group", "reason"})
+	m.HealthBreaker = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "health_breaker_engaged",
+		Help: "1 while a node group's health breaker holds drains and replacements (more nodes unhealthy than maxUnhealthy, or its storm cooldown)."}, []string{"node_group"})
+	m.DegradedNodes = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "degraded_nodes",
+		Help: "Nodes of each node group advertising less than their VM size (a GPU the device plugin marked unhealthy, say): never templates."}, []string{"node_group"})
+	m.HealthPaused = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "health_paused",
+		Help: "1 while the health policy's ConfigMap carries the pause annotation: reports only."})
+	reg.MustRegister(m.HealthUnhealthy, m.HealthActions, m.HealthHeld, m.HealthBreaker, m.DegradedNodes, m.HealthPaused)
 	reg.MustRegister(m.PreflightPending, m.PreflightResults, m.PreflightDuration, m.PreflightReplaced, m.PreflightIncidentNodes)
 	reg.MustRegister(m.QueueDepth, m.NodesReleased, m.NodesCancelled, m.NodesInFlight, m.AdditionRate, m.AdditionRateReason, m.RateChanges, m.AdditionTokens)
 	reg.MustRegister(m.UnneededNodes, m.KeptNodes, m.ScaledDownNodes, m.FailedScaleDowns, m.Evictions, m.BrakeEngaged, m.DrainsInFlight, m.ClusterUnhealthy, m.ReplacementBrakeEngaged, m.GateRefused)

@@ -47,6 +47,9 @@ type Options struct {
 	WriteStatusConfigMap bool
 	// PriorityConfigMapName is the priority expander's ConfigMap.
 	PriorityConfigMapName string
+	// HealthPolicyConfigMapName is the health policy's ConfigMap (key
+	// "policy", docs/health.md); without it the built-in policy applies.
+	HealthPolicyConfigMapName string
 	// MaxPodEventsPerLoop caps pod events (TriggeredScaleUp,
 	// NotTriggerScaleUp) written per loop; an unchanged event for a pod is
 	// repeated at most every PodEventInterval.
@@ -178,6 +181,7 @@ func DefaultOptions() Options {
 		StatusConfigMapName:             "vmss-autoscaler-status",
 		WriteStatusConfigMap:            true,
 		PriorityConfigMapName:           "vmss-autoscaler-priority-expander",
+		HealthPolicyConfigMapName:       "vmss-autoscaler-health-policy",
 		MaxPodEventsPerLoop:             200,
 		PodEventInterval:                10 * time.Minute,
 

@@ -94,9 +94,6 @@ func (a *Autoscaler) usable(l *loop, n *apiv1.Node) bool {
 // neither capacity nor upcoming, so the scale-up phase of this same loop
 // plans its replacement.
 func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error {
-	// The replacement brake's report covers this phase's deletions and the
-	// cluster state's, which ran before it.
-	defer a.reportReplacements(ctx, l)
 	logger := klog.FromContext(ctx)
 	act := l.actions
 	for _, p := range act.PreflightPassed {
@@ -236,21 +233,23 @@ func (a *Autoscaler) releaseForIncident(ctx context.Context, n *apiv1.Node) {
 	klog.FromContext(ctx).V(2).Info("Failed node kept for a preflight incident; uncordoned", "node", klog.KObj(n))
 }
 
-// adoptCordons takes over the preflight cordons an earlier leader (or this
-// process before a restart) put on nodes: they carry
-// actuation.CordonedAnnotation, so a node that passes again is uncordoned
-// by whoever leads now.
+// adoptCordons takes over the preflight and health cordons an earlier
+// leader (or this process before a restart) put on nodes: they carry
+// actuation.CordonedAnnotation, so a node that passes again, or recovers,
+// is uncordoned by whoever leads now.
 func (a *Autoscaler) adoptCordons(l *loop) {
 	ps := a.preflight
 	for _, n := range l.nodes {
 		if ps.cordoned[n.Name] {
 			continue
 		}
-		if why, ok := actuation.CordonedBy(n); ok && strings.HasPrefix(why, cordonPreflight+" ") {
-			if _, managed := l.groupOf[n.Name]; managed {
-				ps.cordoned[n.Name] = true
-			}
+		if _, managed := l.groupOf[n.Name]; !managed {
+			continue
 		}
+		if why, ok := actuation.CordonedBy(n); ok && strings.HasPrefix(why, cordonPreflight+" ") {
+			ps.cordoned[n.Name] = true
+		}
+		a.health.adoptHealthCordon(n)
 	}
 }
 

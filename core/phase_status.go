@@ -25,6 +25,9 @@ func (a *Autoscaler) writeStatus(ctx context.Context, l *loop) error {
 		if ng, ok := l.byID[gs.ID]; ok {
 			g.TemplateSource, _ = a.templates.source(a, l, ng)
 		}
+		if l.health != nil {
+			g.Degraded = l.health.degraded[gs.ID]
+		}
 		st.NodeGroups = append(st.NodeGroups, g)
 	}
 	st.ScaleDown = ScaleDownInfo{UnneededNodes: l.scaleDown.Unneeded, Removing: l.scaleDown.Removing,
@@ -37,6 +40,9 @@ func (a *Autoscaler) writeStatus(ctx context.Context, l *loop) error {
 	st.ReplacementsBlocked = l.replacementsBlocked
 	st.PreflightIncidents = l.incidents
 	st.PreflightFailuresSettling = l.failuresSettling
+	if h := l.health; h != nil && (h.paused || len(h.nodes) > 0 || len(h.breakers) > 0 || a.health.policyErr != "") {
+		st.Health = &HealthStatus{Paused: h.paused, PolicyError: a.health.policyErr, Unhealthy: h.nodes, More: h.more, Breakers: h.breakers}
+	}
 	st.LastChange = l.now.UTC()
 	cmp, full, err := renderStatus(st)
 	if err != nil {

@@ -22,13 +22,17 @@ type SafetyStore interface {
 }
 
 // safetyState is what a new leader needs to keep the promises the last
-// one made: the deletions both brakes counted in their windows and the
-// groups' backoffs. (Which nodes preflight cordoned is on the nodes
-// themselves: actuation.CordonedAnnotation.)
+// one made: the deletions both brakes counted in their windows, the
+// groups' backoffs and health breakers. (Which nodes preflight and health
+// handling cordoned is on the nodes themselves:
+// actuation.CordonedAnnotation.)
 type safetyState struct {
 	ScaleDownDeletions []scaledown.Record           `json:"scaleDownDeletions,omitempty"`
 	Replacements       []scaledown.Record           `json:"replacements,omitempty"`
 	Backoffs           []clusterstate.BackoffRecord `json:"backoffs,omitempty"`
+	// HealthBreakers are the groups whose health breaker holds, with the
+	// end of their storm cooldown (zero: still over maxUnhealthy).
+	HealthBreakers map[string]time.Time `json:"healthBreakers,omitempty"`
 }
 
 // restoreSafetyState reads the safety state back once, before the first
@@ -56,9 +60,14 @@ func (a *Autoscaler) restoreSafetyState(ctx context.Context) error {
 	a.scaleDown.brake.Restore(now, st.ScaleDownDeletions)
 	a.replace.brake.Restore(now, st.Replacements)
 	a.registry.RestoreBackoffs(now, st.Backoffs)
+	for id, until := range st.HealthBreakers {
+		if until.IsZero() || now.Before(until) {
+			a.health.breakers[id] = until
+		}
+	}
 	a.lastSafety = raw
 	klog.FromContext(ctx).Info("Safety state read back", "scaleDownDeletions", len(st.ScaleDownDeletions),
-		"replacements", len(st.Replacements), "backoffs", len(st.Backoffs))
+		"replacements", len(st.Replacements), "backoffs", len(st.Backoffs), "healthBreakers", len(st.HealthBreakers))
 	return nil
 }
 
@@ -85,6 +94,12 @@ func (a *Autoscaler) persistSafetyState(ctx context.Context, now time.Time) erro
 		ScaleDownDeletions: a.scaleDown.brake.Records(now),
 		Replacements:       a.replace.brake.Records(now),
 		Backoffs:           a.registry.BackoffRecords(now),
+	}
+	if len(a.health.breakers) > 0 {
+		st.HealthBreakers = map[string]time.Time{}
+		for id, until := range a.health.breakers {
+			st.HealthBreakers[id] = until.UTC()
+		}
 	}
 	b, err := json.Marshal(st)
 	if err != nil {

@@ -43,6 +43,9 @@ type fakeActions struct {
 	graceful *clocktesting.FakeClock
 	// untainted records every RemoveTaint as "node key".
 	untainted []string
+	// nodes, when set, get the cordons and uncordons (with the
+	// annotation), as the API server's nodes would.
+	nodes cache.Indexer
 }
 
 func (f *fakeActions) AddTaint(_ context.Context, node string, t apiv1.Taint) error {
@@ -92,11 +95,31 @@ func (f *fakeActions) Evict(_ context.Context, p *apiv1.Pod, grace int64) error 
 	return f.pods.Delete(p)
 }
 
-func (f *fakeActions) Cordon(_ context.Context, node, _ string) error {
+func (f *fakeActions) Cordon(_ context.Context, node, reason string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.cordoned = append(f.cordoned, node)
-	return nil
+	return f.writeNode(node, func(n *apiv1.Node) {
+		n.Spec.Unschedulable = true
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[actuation.CordonedAnnotation] = reason + " " + time.Now().UTC().Format(time.RFC3339)
+	})
+}
+
+// writeNode changes a node of f.nodes, when set.
+func (f *fakeActions) writeNode(name string, change func(*apiv1.Node)) error {
+	if f.nodes == nil {
+		return nil
+	}
+	obj, ok, err := f.nodes.GetByKey(name)
+	if err != nil || !ok {
+		return fmt.Errorf("node %s: found %v: %w", name, ok, err)
+	}
+	n := obj.(*apiv1.Node).DeepCopy()
+	change(n)
+	return f.nodes.Update(n)
 }
 
 func (f *fakeActions) evictedPods() []string {
@@ -109,7 +132,10 @@ func (f *fakeActions) Uncordon(_ context.Context, node string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.uncordoned = append(f.uncordoned, node)
-	return nil
+	return f.writeNode(node, func(n *apiv1.Node) {
+		n.Spec.Unschedulable = false
+		delete(n.Annotations, actuation.CordonedAnnotation)
+	})
 }
 
 func (f *fakeActions) taintsOf(node string) []string {

@@ -44,6 +44,8 @@ type Status struct {
 	// PreflightFailuresSettling are failed nodes left alone in the last
 	// loop because their failure is younger than --preflight-failure-settle.
 	PreflightFailuresSettling int `json:"preflightFailuresSettling,omitempty"`
+	// Health is what passive node health found and did (docs/health.md).
+	Health *HealthStatus `json:"health,omitempty"`
 }
 
 // WarmPoolStatus is a group's warm pool in the status.
@@ -123,6 +125,9 @@ type GroupStatus struct {
 	// "node/<name>", a live node of the group, or "sku", the VM size less
 	// the reserved-resource estimate (a group with no usable node).
 	TemplateSource string `json:"templateSource,omitempty"`
+	// Degraded are nodes advertising less than the VM size (never the
+	// template source), the first 20.
+	Degraded []string `json:"degraded,omitempty"`
 }
 
 // BackoffStatus is a group's backoff in the status ConfigMap.
@@ -223,4 +228,26 @@ func renderStatus(s Status) (cmp string, full string, err error) {
 		return "", "", fmt.Errorf("rendering status: %w", err)
 	}
 	return string(a), string(b), nil
+}
+
+// HealthStatus is the health phase's report: the unhealthy nodes (the
+// first 20, and how many more), the groups whose breaker holds, whether
+// actions are paused, and why the policy ConfigMap was refused.
+type HealthStatus struct {
+	Paused      bool         `json:"paused"`
+	PolicyError string       `json:"policyError,omitempty"`
+	Unhealthy   []HealthNode `json:"unhealthy,omitempty"`
+	More        int          `json:"more,omitempty"`
+	Breakers    []string     `json:"breakers,omitempty"`
+}
+
+// HealthNode is an unhealthy node: the rule it matches (the strongest),
+// that rule's action and where the node is in it ("matched", "cordoned",
+// "draining", "drained", "deleting", "deleted", "held: <reason>").
+type HealthNode struct {
+	Node      string `json:"node"`
+	NodeGroup string `json:"nodeGroup"`
+	Rule      string `json:"rule"`
+	Action    string `json:"action"`
+	State     string `json:"state"`
 }

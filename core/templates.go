@@ -23,7 +23,8 @@ import (
 
 // templates builds each group's template NodeInfo, as cluster-autoscaler
 // does: a sanitized copy of one of the group's usable nodes when it has one
-// (its real allocatable, labels and taints), else the provider's template
+// (its real allocatable, labels and taints) that is not degraded (see
+// degraded), else the provider's template
 // (the VM size less the reserved-resource estimate), plus the DaemonSet
 // pods that would run on it, as decided by the scheduler framework. Results
 // are cached until the template or the DaemonSets change.
@@ -92,9 +93,12 @@ func daemonSetPod(ds *appsv1.DaemonSet, node string) *apiv1.Pod {
 // ("node/<name>"), or "sku" when the group has no usable node, and returns
 // that node (nil for the SKU).
 func (t *templates) source(a *Autoscaler, l *loop, g cloudprovider.NodeGroup) (string, *apiv1.Node) {
+	// A degraded node (7 of its 8 GPUs advertised) is never the template:
+	// learned from it, no new node would be believed to fit a whole-node
+	// pod, and such pods would wait for ever.
 	eligible := func(n *apiv1.Node) bool {
 		return a.usable(l, n) && !n.Spec.Unschedulable && !actuation.HasTaintKey(n, scaledown.ToBeDeletedTaint) &&
-			(a.scaleDown.actuator == nil || !a.scaleDown.actuator.IsGone(n.Name))
+			(a.scaleDown.actuator == nil || !a.scaleDown.actuator.IsGone(n.Name)) && len(a.degraded(l, n)) == 0
 	}
 	nodes := l.nodesOf[g.ID()]
 	if name, ok := t.learned[g.ID()]; ok {

@@ -7,9 +7,11 @@ import (
 	"time"
 
 	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
+	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
 )
 
@@ -17,9 +19,11 @@ import (
 // every dashboard panel's story happen: a rate-limited scale-up with
 // queued and cancelled nodes, GPU nodes through preflight with a warm pool
 // whose balloons are displaced, a node failed by a periodic preflight run
-// (drained and replaced), a quota error, a failed ARM operation, ARM
-// throttling and server errors, and a scale-down. Then every panel's query
-// returns data over the scenario's time range.
+// (drained and replaced), two web nodes reporting XIDError at once (the
+// health breaker holds: cordoned, not replaced; uncordoned when it
+// clears), a GPU the device plugin drops, a quota error, a failed ARM
+// operation, ARM throttling and server errors, and a scale-down. Then
+// every panel's query returns data over the scenario's time range.
 func TestDashboardsShowDataFromARealPrometheus(t *testing.T) {
 	t.Parallel()
 	sc := newScenario(t)
@@ -89,6 +93,7 @@ func TestDashboardsShowDataFromARealPrometheus(t *testing.T) {
 		_, body := sc.get(as, "/metrics")
 		return strings.Contains(body, `vmss_autoscaler_node_group_size_unknown_total{node_group="`+cpu+`"}`), "not yet"
 	})
+	sc.healthStory(as, cpu, gpu)
 	must(t, sc.s.sim.InjectFault(sc.rg, cpu, armsim.Fault{Kind: armsim.FaultServerError, Count: 3}))
 	must(t, sc.s.cp.Client.AppsV1().Deployments(sc.ns).Delete(sc.ctx, "web", metav1.DeleteOptions{}))
 	sc.eventually("the web nodes removed", 3*time.Minute, func() (bool, string) {
@@ -125,4 +130,56 @@ func (sc *scenario) scaleDeployment(name string, replicas int32) {
 	if _, err := deps.UpdateScale(sc.ctx, name, s, metav1.UpdateOptions{}); err != nil {
 		sc.t.Fatal(err)
 	}
+}
+
+// healthStory makes the health dashboard's story happen: two of the four
+// web nodes report XIDError at once (more than the policy's maxUnhealthy
+// of 1): cordoned, held by the breaker, uncordoned once it clears; and a
+// GPU node advertises 7 of its 8 GPUs (degraded).
+func (sc *scenario) healthStory(as *harness.Process, cpu, gpu string) {
+	sc.t.Helper()
+	sc.healthPolicy(`maxUnhealthy: 1
+stormCooldown: 1s
+rules:
+- name: xid-error
+  condition: {type: XIDError, status: "True"}
+  action: replace
+`)
+	web := sc.nodeList(cpu)
+	if len(web) < 2 {
+		sc.t.Fatalf("%d web nodes, want at least 2", len(web))
+	}
+	xid := func(status apiv1.ConditionStatus) func(*apiv1.Node) {
+		return func(n *apiv1.Node) {
+			n.Status.Conditions = append(n.Status.Conditions, apiv1.NodeCondition{Type: "XIDError", Status: status,
+				Reason: "XID79", LastTransitionTime: metav1.Now()})
+		}
+	}
+	for _, n := range web[:2] {
+		sc.updateNode(n.Name, true, xid(apiv1.ConditionTrue))
+	}
+	sc.updateNode(sc.nodeList(gpu)[0].Name, true, func(n *apiv1.Node) {
+		n.Status.Allocatable["nvidia.com/gpu"] = resource.MustParse("7")
+	})
+	sc.eventually("the breaker holding two cordoned web nodes", time.Minute, func() (bool, string) {
+		_, body := sc.get(as, "/metrics")
+		held := metricValue(body, `vmss_autoscaler_health_held_total{node_group="`+cpu+`",reason="breaker"}`)
+		cordons := metricValue(body, `vmss_autoscaler_health_actions_total{action="cordon",node_group="`+cpu+`",rule="xid-error"}`)
+		degraded := metricValue(body, `vmss_autoscaler_degraded_nodes{node_group="`+gpu+`"}`)
+		return held > 0 && cordons == 2 && degraded == 1, fmt.Sprintf("held %v, cordons %v, degraded %v", held, cordons, degraded)
+	})
+	for _, n := range web[:2] {
+		sc.updateNode(n.Name, true, func(n *apiv1.Node) {
+			for i := range n.Status.Conditions {
+				if n.Status.Conditions[i].Type == "XIDError" {
+					n.Status.Conditions[i].Status = apiv1.ConditionFalse
+				}
+			}
+		})
+	}
+	sc.eventually("the web nodes uncordoned", time.Minute, func() (bool, string) {
+		_, body := sc.get(as, "/metrics")
+		v := metricValue(body, `vmss_autoscaler_health_actions_total{action="uncordon",node_group="`+cpu+`",rule="xid-error"}`)
+		return v == 2, fmt.Sprintf("uncordoned %v", v)
+	})
 }

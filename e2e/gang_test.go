@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	apiv1 "k8s.io/api/core/v1"
 	schedv1alpha2 "k8s.io/api/scheduling/v1alpha2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,6 +23,13 @@ import (
 // that many whole-node GPU pods belonging to it, on the given scale sets.
 func (sc *scenario) gang(name string, members int32, sets ...string) {
 	sc.t.Helper()
+	sc.gangWith(name, members, func(*appsv1.Deployment) {}, sets...)
+}
+
+// gangWith is gang (a native PodGroup and a Deployment of its whole-node
+// GPU pods) with the Deployment changed before it is created.
+func (sc *scenario) gangWith(name string, members int32, change func(*appsv1.Deployment), sets ...string) {
+	sc.t.Helper()
 	pg := &schedv1alpha2.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: sc.ns}}
 	pg.Spec.SchedulingPolicy.Gang = &schedv1alpha2.GangSchedulingPolicy{MinCount: members}
 	if _, err := sc.s.cp.Client.SchedulingV1alpha2().PodGroups(sc.ns).Create(sc.ctx, pg, metav1.CreateOptions{}); err != nil {
@@ -29,6 +37,7 @@ func (sc *scenario) gang(name string, members int32, sets ...string) {
 	}
 	d := sc.deployment(name, members, "90", 8, sets...)
 	d.Spec.Template.Spec.SchedulingGroup = &apiv1.PodSchedulingGroup{PodGroupName: &name}
+	change(d)
 	sc.create(d)
 }
 

@@ -33,6 +33,7 @@ func All() []Dashboard {
 		{"preflight", preflight},
 		{"balloons", balloons},
 		{"arm", arm},
+		{"health", health},
 	}
 }
 

@@ -89,6 +89,9 @@ func renderTable(w io.Writer, v *View, now time.Time) error {
 	for _, n := range notes {
 		fmt.Fprintln(w, n)
 	}
+	if err := renderHealth(w, v.Health); err != nil {
+		return err
+	}
 	fmt.Fprintln(w)
 	for _, line := range summary(v, now) {
 		fmt.Fprintln(w, line)
@@ -210,4 +213,24 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// renderHealth lists the unhealthy nodes: rule, action, where each is.
+func renderHealth(w io.Writer, h *core.HealthStatus) error {
+	if h == nil || len(h.Unhealthy) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(tw, "UNHEALTHY NODE\tGROUP\tRULE\tACTION\tSTATE")
+	for _, n := range h.Unhealthy {
+		fmt.Fprintln(tw, strings.Join([]string{n.Node, n.NodeGroup, n.Rule, n.Action, n.State}, "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if h.More > 0 {
+		fmt.Fprintf(w, "(and %d more)\n", h.More)
+	}
+	return nil
 }

@@ -69,6 +69,14 @@ func TestTableFromStatus(t *testing.T) {
 		PreflightIncidents: map[string]int{"dns": 16},
 		ConfigFallback:     "--node-addition-burst: must be at least 1, got -3: running on the last good configuration",
 	}
+	unhealthy := core.Status{
+		LastChange: now.Add(-time.Minute), Nodes: 5, ReadyNodes: 5,
+		NodeGroups: []core.GroupStatus{{Name: "gpu", Min: 0, Max: 100, Target: intp(5), Ready: 5, Degraded: []string{"gpu-4"}}},
+		Health: &core.HealthStatus{Paused: true, PolicyError: `rules[0].action: "reboot": must be one of report, cordon, drain, replace`,
+			Breakers: []string{"gpu"}, More: 3, Unhealthy: []core.HealthNode{
+				{Node: "gpu-1", NodeGroup: "gpu", Rule: "xid-error", Action: "replace", State: "held: breaker"},
+				{Node: "gpu-2", NodeGroup: "gpu", Rule: "xid-error", Action: "replace", State: "cordoned"}}},
+	}
 	tests := []struct {
 		name string
 		st   core.Status
@@ -99,6 +107,20 @@ func TestTableFromStatus(t *testing.T) {
 			`WARNING: preflight incident: check "dns" fails on 16 nodes at once; they are kept, not replaced.`,
 			"WARNING: running on a fallback configuration: --node-addition-burst: must be at least 1, got -3: running on the last good configuration.",
 			"WARNING: gang ml/train waits whole for its 400 nodes, held by in-flight.",
+		}},
+		{"unhealthy nodes", unhealthy, [][]string{
+			{"NODE GROUP", "MIN", "TARGET", "MAX", "READY", "UPCOMING", "PREFLIGHT", "FAILED", "WARM", "QUEUED", "BACKOFF"},
+			{"gpu", "0", "5", "100", "5", "0", "0", "0", "-", "-", "-"},
+			{""},
+			{"UNHEALTHY NODE", "GROUP", "RULE", "ACTION", "STATE"},
+			{"gpu-1", "gpu", "xid-error", "replace", "held: breaker"},
+			{"gpu-2", "gpu", "xid-error", "replace", "cordoned"},
+			{"(and 3 more)"},
+		}, []string{
+			`WARNING: health policy refused, the last good one stays: rules[0].action: "reboot": must be one of report, cordon, drain, replace.`,
+			"WARNING: health actions paused (annotation vmss-autoscaler.io/health-paused): unhealthy nodes are reported only.",
+			"WARNING: health breaker engaged for node group gpu: its unhealthy nodes are cordoned, not drained or replaced.",
+			"WARNING: node group gpu: 1 degraded nodes (advertising less than the VM size; never the template): gpu-4.",
 		}},
 		{"quiet, no smoothing", quiet, [][]string{
 			{"NODE GROUP", "MIN", "TARGET", "MAX", "READY", "UPCOMING", "PREFLIGHT", "FAILED", "WARM", "QUEUED", "BACKOFF"},

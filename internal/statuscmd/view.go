@@ -31,8 +31,12 @@ type View struct {
 	NodeGroups        []GroupView    `json:"nodeGroups"`
 	Queue             QueueView      `json:"nodeAdditionQueue"`
 	ScaleDown         *ScaleDownView `json:"scaleDown,omitempty"`
+	// Health is passive node health's report (status ConfigMap only):
+	// the unhealthy nodes, the breakers, the pause.
+	Health *core.HealthStatus `json:"health,omitempty"`
 	// Warnings are what an operator must know first: the unready guard,
-	// the replacement brake, a fallback configuration, gangs held whole.
+	// the replacement brake, a fallback configuration, gangs held whole,
+	// health breakers and pause.
 	Warnings []string `json:"warnings,omitempty"`
 }
 
@@ -142,6 +146,8 @@ func FromStatus(source string, st *core.Status) *View {
 	if st.ConfigFallback != "" {
 		v.Warnings = append(v.Warnings, "running on a fallback configuration: "+st.ConfigFallback)
 	}
+	v.Health = st.Health
+	v.Warnings = append(v.Warnings, healthWarnings(st)...)
 	for _, g := range na.HeldGangs {
 		v.Warnings = append(v.Warnings, fmt.Sprintf("gang %s waits whole for its %d nodes, held by %s", g.Gang, g.Nodes, g.HeldBy))
 	}
@@ -332,5 +338,29 @@ func sortedIncidentChecks(m map[string]int) []string {
 		out = append(out, c)
 	}
 	sort.Strings(out)
+	return out
+}
+
+// healthWarnings are passive node health's warnings: a refused policy,
+// the pause, each group whose breaker holds, degraded nodes.
+func healthWarnings(st *core.Status) []string {
+	var out []string
+	if h := st.Health; h != nil {
+		if h.PolicyError != "" {
+			out = append(out, "health policy refused, the last good one stays: "+h.PolicyError)
+		}
+		if h.Paused {
+			out = append(out, "health actions paused (annotation "+core.HealthPausedAnnotation+"): unhealthy nodes are reported only")
+		}
+		for _, g := range h.Breakers {
+			out = append(out, fmt.Sprintf("health breaker engaged for node group %s: its unhealthy nodes are cordoned, not drained or replaced", g))
+		}
+	}
+	for _, g := range st.NodeGroups {
+		if len(g.Degraded) > 0 {
+			out = append(out, fmt.Sprintf("node group %s: %d degraded nodes (advertising less than the VM size; never the template): %s",
+				g.Name, len(g.Degraded), strings.Join(g.Degraded, ", ")))
+		}
+	}
 	return out
 }

@@ -77,6 +77,8 @@ type KubeNodeHook struct {
 	mu      sync.Mutex
 	pending map[string][]*delayedUpdate // by node name
 	running sync.WaitGroup
+	// gpuFaults are DegradeNextGPUs' GPUs dead from the start (nodehealth.go).
+	gpuFaults gpuFaults
 }
 
 var _ NodeHook = (*KubeNodeHook)(nil)
@@ -96,6 +98,7 @@ func (h *KubeNodeHook) VMRunning(ctx context.Context, vm VM) error {
 		return fmt.Errorf("registering node for VM %s: %w", vm.ProviderID, err)
 	}
 	node := h.Node(vm)
+	h.dealGPUFault(vm, node)
 	nodes := h.Client.CoreV1().Nodes()
 	created, err := nodes.Create(ctx, node, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {

@@ -34,7 +34,7 @@ var errReplaced = errors.New("node replaced by another of the same name")
 // registered.
 type nodeChange struct {
 	node   string    // node name
-	uid    types.UID // the node registered; another node by its name is left alone
+	uid    types.UID // the node registered; another node by its name is left alone ("": any)
 	what   string    // for logs
 	status bool      // the change is to the node's status
 	// apply changes the node and reports whether it changed anything.
@@ -55,9 +55,10 @@ func (h *KubeNodeHook) scheduleUpdates(ctx context.Context, vm VM, node *v1.Node
 	r := h.Realism
 	if r.DevicePluginDelay > 0 && vm.SKU.GPUs > 0 {
 		gpus := *resource.NewQuantity(int64(vm.SKU.GPUs), resource.DecimalSI)
+		healthy := *resource.NewQuantity(h.allocatableGPUs(vm, node.Name), resource.DecimalSI)
 		h.after(ctx, r.DevicePluginDelay, nodeChange{
 			node: node.Name, uid: node.UID, what: "advertise GPUs", status: true,
-			apply: func(n *v1.Node) bool { return advertise(n, GPUResource, gpus) },
+			apply: func(n *v1.Node) bool { return advertise(n, GPUResource, gpus, healthy) },
 		})
 	}
 	if r.StartupTaintDelay > 0 && len(r.StartupTaints) > 0 {
@@ -123,7 +124,7 @@ func (h *KubeNodeHook) change(ctx context.Context, c nodeChange) error {
 		if err != nil {
 			return fmt.Errorf("reading node %s to %s: %w", c.node, c.what, err)
 		}
-		if node.UID != c.uid {
+		if c.uid != "" && node.UID != c.uid {
 			return fmt.Errorf("node %s has UID %s, not %s: %w", c.node, node.UID, c.uid, errReplaced)
 		}
 		if !c.apply(node) {
@@ -166,11 +167,12 @@ func (h *KubeNodeHook) forget(node string, u *delayedUpdate) bool {
 	return true
 }
 
-// cancel stops the node's pending updates.
+// cancel stops the node's pending updates and forgets its GPU fault.
 func (h *KubeNodeHook) cancel(node string) {
 	h.mu.Lock()
 	updates := h.pending[node]
 	delete(h.pending, node)
+	delete(h.gpuFaults.dealt, node)
 	h.mu.Unlock()
 	for _, u := range updates {
 		u.timer.Stop()
@@ -191,16 +193,20 @@ func (h *KubeNodeHook) clock() clock.WithDelayedExecution {
 	return clock.RealClock{}
 }
 
-// advertise sets the extended resource's capacity and allocatable to n, as
-// the kubelet does once a device plugin registers.
-func advertise(node *v1.Node, name v1.ResourceName, n resource.Quantity) bool {
+// advertise sets the extended resource's capacity (every device) and
+// allocatable (the healthy ones), as the kubelet does once a device plugin
+// registers.
+func advertise(node *v1.Node, name v1.ResourceName, capacity, allocatable resource.Quantity) bool {
 	changed := false
-	for _, list := range []*v1.ResourceList{&node.Status.Capacity, &node.Status.Allocatable} {
-		if *list == nil {
-			*list = v1.ResourceList{}
+	for _, s := range []struct {
+		list *v1.ResourceList
+		n    resource.Quantity
+	}{{&node.Status.Capacity, capacity}, {&node.Status.Allocatable, allocatable}} {
+		if *s.list == nil {
+			*s.list = v1.ResourceList{}
 		}
-		if have, ok := (*list)[name]; !ok || have.Cmp(n) != 0 {
-			(*list)[name] = n
+		if have, ok := (*s.list)[name]; !ok || have.Cmp(s.n) != 0 {
+			(*s.list)[name] = s.n
 			changed = true
 		}
 	}

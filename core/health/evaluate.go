@@ -1,0 +1,204 @@
+package health
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	apiv1 "k8s.io/api/core/v1"
+)
+
+// maxMessage bounds the condition message quoted in a match's Detail
+// (events carry 1 KiB).
+const maxMessage = 200
+
+// Shortfall is the resources node advertises (status.allocatable) less of
+// than template, its node group's VM-size template node (its
+// status.allocatable): every extended resource the template has (a
+// domain-prefixed name outside kubernetes.io, e.g. nvidia.com/gpu) by any
+// amount, absent or 0 on the node included; memory by more than memTol, a
+// share in [0, 1) (node < template × (1 − memTol)). Sorted; nil when there
+// is none, or when node or template is nil.
+//
+// A node whose kubelet or device plugin has not reported yet advertises
+// nothing: the caller decides whether such a node counts (a new node still
+// starting is not degraded).
+func Shortfall(node, template *apiv1.Node, memTol float64) []apiv1.ResourceName {
+	if node == nil || template == nil {
+		return nil
+	}
+	if !(memTol >= 0) { // negative or NaN
+		memTol = 0
+	}
+	memTol = min(memTol, 1)
+	have := node.Status.Allocatable
+	var out []apiv1.ResourceName
+	for name, want := range template.Status.Allocatable {
+		if want.Sign() <= 0 {
+			continue
+		}
+		got := have[name] // the zero Quantity when absent
+		switch {
+		case name == apiv1.ResourceMemory:
+			if float64(got.Value()) < float64(want.Value())*(1-memTol) {
+				out = append(out, name)
+			}
+		case isExtended(name):
+			if got.Cmp(want) < 0 {
+				out = append(out, name)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Match is a rule a node matches now.
+type Match struct {
+	Rule *Rule
+	// Since is when the match began, as the node says: the condition's
+	// lastTransitionTime, the taint's timeAdded; zero when the node does
+	// not say (a taint without timeAdded, a belowSKU match).
+	Since time.Time
+	// Detail says what matched, for events and the status, e.g.
+	// `condition XIDError=True (reason XID79: "GPU has fallen off the bus")`,
+	// `taint example.com/bad=x:NoSchedule`, `nvidia.com/gpu below the VM size`.
+	Detail string
+}
+
+// Evaluate returns the rules node matches now, in the policy's order, one
+// Match per rule: a condition rule the node's condition of that type with
+// that status; a taint rule the first taint of the node with that key (and
+// value and effect, when the rule gives them); a belowSKU rule a resource
+// in shortfall (Shortfall of the node and its group's template).
+func (p *Policy) Evaluate(node *apiv1.Node, shortfall []apiv1.ResourceName) []Match {
+	if p == nil || node == nil {
+		return nil
+	}
+	var out []Match
+	for i := range p.Rules {
+		r := &p.Rules[i]
+		switch {
+		case r.Condition != nil:
+			for _, c := range node.Status.Conditions {
+				if c.Type == r.Condition.Type && c.Status == r.Condition.Status {
+					out = append(out, Match{Rule: r, Since: c.LastTransitionTime.Time, Detail: conditionDetail(c)})
+					break
+				}
+			}
+		case r.Taint != nil:
+			for _, t := range node.Spec.Taints {
+				if t.Key == r.Taint.Key && (r.Taint.Value == "" || t.Value == r.Taint.Value) &&
+					(r.Taint.Effect == "" || t.Effect == r.Taint.Effect) {
+					m := Match{Rule: r, Detail: "taint " + t.ToString()}
+					if t.TimeAdded != nil {
+						m.Since = t.TimeAdded.Time
+					}
+					out = append(out, m)
+					break
+				}
+			}
+		case r.BelowSKU != nil:
+			if slices.Contains(shortfall, r.BelowSKU.Resource) {
+				out = append(out, Match{Rule: r, Detail: string(r.BelowSKU.Resource) + " below the VM size"})
+			}
+		}
+	}
+	return out
+}
+
+// conditionDetail is `condition <type>=<status>`, with the reason and the
+// message (shortened) when the condition has them.
+func conditionDetail(c apiv1.NodeCondition) string {
+	s := fmt.Sprintf("condition %s=%s", c.Type, c.Status)
+	msg := c.Message
+	if r := []rune(msg); len(r) > maxMessage {
+		msg = string(r[:maxMessage]) + "…"
+	}
+	switch {
+	case c.Reason != "" && msg != "":
+		s += fmt.Sprintf(" (reason %s: %s)", c.Reason, strconv.Quote(msg))
+	case c.Reason != "":
+		s += fmt.Sprintf(" (reason %s)", c.Reason)
+	case msg != "":
+		s += fmt.Sprintf(" (%s)", strconv.Quote(msg))
+	}
+	return s
+}
+
+// Verdict is what to do with a node, given what it matches.
+type Verdict struct {
+	// Action is the strongest action of the matched rules whose For has
+	// passed; Report when the node matches rules none of which is due
+	// (and when it matches none: then Rule is "" and Matches empty).
+	Action Action
+	// Rule is the rule giving Action: the first of the strongest due rules
+	// in the policy's order; when none is due, the first of the strongest
+	// matched rules (the one the node is waiting for); "" without a match.
+	Rule string
+	// Cordon says to cordon the node now: a due action of Cordon or
+	// stronger, or a matched drain or replace rule with CordonFirst (due
+	// or not).
+	Cordon bool
+	// Due says Action's For has passed (false when nothing is due).
+	Due bool
+	// Next is the shortest time until a matched rule that would change the
+	// verdict becomes due: one stronger than the due Action, or any when
+	// none is due; 0 when there is none.
+	Next time.Duration
+	// Matches are the matches judged.
+	Matches []Match
+}
+
+// Judge decides what is due at now. A match's For is counted from its
+// Since; when that is zero, from firstSeen(rule name), when the caller
+// first saw the match (the caller keeps these); when that is zero too (or
+// firstSeen is nil), from now. A For of 0 is due at once; a Since after
+// now (clock skew) counts as now. Matches without a Rule are ignored.
+func (p *Policy) Judge(matches []Match, now time.Time, firstSeen func(rule string) time.Time) Verdict {
+	v := Verdict{Matches: matches}
+	due, pending := -1, -1 // the strongest due and not-due matches
+	left := make([]time.Duration, len(matches))
+	for i, m := range matches {
+		r := m.Rule
+		if r == nil {
+			continue
+		}
+		since := m.Since
+		if since.IsZero() && firstSeen != nil {
+			since = firstSeen(r.Name)
+		}
+		if since.IsZero() {
+			since = now
+		}
+		left[i] = r.For - max(now.Sub(since), 0)
+		if r.For <= 0 || left[i] <= 0 {
+			left[i] = 0
+			if due < 0 || r.Action > matches[due].Rule.Action {
+				due = i
+			}
+		} else if pending < 0 || r.Action > matches[pending].Rule.Action {
+			pending = i
+		}
+		if r.CordonFirst && r.Action >= Drain {
+			v.Cordon = true
+		}
+	}
+	switch {
+	case due >= 0:
+		v.Action, v.Rule, v.Due = matches[due].Rule.Action, matches[due].Rule.Name, true
+		v.Cordon = v.Cordon || v.Action >= Cordon
+	case pending >= 0:
+		v.Action, v.Rule = Report, matches[pending].Rule.Name
+	}
+	for i, m := range matches {
+		if m.Rule == nil || left[i] <= 0 || (due >= 0 && m.Rule.Action <= v.Action) {
+			continue
+		}
+		if v.Next == 0 || left[i] < v.Next {
+			v.Next = left[i]
+		}
+	}
+	return v
+}

@@ -1,0 +1,543 @@
+package health
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	// MaxRules bounds the rules of one policy.
+	MaxRules = 100
+	// maxCount bounds a count of maxUnhealthy: far above any group (a
+	// scale set holds at most 1,000 instances); "100%" is no bound.
+	maxCount = 100_000
+	// maxDuration bounds for and stormCooldown.
+	maxDuration = 7 * 24 * time.Hour
+
+	defaultMaxUnhealthy    = "20%"
+	defaultStormCooldown   = 10 * time.Minute
+	defaultMemoryTolerance = 0.10
+)
+
+// The fields of each level of the policy, as written (case-sensitive).
+const (
+	policyFields    = "maxUnhealthy, stormCooldown, memoryTolerance, rules"
+	ruleFields      = "name, condition, taint, belowSKU, for, action, cordonFirst"
+	conditionFields = "type, status"
+	taintFields     = "key, value, effect"
+	belowSKUFields  = "resource"
+)
+
+// isOwnTaint says whether key is a taint the autoscaler itself (or the node
+// controller, on its cordon) puts on nodes: a rule matching one would act
+// on the autoscaler's own work, a health cordon feeding a health
+// replacement.
+func isOwnTaint(key string) bool {
+	switch key {
+	case apiv1.TaintNodeUnschedulable, "ToBeDeletedByClusterAutoscaler", "DeletionCandidateOfClusterAutoscaler":
+		return true
+	}
+	return false
+}
+
+// Parse reads a policy (YAML, docs/health.md) strictly: an unknown or
+// duplicate field, a value of the wrong type or out of range, a rule
+// without a match or with two, two rules of one name are all refused,
+// each error naming the field's path and the value, e.g.
+//
+//	rules[2].action: "reboot": must be one of report, cordon, drain, replace
+//
+// Every problem found is returned (errors.Join). Absent, maxUnhealthy is
+// "20%", stormCooldown 10m and memoryTolerance "10%"; a rule's for is 0s.
+// The rules key is required; an empty list disables every rule.
+func Parse(data string) (*Policy, error) {
+	if strings.TrimSpace(data) == "" {
+		return nil, errors.New("policy: empty")
+	}
+	j, err := yaml.YAMLToJSONStrict([]byte(data))
+	if err != nil {
+		return nil, fmt.Errorf("policy: not valid YAML: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(j))
+	dec.UseNumber() // numbers keep the text the user wrote
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("policy: not valid YAML: %w", err)
+	}
+	if doc == nil {
+		return nil, errors.New("policy: empty")
+	}
+	v := &validator{}
+	p := v.policy(doc)
+	if err := errors.Join(v.errs...); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// validator collects the problems of a policy.
+type validator struct{ errs []error }
+
+func (v *validator) fail(format string, args ...any) {
+	v.errs = append(v.errs, fmt.Errorf(format, args...))
+}
+
+// show is a value as an error quotes it: a string quoted, anything else
+// as JSON.
+func show(x any) string {
+	if s, ok := x.(string); ok {
+		return strconv.Quote(s)
+	}
+	b, err := json.Marshal(x)
+	if err != nil {
+		return fmt.Sprintf("%v", x)
+	}
+	return string(b)
+}
+
+// kindOf names a value's YAML type.
+func kindOf(x any) string {
+	switch x.(type) {
+	case nil:
+		return "null"
+	case string:
+		return "a string"
+	case json.Number:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "a map"
+	}
+	return fmt.Sprintf("%T", x)
+}
+
+// object checks that x is a map of known fields only; ok false when it
+// is not a map.
+func (v *validator) object(path string, x any, known string) (map[string]any, bool) {
+	m, ok := x.(map[string]any)
+	if !ok {
+		v.fail("%s: %s: want a map of %s, got %s", path, show(x), known, kindOf(x))
+		return nil, false
+	}
+	fields := strings.Split(known, ", ")
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if !slices.Contains(fields, k) {
+			v.fail("%s: unknown field %q (want %s)", path, k, known)
+		}
+	}
+	return m, true
+}
+
+// join is a field's path below parent ("" at the top).
+func join(parent, field string) string {
+	if parent == "" {
+		return field
+	}
+	return parent + "." + field
+}
+
+// text is a scalar as the text the user wrote: a string as is, a number as
+// its digits. present is false for an absent or null field; ok is false
+// (and the problem recorded) for a boolean, a list or a map.
+func (v *validator) text(path string, m map[string]any, field string) (s string, present, ok bool) {
+	x, present := m[field]
+	if !present || x == nil {
+		return "", false, true
+	}
+	switch t := x.(type) {
+	case string:
+		return t, true, true
+	case json.Number:
+		return t.String(), true, true
+	case bool:
+		word := "False"
+		if t {
+			word = "True"
+		}
+		v.fail("%s: %v: must be a string; quote it (%q): unquoted, YAML reads %s as a boolean", join(path, field), t, word, word)
+	default:
+		v.fail("%s: %s: must be a string, got %s", join(path, field), show(x), kindOf(x))
+	}
+	return "", true, false
+}
+
+// duration reads a Go duration in [0, maxDuration]; def when absent.
+func (v *validator) duration(path string, m map[string]any, field string, def time.Duration) time.Duration {
+	s, present, ok := v.text(path, m, field)
+	if !present || !ok {
+		return def
+	}
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		v.fail("%s: %q: not a duration: want a Go duration such as 90s, 2m or 1h30m", join(path, field), s)
+	case d < 0:
+		v.fail("%s: %q: must not be negative", join(path, field), s)
+	case d > maxDuration:
+		v.fail("%s: %q: must be at most %s", join(path, field), s, maxDuration)
+	default:
+		return d
+	}
+	return def
+}
+
+func (v *validator) policy(doc any) *Policy {
+	m, ok := v.object("policy", doc, policyFields)
+	if !ok {
+		return nil
+	}
+	p := &Policy{
+		MaxUnhealthy:    v.maxUnhealthy(m),
+		StormCooldown:   v.duration("", m, "stormCooldown", defaultStormCooldown),
+		MemoryTolerance: v.memoryTolerance(m),
+	}
+	raw, present := m["rules"]
+	list, isList := raw.([]any)
+	switch {
+	case !present || raw == nil:
+		v.fail("rules: required: a list of rules (an empty list disables every rule)")
+		return p
+	case !isList:
+		v.fail("rules: %s: want a list of rules, got %s", show(raw), kindOf(raw))
+		return p
+	case len(list) > MaxRules:
+		v.fail("rules: at most %d rules, got %d", MaxRules, len(list))
+		return p
+	}
+	p.Rules = make([]Rule, 0, len(list))
+	names := map[string]int{}
+	for i, x := range list {
+		path := fmt.Sprintf("rules[%d]", i)
+		r := v.rule(path, x)
+		if r.Name != "" {
+			if j, dup := names[r.Name]; dup {
+				v.fail("%s.name: %q: duplicate name (also rules[%d].name)", path, r.Name, j)
+			} else {
+				names[r.Name] = i
+			}
+		}
+		p.Rules = append(p.Rules, r)
+	}
+	return p
+}
+
+// maxUnhealthy reads a count from 1 to maxCount (a number or a string of
+// digits) or a whole percent from 1% to 100%, normalized: a count as an
+// Int, a percent as "<n>%".
+func (v *validator) maxUnhealthy(m map[string]any) intstr.IntOrString {
+	def := intstr.FromString(defaultMaxUnhealthy)
+	s, present, ok := v.text("", m, "maxUnhealthy")
+	if !present || !ok {
+		return def
+	}
+	const want = "must be a node count from 1 to %d or a whole percent from 1%% to 100%% (2 or \"20%%\")"
+	if pct, isPct := strings.CutSuffix(s, "%"); isPct {
+		n, err := strconv.Atoi(pct)
+		if err != nil || n < 1 || n > 100 {
+			v.fail("maxUnhealthy: %q: "+want, s, maxCount)
+			return def
+		}
+		return intstr.FromString(strconv.Itoa(n) + "%")
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > maxCount {
+		v.fail("maxUnhealthy: %q: "+want, s, maxCount)
+		return def
+	}
+	return intstr.FromInt32(int32(n))
+}
+
+// memoryTolerance reads a percent in [0%, 100%) as a share.
+func (v *validator) memoryTolerance(m map[string]any) float64 {
+	s, present, ok := v.text("", m, "memoryTolerance")
+	if !present || !ok {
+		return defaultMemoryTolerance
+	}
+	pct, isPct := strings.CutSuffix(s, "%")
+	f, err := strconv.ParseFloat(pct, 64)
+	if !isPct || err != nil || !(f >= 0 && f < 100) {
+		v.fail("memoryTolerance: %q: must be a percent from 0%% to below 100%%, such as \"10%%\"", s)
+		return defaultMemoryTolerance
+	}
+	if f == 0 {
+		f = 0 // not -0
+	}
+	return f / 100
+}
+
+func (v *validator) rule(path string, x any) Rule {
+	var r Rule
+	m, ok := v.object(path, x, ruleFields)
+	if !ok {
+		return r
+	}
+	if name, present, ok := v.text(path, m, "name"); !present {
+		v.fail("%s.name: required", path)
+	} else if ok {
+		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+			v.fail("%s.name: %q: must be a DNS label: %s", path, name, strings.Join(errs, "; "))
+		} else {
+			r.Name = name
+		}
+	}
+
+	var matches []string
+	for _, f := range []string{"condition", "taint", "belowSKU"} {
+		if m[f] != nil {
+			matches = append(matches, f)
+		}
+	}
+	switch len(matches) {
+	case 0:
+		v.fail("%s: no match: give one of condition, taint or belowSKU", path)
+	case 1:
+		switch matches[0] {
+		case "condition":
+			r.Condition = v.condition(join(path, "condition"), m["condition"])
+		case "taint":
+			r.Taint = v.taint(join(path, "taint"), m["taint"])
+		case "belowSKU":
+			r.BelowSKU = v.belowSKU(join(path, "belowSKU"), m["belowSKU"])
+		}
+	default:
+		v.fail("%s: %d matches (%s): give exactly one", path, len(matches), strings.Join(matches, ", "))
+	}
+
+	r.For = v.duration(path, m, "for", 0)
+
+	if s, present, ok := v.text(path, m, "action"); !present {
+		v.fail("%s.action: required: one of %s", path, actionList)
+	} else if ok {
+		if a, known := parseAction(s); known {
+			r.Action = a
+		} else {
+			v.fail("%s.action: %q: must be one of %s", path, s, actionList)
+		}
+	}
+
+	r.CordonFirst = r.Action >= Drain
+	if x, present := m["cordonFirst"]; present && x != nil {
+		b, isBool := x.(bool)
+		switch {
+		case !isBool:
+			v.fail("%s.cordonFirst: %s: must be true or false, got %s", path, show(x), kindOf(x))
+		case b && r.Action < Drain:
+			v.fail("%s.cordonFirst: true: only a drain or replace rule cordons before its action, not a %s rule", path, r.Action)
+		default:
+			r.CordonFirst = b
+		}
+	}
+	return r
+}
+
+func (v *validator) condition(path string, x any) *ConditionMatch {
+	m, ok := v.object(path, x, conditionFields)
+	if !ok {
+		return nil
+	}
+	c := &ConditionMatch{}
+	if t, present, ok := v.text(path, m, "type"); !present || (ok && t == "") {
+		v.fail("%s.type: required: the condition's type, such as XIDError", path)
+	} else if ok {
+		if errs := validation.IsQualifiedName(t); len(errs) > 0 {
+			v.fail("%s.type: %q: not a condition type: %s", path, t, strings.Join(errs, "; "))
+		} else {
+			c.Type = apiv1.NodeConditionType(t)
+		}
+	}
+	statuses := []apiv1.ConditionStatus{apiv1.ConditionTrue, apiv1.ConditionFalse, apiv1.ConditionUnknown}
+	if s, present, ok := v.text(path, m, "status"); !present {
+		v.fail("%s.status: required: \"True\", \"False\" or \"Unknown\"", path)
+	} else if ok {
+		if !slices.Contains(statuses, apiv1.ConditionStatus(s)) {
+			v.fail("%s.status: %q: must be \"True\", \"False\" or \"Unknown\"", path, s)
+		} else {
+			c.Status = apiv1.ConditionStatus(s)
+		}
+	}
+	return c
+}
+
+func (v *validator) taint(path string, x any) *TaintMatch {
+	m, ok := v.object(path, x, taintFields)
+	if !ok {
+		return nil
+	}
+	t := &TaintMatch{}
+	if k, present, ok := v.text(path, m, "key"); !present || (ok && k == "") {
+		v.fail("%s.key: required: the taint's key", path)
+	} else if ok {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			v.fail("%s.key: %q: not a taint key: %s", path, k, strings.Join(errs, "; "))
+		} else if isOwnTaint(k) {
+			v.fail("%s.key: %q: the autoscaler's own (or its cordon's) taint: a rule on it would act on the autoscaler's own work", path, k)
+		} else {
+			t.Key = k
+		}
+	}
+	if val, present, ok := v.text(path, m, "value"); present && ok {
+		if errs := validation.IsValidLabelValue(val); len(errs) > 0 {
+			v.fail("%s.value: %q: not a taint value: %s", path, val, strings.Join(errs, "; "))
+		} else {
+			t.Value = val
+		}
+	}
+	effects := []apiv1.TaintEffect{apiv1.TaintEffectNoSchedule, apiv1.TaintEffectPreferNoSchedule, apiv1.TaintEffectNoExecute}
+	if e, present, ok := v.text(path, m, "effect"); present && ok && e != "" {
+		if !slices.Contains(effects, apiv1.TaintEffect(e)) {
+			v.fail("%s.effect: %q: must be NoSchedule, PreferNoSchedule or NoExecute (or absent: any)", path, e)
+		} else {
+			t.Effect = apiv1.TaintEffect(e)
+		}
+	}
+	return t
+}
+
+func (v *validator) belowSKU(path string, x any) *BelowSKUMatch {
+	m, ok := v.object(path, x, belowSKUFields)
+	if !ok {
+		return nil
+	}
+	b := &BelowSKUMatch{}
+	if res, present, ok := v.text(path, m, "resource"); !present || (ok && res == "") {
+		v.fail("%s.resource: required: an extended resource such as nvidia.com/gpu, or memory", path)
+	} else if ok {
+		if name := apiv1.ResourceName(res); name != apiv1.ResourceMemory && !isExtended(name) {
+			v.fail("%s.resource: %q: must be an extended resource such as nvidia.com/gpu (a domain outside kubernetes.io), or memory", path, res)
+		} else {
+			b.Resource = name
+		}
+	}
+	return b
+}
+
+// isExtended says whether name is an extended resource, as Kubernetes
+// defines it: a domain-prefixed name outside kubernetes.io (nvidia.com/gpu,
+// rdma/ib), valid as a resource quota's requests.<name>.
+func isExtended(name apiv1.ResourceName) bool {
+	s := string(name)
+	if !strings.Contains(s, "/") || strings.Contains(s, "kubernetes.io/") || strings.HasPrefix(s, "requests.") {
+		return false
+	}
+	return len(validation.IsQualifiedName("requests."+s)) == 0
+}
+
+// outPolicy and outRule are a policy as Marshal writes it.
+type outPolicy struct {
+	MaxUnhealthy    intstr.IntOrString `json:"maxUnhealthy"`
+	StormCooldown   string             `json:"stormCooldown"`
+	MemoryTolerance string             `json:"memoryTolerance"`
+	Rules           []outRule          `json:"rules"`
+}
+
+type outRule struct {
+	Name        string        `json:"name"`
+	Condition   *outCondition `json:"condition,omitempty"`
+	Taint       *outTaint     `json:"taint,omitempty"`
+	BelowSKU    *outBelowSKU  `json:"belowSKU,omitempty"`
+	For         string        `json:"for"`
+	Action      string        `json:"action"`
+	CordonFirst *bool         `json:"cordonFirst,omitempty"`
+}
+
+type outCondition struct {
+	Type   string `json:"type"`
+	Status string `json:"status"`
+}
+
+type outTaint struct {
+	Key    string `json:"key"`
+	Value  string `json:"value,omitempty"`
+	Effect string `json:"effect,omitempty"`
+}
+
+type outBelowSKU struct {
+	Resource string `json:"resource"`
+}
+
+// Marshal writes the policy as YAML that Parse reads back into an equal
+// policy (keys in alphabetical order, no comments; cordonFirst only where
+// it differs from its default).
+func (p *Policy) Marshal() ([]byte, error) {
+	out := outPolicy{
+		MaxUnhealthy:    p.MaxUnhealthy,
+		StormCooldown:   p.StormCooldown.String(),
+		MemoryTolerance: percent(p.MemoryTolerance),
+		Rules:           make([]outRule, 0, len(p.Rules)),
+	}
+	for i := range p.Rules {
+		r := &p.Rules[i]
+		o := outRule{Name: r.Name, For: r.For.String(), Action: r.Action.String()}
+		if r.Condition != nil {
+			o.Condition = &outCondition{Type: string(r.Condition.Type), Status: string(r.Condition.Status)}
+		}
+		if r.BelowSKU != nil {
+			o.BelowSKU = &outBelowSKU{Resource: string(r.BelowSKU.Resource)}
+		}
+		if r.Taint != nil {
+			o.Taint = &outTaint{Key: r.Taint.Key, Value: r.Taint.Value, Effect: string(r.Taint.Effect)}
+		}
+		if r.CordonFirst != (r.Action >= Drain) {
+			b := r.CordonFirst
+			o.CordonFirst = &b
+		}
+		out.Rules = append(out.Rules, o)
+	}
+	data, err := yaml.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("policy: marshal: %w", err)
+	}
+	return data, nil
+}
+
+// percent writes a share as a percent that reads back as the same share:
+// the shortest of a few decimals when one does ("10%", "12.5%"), else the
+// fewest significant digits that do, else the exact text of a float64 next
+// to share × 100 that does.
+func percent(share float64) string {
+	x := share * 100
+	back := func(s string) bool {
+		f, err := strconv.ParseFloat(s, 64)
+		return err == nil && f/100 == share
+	}
+	for prec := 0; prec <= 6; prec++ {
+		if s := strconv.FormatFloat(x, 'f', prec, 64); back(s) {
+			return s + "%"
+		}
+	}
+	for prec := 1; prec <= 17; prec++ {
+		if s := strconv.FormatFloat(x, 'g', prec, 64); back(s) {
+			return s + "%"
+		}
+	}
+	up, down := x, x
+	for range 4 {
+		for _, c := range []float64{up, down} {
+			if s := strconv.FormatFloat(c, 'g', -1, 64); back(s) {
+				return s + "%"
+			}
+		}
+		up, down = math.Nextafter(up, math.Inf(1)), math.Nextafter(down, math.Inf(-1))
+	}
+	return strconv.FormatFloat(x, 'g', -1, 64) + "%"
+}

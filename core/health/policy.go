@@ -1,0 +1,198 @@
+// Package health is the passive node health policy (docs/health.md): rules
+// that match what a node already says about itself (a condition, a taint,
+// fewer GPUs or less memory than its VM size), each with an action graded
+// from a report to a replacement, and the per-group bound on how many nodes
+// may be under drain or replacement at once.
+//
+// The package only decides; it reads nothing from the cluster and acts on
+// nothing. Parse reads the policy strictly; Shortfall and Evaluate say what
+// a node matches; Judge says what is due.
+package health
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Action is what a rule does to a node it matches, ordered from the
+// mildest: a stronger action includes the milder ones.
+type Action int
+
+const (
+	// Report is an event, the metric and the status; nothing is done to the node.
+	Report Action = iota
+	// Cordon marks the node unschedulable.
+	Cordon
+	// Drain cordons the node and evicts its pods; the machine is kept.
+	Drain
+	// Replace drains the node and deletes its machine.
+	Replace
+)
+
+// String is the action as the policy writes it: "report", "cordon",
+// "drain" or "replace" ("Action(n)" for any other value).
+func (a Action) String() string {
+	switch a {
+	case Report:
+		return "report"
+	case Cordon:
+		return "cordon"
+	case Drain:
+		return "drain"
+	case Replace:
+		return "replace"
+	}
+	return "Action(" + strconv.Itoa(int(a)) + ")"
+}
+
+// actionList is the actions as the policy writes them, for errors.
+const actionList = "report, cordon, drain, replace"
+
+// parseAction reads an action as the policy writes it.
+func parseAction(s string) (Action, bool) {
+	for a := Report; a <= Replace; a++ {
+		if s == a.String() {
+			return a, true
+		}
+	}
+	return 0, false
+}
+
+// Policy is a parsed, valid health policy.
+type Policy struct {
+	// MaxUnhealthy bounds how many of a group's nodes may be under drain or
+	// replacement at once: a count (an Int, or a String of digits) or a
+	// whole percent of the group's nodes (a String "20%"). See Allowed.
+	MaxUnhealthy intstr.IntOrString
+	// StormCooldown is how long drains and replacements of a group wait
+	// after its breaker engaged, once it is back within MaxUnhealthy.
+	StormCooldown time.Duration
+	// MemoryTolerance is the share (in [0, 1)) of its VM size's memory a
+	// node may lack before it is degraded (written "10%" in the policy).
+	MemoryTolerance float64
+	// Rules, in the policy's order.
+	Rules []Rule
+}
+
+// Allowed is how many of a group's nodes may be under drain or replacement
+// at once: MaxUnhealthy's count, or its percent of groupNodes rounded down;
+// never below 1. A nil policy, or a MaxUnhealthy that is neither, allows 1.
+func (p *Policy) Allowed(groupNodes int) int {
+	n := 1
+	if p == nil {
+		return n
+	}
+	switch v := p.MaxUnhealthy; v.Type {
+	case intstr.Int:
+		n = int(v.IntVal)
+	case intstr.String:
+		if pct, ok := strings.CutSuffix(v.StrVal, "%"); ok {
+			if x, err := strconv.Atoi(pct); err == nil && x > 0 && x <= 100 {
+				n = max(groupNodes, 0) * x / 100
+			}
+		} else if c, err := strconv.Atoi(v.StrVal); err == nil {
+			n = c
+		}
+	}
+	return max(n, 1)
+}
+
+// Rule is one rule of a policy: exactly one of Condition, Taint and
+// BelowSKU is set.
+type Rule struct {
+	// Name is a DNS label, unique in the policy.
+	Name string
+	// Condition matches a node condition of this type and status.
+	Condition *ConditionMatch
+	// Taint matches a taint of the node.
+	Taint *TaintMatch
+	// BelowSKU matches a node that advertises less of a resource than its
+	// node group's VM size (Shortfall).
+	BelowSKU *BelowSKUMatch
+	// For is how long the match must last before Action.
+	For time.Duration
+	// Action is what is done once the match lasted For.
+	Action Action
+	// CordonFirst cordons the node as soon as the rule matches, before
+	// For has passed. Resolved at parse time: true for drain and replace
+	// unless the policy says `cordonFirst: false`; always false for report
+	// and cordon.
+	CordonFirst bool
+}
+
+// ConditionMatch matches a node condition.
+type ConditionMatch struct {
+	Type   apiv1.NodeConditionType
+	Status apiv1.ConditionStatus
+}
+
+// TaintMatch matches a taint by key and, when they are not empty, value and
+// effect.
+type TaintMatch struct {
+	Key    string
+	Value  string
+	Effect apiv1.TaintEffect
+}
+
+// BelowSKUMatch matches a node that advertises less of Resource (an
+// extended resource such as nvidia.com/gpu, or memory beyond the policy's
+// MemoryTolerance) than its node group's VM size.
+type BelowSKUMatch struct {
+	Resource apiv1.ResourceName
+}
+
+// DefaultYAML is the built-in policy, used without the ConfigMap, and the
+// one the chart ships (docs/health.md, values.yaml health.policy).
+const DefaultYAML = `# How many nodes of a node group may be under drain or replacement by this
+# policy at once: a count ("2") or a share of the group's nodes ("20%",
+# rounded down, never below 1). Beyond it the breaker holds: report and
+# cordon only.
+maxUnhealthy: "20%"
+# After a group's breaker engaged, drains and replacements in that group
+# wait this long once it has fallen back within maxUnhealthy.
+stormCooldown: 10m
+# A node is degraded when it advertises less memory than its VM size's
+# template by more than this share (GPUs and other extended resources:
+# any shortfall).
+memoryTolerance: "10%"
+rules:
+- name: xid-error
+  condition: {type: XIDError, status: "True"}
+  for: 2m
+  action: replace
+- name: gpu-missing
+  condition: {type: GPUMissing, status: "True"}
+  for: 2m
+  action: replace
+- name: device-plugin-unhealthy
+  condition: {type: UnhealthyNvidiaDevicePlugin, status: "True"}
+  for: 10m
+  action: drain
+- name: kernel-deadlock
+  condition: {type: KernelDeadlock, status: "True"}
+  for: 10m
+  action: replace
+- name: readonly-filesystem
+  condition: {type: ReadonlyFilesystem, status: "True"}
+  for: 5m
+  action: replace
+- name: gpus-below-sku
+  belowSKU: {resource: nvidia.com/gpu}
+  for: 5m
+  action: replace
+`
+
+// Default is the built-in policy, DefaultYAML parsed: a new copy on every
+// call. DefaultYAML always parses (TestDefault), so it does not panic.
+func Default() *Policy {
+	p, err := Parse(DefaultYAML)
+	if err != nil {
+		panic(fmt.Sprintf("health: the built-in policy does not parse: %v", err))
+	}
+	return p
+}

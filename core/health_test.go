@@ -1,0 +1,387 @@
+package core
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
+	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
+)
+
+// xidPolicy replaces a node whose XIDError condition lasted a minute;
+// maxUnhealthy is a count so groups of any size allow one.
+const xidPolicy = `
+maxUnhealthy: 1
+stormCooldown: 5m
+rules:
+- name: xid-error
+  condition: {type: XIDError, status: "True"}
+  for: 1m
+  action: replace
+`
+
+// withNodeWrites makes the fake's cordons and uncordons land on the
+// env's nodes, as the API server's would.
+func withNodeWrites(f *fakeActions) envOption {
+	return func(e *env) {
+		withScaleDown(f)(e)
+		f.nodes = e.nodes
+	}
+}
+
+// setPolicy writes the health policy ConfigMap (a new resourceVersion).
+func (e *env) setPolicy(policy string, annotations map[string]string) {
+	e.t.Helper()
+	cm := &apiv1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: e.opts.HealthPolicyConfigMapName, Namespace: e.opts.Namespace,
+		ResourceVersion: "1", Annotations: annotations}, Data: map[string]string{"policy": policy}}
+	if old, ok, _ := e.cms.Get(cm); ok {
+		cm.ResourceVersion = old.(*apiv1.ConfigMap).ResourceVersion + "1"
+		must(e.t.(*testing.T), e.cms.Update(cm))
+		return
+	}
+	must(e.t.(*testing.T), e.cms.Add(cm))
+}
+
+// condition sets a node condition as node-problem-detector does.
+func (e *env) condition(node string, typ apiv1.NodeConditionType, status apiv1.ConditionStatus) {
+	e.updateNode(node, func(n *apiv1.Node) {
+		for i, c := range n.Status.Conditions {
+			if c.Type == typ {
+				if c.Status != status {
+					n.Status.Conditions[i].Status = status
+					n.Status.Conditions[i].LastTransitionTime = metav1.Time{Time: e.clock.Now()}
+				}
+				return
+			}
+		}
+		n.Status.Conditions = append(n.Status.Conditions, apiv1.NodeCondition{Type: typ, Status: status,
+			Reason: "XID79", Message: "GPU has fallen off the bus", LastTransitionTime: metav1.Time{Time: e.clock.Now()}})
+	})
+}
+
+// gangOnNodes puts one pod of a gang, owned by a Job, on each node.
+func (e *env) gangOnNodes(name string, nodes []string, opts ...to.PodOption) {
+	for i, n := range nodes {
+		p := to.Pod(fmt.Sprintf("%s-%d", name, i), append(append(wholeGPU(), to.OnNode(n), to.ControlledBy("Job", name, types.UID("job-"+name)), to.Labels(gang.CoschedulingLabel, name)), opts...)...)
+		p.Status.Phase = apiv1.PodRunning
+		e.add(p)
+	}
+}
+
+func healthEnv(t *testing.T, nodes int, policy string) (*env, *fakeActions, *inmemory.Group) {
+	acts := &fakeActions{}
+	e := newEnv(t, withNodeWrites(acts), withOptions(func(o *Options) {
+		o.ScaleDownEnabled = false // the subject is health, not scale-down
+		o.ReplacementBrakeMinNodes = 100
+	}))
+	acts.graceful = e.clock
+	gpu := e.provider.AddGroup("gpu", 0, 20, gpuTemplate("gpu"), inmemory.WithTarget(nodes))
+	e.start()
+	e.register(gpu)
+	if policy != "" {
+		e.setPolicy(policy, nil)
+	}
+	return e, acts, gpu
+}
+
+func groupNodes(g *inmemory.Group) []string {
+	var out []string
+	for i := range g.ProviderIDs() {
+		out = append(out, nodeName(g, i))
+	}
+	return out
+}
+
+// TestHealthReplacesAnXIDNode: one node of an 8-node gang reports XIDError:
+// cordoned at once, drained once the condition lasted the rule's minute
+// (its pod evicted with its grace), its machine deleted once the pod is
+// gone — and nothing else touched.
+func TestHealthReplacesAnXIDNode(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 8, xidPolicy)
+	nodes := groupNodes(gpu)
+	e.gangOnNodes("train", nodes, grace(30))
+	bad, badID := nodes[3], gpu.ProviderIDs()[3]
+	e.condition(bad, "XIDError", apiv1.ConditionTrue)
+	e.run()
+	if fmt.Sprint(acts.cordoned) != fmt.Sprint([]string{bad}) || len(acts.evicted) != 0 {
+		t.Fatalf("cordoned %v, evicted %v: want the bad node cordoned at once, nothing evicted before the rule's minute", acts.cordoned, acts.evicted)
+	}
+	if ev := e.events(EventNodeUnhealthy); len(ev) != 1 || !strings.Contains(ev[0], "XIDError=True") {
+		t.Fatalf("NodeUnhealthy events %q, want one naming the condition", ev)
+	}
+	e.clock.Step(time.Minute)
+	e.run()
+	if fmt.Sprint(acts.evicted) != "[train-3]" || acts.graces["train-3"][0] != 30 {
+		t.Fatalf("evicted %v (graces %v), want the bad node's pod with its 30 s", acts.evicted, acts.graces)
+	}
+	if len(gpu.Deleted()) != 0 {
+		t.Fatal("machine deleted while its pod terminates")
+	}
+	e.clock.Step(30*time.Second + actuation.GraceMargin)
+	e.run()
+	if got := gpu.Deleted(); fmt.Sprint(got) != fmt.Sprint([]string{badID}) {
+		t.Fatalf("deleted %v, want the bad node's machine only", got)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.HealthActions.WithLabelValues("gpu", "xid-error", "replace")); got != 1 {
+		t.Fatalf("replace actions %v, want 1", got)
+	}
+	if ev := e.events(EventHealthReplace); len(ev) != 1 {
+		t.Fatalf("HealthReplace events %q, want 1", ev)
+	}
+	e.run()
+	if len(gpu.Deleted()) != 1 || len(acts.evicted) != 1 {
+		t.Fatalf("deleted %v, evicted %v after: want nothing more", gpu.Deleted(), acts.evicted)
+	}
+}
+
+// TestHealthBreakerHoldsAndCoolsDown: 2 of 5 nodes report XIDError at
+// once, more than maxUnhealthy (20%: 1): both are cordoned, nothing is
+// drained or deleted, an event and the metric say so. When one recovers,
+// the other is still held for the storm cooldown, then replaced.
+func TestHealthBreakerHoldsAndCoolsDown(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 5, strings.Replace(xidPolicy, "maxUnhealthy: 1", `maxUnhealthy: "20%"`, 1))
+	nodes := groupNodes(gpu)
+	for i, n := range nodes {
+		e.add(to.Pod(fmt.Sprintf("w-%d", i), append(wholeGPU(), to.OnNode(n), to.ControlledBy("ReplicaSet", "w", "rs-w"))...))
+	}
+	e.condition(nodes[0], "XIDError", apiv1.ConditionTrue)
+	e.condition(nodes[1], "XIDError", apiv1.ConditionTrue)
+	for range 4 {
+		e.run()
+		e.clock.Step(time.Minute)
+	}
+	if len(acts.evicted) != 0 || len(gpu.Deleted()) != 0 {
+		t.Fatalf("evicted %v, deleted %v: the breaker must hold", acts.evicted, gpu.Deleted())
+	}
+	if fmt.Sprint(acts.cordoned) != fmt.Sprint(nodes[:2]) {
+		t.Fatalf("cordoned %v, want both unhealthy nodes (cordon passes the breaker)", acts.cordoned)
+	}
+	if ev := e.events(EventHealthBreaker); len(ev) != 1 || !strings.Contains(ev[0], "2 of its 5 nodes") {
+		t.Fatalf("HealthBreaker events %q, want one saying 2 of 5", ev)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.HealthBreaker.WithLabelValues("gpu")); got != 1 {
+		t.Fatalf("breaker metric %v, want 1", got)
+	}
+	last := e.status.writes[len(e.status.writes)-1]
+	if !strings.Contains(last, "breakers:\n  - gpu") || !strings.Contains(last, "state: 'held: breaker'") {
+		t.Fatalf("status does not show the breaker:\n%s", last)
+	}
+	e.condition(nodes[1], "XIDError", apiv1.ConditionFalse)
+	e.run() // back within bounds: the cooldown starts; nodes[1] recovers
+	if fmt.Sprint(acts.uncordoned) != fmt.Sprint(nodes[1:2]) {
+		t.Fatalf("uncordoned %v, want the recovered node", acts.uncordoned)
+	}
+	e.clock.Step(4 * time.Minute)
+	e.run()
+	if len(acts.evicted) != 0 {
+		t.Fatalf("evicted %v within the storm cooldown", acts.evicted)
+	}
+	e.clock.Step(time.Minute)
+	e.run()
+	if fmt.Sprint(acts.evicted) != "[w-0]" {
+		t.Fatalf("evicted %v after the cooldown, want the unhealthy node's pod", acts.evicted)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.HealthBreaker.WithLabelValues("gpu")); got != 0 {
+		t.Fatalf("breaker metric %v after the cooldown, want 0", got)
+	}
+}
+
+// TestHealthBreakerSurvivesAFailover: a new leader in a group's storm
+// cooldown keeps holding; without the saved state it would drain at once.
+func TestHealthBreakerSurvivesAFailover(t *testing.T) {
+	acts := &fakeActions{}
+	e := newEnv(t, withNodeWrites(acts), withOptions(func(o *Options) { o.ScaleDownEnabled = false }))
+	e.safety = &memSafety{}
+	acts.graceful = e.clock
+	gpu := e.provider.AddGroup("gpu", 0, 20, gpuTemplate("gpu"), inmemory.WithTarget(5))
+	e.start()
+	e.register(gpu)
+	e.setPolicy(strings.Replace(xidPolicy, "maxUnhealthy: 1", `maxUnhealthy: "20%"`, 1), nil)
+	nodes := groupNodes(gpu)
+	e.condition(nodes[0], "XIDError", apiv1.ConditionTrue)
+	e.condition(nodes[1], "XIDError", apiv1.ConditionTrue)
+	e.run()
+	e.condition(nodes[1], "XIDError", apiv1.ConditionFalse)
+	e.clock.Step(2 * time.Minute)
+	e.run() // cooldown until +7m
+	e.failover()
+	e.clock.Step(time.Minute)
+	e.run()
+	if len(gpu.Deleted()) != 0 {
+		t.Fatalf("deleted %v: the new leader forgot the storm cooldown", gpu.Deleted())
+	}
+	if got := testutil.ToFloat64(e.a.metrics.HealthBreaker.WithLabelValues("gpu")); got != 1 {
+		t.Fatalf("breaker metric %v on the new leader, want 1", got)
+	}
+}
+
+// TestHealthOneNodePerGang: two nodes of one running gang turn unhealthy
+// in the same loop: one is drained; the other waits until the gang is
+// broken (its first pod terminating), then follows.
+func TestHealthOneNodePerGang(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 8, strings.Replace(xidPolicy, "maxUnhealthy: 1", "maxUnhealthy: 4", 1))
+	nodes := groupNodes(gpu)
+	e.gangOnNodes("train", nodes, grace(30))
+	e.condition(nodes[1], "XIDError", apiv1.ConditionTrue)
+	e.condition(nodes[2], "XIDError", apiv1.ConditionTrue)
+	e.clock.Step(time.Minute)
+	e.run()
+	if fmt.Sprint(acts.evicted) != "[train-1]" {
+		t.Fatalf("evicted %v, want one node of the gang at a time", acts.evicted)
+	}
+	if ev := e.events(EventHealthHeld); len(ev) != 1 || !strings.Contains(ev[0], "gang default/train") {
+		t.Fatalf("HealthHeld events %q, want one naming the gang", ev)
+	}
+	e.run()
+	if fmt.Sprint(acts.evicted) != "[train-1 train-2]" {
+		t.Fatalf("evicted %v, want the second node once the gang is broken", acts.evicted)
+	}
+}
+
+// TestHealthRecoveredNodeIsUncordoned: a condition that clears before its
+// rule's time: uncordoned, nothing evicted or deleted, an event.
+func TestHealthRecoveredNodeIsUncordoned(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 2, xidPolicy)
+	nodes := groupNodes(gpu)
+	e.gangOnNodes("train", nodes)
+	e.condition(nodes[0], "XIDError", apiv1.ConditionTrue)
+	e.run()
+	obj, _, _ := e.nodes.GetByKey(nodes[0])
+	if why, _ := actuation.CordonedBy(obj.(*apiv1.Node)); !strings.HasPrefix(why, "health/xid-error ") {
+		t.Fatalf("cordon annotation %q, want health/xid-error", why)
+	}
+	e.clock.Step(30 * time.Second)
+	e.condition(nodes[0], "XIDError", apiv1.ConditionFalse)
+	e.run()
+	if fmt.Sprint(acts.uncordoned) != fmt.Sprint(nodes[:1]) || len(acts.evicted) != 0 || len(gpu.Deleted()) != 0 {
+		t.Fatalf("uncordoned %v, evicted %v, deleted %v: want the node uncordoned and nothing else", acts.uncordoned, acts.evicted, gpu.Deleted())
+	}
+	if ev := e.events(EventHealthRecovered); len(ev) != 1 {
+		t.Fatalf("HealthRecovered events %q, want 1", ev)
+	}
+}
+
+// TestHealthCordonTakenOverAfterAFailover: a new leader uncordons a node
+// the last one cordoned for health once it recovers.
+func TestHealthCordonTakenOverAfterAFailover(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 2, xidPolicy)
+	nodes := groupNodes(gpu)
+	e.condition(nodes[0], "XIDError", apiv1.ConditionTrue)
+	e.run()
+	e.failover()
+	e.condition(nodes[0], "XIDError", apiv1.ConditionFalse)
+	e.run()
+	if fmt.Sprint(acts.uncordoned) != fmt.Sprint(nodes[:1]) {
+		t.Fatalf("uncordoned %v, want the recovered node (its cordon taken over)", acts.uncordoned)
+	}
+}
+
+// TestHealthPausedReportsOnly: with the pause annotation, an unhealthy node
+// is reported, not cordoned, drained or deleted; removing it resumes.
+func TestHealthPausedReportsOnly(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 2, "")
+	e.setPolicy(xidPolicy, map[string]string{HealthPausedAnnotation: "true"})
+	nodes := groupNodes(gpu)
+	e.condition(nodes[0], "XIDError", apiv1.ConditionTrue)
+	e.clock.Step(2 * time.Minute)
+	e.run()
+	if len(acts.cordoned) != 0 || len(gpu.Deleted()) != 0 {
+		t.Fatalf("cordoned %v, deleted %v while paused", acts.cordoned, gpu.Deleted())
+	}
+	if got := testutil.ToFloat64(e.a.metrics.HealthPaused); got != 1 {
+		t.Fatalf("paused metric %v, want 1", got)
+	}
+	if len(e.events(EventNodeUnhealthy)) != 1 {
+		t.Fatal("a paused policy still reports")
+	}
+	e.setPolicy(xidPolicy, nil)
+	e.run()
+	if len(gpu.Deleted()) != 1 {
+		t.Fatalf("deleted %v after the pause ended, want the unhealthy node (empty: deleted at once)", gpu.Deleted())
+	}
+}
+
+// TestHealthUnreadyGuardHolds: while the cluster-wide unready guard holds,
+// nothing is cordoned.
+func TestHealthUnreadyGuardHolds(t *testing.T) {
+	acts := &fakeActions{}
+	e := newEnv(t, withNodeWrites(acts), withOptions(func(o *Options) {
+		o.ScaleDownEnabled = false
+		o.OkTotalUnreadyCount = 0
+		o.MaxTotalUnreadyPercentage = 10
+		o.MaxNodeStartupTime = time.Minute
+	}))
+	gpu := e.provider.AddGroup("gpu", 0, 20, gpuTemplate("gpu"), inmemory.WithTarget(4))
+	e.start()
+	e.register(gpu)
+	e.setPolicy(xidPolicy, nil)
+	nodes := groupNodes(gpu)
+	e.updateNode(nodes[3], func(n *apiv1.Node) { to.NotReady()(n) })
+	e.condition(nodes[0], "XIDError", apiv1.ConditionTrue)
+	e.clock.Step(2 * time.Minute)
+	e.run()
+	if len(acts.cordoned) != 0 || len(gpu.Deleted()) != 0 {
+		t.Fatalf("cordoned %v, deleted %v while the unready guard holds", acts.cordoned, gpu.Deleted())
+	}
+	if got := testutil.ToFloat64(e.a.metrics.HealthHeld.WithLabelValues("gpu", heldGuard)); got != 1 {
+		t.Fatalf("held by the guard %v, want 1", got)
+	}
+}
+
+// TestHealthInvalidPolicyKeepsTheLastGood: a refused edit keeps the last
+// good policy, with an event and the status naming the field.
+func TestHealthInvalidPolicyKeepsTheLastGood(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 2, xidPolicy)
+	e.run()
+	e.setPolicy(strings.Replace(xidPolicy, "action: replace", "action: reboot", 1), nil)
+	nodes := groupNodes(gpu)
+	e.condition(nodes[0], "XIDError", apiv1.ConditionTrue)
+	e.run()
+	if fmt.Sprint(acts.cordoned) != fmt.Sprint(nodes[:1]) {
+		t.Fatalf("cordoned %v: the last good policy (replace, cordon first) must stay", acts.cordoned)
+	}
+	ev := e.events(EventInvalidHealthPolicy)
+	if len(ev) != 1 || !strings.Contains(ev[0], "reboot") {
+		t.Fatalf("InvalidHealthPolicy events %q, want one naming the value", ev)
+	}
+	last := e.status.writes[len(e.status.writes)-1]
+	if !strings.Contains(last, "policyError:") || !strings.Contains(last, "reboot") {
+		t.Fatalf("status has no policy error:\n%s", last)
+	}
+}
+
+// TestHealthDegradedNodeIsNeverTheTemplate: a node that advertises 7 of its
+// 8 GPUs (the device plugin marked one unhealthy) stays Ready: it is not
+// the template, so a pending 8-GPU pod buys a new node instead of
+// "Insufficient nvidia.com/gpu" for ever, and the status lists it.
+func TestHealthDegradedNodeIsNeverTheTemplate(t *testing.T) {
+	e, _, gpu := healthEnv(t, 1, "")
+	e.setPolicy("rules:\n- name: gpus\n  belowSKU: {resource: nvidia.com/gpu}\n  for: 1h\n  action: report\n", nil)
+	node := nodeName(gpu, 0)
+	e.updateNode(node, func(n *apiv1.Node) { n.Status.Allocatable[to.GPU] = resource.MustParse("7") })
+	e.add(pendingPods(1, "train", wholeGPU()...))
+	e.run()
+	if got := gpu.Increases(); fmt.Sprint(got) != "[1]" {
+		t.Fatalf("increases %v, want one node for the pod the degraded node cannot hold", got)
+	}
+	if src, _, _, _ := e.template("gpu"); src != templateFromSKU {
+		t.Fatalf("template source %q, want the VM size, never the degraded node", src)
+	}
+	last := e.status.writes[len(e.status.writes)-1]
+	if !strings.Contains(last, "degraded:\n  - "+node) {
+		t.Fatalf("status does not list the degraded node:\n%s", last)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.DegradedNodes.WithLabelValues("gpu")); got != 1 {
+		t.Fatalf("degraded metric %v, want 1", got)
+	}
+}

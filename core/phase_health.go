@@ -1,0 +1,705 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	apiv1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/health"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
+	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
+)
+
+// Event reasons of passive node health (docs/health.md).
+const (
+	// EventNodeUnhealthy is on a node that matches a rule of the policy.
+	EventNodeUnhealthy = "NodeUnhealthy"
+	// EventHealthCordon is on a node health handling cordoned.
+	EventHealthCordon = "HealthCordon"
+	// EventHealthDrain is on a node whose pods health handling evicts.
+	EventHealthDrain = "HealthDrain"
+	// EventHealthReplace is on a node whose machine health handling deleted.
+	EventHealthReplace = "HealthReplace"
+	// EventHealthRecovered is on a node whose match cleared: uncordoned.
+	EventHealthRecovered = "HealthRecovered"
+	// EventHealthHeld is on a node whose health action waits (the breaker,
+	// the pause, the unready guard, its gang, the replacement brake).
+	EventHealthHeld = "HealthHeld"
+	// EventHealthBreaker is on the status ConfigMap when a group's breaker engages.
+	EventHealthBreaker = "HealthBreaker"
+	// EventInvalidHealthPolicy is on the policy ConfigMap when it is refused.
+	EventInvalidHealthPolicy = "InvalidHealthPolicy"
+)
+
+// HealthPausedAnnotation on the health policy's ConfigMap pauses health
+// actions: any value but "false" (kubectl annotate … =true).
+const HealthPausedAnnotation = "vmss-autoscaler.io/health-paused"
+
+// cordonHealth prefixes the reason on health cordons: "health/<rule>".
+const cordonHealth = "health/"
+
+// Reasons a health action is held, for the metric, events and status.
+const (
+	heldPaused  = "paused"
+	heldGuard   = "unready-guard"
+	heldBreaker = "breaker"
+	heldGang    = "gang"
+	heldBrake   = "brake"
+	heldBlocked = "blocked"
+)
+
+// maxHealthListed caps the nodes named in the status.
+const maxHealthListed = 20
+
+// healthState is what health handling remembers between loops. The
+// cordons are also on the nodes (actuation.CordonedAnnotation) and the
+// breakers in the safety state, so a new leader takes both over.
+type healthState struct {
+	policy    *health.Policy
+	version   string // resourceVersion of the ConfigMap last parsed
+	policyErr string // why the ConfigMap was refused, for the status
+	// firstSeen: node → rule → when this process first saw a match the
+	// node does not date (a shortfall, a taint without timeAdded).
+	firstSeen map[string]map[string]time.Time
+	told      map[string]string    // node → rule last told by NodeUnhealthy
+	heldTold  map[string]string    // node → reason last told by HealthHeld
+	cordoned  map[string]string    // node → rule: cordoned by health handling
+	admitted  map[string]bool      // drains and replacements the brake admitted
+	deleted   map[string]time.Time // machines deleted, until their Nodes go
+	// breakers: group → end of its storm cooldown; zero while the group
+	// is over maxUnhealthy. Absent: not engaged.
+	breakers map[string]time.Time
+}
+
+func newHealthState() *healthState {
+	return &healthState{policy: health.Default(), firstSeen: map[string]map[string]time.Time{},
+		told: map[string]string{}, heldTold: map[string]string{}, cordoned: map[string]string{},
+		admitted: map[string]bool{}, deleted: map[string]time.Time{}, breakers: map[string]time.Time{}}
+}
+
+// release forgets what was done to a node no longer unhealthy.
+func (hs *healthState) release(name string) {
+	delete(hs.cordoned, name)
+	delete(hs.admitted, name)
+	delete(hs.heldTold, name)
+}
+
+// healthReport is one loop's health findings, for the status and metrics.
+type healthReport struct {
+	paused   bool
+	nodes    []HealthNode
+	more     int
+	breakers []string
+	degraded map[string][]string // group → degraded nodes (capped)
+}
+
+// healthPolicy reads the policy's ConfigMap from the cache, parsing it
+// again only when it changed; a refused one keeps the last good policy.
+// No ConfigMap: the built-in policy.
+func (a *Autoscaler) healthPolicy(ctx context.Context) (*health.Policy, bool) {
+	hs := a.health
+	name := a.opts.HealthPolicyConfigMapName
+	if a.listers.ConfigMaps == nil || name == "" {
+		return hs.policy, false
+	}
+	cm, err := a.listers.ConfigMaps.Get(name)
+	if err != nil {
+		if apierrors.IsNotFound(err) && hs.version != "" {
+			klog.FromContext(ctx).Info("Health policy ConfigMap gone; the built-in policy applies", "configmap", name)
+			hs.policy, hs.version, hs.policyErr = health.Default(), "", ""
+		}
+		return hs.policy, false
+	}
+	v, set := cm.Annotations[HealthPausedAnnotation]
+	paused := set && v != "false"
+	if cm.ResourceVersion == hs.version {
+		return hs.policy, paused
+	}
+	hs.version = cm.ResourceVersion
+	p, err := health.Parse(cm.Data["policy"])
+	if err != nil {
+		err = fmt.Errorf("health policy ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
+		hs.policyErr = err.Error()
+		klog.FromContext(ctx).Error(err, "Ignoring the health policy; keeping the last good one", "resourceVersion", cm.ResourceVersion)
+		if a.rec != nil {
+			a.rec.Event(cm, apiv1.EventTypeWarning, EventInvalidHealthPolicy, err.Error()+"; the last good policy stays")
+		}
+		return hs.policy, paused
+	}
+	hs.policy, hs.policyErr = p, ""
+	klog.FromContext(ctx).Info("Health policy loaded", "configmap", klog.KObj(cm), "rules", len(p.Rules), "paused", paused)
+	return p, paused
+}
+
+// skuTemplate is the group's template as its VM size describes it (not
+// learned from a node), once per loop; nil when the size is unknown.
+func (a *Autoscaler) skuTemplate(l *loop, g cloudprovider.NodeGroup) *apiv1.Node {
+	if t, ok := l.skuTemplates[g.ID()]; ok {
+		return t
+	}
+	t, err := g.TemplateNode()
+	if err != nil {
+		t = nil
+	}
+	if l.skuTemplates == nil {
+		l.skuTemplates = map[string]*apiv1.Node{}
+	}
+	l.skuTemplates[g.ID()] = t
+	return t
+}
+
+// degraded says what a node advertises less of than its VM size (a GPU
+// the device plugin marked unhealthy): such a node is never a template. A
+// node still starting up (GPUs not advertised yet) is not degraded, nor is
+// one of an unknown size.
+func (a *Autoscaler) degraded(l *loop, n *apiv1.Node) []apiv1.ResourceName {
+	if s, ok := l.degraded[n.Name]; ok {
+		return s
+	}
+	var short []apiv1.ResourceName
+	if g, ok := l.groupOf[n.Name]; ok && a.registry.StartingUp(n, g.ID()) == "" {
+		short = health.Shortfall(n, a.skuTemplate(l, g), a.health.policy.MemoryTolerance)
+	}
+	if l.degraded == nil {
+		l.degraded = map[string][]apiv1.ResourceName{}
+	}
+	l.degraded[n.Name] = short
+	return short
+}
+
+// healthCandidate is an unhealthy node of this loop.
+type healthCandidate struct {
+	node    *apiv1.Node
+	group   string
+	verdict health.Verdict
+	entry   *HealthNode
+}
+
+// nodeHealth is the passive health phase: it reads what node-problem-
+// detector, the GPU monitors and the device plugin say on the nodes,
+// judges each node by the policy and acts within the bounds — the pause,
+// the unready guard, the group's breaker, one node per gang, the
+// replacement brake — through the one deletion path. Nodes whose match
+// cleared are uncordoned. The scale-up phase of this same loop buys what
+// the evicted pods need.
+func (a *Autoscaler) nodeHealth(ctx context.Context, l *loop) error {
+	// The replacement brake's report covers this phase's admissions, the
+	// preflight phase's and the cluster state's, which ran before it.
+	defer a.reportReplacements(ctx, l)
+	pol, paused := a.healthPolicy(ctx)
+	hs := a.health
+	rep := &healthReport{paused: paused, degraded: map[string][]string{}, nodes: make([]HealthNode, 0, maxHealthListed)}
+	l.health = rep
+	v := 0.0
+	if paused {
+		v = 1
+	}
+	a.metrics.HealthPaused.Set(v)
+
+	cands, over := a.judgeNodes(ctx, l, pol, rep)
+	a.updateBreakers(ctx, l, pol, over)
+	for id := range hs.breakers {
+		rep.breakers = append(rep.breakers, id)
+	}
+	slices.Sort(rep.breakers)
+	if a.actions == nil {
+		return nil
+	}
+	a.recoverHealthy(ctx, l, cands)
+	if len(cands) == 0 {
+		a.pruneHealth(l)
+		return nil
+	}
+	toDelete := a.actOnUnhealthy(ctx, l, pol, paused, cands)
+	a.replaceUnhealthy(ctx, l, toDelete, cands)
+	a.pruneHealth(l)
+	return nil
+}
+
+// judgeNodes evaluates every node of a managed group that is Ready and past
+// startup and preflight (preflight owns the others): the nodes that match
+// a rule, and per group how many match a drain or replace rule (the
+// breaker's count). It tells NodeUnhealthy once per node and rule and sets
+// the gauges.
+func (a *Autoscaler) judgeNodes(ctx context.Context, l *loop, pol *health.Policy, rep *healthReport) (map[string]*healthCandidate, map[string]int) {
+	hs := a.health
+	cands := map[string]*healthCandidate{}
+	over := map[string]int{}
+	unhealthy := map[[2]string]int{}
+	degraded := map[string]int{}
+	for _, n := range l.nodes {
+		g, ok := l.groupOf[n.Name]
+		if !ok || !clusterstate.IsReady(n) || a.healthExempt(l, n) {
+			continue
+		}
+		if st, _ := a.opts.Preflight.Classify(n, l.now); st != preflight.Passed {
+			continue
+		}
+		short := a.degraded(l, n)
+		if len(short) > 0 {
+			degraded[g.ID()]++
+			if len(rep.degraded[g.ID()]) < maxHealthListed {
+				rep.degraded[g.ID()] = append(rep.degraded[g.ID()], n.Name)
+			}
+		}
+		matches := pol.Evaluate(n, short)
+		if len(matches) == 0 {
+			delete(hs.firstSeen, n.Name)
+			delete(hs.told, n.Name)
+			continue
+		}
+		verdict := pol.Judge(matches, l.now, hs.firstSeenOf(n.Name, matches, l.now))
+		c := &healthCandidate{node: n, group: g.ID(), verdict: verdict}
+		cands[n.Name] = c
+		for _, m := range matches {
+			if m.Rule.Action >= health.Drain {
+				over[g.ID()]++
+				break
+			}
+		}
+		unhealthy[[2]string{g.ID(), verdict.Rule}]++
+		action := ruleAction(verdict)
+		c.entry = &HealthNode{Node: n.Name, NodeGroup: g.ID(), Rule: verdict.Rule, Action: action.String(), State: "matched"}
+		if !verdict.Due {
+			// A time, not a countdown: the status is written only when it changes.
+			c.entry.State = fmt.Sprintf("matched; %s due at %s", action, l.now.Add(verdict.Next).UTC().Format(time.RFC3339))
+		}
+		if len(rep.nodes) < maxHealthListed {
+			// Within its capacity: the entry's address stays valid.
+			rep.nodes = append(rep.nodes, *c.entry)
+			c.entry = &rep.nodes[len(rep.nodes)-1]
+		} else {
+			rep.more++
+		}
+		if hs.told[n.Name] != verdict.Rule {
+			hs.told[n.Name] = verdict.Rule
+			a.tellUnhealthy(ctx, n, g.ID(), verdict)
+		}
+	}
+	a.metrics.HealthUnhealthy.Reset()
+	for k, c := range unhealthy {
+		a.metrics.HealthUnhealthy.WithLabelValues(k[0], k[1]).Set(float64(c))
+	}
+	for _, g := range l.groups {
+		a.metrics.DegradedNodes.WithLabelValues(g.ID()).Set(float64(degraded[g.ID()]))
+	}
+	return cands, over
+}
+
+// healthExempt says a node is already on its way out: scale-down's taint,
+// a machine deleted by any path.
+func (a *Autoscaler) healthExempt(l *loop, n *apiv1.Node) bool {
+	if _, gone := a.health.deleted[n.Name]; gone {
+		return true
+	}
+	if _, gone := a.preflight.deleted[n.Name]; gone {
+		return true
+	}
+	if actuation.HasTaintKey(n, scaledown.ToBeDeletedTaint) {
+		return true
+	}
+	return a.scaleDown.actuator != nil && a.scaleDown.actuator.IsGone(n.Name)
+}
+
+// firstSeenOf returns the firstSeen function of Judge for a node: when
+// this process first saw each undated match, remembered from now on.
+func (hs *healthState) firstSeenOf(node string, matches []health.Match, now time.Time) func(string) time.Time {
+	seen := hs.firstSeen[node]
+	if seen == nil {
+		seen = map[string]time.Time{}
+		hs.firstSeen[node] = seen
+	}
+	live := map[string]bool{}
+	for _, m := range matches {
+		live[m.Rule.Name] = true
+		if _, ok := seen[m.Rule.Name]; !ok && m.Since.IsZero() {
+			seen[m.Rule.Name] = now
+		}
+	}
+	for r := range seen {
+		if !live[r] {
+			delete(seen, r) // the match cleared: its clock starts again
+		}
+	}
+	return func(rule string) time.Time {
+		if t, ok := seen[rule]; ok {
+			return t
+		}
+		return now
+	}
+}
+
+// ruleAction is the action of the verdict's rule: the one taken, or the
+// one the node waits for when nothing is due yet.
+func ruleAction(v health.Verdict) health.Action {
+	for _, m := range v.Matches {
+		if m.Rule != nil && m.Rule.Name == v.Rule {
+			return m.Rule.Action
+		}
+	}
+	return v.Action
+}
+
+// tellUnhealthy logs and records that a node matches a rule.
+func (a *Autoscaler) tellUnhealthy(ctx context.Context, n *apiv1.Node, group string, v health.Verdict) {
+	what := ""
+	for _, m := range v.Matches {
+		if m.Rule.Name == v.Rule {
+			what = m.Detail
+		}
+	}
+	when := "now"
+	if !v.Due {
+		when = "in " + v.Next.Round(time.Second).String() + " if it lasts"
+	}
+	action := ruleAction(v)
+	klog.FromContext(ctx).Info("Node unhealthy", "node", klog.KObj(n), "nodeGroup", group, "rule", v.Rule, "match", what, "action", action.String(), "when", when)
+	if a.rec != nil {
+		a.rec.Event(nodeRef(n), apiv1.EventTypeWarning, EventNodeUnhealthy,
+			fmt.Sprintf("health rule %q matches: %s; action %s %s", v.Rule, what, action, when))
+	}
+}
+
+// updateBreakers engages a group's breaker when more of its nodes match
+// drain or replace rules than maxUnhealthy allows, and releases it once
+// the count has been back within bounds for the storm cooldown.
+func (a *Autoscaler) updateBreakers(ctx context.Context, l *loop, pol *health.Policy, over map[string]int) {
+	hs := a.health
+	for _, g := range l.groups {
+		id := g.ID()
+		allowed := pol.Allowed(len(l.nodesOf[id]))
+		until, on := hs.breakers[id]
+		switch {
+		case over[id] > allowed:
+			if !on {
+				msg := fmt.Sprintf("health breaker engaged for node group %s: %d of its %d nodes are unhealthy, more than maxUnhealthy allows (%d); they are cordoned, not drained or replaced, until at most %d are for %s",
+					id, over[id], len(l.nodesOf[id]), allowed, allowed, pol.StormCooldown)
+				klog.FromContext(ctx).Info("Health breaker engaged", "nodeGroup", id, "unhealthy", over[id], "nodes", len(l.nodesOf[id]), "allowed", allowed)
+				a.groupEvent(apiv1.EventTypeWarning, EventHealthBreaker, msg)
+			}
+			hs.breakers[id] = time.Time{}
+		case on && until.IsZero():
+			hs.breakers[id] = l.now.Add(pol.StormCooldown)
+		case on && !l.now.Before(until):
+			delete(hs.breakers, id)
+			klog.FromContext(ctx).Info("Health breaker released", "nodeGroup", id, "unhealthy", over[id], "allowed", allowed)
+		}
+		v := 0.0
+		if _, on := hs.breakers[id]; on {
+			v = 1
+		}
+		a.metrics.HealthBreaker.WithLabelValues(id).Set(v)
+	}
+}
+
+// recoverHealthy uncordons the nodes health handling cordoned whose match
+// cleared (or no longer asks for a cordon), unless their machines were
+// deleted, and forgets what was admitted for them.
+func (a *Autoscaler) recoverHealthy(ctx context.Context, l *loop, cands map[string]*healthCandidate) {
+	hs := a.health
+	for _, name := range sortedKeys(hs.admitted) {
+		if c, ok := cands[name]; !ok || !c.verdict.Due || c.verdict.Action < health.Drain {
+			delete(hs.admitted, name)
+		}
+	}
+	for _, name := range sortedKeys(hs.cordoned) {
+		if c, ok := cands[name]; ok && c.verdict.Cordon {
+			continue
+		}
+		idx, ok := l.snap.Index(name)
+		if !ok {
+			continue // pruned
+		}
+		if _, gone := hs.deleted[name]; gone {
+			continue
+		}
+		n := l.snap.NodeInfo(idx).Node()
+		if n.Spec.Unschedulable {
+			if err := a.actions.Uncordon(ctx, name); err != nil {
+				klog.FromContext(ctx).Error(err, "Uncordoning a node that recovered", "node", klog.KObj(n))
+				continue
+			}
+		}
+		rule := hs.cordoned[name]
+		hs.release(name)
+		group := ""
+		if g, ok := l.groupOf[name]; ok {
+			group = g.ID()
+		}
+		a.metrics.HealthActions.WithLabelValues(group, rule, "uncordon").Inc()
+		klog.FromContext(ctx).Info("Node recovered; uncordoned", "node", klog.KObj(n), "rule", rule)
+		if a.rec != nil {
+			a.rec.Event(nodeRef(n), apiv1.EventTypeNormal, EventHealthRecovered,
+				fmt.Sprintf("health rule %q no longer matches; uncordoned", rule))
+		}
+	}
+}
+
+// actOnUnhealthy cordons, drains and admits for replacement, in node name
+// order, within the bounds; it returns the machines ready to be deleted.
+func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Policy, paused bool, cands map[string]*healthCandidate) []actuation.Machine {
+	hs := a.health
+	gangs := newGangClaims(a, l)
+	var toDelete []actuation.Machine
+	for _, name := range sortedKeys(cands) {
+		c := cands[name]
+		n, v := c.node, c.verdict
+		if !v.Cordon && v.Action < health.Cordon {
+			continue // report only
+		}
+		if paused {
+			a.holdHealth(ctx, l, c, heldPaused, "health actions are paused (annotation "+HealthPausedAnnotation+")")
+			continue
+		}
+		if l.unhealthy != "" {
+			a.holdHealth(ctx, l, c, heldGuard, "the cluster-wide unready guard holds: "+l.unhealthy)
+			continue
+		}
+		if v.Cordon && !n.Spec.Unschedulable {
+			if err := a.actions.Cordon(ctx, n.Name, cordonHealth+v.Rule); err != nil {
+				klog.FromContext(ctx).Error(err, "Cordoning an unhealthy node", "node", klog.KObj(n))
+				continue
+			}
+			hs.cordoned[n.Name] = v.Rule
+			a.metrics.HealthActions.WithLabelValues(c.group, v.Rule, "cordon").Inc()
+			a.setHealthState(c, "cordoned")
+			if a.rec != nil {
+				a.rec.Event(nodeRef(n), apiv1.EventTypeWarning, EventHealthCordon, fmt.Sprintf("cordoned: health rule %q", v.Rule))
+			}
+		} else if n.Spec.Unschedulable {
+			a.setHealthState(c, "cordoned")
+		}
+		if !v.Due || v.Action < health.Drain {
+			continue
+		}
+		if _, on := hs.breakers[c.group]; on {
+			a.holdHealth(ctx, l, c, heldBreaker, fmt.Sprintf("node group %s's health breaker holds (maxUnhealthy %s)", c.group, pol.MaxUnhealthy.String()))
+			continue
+		}
+		if other := gangs.conflict(n.Name); other != "" {
+			a.holdHealth(ctx, l, c, heldGang, "another node of its gang is being drained: "+other)
+			continue
+		}
+		if !hs.admitted[n.Name] {
+			if a.allowReplacements(l, c.group, 1) == 0 {
+				a.holdHealth(ctx, l, c, heldBrake, "the replacement brake's budget is spent")
+				continue
+			}
+			hs.admitted[n.Name] = true
+			a.metrics.HealthActions.WithLabelValues(c.group, v.Rule, "drain").Inc()
+			klog.FromContext(ctx).Info("Draining an unhealthy node", "node", klog.KObj(n), "nodeGroup", c.group, "rule", v.Rule, "action", v.Action.String())
+			if a.rec != nil {
+				a.rec.Event(nodeRef(n), apiv1.EventTypeWarning, EventHealthDrain,
+					fmt.Sprintf("draining (health rule %q, action %s): pods evicted with their grace periods", v.Rule, v.Action))
+			}
+		}
+		gangs.claim(n.Name)
+		if !a.drainForReplacement(ctx, l, n) {
+			if why, blocked := a.preflight.blocked[n.Name]; blocked {
+				a.holdHealth(ctx, l, c, heldBlocked, why)
+			} else {
+				a.setHealthState(c, "draining")
+			}
+			continue
+		}
+		if v.Action == health.Drain {
+			a.setHealthState(c, "drained")
+			continue
+		}
+		a.setHealthState(c, "deleting")
+		toDelete = append(toDelete, actuation.MachineOf(c.group, n))
+	}
+	return toDelete
+}
+
+// replaceUnhealthy deletes the machines of drained unhealthy nodes
+// through the Remover, after the brake's count is saved.
+func (a *Autoscaler) replaceUnhealthy(ctx context.Context, l *loop, toDelete []actuation.Machine, cands map[string]*healthCandidate) {
+	if len(toDelete) == 0 {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	if err := a.persistSafetyState(ctx, l.now); err != nil {
+		logger.Error(err, "Unhealthy machines not deleted: the brake's count could not be saved first; retried next loop")
+		return
+	}
+	for _, o := range a.remover.Remove(ctx, l.byID, toDelete) {
+		switch {
+		case o.Deleted:
+			a.health.deleted[o.Node.Name] = l.now
+			rule := ""
+			if c := cands[o.Node.Name]; c != nil {
+				rule = c.verdict.Rule
+				a.setHealthState(c, "deleted")
+			}
+			a.metrics.HealthActions.WithLabelValues(o.Group, rule, "replace").Inc()
+			logger.Info("Deleted the machine of an unhealthy node", "node", klog.KObj(o.Node), "nodeGroup", o.Group, "rule", rule)
+			if a.rec != nil {
+				a.rec.Event(nodeRef(o.Node), apiv1.EventTypeWarning, EventHealthReplace,
+					fmt.Sprintf("machine deleted (health rule %q); its pods' new node comes through the node-addition queue", rule))
+			}
+		case o.Err != nil:
+			logger.Error(o.Err, "Deleting the machine of an unhealthy node; retried next loop", "node", klog.KObj(o.Node), "nodeGroup", o.Group)
+		default:
+			logger.V(2).Info("Unhealthy node's machine waits for its pods", "node", klog.KObj(o.Node), "holder", o.Held.String())
+		}
+	}
+}
+
+// holdHealth records that a node's action waits, telling it once per reason.
+func (a *Autoscaler) holdHealth(ctx context.Context, l *loop, c *healthCandidate, reason, why string) {
+	a.metrics.HealthHeld.WithLabelValues(c.group, reason).Inc()
+	a.setHealthState(c, "held: "+reason)
+	if a.health.heldTold[c.node.Name] == reason {
+		return
+	}
+	a.health.heldTold[c.node.Name] = reason
+	klog.FromContext(ctx).V(2).Info("Health action held", "node", klog.KObj(c.node), "rule", c.verdict.Rule, "reason", reason, "why", why)
+	if a.rec != nil {
+		a.rec.Event(nodeRef(c.node), apiv1.EventTypeWarning, EventHealthHeld,
+			fmt.Sprintf("health rule %q asks to %s; held: %s", c.verdict.Rule, c.verdict.Action, why))
+	}
+}
+
+func (a *Autoscaler) setHealthState(c *healthCandidate, state string) {
+	if c.entry != nil {
+		c.entry.State = state
+	}
+}
+
+// pruneHealth forgets nodes whose Node objects are gone.
+func (a *Autoscaler) pruneHealth(l *loop) {
+	hs := a.health
+	for _, m := range []map[string]string{hs.told, hs.heldTold, hs.cordoned} {
+		for name := range m {
+			if _, ok := l.snap.Index(name); !ok {
+				delete(m, name)
+			}
+		}
+	}
+	for name := range hs.deleted {
+		if _, ok := l.snap.Index(name); !ok {
+			delete(hs.deleted, name)
+		}
+	}
+	for name := range hs.admitted {
+		if _, ok := l.snap.Index(name); !ok {
+			delete(hs.admitted, name)
+		}
+	}
+	for name := range hs.firstSeen {
+		if _, ok := l.snap.Index(name); !ok {
+			delete(hs.firstSeen, name)
+		}
+	}
+}
+
+// adoptHealthCordon takes over a health cordon an earlier leader put on a
+// node (it carries actuation.CordonedAnnotation "health/<rule> <time>").
+func (hs *healthState) adoptHealthCordon(n *apiv1.Node) {
+	if _, ok := hs.cordoned[n.Name]; ok {
+		return
+	}
+	why, ok := actuation.CordonedBy(n)
+	if !ok || !strings.HasPrefix(why, cordonHealth) {
+		return
+	}
+	rule, _, _ := strings.Cut(strings.TrimPrefix(why, cordonHealth), " ")
+	hs.cordoned[n.Name] = rule
+}
+
+// gangClaims keeps one node at a time per gang: a node whose pods belong
+// to a gang another node being drained also runs is held, unless the
+// gang is already broken (one of its pods pending, failed or
+// terminating: its job stops anyway, and draining its other bad nodes
+// now restarts it once, not twice).
+type gangClaims struct {
+	a       *Autoscaler
+	l       *loop
+	claimed map[gang.Key]string // gang → node being drained that runs one of its pods
+	broken  map[gang.Key]bool   // computed on first need
+}
+
+func newGangClaims(a *Autoscaler, l *loop) *gangClaims {
+	gc := &gangClaims{a: a, l: l, claimed: map[gang.Key]string{}}
+	// Nodes admitted in earlier loops still running gang pods hold their gangs.
+	for _, name := range sortedKeys(a.health.admitted) {
+		gc.claim(name)
+	}
+	return gc
+}
+
+// gangsOn are the gangs of the pods running (not terminating) on a node.
+func (gc *gangClaims) gangsOn(name string) []gang.Key {
+	idx, ok := gc.l.snap.Index(name)
+	if !ok {
+		return nil
+	}
+	var keys []gang.Key
+	for _, p := range gc.l.snap.Pods(idx) {
+		if h := actuation.HolderOf(p, gc.l.now); h == nil || h.Terminating {
+			continue
+		}
+		if k, ok := gang.KeyOf(p); ok {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+func (gc *gangClaims) claim(name string) {
+	for _, k := range gc.gangsOn(name) {
+		if _, ok := gc.claimed[k]; !ok {
+			gc.claimed[k] = name
+		}
+	}
+}
+
+// conflict names the node holding one of this node's unbroken gangs, or "".
+func (gc *gangClaims) conflict(name string) string {
+	for _, k := range gc.gangsOn(name) {
+		other, ok := gc.claimed[k]
+		if !ok || other == name || gc.isBroken(k) {
+			continue
+		}
+		return other + " (gang " + k.String() + ")"
+	}
+	return ""
+}
+
+// isBroken says one of the gang's pods is pending (unbound), failed or
+// terminating.
+// The first call scans the snapshot's pods once.
+func (gc *gangClaims) isBroken(k gang.Key) bool {
+	if gc.broken == nil {
+		gc.broken = map[gang.Key]bool{}
+		mark := func(p *apiv1.Pod) {
+			if key, ok := gang.KeyOf(p); ok {
+				if _, claimed := gc.claimed[key]; claimed {
+					gc.broken[key] = true
+				}
+			}
+		}
+		for _, p := range gc.l.unbound {
+			mark(p)
+		}
+		for i := 0; i < gc.l.snap.Len(); i++ {
+			for _, p := range gc.l.snap.Pods(i) {
+				if p.DeletionTimestamp != nil || p.Status.Phase == apiv1.PodFailed {
+					mark(p)
+				}
+			}
+		}
+	}
+	return gc.broken[k]
+}
