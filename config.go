@@ -103,7 +103,7 @@ YAML, except those marked "command line only"):
 	fs.IntVar(&c.kubeClientBurst, "kube-client-burst", 40, "burst of the Kubernetes client")
 	fs.StringVar(&c.kubeAPIContentType, "kube-api-content-type", contentTypeProtobuf, "content type of requests for built-in types: "+contentTypeProtobuf+" or "+contentTypeJSON+" (CRDs always use JSON)")
 	fs.StringVar(&c.cloudProvider, "cloud-provider", "azure", "cloud provider (azure)")
-	fs.StringArrayVar(&c.nodes, "nodes", nil, "node group as min:max:<scale set>; repeat for each group")
+	fs.StringArrayVar(&c.nodes, "nodes", nil, "node group as min:max:<scale set>, or min:max:<resource group>/<scale set> where scale sets of that name are in several resource groups; repeat for each group")
 	live.DurationVar(&c.core.ScanInterval, "scan-interval", d.ScanInterval, "time between loops")
 	live.IntVar(&c.core.MaxNodesTotal, "max-nodes-total", d.MaxNodesTotal, "maximum number of nodes in the cluster, 0 for no limit")
 	live.StringVar(&c.expander, "expander", strings.Join(d.Expanders, ","), "expander chain, comma-separated: "+strings.Join(scaleup.ValidExpanders(), ", "))

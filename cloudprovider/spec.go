@@ -12,17 +12,31 @@ import (
 // the provider, which clamps the max to it and says so.
 const MaxGroupSize = 100000
 
-// NodeGroupSpec is one --nodes=min:max:name flag.
+// NodeGroupSpec is one --nodes=min:max:name (or min:max:rg/name) flag.
 type NodeGroupSpec struct {
 	Min, Max int
-	Name     string
+	// ResourceGroup is the resource group the flag names the scale set in
+	// ("rg/name"), "" when it gives the name alone. A name alone must be
+	// unambiguous: scale sets of one name in several resource groups are
+	// each named with theirs.
+	ResourceGroup string
+	Name          string
 }
 
-// ParseNodeGroupSpec parses "min:max:name". Errors name the flag and value.
+// Target is the scale set as the flag names it: "name" or "rg/name".
+func (sp NodeGroupSpec) Target() string {
+	if sp.ResourceGroup == "" {
+		return sp.Name
+	}
+	return sp.ResourceGroup + "/" + sp.Name
+}
+
+// ParseNodeGroupSpec parses "min:max:name" or "min:max:rg/name". Errors
+// name the flag and value.
 func ParseNodeGroupSpec(s string) (NodeGroupSpec, error) {
 	parts := strings.SplitN(s, ":", 3)
 	if len(parts) != 3 {
-		return NodeGroupSpec{}, fmt.Errorf("--nodes=%q: want min:max:name", s)
+		return NodeGroupSpec{}, fmt.Errorf("--nodes=%q: want min:max:name or min:max:resource-group/name", s)
 	}
 	min, err := strconv.Atoi(parts[0])
 	if err != nil || min < 0 {
@@ -41,27 +55,43 @@ func ParseNodeGroupSpec(s string) (NodeGroupSpec, error) {
 	if max > MaxGroupSize {
 		return NodeGroupSpec{}, fmt.Errorf("--nodes=%q: max %d is above %d", s, max, MaxGroupSize)
 	}
-	name := strings.TrimSpace(parts[2])
-	if name == "" || strings.ContainsAny(name, " /:") {
-		return NodeGroupSpec{}, fmt.Errorf("--nodes=%q: name %q must be a scale set name (no spaces, '/' or ':')", s, parts[2])
+	target := strings.TrimSpace(parts[2])
+	rg, name, qualified := strings.Cut(target, "/")
+	if !qualified {
+		rg, name = "", target
 	}
-	return NodeGroupSpec{Min: min, Max: max, Name: name}, nil
+	if name == "" || strings.ContainsAny(name, " /:") {
+		return NodeGroupSpec{}, fmt.Errorf("--nodes=%q: name %q must be a scale set name (no spaces, '/' or ':'), "+
+			"or a resource group and one (resource-group/name)", s, parts[2])
+	}
+	if qualified && (rg == "" || strings.ContainsAny(rg, " :")) {
+		return NodeGroupSpec{}, fmt.Errorf("--nodes=%q: resource group %q of scale set %s must be a resource group name (no spaces, '/' or ':')", s, rg, name)
+	}
+	return NodeGroupSpec{Min: min, Max: max, ResourceGroup: rg, Name: name}, nil
 }
 
-// ParseNodeGroupSpecs parses every --nodes flag and rejects duplicates.
+// ParseNodeGroupSpecs parses every --nodes flag and rejects duplicates: a
+// scale set given twice, or a name given alone and with a resource group
+// (rg1/gpu and rg2/gpu are two node groups; gpu and rg1/gpu are one given
+// twice, or an ambiguous one).
 func ParseNodeGroupSpecs(specs []string) ([]NodeGroupSpec, error) {
-	seen := map[string]bool{}
+	seen := map[string]string{}   // lower-case target -> flag value
+	byName := map[string]string{} // lower-case name -> a flag value naming it
 	out := make([]NodeGroupSpec, 0, len(specs))
 	for _, s := range specs {
 		sp, err := ParseNodeGroupSpec(s)
 		if err != nil {
 			return nil, err
 		}
-		key := strings.ToLower(sp.Name)
-		if seen[key] {
-			return nil, fmt.Errorf("--nodes=%q: node group %s is given twice", s, sp.Name)
+		key, name := strings.ToLower(sp.Target()), strings.ToLower(sp.Name)
+		if prev, dup := seen[key]; dup {
+			return nil, fmt.Errorf("--nodes=%q: node group %s is given twice (also --nodes=%q)", s, sp.Target(), prev)
 		}
-		seen[key] = true
+		if prev, ok := byName[name]; ok && (sp.ResourceGroup == "" || seen[name] != "") {
+			return nil, fmt.Errorf("--nodes=%q: scale set name %s is given alone and with a resource group (also --nodes=%q): "+
+				"give each scale set of that name with its resource group", s, sp.Name, prev)
+		}
+		seen[key], byName[name] = s, s
 		out = append(out, sp)
 	}
 	return out, nil

@@ -109,6 +109,11 @@ func (e *errThrottled) Error() string {
 	return fmt.Sprintf("ARM %s calls are throttled until %s (Retry-After)", e.kind, e.until.UTC().Format(time.RFC3339))
 }
 
+// NonRetriable tells the SDK's retry policy not to retry a request held
+// back: each retry would be held back too, only seconds later (and a
+// background operation watcher would keep Close waiting for them).
+func (e *errThrottled) NonRetriable() {}
+
 // armPolicy runs on every attempt: it holds requests back while their
 // kind is throttled, records metrics, and learns Retry-After from 429s.
 type armPolicy struct {

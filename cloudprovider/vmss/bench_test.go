@@ -10,11 +10,19 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
 )
 
-// BenchmarkRefreshAndLookups: one cache refresh of 20 scale sets x 375 VMs
-// over HTTPS to the simulator, then a providerID lookup for each of the
-// 7,500 nodes. ARM calls per refresh are reported.
-func BenchmarkRefreshAndLookups(b *testing.B) {
-	f, nodes := benchFleet(b)
+// BenchmarkRefreshAndLookups: one cache refresh of 20 Uniform scale sets
+// x 375 VMs over HTTPS to the simulator, then a providerID lookup for
+// each of the 7,500 nodes. ARM calls per refresh are reported.
+func BenchmarkRefreshAndLookups(b *testing.B) { benchRefreshAndLookups(b, false) }
+
+// BenchmarkRefreshAndLookupsFlexible: the same fleet of Flexible scale
+// sets, listed through the Virtual Machines API filtered by scale set;
+// the nodes carry provider IDs as cloud-provider-azure writes them, found
+// through the cache alone.
+func BenchmarkRefreshAndLookupsFlexible(b *testing.B) { benchRefreshAndLookups(b, true) }
+
+func benchRefreshAndLookups(b *testing.B, flexible bool) {
+	f, nodes := benchFleet(b, flexible)
 	if len(nodes) != 7500 {
 		b.Fatalf("%d nodes", len(nodes))
 	}
@@ -39,7 +47,7 @@ func BenchmarkRefreshAndLookups(b *testing.B) {
 
 // BenchmarkLookups: 7,500 providerID lookups alone.
 func BenchmarkLookups(b *testing.B) {
-	f, nodes := benchFleet(b)
+	f, nodes := benchFleet(b, false)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -52,13 +60,17 @@ func BenchmarkLookups(b *testing.B) {
 }
 
 // benchFleet is 20 discovered scale sets of 375 VMs, refreshed once, and
-// a node object per VM.
-func benchFleet(b *testing.B) (*fixture, []*apiv1.Node) {
+// a node object per VM. A Flexible fleet's nodes carry the provider ID
+// cloud-provider-azure writes (the resource group lower-cased; the same
+// here, where it is "rg").
+func benchFleet(b *testing.B, flexible bool) (*fixture, []*apiv1.Node) {
 	b.Helper()
 	klog.SetLogger(klog.Background().V(10))
 	var sets []armsim.ScaleSetSpec
 	for i := 0; i < 20; i++ {
-		sets = append(sets, gpuSet(fmt.Sprintf("gpu-%02d", i), 375, discoveredTags(0, 500)))
+		s := gpuSet(fmt.Sprintf("gpu-%02d", i), 375, discoveredTags(0, 500))
+		s.Flexible = flexible
+		sets = append(sets, s)
 	}
 	f := newFixture(b, sets, withDiscovery(discoverySpec))
 	f.refresh()
@@ -66,7 +78,7 @@ func benchFleet(b *testing.B) (*fixture, []*apiv1.Node) {
 	for _, g := range f.p.NodeGroups() {
 		ins, _ := g.Instances()
 		for _, in := range ins {
-			nodes = append(nodes, &apiv1.Node{Spec: apiv1.NodeSpec{ProviderID: in.ProviderID}})
+			nodes = append(nodes, &apiv1.Node{Spec: apiv1.NodeSpec{ProviderID: armsim.AzureProviderID(in.ProviderID)}})
 		}
 	}
 	return f, nodes

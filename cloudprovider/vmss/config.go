@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -125,6 +126,10 @@ func (c *Config) Validate() error {
 	for _, ng := range c.NodeGroups {
 		if err := validateName(ng.Name); err != nil {
 			return fmt.Errorf("--nodes: %w", err)
+		}
+		if ng.ResourceGroup != "" && !slices.ContainsFunc(c.ResourceGroups, func(rg string) bool { return strings.EqualFold(rg, ng.ResourceGroup) }) {
+			return fmt.Errorf("--nodes=%d:%d:%s: resource group %q is not one of --azure-resource-groups (%s)",
+				ng.Min, ng.Max, ng.Target(), ng.ResourceGroup, strings.Join(c.ResourceGroups, ","))
 		}
 	}
 	for _, d := range c.AutoDiscovery {

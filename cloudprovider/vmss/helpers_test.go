@@ -297,18 +297,34 @@ func TestResourceTagQuantityForms(t *testing.T) {
 	}
 }
 
-func TestInstanceStateFromProvisioningAndPowerState(t *testing.T) {
-	vm := func(prov string, statuses ...string) *armcompute.VirtualMachineScaleSetVM {
-		v := &armcompute.VirtualMachineScaleSetVM{ID: to.Ptr("/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/g/virtualMachines/1"),
-			Properties: &armcompute.VirtualMachineScaleSetVMProperties{ProvisioningState: to.Ptr(prov), InstanceView: &armcompute.VirtualMachineScaleSetVMInstanceView{}}}
-		for _, c := range statuses {
-			v.Properties.InstanceView.Statuses = append(v.Properties.InstanceView.Statuses, &armcompute.InstanceViewStatus{Code: to.Ptr(c), Message: to.Ptr("m")})
-		}
-		return v
+// vmOf is a VM as each API answers it: a Uniform scale set's VM (the
+// scale-set VM API) and a Flexible one's (the Virtual Machines API), with
+// the same provisioning state and instance view statuses.
+type vmOf struct {
+	uniform  *armcompute.VirtualMachineScaleSetVM
+	flexible *armcompute.VirtualMachine
+}
+
+func testVM(prov string, statuses ...string) vmOf {
+	var view []*armcompute.InstanceViewStatus
+	for _, c := range statuses {
+		view = append(view, &armcompute.InstanceViewStatus{Code: to.Ptr(c), Message: to.Ptr("m")})
 	}
+	return vmOf{
+		uniform: &armcompute.VirtualMachineScaleSetVM{ID: to.Ptr("/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/g/virtualMachines/1"),
+			Properties: &armcompute.VirtualMachineScaleSetVMProperties{ProvisioningState: to.Ptr(prov), InstanceView: &armcompute.VirtualMachineScaleSetVMInstanceView{Statuses: view}}},
+		flexible: &armcompute.VirtualMachine{ID: to.Ptr("/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/g_0a1b2c3d"),
+			Properties: &armcompute.VirtualMachineProperties{ProvisioningState: to.Ptr(prov), InstanceView: &armcompute.VirtualMachineInstanceView{Statuses: view}}},
+	}
+}
+
+// TestInstanceStateFromProvisioningAndPowerState: the same states map to
+// the same instance whichever API listed the VM.
+func TestInstanceStateFromProvisioningAndPowerState(t *testing.T) {
+	vm := testVM
 	tests := []struct {
 		name      string
-		vm        *armcompute.VirtualMachineScaleSetVM
+		vm        vmOf
 		state     cloudprovider.InstanceState
 		errClass  cloudprovider.ErrorClass
 		errorCode string
@@ -331,24 +347,40 @@ func TestInstanceStateFromProvisioningAndPowerState(t *testing.T) {
 		{"failed and deallocated", vm("Failed", "ProvisioningState/failed/AllocationFailed", "PowerState/deallocated"), cloudprovider.InstanceRunning, cloudprovider.ClassOutOfCapacity, "AllocationFailed", ""},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			in := instanceOf(tc.vm)
-			if in.State != tc.state {
-				t.Errorf("state %s, want %s", in.State, tc.state)
-			}
-			switch {
-			case tc.errorCode == "" && in.Error != nil:
-				t.Errorf("unexpected error %+v", in.Error)
-			case tc.errorCode != "" && (in.Error == nil || in.Error.Code != tc.errorCode || in.Error.Class != tc.errClass):
-				t.Errorf("error %+v, want code %s class %s", in.Error, tc.errorCode, tc.errClass)
-			}
-			switch {
-			case tc.failedRunning == "" && in.FailedRunning != nil:
-				t.Errorf("unexpected failed-while-running %+v", in.FailedRunning)
-			case tc.failedRunning != "" && (in.FailedRunning == nil || in.FailedRunning.Code != tc.failedRunning):
-				t.Errorf("failed-while-running %+v, want code %s", in.FailedRunning, tc.failedRunning)
-			}
-		})
+		uniform, okU := statusOfScaleSetVM(tc.vm.uniform)
+		flexible, okF := statusOfVirtualMachine(tc.vm.flexible)
+		if !okU || !okF {
+			t.Fatalf("%s: VM without an ID", tc.name)
+		}
+		for _, api := range []struct {
+			name string
+			vm   vmStatus
+		}{{"uniform", uniform}, {"flexible", flexible}} {
+			t.Run(tc.name+"/"+api.name, func(t *testing.T) {
+				in := instanceOf(api.vm)
+				if in.State != tc.state {
+					t.Errorf("state %s, want %s", in.State, tc.state)
+				}
+				switch {
+				case tc.errorCode == "" && in.Error != nil:
+					t.Errorf("unexpected error %+v", in.Error)
+				case tc.errorCode != "" && (in.Error == nil || in.Error.Code != tc.errorCode || in.Error.Class != tc.errClass):
+					t.Errorf("error %+v, want code %s class %s", in.Error, tc.errorCode, tc.errClass)
+				}
+				switch {
+				case tc.failedRunning == "" && in.FailedRunning != nil:
+					t.Errorf("unexpected failed-while-running %+v", in.FailedRunning)
+				case tc.failedRunning != "" && (in.FailedRunning == nil || in.FailedRunning.Code != tc.failedRunning):
+					t.Errorf("failed-while-running %+v, want code %s", in.FailedRunning, tc.failedRunning)
+				}
+				if want := "azure://" + *map[string]*string{"uniform": tc.vm.uniform.ID, "flexible": tc.vm.flexible.ID}[api.name]; in.ProviderID != want {
+					t.Errorf("provider ID %s, want %s", in.ProviderID, want)
+				}
+			})
+		}
+	}
+	if _, ok := statusOfVirtualMachine(&armcompute.VirtualMachine{}); ok {
+		t.Fatal("a VM without an ID was read")
 	}
 }
 
@@ -390,5 +422,22 @@ func TestTemplateOfAnAKSNodePool(t *testing.T) {
 				t.Fatalf("labels %v, want node-group %q agent-pool %q", n.Labels, tc.wantGroup, tc.wantPool)
 			}
 		})
+	}
+}
+
+// TestIsPlaceholder: a placeholder's provider ID has the Uniform form
+// with a failed-op instance; a Flexible VM of a scale set named failed-op
+// is a VM.
+func TestIsPlaceholder(t *testing.T) {
+	for id, want := range map[string]bool{
+		"azure:///subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/gpu/virtualMachines/failed-op3-0": true,
+		"azure:///subscriptions/s/resourcegroups/rg/providers/microsoft.compute/virtualmachinescalesets/gpu/virtualmachines/failed-op3-0": true,
+		"azure:///subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/gpu/virtualMachines/3":            false,
+		"azure:///subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/failed-op_0a1b2c3d":                       false,
+		"azure:///subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/gpu_0a1b2c3d":                             false,
+	} {
+		if got := isPlaceholder(id); got != want {
+			t.Errorf("isPlaceholder(%s) = %v, want %v", id, got, want)
+		}
 	}
 }

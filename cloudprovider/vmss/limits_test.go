@@ -21,6 +21,7 @@ func TestMaxClampedToScaleSetLimit(t *testing.T) {
 	gallery := "/subscriptions/" + sub + "/resourceGroups/images/providers/Microsoft.Compute/galleries/g/images/gpu/versions/1.0.0"
 	tests := []struct {
 		name      string
+		flexible  bool
 		spg       bool
 		image     string
 		nodes     string
@@ -28,16 +29,17 @@ func TestMaxClampedToScaleSetLimit(t *testing.T) {
 		wantLimit int
 		wantWhy   string
 	}{
-		{"uniform, platform image", false, "", "0:2500:gpu", 1000, 1000, "Uniform scale set"},
-		{"uniform, gallery image", false, gallery, "0:2500:gpu", 1000, 1000, "Uniform scale set"},
-		{"managed custom image", false, managedImageID, "0:2500:gpu", 600, 600, "managed custom image"},
-		{"single placement group", true, "", "0:2500:gpu", 100, 100, "single placement group"},
-		{"configured max below the limit", true, "", "0:50:gpu", 50, 100, "single placement group"},
+		{"uniform, platform image", false, false, "", "0:2500:gpu", 1000, 1000, "Uniform scale set"},
+		{"uniform, gallery image", false, false, gallery, "0:2500:gpu", 1000, 1000, "Uniform scale set"},
+		{"managed custom image", false, false, managedImageID, "0:2500:gpu", 600, 600, "managed custom image"},
+		{"single placement group", false, true, "", "0:2500:gpu", 100, 100, "single placement group"},
+		{"configured max below the limit", false, true, "", "0:50:gpu", 50, 100, "single placement group"},
+		{"flexible, managed custom image", true, false, managedImageID, "0:2500:gpu", 1000, 1000, "Flexible scale set"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			spec := gpuSet("gpu", 0, nil)
-			spec.SinglePlacementGroup, spec.Image = tt.spg, tt.image
+			spec.Flexible, spec.SinglePlacementGroup, spec.Image = tt.flexible, tt.spg, tt.image
 			f := newFixture(t, []armsim.ScaleSetSpec{spec}, withNodes(tt.nodes))
 			f.refresh()
 			g := f.group("gpu")
@@ -121,7 +123,7 @@ func TestSizeLimitErrorsAreClassified(t *testing.T) {
 			spec.SinglePlacementGroup, spec.Image = tt.spg, tt.image
 			f := newFixture(t, []armsim.ScaleSetSpec{spec}, withNodes("0:5000:gpu"))
 			f.refresh()
-			g := f.p.groups["gpu"]
+			g := f.p.groups[setKey("rg", "gpu")]
 			_, raw := g.patchCapacity(f.ctx, tt.capacity, "")
 			err := classify(raw)
 			if !cloudprovider.IsSizeLimit(err) || cloudprovider.IsQuota(err) {
@@ -146,7 +148,7 @@ func TestRefusedSizeLowersMax(t *testing.T) {
 	spec.SinglePlacementGroup = true
 	f := newFixture(t, []armsim.ScaleSetSpec{spec}, withNodes("0:2500:gpu"))
 	f.refresh()
-	g := f.p.groups["gpu"]
+	g := f.p.groups[setKey("rg", "gpu")]
 	// As if the provider had read the scale set before it became a single
 	// placement group: it believes 1,000 VMs fit.
 	g.mu.Lock()
@@ -185,7 +187,7 @@ func TestLimitWarningLoggedOncePerChange(t *testing.T) {
 		{"first refresh", f.refresh, 1},
 		{"same clamp", func() { f.expire(); f.refresh() }, 1},
 		{"limit learned lower", func() {
-			g := f.p.groups["gpu"]
+			g := f.p.groups[setKey("rg", "gpu")]
 			g.mu.Lock()
 			g.learned = 50
 			g.mu.Unlock()

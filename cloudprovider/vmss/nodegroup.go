@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -22,11 +23,27 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 )
 
-// scaleSet is one VMSS node group. Its fields are guarded by mu.
+// scaleSet is one VMSS node group. Its fields are guarded by mu, but for
+// id.
 type scaleSet struct {
 	p    *Provider
-	rg   string
+	rg   string // as in --azure-resource-groups
 	name string
+	// id is the group's ID when it is not the name: "<resource group>/<name>"
+	// while scale sets of its name are in several resource groups (set by
+	// Refresh).
+	id atomic.Pointer[string]
+	// flexible is Flexible orchestration: its VMs are virtual machines of
+	// their own, listed through the Virtual Machines API, named (not
+	// numbered) and deleted by name; their provider IDs do not name the
+	// scale set.
+	flexible bool
+	// spot (guarded by mu) is Spot priority, read from the scale set's
+	// VM profile: Azure evicts its VMs, which changes its capacity
+	// (eviction policy Delete) or leaves deallocated VMs in it
+	// (evictionPolicy Deallocate).
+	spot           bool
+	evictionPolicy armcompute.VirtualMachineEvictionPolicyTypes
 
 	mu       sync.Mutex
 	min, max int // max as configured (--nodes or the max tag)
@@ -54,7 +71,7 @@ type scaleSet struct {
 	failedOps []failedOp
 	dropped   map[string]bool
 	opSeq     int
-	// maxInstanceID is the highest numeric instance ID seen.
+	// maxInstanceID is the highest numeric instance ID seen (Uniform).
 	maxInstanceID int
 	// optionsProblem is the last invalid autoscaling-options tags logged
 	// (each is logged once, when it first appears).
@@ -63,8 +80,41 @@ type scaleSet struct {
 
 // failedOp is a scale-up operation that ARM reported failed.
 type failedOp struct {
-	op, delta, maxIDBefore int
-	err                    cloudprovider.InstanceError
+	op, delta int
+	before    opBase
+	err       cloudprovider.InstanceError
+}
+
+// opBase is what a scale-up saw of its scale set when it was sent: the
+// VMs listed since are the ones it may have created.
+type opBase struct {
+	// maxID is the highest instance ID seen (Uniform: instance IDs grow).
+	maxID int
+	// listed holds the provider ID keys of the VMs then listed (Flexible:
+	// VM names are drawn at random, so only the names already seen tell
+	// new VMs from old).
+	listed map[string]bool
+}
+
+// newSince says the instance was not listed when the operation was sent.
+func (b opBase) newSince(flexible bool, in cloudprovider.Instance) bool {
+	if flexible {
+		return !b.listed[cloudprovider.ProviderIDKey(in.ProviderID)] && !isPlaceholder(in.ProviderID)
+	}
+	id, ok := numericInstanceID(in.ProviderID)
+	return ok && id > b.maxID
+}
+
+// baseLocked is the scale set as a scale-up sent now sees it.
+func (g *scaleSet) baseLocked() opBase {
+	b := opBase{maxID: g.maxInstanceID}
+	if g.flexible {
+		b.listed = make(map[string]bool, len(g.instances))
+		for _, in := range g.instances {
+			b.listed[cloudprovider.ProviderIDKey(in.ProviderID)] = true
+		}
+	}
+	return b
 }
 
 // scaleSetView is what a refresh read of the scale set.
@@ -75,10 +125,11 @@ type scaleSetView struct {
 	tags     map[string]string
 	capacity int
 	skuName  string
+	spot     bool
 }
 
 // update applies a refresh. Called without locks held.
-func (g *scaleSet) update(s *armcompute.VirtualMachineScaleSet, vms []*armcompute.VirtualMachineScaleSetVM, skus map[string]skuInfo, now time.Time) {
+func (g *scaleSet) update(s *armcompute.VirtualMachineScaleSet, vms []vmStatus, skus map[string]skuInfo, now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	v := scaleSetView{name: g.name, location: deref(s.Location), tags: tagMap(s.Tags)}
@@ -91,6 +142,8 @@ func (g *scaleSet) update(s *armcompute.VirtualMachineScaleSet, vms []*armcomput
 			v.capacity = int(*s.SKU.Capacity)
 		}
 	}
+	g.spot, g.evictionPolicy = spotOf(s)
+	v.spot = g.spot
 	g.view = v
 	g.limit, g.limitWhy = platformLimit(s)
 	g.known = s.SKU != nil && s.SKU.Capacity != nil
@@ -104,13 +157,13 @@ func (g *scaleSet) update(s *armcompute.VirtualMachineScaleSet, vms []*armcomput
 	listed := map[string]bool{}
 	g.instances = g.instances[:0]
 	for _, vm := range vms {
-		if vm == nil || vm.ID == nil {
-			continue
-		}
 		in := instanceOf(vm)
-		key := strings.ToLower(in.ProviderID)
+		if g.spot && g.evictionPolicy == armcompute.VirtualMachineEvictionPolicyTypesDeallocate {
+			deallocatedSpot(&in, vm)
+		}
+		key := cloudprovider.ProviderIDKey(in.ProviderID)
 		listed[key] = true
-		if id, ok := numericInstanceID(in.ProviderID); ok && id > g.maxInstanceID {
+		if id, ok := numericInstanceID(in.ProviderID); ok && !g.flexible && id > g.maxInstanceID {
 			g.maxInstanceID = id
 		}
 		if g.deleting[key] {
@@ -128,23 +181,29 @@ func (g *scaleSet) update(s *armcompute.VirtualMachineScaleSet, vms []*armcomput
 }
 
 // placeholdersLocked returns a failed instance for each machine a failed
-// scale-up never created: the operation's delta minus the VMs with a
-// higher instance ID than any seen before it started.
+// scale-up never created: the operation's delta minus the VMs listed since
+// it was sent (a higher instance ID than any seen before, in a Uniform
+// scale set; a name not listed before, in a Flexible one).
+//
+// A placeholder's provider ID has the Uniform form for either mode:
+// .../virtualMachineScaleSets/<set>/virtualMachines/failed-op<op>-<i>. It
+// is no VM's ID, and that form names the scale set, so DeleteNodes knows
+// it as this group's without a lookup.
 func (g *scaleSet) placeholdersLocked() []cloudprovider.Instance {
 	var out []cloudprovider.Instance
 	kept := g.failedOps[:0]
 	for _, f := range g.failedOps {
 		created := 0
 		for _, in := range g.instances {
-			if id, ok := numericInstanceID(in.ProviderID); ok && id > f.maxIDBefore {
+			if f.before.newSince(g.flexible, in) {
 				created++
 			}
 		}
 		live := 0
 		for i := created; i < f.delta; i++ {
-			pid := fmt.Sprintf("azure:///subscriptions/%s/resourceGroups/%s/providers/Microsoft.Compute/virtualMachineScaleSets/%s/virtualMachines/failed-op%d-%d",
-				g.p.cfg.SubscriptionID, g.rg, g.name, f.op, i)
-			if g.dropped[strings.ToLower(pid)] {
+			pid := fmt.Sprintf("azure:///subscriptions/%s/resourceGroups/%s/providers/Microsoft.Compute/virtualMachineScaleSets/%s/virtualMachines/%s%d-%d",
+				g.p.cfg.SubscriptionID, g.rg, g.name, placeholderPrefix, f.op, i)
+			if g.dropped[cloudprovider.ProviderIDKey(pid)] {
 				continue
 			}
 			e := f.err
@@ -159,6 +218,22 @@ func (g *scaleSet) placeholdersLocked() []cloudprovider.Instance {
 	return out
 }
 
+// placeholderPrefix starts the last segment of a placeholder's provider ID.
+const placeholderPrefix = "failed-op"
+
+// isPlaceholder says the provider ID is a placeholder's (of the Uniform
+// form: a Flexible VM named failed-op… is none).
+func isPlaceholder(providerID string) bool {
+	ref, ok := parseProviderID(providerID)
+	return ok && strings.HasPrefix(ref.instanceID, placeholderPrefix)
+}
+
+// lastSegment is the last segment of a resource ID or provider ID: a
+// Uniform VM's instance ID, a Flexible VM's name.
+func lastSegment(id string) string {
+	return id[strings.LastIndex(id, "/")+1:]
+}
+
 // numericInstanceID returns the instance ID of a VM's provider ID when it
 // is a number (placeholders are not).
 func numericInstanceID(providerID string) (int, bool) {
@@ -167,14 +242,53 @@ func numericInstanceID(providerID string) (int, bool) {
 	return n, err == nil
 }
 
-// instanceOf maps a VM's provisioning state and instance view to an instance.
-func instanceOf(vm *armcompute.VirtualMachineScaleSetVM) cloudprovider.Instance {
-	in := cloudprovider.Instance{ProviderID: "azure://" + *vm.ID, State: cloudprovider.InstanceRunning}
-	state := ""
-	if vm.Properties != nil {
-		state = strings.ToLower(deref(vm.Properties.ProvisioningState))
+// vmStatus is what the provider reads of a VM, from either API: a
+// Uniform scale set's VM (the scale-set VM API) or a Flexible one's (a
+// virtual machine of its own).
+type vmStatus struct {
+	id                string // ARM resource ID
+	provisioningState string
+	// view is the instance view's statuses; hasView says there was one.
+	view    []*armcompute.InstanceViewStatus
+	hasView bool
+}
+
+// statusOfScaleSetVM reads a Uniform scale set's VM; ok is false without
+// an ID.
+func statusOfScaleSetVM(vm *armcompute.VirtualMachineScaleSetVM) (vmStatus, bool) {
+	if vm == nil || vm.ID == nil {
+		return vmStatus{}, false
 	}
-	switch state {
+	st := vmStatus{id: *vm.ID}
+	if p := vm.Properties; p != nil {
+		st.provisioningState = deref(p.ProvisioningState)
+		if p.InstanceView != nil {
+			st.view, st.hasView = p.InstanceView.Statuses, true
+		}
+	}
+	return st, true
+}
+
+// statusOfVirtualMachine reads a Flexible scale set's VM; ok is false
+// without an ID.
+func statusOfVirtualMachine(vm *armcompute.VirtualMachine) (vmStatus, bool) {
+	if vm == nil || vm.ID == nil {
+		return vmStatus{}, false
+	}
+	st := vmStatus{id: *vm.ID}
+	if p := vm.Properties; p != nil {
+		st.provisioningState = deref(p.ProvisioningState)
+		if p.InstanceView != nil {
+			st.view, st.hasView = p.InstanceView.Statuses, true
+		}
+	}
+	return st, true
+}
+
+// instanceOf maps a VM's provisioning state and instance view to an instance.
+func instanceOf(vm vmStatus) cloudprovider.Instance {
+	in := cloudprovider.Instance{ProviderID: "azure://" + vm.id, State: cloudprovider.InstanceRunning}
+	switch strings.ToLower(vm.provisioningState) {
 	case "creating":
 		in.State = cloudprovider.InstanceCreating
 	case "deleting":
@@ -206,13 +320,43 @@ func instanceOf(vm *armcompute.VirtualMachineScaleSetVM) cloudprovider.Instance 
 	return in
 }
 
+// spotOf reads a scale set's priority and eviction policy.
+func spotOf(s *armcompute.VirtualMachineScaleSet) (bool, armcompute.VirtualMachineEvictionPolicyTypes) {
+	if s.Properties == nil || s.Properties.VirtualMachineProfile == nil {
+		return false, ""
+	}
+	vp := s.Properties.VirtualMachineProfile
+	if vp.Priority == nil || *vp.Priority != armcompute.VirtualMachinePriorityTypesSpot {
+		return false, ""
+	}
+	if vp.EvictionPolicy == nil {
+		return true, ""
+	}
+	return true, *vp.EvictionPolicy
+}
+
+// CodeSpotEvicted is the error code of a Spot VM that Azure evicted and
+// deallocated (eviction policy Deallocate).
+const CodeSpotEvicted = "SpotEvicted"
+
+// deallocatedSpot turns a deallocated VM of a Spot scale set with
+// eviction policy Deallocate into a failed instance: Azure evicted it; it
+// runs nothing yet stays in sku.capacity and holds its cores in the
+// quota, so it is to be deleted (and there was no Spot capacity for it:
+// out of capacity) rather than counted as deleting for ever.
+func deallocatedSpot(in *cloudprovider.Instance, vm vmStatus) {
+	if powerState(vm) != "deallocated" || in.Error != nil {
+		return
+	}
+	in.State = cloudprovider.InstanceRunning
+	in.Error = &cloudprovider.InstanceError{Class: cloudprovider.ClassOutOfCapacity, Code: CodeSpotEvicted,
+		Message: "Spot VM evicted and deallocated (eviction policy Deallocate): it runs nothing and holds its cores in the quota"}
+}
+
 // powerState is the VM's power state from its instance view
 // ("PowerState/running" → "running"), or "".
-func powerState(vm *armcompute.VirtualMachineScaleSetVM) string {
-	if vm.Properties == nil || vm.Properties.InstanceView == nil {
-		return ""
-	}
-	for _, st := range vm.Properties.InstanceView.Statuses {
+func powerState(vm vmStatus) string {
+	for _, st := range vm.view {
 		if st != nil && st.Code != nil {
 			if rest, ok := strings.CutPrefix(*st.Code, "PowerState/"); ok {
 				return strings.ToLower(rest)
@@ -224,11 +368,11 @@ func powerState(vm *armcompute.VirtualMachineScaleSetVM) string {
 
 // failureOf finds the error code of a failed VM in its instance view
 // ("ProvisioningState/failed/AllocationFailed").
-func failureOf(vm *armcompute.VirtualMachineScaleSetVM) (string, string) {
-	if vm.Properties == nil || vm.Properties.InstanceView == nil {
+func failureOf(vm vmStatus) (string, string) {
+	if !vm.hasView {
 		return "ProvisioningFailed", "provisioning failed (no instance view)"
 	}
-	for _, st := range vm.Properties.InstanceView.Statuses {
+	for _, st := range vm.view {
 		if st == nil || st.Code == nil {
 			continue
 		}
@@ -245,8 +389,15 @@ func (g *scaleSet) markStale(why string) {
 	g.stale = why
 }
 
-// ID implements cloudprovider.NodeGroup.
-func (g *scaleSet) ID() string { return g.name }
+// ID implements cloudprovider.NodeGroup: the scale set's name, or
+// "<resource group>/<name>" while that name is ambiguous (scale sets of
+// it are in several of the resource groups).
+func (g *scaleSet) ID() string {
+	if id := g.id.Load(); id != nil {
+		return *id
+	}
+	return g.name
+}
 
 // MinSize implements cloudprovider.NodeGroup.
 func (g *scaleSet) MinSize() int {
@@ -304,7 +455,7 @@ func (g *scaleSet) warnLimit(logger klog.Logger) {
 	g.warned = key
 	if key != "" {
 		logger.Info("Warning: node group max is more than its scale set can hold; using the scale set's limit",
-			"nodeGroup", g.name, "configuredMax", g.max, "limit", l, "reason", why)
+			"nodeGroup", g.ID(), "configuredMax", g.max, "limit", l, "reason", why)
 	}
 }
 
@@ -346,11 +497,30 @@ func platformLimit(s *armcompute.VirtualMachineScaleSet) (int, string) {
 func (g *scaleSet) sizeLocked() (int, error) {
 	switch {
 	case !g.known:
-		return 0, cloudprovider.ErrSizeUnknown(g.name, errors.New("capacity never read from ARM"))
+		return 0, cloudprovider.ErrSizeUnknown(g.ID(), errors.New("capacity never read from ARM"))
 	case g.stale != "":
-		return 0, cloudprovider.ErrSizeUnknown(g.name, errors.New("stale cache: "+g.stale))
+		return 0, cloudprovider.ErrSizeUnknown(g.ID(), errors.New("stale cache: "+g.stale))
 	}
 	return g.view.capacity, nil
+}
+
+// freshen reads a Spot scale set's capacity (and ETag) again before an
+// action on it: Azure's evictions change it at any time, and an action on
+// the cached size would act on a wrong number (cluster-autoscaler issue
+// 7373). One GET, for Spot scale sets only; a cache that cannot be trusted
+// is refused first, as for any scale set.
+func (g *scaleSet) freshen(ctx context.Context) error {
+	g.mu.Lock()
+	_, err := g.sizeLocked()
+	spot := g.spot
+	g.mu.Unlock()
+	if err != nil || !spot {
+		return err
+	}
+	if _, err := g.reread(ctx); err != nil {
+		return fmt.Errorf("reading the capacity of Spot scale set %s before acting on it: %w", g.ID(), err)
+	}
+	return nil
 }
 
 // TargetSize implements cloudprovider.NodeGroup.
@@ -366,7 +536,8 @@ const maxScaleUpWrites = 3
 
 // IncreaseSize implements cloudprovider.NodeGroup: a PATCH of sku.capacity
 // to the absolute target (the cached size the loop decided on plus delta,
-// computed once), guarded by the scale set's ETag. The long-running
+// computed once; for a Spot scale set, the size read again first, see
+// freshen), guarded by the scale set's ETag. The long-running
 // operation is watched in the background; its failure shows up as failed
 // instances.
 //
@@ -381,7 +552,10 @@ const maxScaleUpWrites = 3
 // guards (cloudprovider.CheckWrite) pass just before it.
 func (g *scaleSet) IncreaseSize(ctx context.Context, delta int) error {
 	if delta <= 0 {
-		return fmt.Errorf("increase of scale set %s must be positive, got %d", g.name, delta)
+		return fmt.Errorf("increase of scale set %s must be positive, got %d", g.ID(), delta)
+	}
+	if err := g.freshen(ctx); err != nil {
+		return err
 	}
 	g.mu.Lock()
 	size, err := g.sizeLocked()
@@ -392,7 +566,7 @@ func (g *scaleSet) IncreaseSize(ctx context.Context, delta int) error {
 	}
 	target := size + delta
 	if target > maxSize {
-		return fmt.Errorf("increase of scale set %s to %d exceeds its max %d", g.name, target, maxSize)
+		return fmt.Errorf("increase of scale set %s to %d exceeds its max %d", g.ID(), target, maxSize)
 	}
 
 	logger := klog.FromContext(ctx)
@@ -405,7 +579,7 @@ func (g *scaleSet) IncreaseSize(ctx context.Context, delta int) error {
 	for attempt := 1; ; attempt++ {
 		poller, err = g.patchCapacity(ctx, target, etag)
 		if cloudprovider.ClassOf(err) == cloudprovider.ClassFenced && prev != nil {
-			return fmt.Errorf("scaling scale set %s to %d: not writing again after %v: %w", g.name, target, prev, err)
+			return fmt.Errorf("scaling scale set %s to %d: not writing again after %v: %w", g.ID(), target, prev, err)
 		}
 		if !(isAmbiguous(err) || isPreconditionFailed(err)) || attempt == maxScaleUpWrites {
 			break
@@ -413,19 +587,19 @@ func (g *scaleSet) IncreaseSize(ctx context.Context, delta int) error {
 		unclear, prev = unclear || isAmbiguous(err), err
 		fresh, ferr := g.reread(ctx)
 		if ferr != nil {
-			return fmt.Errorf("re-reading scale set %s after a failed write of capacity %d (%v): %w", g.name, target, err, ferr)
+			return fmt.Errorf("re-reading scale set %s after a failed write of capacity %d (%v): %w", g.ID(), target, err, ferr)
 		}
 		if fresh >= target {
 			if unclear {
 				logger.Info("Scale-up committed though its answer was lost; not writing again",
-					"scaleSet", g.name, "target", target, "capacity", fresh, "err", err.Error())
+					"scaleSet", g.ID(), "target", target, "capacity", fresh, "err", err.Error())
 			} else {
 				logger.Info("Scale set already at or above the scale-up target (another writer changed it); not writing again",
-					"scaleSet", g.name, "target", target, "capacity", fresh)
+					"scaleSet", g.ID(), "target", target, "capacity", fresh)
 			}
 			return nil
 		}
-		logger.V(2).Info("Writing the scale-up target again", "scaleSet", g.name, "target", target,
+		logger.V(2).Info("Writing the scale-up target again", "scaleSet", g.ID(), "target", target,
 			"capacity", fresh, "attempt", attempt+1, "err", err.Error())
 		base = fresh
 		g.mu.Lock()
@@ -443,14 +617,14 @@ func (g *scaleSet) IncreaseSize(ctx context.Context, delta int) error {
 			g.learned = n
 			g.mu.Unlock()
 		}
-		return fmt.Errorf("scaling scale set %s to %d: %w", g.name, target, classify(err))
+		return fmt.Errorf("scaling scale set %s to %d: %w", g.ID(), target, classify(err))
 	}
 	g.mu.Lock()
 	g.view.capacity = target
 	g.opSeq++
-	op, maxID := g.opSeq, g.maxInstanceID
+	op, before := g.opSeq, g.baseLocked()
 	g.mu.Unlock()
-	watch(g, poller, "scale-up", op, target-base, maxID, nil)
+	watch(g, poller, "scale-up", op, target-base, before, nil)
 	return nil
 }
 
@@ -489,7 +663,7 @@ func (g *scaleSet) reread(ctx context.Context) (int, error) {
 	defer g.mu.Unlock()
 	if resp.SKU == nil || resp.SKU.Capacity == nil {
 		g.known = false
-		return 0, cloudprovider.ErrSizeUnknown(g.name, errors.New("scale set has no sku.capacity"))
+		return 0, cloudprovider.ErrSizeUnknown(g.ID(), errors.New("scale set has no sku.capacity"))
 	}
 	g.view.capacity = int(*resp.SKU.Capacity)
 	g.etag = deref(resp.Etag)
@@ -523,7 +697,7 @@ func isPreconditionFailed(err error) bool {
 // instances (VMs it created in a failed state are reported by the VM list).
 //
 // onFail, if set, runs (under no lock) when the operation failed.
-func watch[T any](g *scaleSet, poller *runtime.Poller[T], kind string, op, count, maxIDBefore int, onFail func()) {
+func watch[T any](g *scaleSet, poller *runtime.Poller[T], kind string, op, count int, before opBase, onFail func()) {
 	p := g.p
 	p.wg.Add(1)
 	go func() {
@@ -538,10 +712,10 @@ func watch[T any](g *scaleSet, poller *runtime.Poller[T], kind string, op, count
 		if errors.As(err, &re) && re.ErrorCode != "" {
 			code = re.ErrorCode
 		}
-		klog.ErrorS(err, "Scale set operation failed", "scaleSet", g.name, "operation", kind, "class", cloudprovider.ClassOf(cerr).String())
+		klog.ErrorS(err, "Scale set operation failed", "scaleSet", g.ID(), "operation", kind, "class", cloudprovider.ClassOf(cerr).String())
 		if kind == "scale-up" {
 			g.mu.Lock()
-			g.failedOps = append(g.failedOps, failedOp{op: op, delta: count, maxIDBefore: maxIDBefore,
+			g.failedOps = append(g.failedOps, failedOp{op: op, delta: count, before: before,
 				err: cloudprovider.InstanceError{Class: cloudprovider.ClassOf(cerr), Code: code, Message: err.Error()}})
 			g.mu.Unlock()
 		}
@@ -550,50 +724,59 @@ func watch[T any](g *scaleSet, poller *runtime.Poller[T], kind string, op, count
 		}
 		// Counted last: whoever sees the failure counted (a test, an
 		// operator) also sees what it left behind.
-		p.metrics.lroFailures.WithLabelValues(g.name, code).Inc()
+		p.metrics.lroFailures.WithLabelValues(g.ID(), code).Inc()
 	}()
 }
 
 // DeleteNodes implements cloudprovider.NodeGroup: one batched
-// DeleteInstances call for the scale set; the instances are marked deleting
-// at once. Placeholders of failed operations are dropped without a call.
+// DeleteInstances call for the scale set, with the instance IDs of a
+// Uniform scale set's VMs or the names of a Flexible one's; the instances
+// are marked deleting at once. Placeholders of failed operations are
+// dropped without a call. A Flexible VM belongs to the group only if the
+// group's last VM list has it (its provider ID does not name the scale
+// set).
 func (g *scaleSet) DeleteNodes(ctx context.Context, providerIDs []string) error {
+	if err := g.freshen(ctx); err != nil {
+		return err
+	}
 	g.mu.Lock()
 	size, err := g.sizeLocked()
 	if err != nil {
 		g.mu.Unlock()
 		return err
 	}
-	byID := map[string]cloudprovider.Instance{}
+	byID := make(map[string]cloudprovider.Instance, len(g.instances))
 	for _, in := range g.instances {
-		byID[strings.ToLower(in.ProviderID)] = in
+		byID[cloudprovider.ProviderIDKey(in.ProviderID)] = in
 	}
 	var ids []string
 	running := 0
 	dropFailed := map[string]bool{}
 	for _, pid := range providerIDs {
-		key := strings.ToLower(pid)
-		ref, ok := parseProviderID(key)
-		if !ok || ref.scaleSet != strings.ToLower(g.name) || ref.resourceGroup != strings.ToLower(g.rg) {
+		key := cloudprovider.ProviderIDKey(pid)
+		in, known := byID[key]
+		if !g.ownsLocked(key, known) {
 			g.mu.Unlock()
-			return fmt.Errorf("deleting from scale set %s: instance %s does not belong to it: %w", g.name, pid, cloudprovider.ErrNotSent)
+			return fmt.Errorf("deleting from scale set %s: instance %s does not belong to it: %w", g.ID(), pid, cloudprovider.ErrNotSent)
 		}
-		if strings.HasPrefix(ref.instanceID, "failed-op") {
+		if isPlaceholder(key) {
 			dropFailed[key] = true
 			continue
 		}
-		in, known := byID[key]
 		if known && in.State == cloudprovider.InstanceDeleting {
 			continue
 		}
 		if !known || in.Error == nil {
 			running++ // unknown IDs count as running: the min size holds
 		}
-		ids = append(ids, ref.instanceID)
+		if known {
+			pid = in.ProviderID // a Flexible VM's name as ARM spells it
+		}
+		ids = append(ids, lastSegment(pid))
 	}
 	if size-running < g.min {
 		g.mu.Unlock()
-		return fmt.Errorf("deleting %d running instances from scale set %s would go below its min %d (size %d): %w", running, g.name, g.min, size, cloudprovider.ErrNotSent)
+		return fmt.Errorf("deleting %d running instances from scale set %s would go below its min %d (size %d): %w", running, g.ID(), g.min, size, cloudprovider.ErrNotSent)
 	}
 	if len(dropFailed) > 0 {
 		if g.dropped == nil {
@@ -618,22 +801,22 @@ func (g *scaleSet) DeleteNodes(ctx context.Context, providerIDs []string) error 
 		armcompute.VirtualMachineScaleSetVMInstanceRequiredIDs{InstanceIDs: to.SliceOfPtrs(ids...)},
 		&armcompute.VirtualMachineScaleSetsClientBeginDeleteInstancesOptions{ForceDeletion: to.Ptr(g.p.cfg.ForceDelete)})
 	if err != nil {
-		return fmt.Errorf("deleting %d instances of scale set %s: %w", len(ids), g.name, classify(err))
+		return fmt.Errorf("deleting %d instances of scale set %s: %w", len(ids), g.ID(), classify(err))
 	}
 	g.mu.Lock()
 	if g.deleting == nil {
 		g.deleting = map[string]bool{}
 	}
-	want := map[string]bool{}
+	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
-		want[id] = true
+		want[strings.ToLower(id)] = true
 	}
 	var marked []string
 	for i, in := range g.instances {
-		ref, _ := parseProviderID(in.ProviderID)
-		if want[ref.instanceID] {
-			marked = append(marked, strings.ToLower(in.ProviderID))
-			g.deleting[strings.ToLower(in.ProviderID)] = true
+		if want[strings.ToLower(lastSegment(in.ProviderID))] && !isPlaceholder(in.ProviderID) {
+			key := cloudprovider.ProviderIDKey(in.ProviderID)
+			marked = append(marked, key)
+			g.deleting[key] = true
 			if g.view.capacity > 0 {
 				g.view.capacity-- // ARM lowers the capacity with each deleted instance
 			}
@@ -648,7 +831,7 @@ func (g *scaleSet) DeleteNodes(ctx context.Context, providerIDs []string) error 
 	// (Running again, when Azure could not delete them): they are no longer
 	// reported deleting, so the core sees them alive and takes the
 	// deletion back.
-	watch(g, poller, "delete", op, len(ids), 0, func() {
+	watch(g, poller, "delete", op, len(ids), opBase{}, func() {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		for _, k := range marked {
@@ -658,10 +841,25 @@ func (g *scaleSet) DeleteNodes(ctx context.Context, providerIDs []string) error 
 	return nil
 }
 
+// ownsLocked says whether the machine with the provider ID key (listed in
+// the group's cache or not) is the group's: a placeholder or a Uniform VM
+// by the scale set its ID names, a Flexible VM by the cache alone.
+func (g *scaleSet) ownsLocked(key string, listed bool) bool {
+	ref, ok := parseProviderID(key)
+	named := ok && ref.scaleSet == strings.ToLower(g.name) && ref.resourceGroup == strings.ToLower(g.rg)
+	switch {
+	case isPlaceholder(key):
+		return named
+	case g.flexible:
+		return listed
+	}
+	return named
+}
+
 func (g *scaleSet) dropInstancesLocked(drop map[string]bool) {
 	kept := g.instances[:0]
 	for _, in := range g.instances {
-		if !drop[strings.ToLower(in.ProviderID)] {
+		if !drop[cloudprovider.ProviderIDKey(in.ProviderID)] {
 			kept = append(kept, in)
 		}
 	}
@@ -673,14 +871,17 @@ func (g *scaleSet) dropInstancesLocked(drop map[string]bool) {
 // that would let ARM pick running VMs to delete, which this never does.
 func (g *scaleSet) DecreaseTargetSize(ctx context.Context, delta int) error {
 	if delta >= 0 {
-		return fmt.Errorf("decrease of scale set %s must be negative, got %d", g.name, delta)
+		return fmt.Errorf("decrease of scale set %s must be negative, got %d", g.ID(), delta)
+	}
+	if err := g.freshen(ctx); err != nil {
+		return err
 	}
 	g.mu.Lock()
 	size, err := g.sizeLocked()
 	etag := g.etag
 	live := 0
 	for _, in := range g.instances {
-		if in.State != cloudprovider.InstanceDeleting && !strings.Contains(in.ProviderID, "/virtualMachines/failed-op") {
+		if in.State != cloudprovider.InstanceDeleting && !isPlaceholder(in.ProviderID) {
 			live++
 		}
 	}
@@ -690,18 +891,18 @@ func (g *scaleSet) DecreaseTargetSize(ctx context.Context, delta int) error {
 	}
 	target := size + delta
 	if target < live {
-		return fmt.Errorf("decreasing scale set %s to %d would delete existing VMs (%d exist)", g.name, target, live)
+		return fmt.Errorf("decreasing scale set %s to %d would delete existing VMs (%d exist)", g.ID(), target, live)
 	}
 	poller, err := g.patchCapacity(ctx, target, etag)
 	if err != nil {
-		return fmt.Errorf("lowering scale set %s to %d: %w", g.name, target, classify(err))
+		return fmt.Errorf("lowering scale set %s to %d: %w", g.ID(), target, classify(err))
 	}
 	g.mu.Lock()
 	g.view.capacity = target
 	g.opSeq++
 	op := g.opSeq
 	g.mu.Unlock()
-	watch(g, poller, "decrease", op, -delta, 0, nil)
+	watch(g, poller, "decrease", op, -delta, opBase{}, nil)
 	return nil
 }
 
@@ -721,7 +922,7 @@ func (g *scaleSet) TemplateNode() (*apiv1.Node, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.skuKnown {
-		return nil, fmt.Errorf("scale set %s: VM size %q not found in the resource SKU list of %s", g.name, g.view.skuName, g.view.location)
+		return nil, fmt.Errorf("scale set %s: VM size %q not found in the resource SKU list of %s", g.ID(), g.view.skuName, g.view.location)
 	}
 	v := g.view
 	return templateNode(&v, g.sku, g.p.cfg.GPUResourceName)
@@ -735,7 +936,7 @@ func (g *scaleSet) Options(defaults cloudprovider.GroupOptions) cloudprovider.Gr
 	opts, errs := groupOptions(g.view.tags, defaults)
 	problem := errors.Join(errs...)
 	if msg := fmt.Sprint(problem); problem != nil && msg != g.optionsProblem {
-		klog.ErrorS(problem, "Ignoring invalid autoscaling-options tags; those options keep the flags' values", "scaleSet", g.name)
+		klog.ErrorS(problem, "Ignoring invalid autoscaling-options tags; those options keep the flags' values", "scaleSet", g.ID())
 	}
 	g.optionsProblem = ""
 	if problem != nil {

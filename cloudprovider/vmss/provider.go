@@ -5,20 +5,29 @@
 // providerID lookups are O(1) map reads, and a 429 holds back every call of
 // its kind until Retry-After while the stale cache is kept and no scaling
 // acts on it.
+//
+// Scale sets of both orchestration modes are node groups. A Uniform scale
+// set's VMs are listed by the scale-set VM API; a Flexible one's by the
+// Virtual Machines API filtered by the scale set (with their instance
+// view: the same one call per refresh), and their provider IDs
+// (.../providers/Microsoft.Compute/virtualMachines/<name>) do not name the
+// scale set, so a node's group is the cache's answer alone.
 package vmss
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
 	apiv1 "k8s.io/api/core/v1"
@@ -31,13 +40,15 @@ import (
 type Provider struct {
 	cfg       Config
 	discovery []discovery
-	explicit  map[string]cloudprovider.NodeGroupSpec // lower-case name
+	explicit  map[string]cloudprovider.NodeGroupSpec // --nodes by lower-case "name", or "rg/name" when it names the resource group
 	vmss      *armcompute.VirtualMachineScaleSetsClient
 	vms       *armcompute.VirtualMachineScaleSetVMsClient
 	skus      *armcompute.ResourceSKUsClient
 	metrics   *armMetrics
 	throttle  *throttle
 	rnd       *rand.Rand
+	// virtualMachines lists Flexible scale sets' VMs.
+	virtualMachines *armcompute.VirtualMachinesClient
 
 	// bg is the context of background LRO watchers; cancelled by Close.
 	bg     context.Context
@@ -45,12 +56,19 @@ type Provider struct {
 	wg     sync.WaitGroup
 
 	mu           sync.RWMutex
-	groups       map[string]*scaleSet // lower-case name
+	groups       map[string]*scaleSet // by setKey(resource group, name)
 	order        []string
-	byProviderID map[string]*scaleSet // provider ID as listed, and lower-case
+	byProviderID map[string]*scaleSet // provider ID as listed, and its cloudprovider.ProviderIDKey
 	skuCache     map[string]skuCacheEntry
 	nextRefresh  time.Time
 	lastRefresh  time.Time
+	// namesIn holds the scale set names (lower-case) each resource group
+	// (lower-case) had when it was last listed: a name in several is
+	// ambiguous, even while one of them cannot be read.
+	namesIn map[string]map[string]bool
+	// refused holds, by lower-case name, why a --nodes spec without a
+	// resource group is refused (its name is ambiguous), as last logged.
+	refused map[string]string
 }
 
 type skuCacheEntry struct {
@@ -97,13 +115,17 @@ func New(cfg Config) (*Provider, error) {
 		groups:       map[string]*scaleSet{},
 		byProviderID: map[string]*scaleSet{},
 		skuCache:     map[string]skuCacheEntry{},
+		namesIn:      map[string]map[string]bool{},
+		refused:      map[string]string{},
+
+		virtualMachines: factory.NewVirtualMachinesClient(),
 	}
 	for _, d := range cfg.AutoDiscovery {
 		dd, _ := parseAutoDiscovery(d)
 		p.discovery = append(p.discovery, dd)
 	}
 	for _, ng := range cfg.NodeGroups {
-		p.explicit[strings.ToLower(ng.Name)] = ng
+		p.explicit[strings.ToLower(ng.Target())] = ng
 	}
 	p.bg, p.cancel = context.WithCancel(context.Background())
 	return p, nil
@@ -130,8 +152,10 @@ func (p *Provider) NodeGroups() []cloudprovider.NodeGroup {
 }
 
 // NodeGroupForNode implements cloudprovider.CloudProvider in O(1): a map
-// lookup of the providerID, or, for a VM the cache has not listed yet, the
-// scale set named in the providerID.
+// lookup of the providerID, or, for a Uniform scale set's VM the cache has
+// not listed yet, the scale set named in the providerID. A Flexible scale
+// set's VM is found through the cache only: its providerID names no scale
+// set, so until a refresh lists it its node has no group.
 func (p *Provider) NodeGroupForNode(node *apiv1.Node) (cloudprovider.NodeGroup, error) {
 	id := node.Spec.ProviderID
 	if id == "" {
@@ -140,11 +164,11 @@ func (p *Provider) NodeGroupForNode(node *apiv1.Node) (cloudprovider.NodeGroup, 
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	// Nodes carry the ID as ARM spells it: an exact match needs no
-	// allocation; other spellings fall back to the lower-case key.
+	// allocation; other spellings fall back to the normalised key.
 	if g, ok := p.byProviderID[id]; ok {
 		return g, nil
 	}
-	key := strings.ToLower(id)
+	key := cloudprovider.ProviderIDKey(id)
 	if g, ok := p.byProviderID[key]; ok {
 		return g, nil
 	}
@@ -152,12 +176,15 @@ func (p *Provider) NodeGroupForNode(node *apiv1.Node) (cloudprovider.NodeGroup, 
 	if !ok || !strings.EqualFold(ref.subscription, p.cfg.SubscriptionID) {
 		return nil, nil
 	}
-	g, ok := p.groups[ref.scaleSet]
-	if !ok || !strings.EqualFold(g.rg, ref.resourceGroup) {
+	g, ok := p.groups[setKey(ref.resourceGroup, ref.scaleSet)]
+	if !ok || g.flexible {
 		return nil, nil
 	}
 	return g, nil
 }
+
+// setKey is a scale set's key: its resource group and name, lower-case.
+func setKey(rg, name string) string { return strings.ToLower(rg) + "/" + strings.ToLower(name) }
 
 // vmRef is a parsed scale-set VM providerID.
 type vmRef struct {
@@ -206,61 +233,76 @@ func (p *Provider) Refresh(ctx context.Context) error {
 		logger.Info("Skipping cloud refresh: ARM reads are throttled", "until", u)
 		return nil
 	}
-	seen := map[string]bool{}
 	var errs []error
-	refreshed := 0
+	type listed struct {
+		rg  string
+		set *armcompute.VirtualMachineScaleSet
+	}
+	var sets []listed
 	for _, rg := range p.cfg.ResourceGroups {
-		sets, err := p.listScaleSets(ctx, rg)
+		ss, err := p.listScaleSets(ctx, rg)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("listing scale sets in resource group %s: %w", rg, err))
 			p.markStaleInGroup(rg, err.Error())
 			continue
 		}
-		for _, s := range sets {
-			name := strings.ToLower(*s.Name)
-			minSize, maxSize, managed := p.managed(s)
-			if !managed {
-				continue
-			}
-			seen[name] = true
-			g := p.ensureGroup(rg, *s.Name, minSize, maxSize)
-			vms, err := p.listVMs(ctx, rg, *s.Name)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("listing VMs of scale set %s: %w", *s.Name, err))
-				g.markStale(err.Error())
-				continue
-			}
-			skus, err := p.skusFor(ctx, deref(s.Location))
-			if err != nil {
-				logger.Error(err, "Listing resource SKUs; templates use the previous list", "location", deref(s.Location))
-			}
-			g.update(s, vms, skus, now)
-			g.warnLimit(logger)
-			refreshed++
+		names := make(map[string]bool, len(ss))
+		for _, s := range ss {
+			names[strings.ToLower(*s.Name)] = true
+			sets = append(sets, listed{rg, s})
 		}
+		p.mu.Lock()
+		p.namesIn[strings.ToLower(rg)] = names
+		p.mu.Unlock()
+	}
+	p.refuseAmbiguous(logger)
+	seen := map[string]bool{}
+	refreshed := 0
+	for _, l := range sets {
+		s := l.set
+		minSize, maxSize, managed := p.managed(l.rg, s)
+		if !managed {
+			continue
+		}
+		seen[setKey(l.rg, *s.Name)] = true
+		g := p.ensureGroup(l.rg, *s.Name, isFlexible(s), minSize, maxSize)
+		vms, err := p.listVMs(ctx, l.rg, s, g.flexible)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("listing VMs of scale set %s/%s: %w", l.rg, *s.Name, err))
+			g.markStale(err.Error())
+			continue
+		}
+		skus, err := p.skusFor(ctx, deref(s.Location))
+		if err != nil {
+			logger.Error(err, "Listing resource SKUs; templates use the previous list", "location", deref(s.Location))
+		}
+		g.update(s, vms, skus, now)
+		g.warnLimit(logger)
+		refreshed++
 	}
 	p.mu.Lock()
 	var order []string
 	for k := range p.groups {
-		if seen[k] {
+		if seen[k] || p.groupStale(k) {
 			order = append(order, k)
-		} else if !p.groupStale(k) {
+		} else {
 			delete(p.groups, k)
 		}
 	}
-	for k := range p.groups {
-		if !seen[k] {
-			order = append(order, k)
-		}
-	}
-	sort.Strings(order)
+	// By name, then resource group: with one resource group, the order
+	// of names.
+	slices.SortFunc(order, func(a, b string) int {
+		ga, gb := p.groups[a], p.groups[b]
+		return cmp.Or(strings.Compare(strings.ToLower(ga.name), strings.ToLower(gb.name)), strings.Compare(a, b))
+	})
 	p.order = order
+	p.assignIDsLocked(logger)
 	p.byProviderID = make(map[string]*scaleSet, len(p.byProviderID))
 	for _, k := range order {
 		g := p.groups[k]
 		for _, in := range g.instances {
 			p.byProviderID[in.ProviderID] = g
-			p.byProviderID[strings.ToLower(in.ProviderID)] = g
+			p.byProviderID[cloudprovider.ProviderIDKey(in.ProviderID)] = g
 		}
 	}
 	if len(errs) == 0 {
@@ -276,6 +318,71 @@ func (p *Provider) Refresh(ctx context.Context) error {
 		return fmt.Errorf("no scale set could be read: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// resourceGroupsNaming returns the resource groups (as configured) whose
+// last list had a scale set of the name: more than one makes the name
+// ambiguous. Called with p.mu held.
+func (p *Provider) resourceGroupsNaming(name string) []string {
+	var out []string
+	for _, rg := range p.cfg.ResourceGroups {
+		if p.namesIn[strings.ToLower(rg)][strings.ToLower(name)] {
+			out = append(out, rg)
+		}
+	}
+	return out
+}
+
+// refuseAmbiguous logs, once per change, each --nodes spec that gives a
+// scale set name alone while scale sets of that name are in several
+// resource groups: it is refused (neither scale set is managed by it,
+// nor by tags in its stead) until it names its resource group. The other
+// node groups go on.
+func (p *Provider) refuseAmbiguous(logger klog.Logger) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for key, spec := range p.explicit {
+		if spec.ResourceGroup != "" {
+			continue
+		}
+		why := ""
+		if rgs := p.resourceGroupsNaming(spec.Name); len(rgs) > 1 {
+			candidates := make([]string, len(rgs))
+			for i, rg := range rgs {
+				candidates[i] = rg + "/" + spec.Name
+			}
+			why = fmt.Sprintf("--nodes=%d:%d:%s: scale set name %s is ambiguous: it names %s; give each with its resource group, e.g. --nodes=%d:%d:%s",
+				spec.Min, spec.Max, spec.Name, spec.Name, strings.Join(candidates, " and "), spec.Min, spec.Max, candidates[0])
+		}
+		if why == p.refused[key] {
+			continue
+		}
+		if why != "" {
+			logger.Error(errors.New(why), "Refusing a node group spec; no scale set of that name is managed until it names its resource group")
+			p.refused[key] = why
+		} else {
+			logger.Info("Node group spec no longer ambiguous", "nodes", fmt.Sprintf("%d:%d:%s", spec.Min, spec.Max, spec.Name))
+			delete(p.refused, key)
+		}
+	}
+}
+
+// assignIDsLocked gives each group its ID: its name, or "rg/name" while
+// the name is ambiguous, logging each change. Called with p.mu held.
+func (p *Provider) assignIDsLocked(logger klog.Logger) {
+	for _, g := range p.groups {
+		before := g.ID()
+		if len(p.resourceGroupsNaming(g.name)) > 1 {
+			id := g.rg + "/" + g.name
+			g.id.Store(&id)
+		} else {
+			g.id.Store(nil)
+		}
+		if after := g.ID(); after != before {
+			logger.Info("Node group ID changed: scale sets of its name are in several resource groups, or no longer",
+				"from", before, "to", after)
+		}
+	}
 }
 
 // groupStale reports whether a group kept from a previous refresh is stale
@@ -307,12 +414,23 @@ func (p *Provider) markStaleInGroup(rg, why string) {
 }
 
 // managed says whether a scale set is a node group and with which bounds:
-// an explicit --nodes spec wins over tag discovery.
-func (p *Provider) managed(s *armcompute.VirtualMachineScaleSet) (int, int, bool) {
+// an explicit --nodes spec wins over tag discovery; one that gives the
+// name alone while the name is ambiguous is refused, and the scale sets
+// of that name are not managed.
+func (p *Provider) managed(rg string, s *armcompute.VirtualMachineScaleSet) (int, int, bool) {
 	if s.Name == nil {
 		return 0, 0, false
 	}
+	if spec, ok := p.explicit[setKey(rg, *s.Name)]; ok {
+		return spec.Min, spec.Max, true
+	}
 	if spec, ok := p.explicit[strings.ToLower(*s.Name)]; ok {
+		p.mu.RLock()
+		_, refused := p.refused[strings.ToLower(*s.Name)]
+		p.mu.RUnlock()
+		if refused {
+			return 0, 0, false
+		}
 		return spec.Min, spec.Max, true
 	}
 	tags := tagMap(s.Tags)
@@ -323,7 +441,7 @@ func (p *Provider) managed(s *armcompute.VirtualMachineScaleSet) (int, int, bool
 		minSize, maxSize, err := groupBounds(tags)
 		if err != nil {
 			klog.InfoS("Ignoring discovered scale set with missing or invalid min/max tags",
-				"scaleSet", *s.Name, "err", err)
+				"resourceGroup", rg, "scaleSet", *s.Name, "err", err)
 			return 0, 0, false
 		}
 		return minSize, maxSize, true
@@ -331,13 +449,15 @@ func (p *Provider) managed(s *armcompute.VirtualMachineScaleSet) (int, int, bool
 	return 0, 0, false
 }
 
-func (p *Provider) ensureGroup(rg, name string, minSize, maxSize int) *scaleSet {
+func (p *Provider) ensureGroup(rg, name string, flexible bool, minSize, maxSize int) *scaleSet {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	k := strings.ToLower(name)
+	k := setKey(rg, name)
 	g, ok := p.groups[k]
-	if !ok {
-		g = &scaleSet{p: p, rg: rg, name: name, maxInstanceID: -1}
+	if !ok || g.flexible != flexible {
+		// A scale set's orchestration mode is fixed at its creation: one
+		// of another mode is another scale set of the same name.
+		g = &scaleSet{p: p, rg: rg, name: name, flexible: flexible, maxInstanceID: -1}
 		p.groups[k] = g
 	}
 	g.mu.Lock()
@@ -365,19 +485,61 @@ func (p *Provider) listScaleSets(ctx context.Context, rg string) ([]*armcompute.
 	return out, nil
 }
 
-func (p *Provider) listVMs(ctx context.Context, rg, name string) ([]*armcompute.VirtualMachineScaleSetVM, error) {
+// isFlexible says the scale set is of Flexible orchestration (ARM leaves
+// the mode out of a Uniform scale set's answer).
+func isFlexible(s *armcompute.VirtualMachineScaleSet) bool {
+	return s.Properties != nil && s.Properties.OrchestrationMode != nil &&
+		*s.Properties.OrchestrationMode == armcompute.OrchestrationModeFlexible
+}
+
+// listVMs lists a scale set's VMs with their instance view, one List (one
+// call per page) either way: a Uniform scale set's through the scale-set
+// VM API, a Flexible one's through the Virtual Machines API filtered by
+// the scale set, which is the only way ARM serves them ($expand is only
+// accepted with that filter).
+func (p *Provider) listVMs(ctx context.Context, rg string, s *armcompute.VirtualMachineScaleSet, flexible bool) ([]vmStatus, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	var out []*armcompute.VirtualMachineScaleSetVM
-	pager := p.vms.NewListPager(rg, name, &armcompute.VirtualMachineScaleSetVMsClientListOptions{Expand: to.Ptr("instanceView")})
+	if flexible {
+		pager := p.virtualMachines.NewListPager(rg, &armcompute.VirtualMachinesClientListOptions{
+			Filter: to.Ptr("'virtualMachineScaleSet/id' eq '" + scaleSetID(p.cfg.SubscriptionID, rg, s) + "'"),
+			Expand: to.Ptr(armcompute.ExpandTypeForListVMsInstanceView),
+		})
+		values := func(r armcompute.VirtualMachinesClientListResponse) []*armcompute.VirtualMachine { return r.Value }
+		return readPages(ctx, pager, values, statusOfVirtualMachine)
+	}
+	pager := p.vms.NewListPager(rg, *s.Name, &armcompute.VirtualMachineScaleSetVMsClientListOptions{Expand: to.Ptr("instanceView")})
+	values := func(r armcompute.VirtualMachineScaleSetVMsClientListResponse) []*armcompute.VirtualMachineScaleSetVM {
+		return r.Value
+	}
+	return readPages(ctx, pager, values, statusOfScaleSetVM)
+}
+
+// readPages reads every page of a VM list and what read makes of each VM
+// it accepts.
+func readPages[P, V any](ctx context.Context, pager *runtime.Pager[P], values func(P) []V, read func(V) (vmStatus, bool)) ([]vmStatus, error) {
+	var out []vmStatus
 	for pager.More() {
 		page, err := pager.NextPage(ctx)
 		if err != nil {
 			return nil, classify(err)
 		}
-		out = append(out, page.Value...)
+		for _, v := range values(page) {
+			if st, ok := read(v); ok {
+				out = append(out, st)
+			}
+		}
 	}
 	return out, nil
+}
+
+// scaleSetID is the scale set's resource ID as ARM listed it, or as ARM
+// forms it when the answer left it out.
+func scaleSetID(subscription, rg string, s *armcompute.VirtualMachineScaleSet) string {
+	if s.ID != nil && *s.ID != "" {
+		return *s.ID
+	}
+	return fmt.Sprintf("/subscriptions/%s/resourceGroups/%s/providers/Microsoft.Compute/virtualMachineScaleSets/%s", subscription, rg, *s.Name)
 }
 
 // skusFor returns a location's VM SKUs, listing them at most once per SKUCacheTTL.

@@ -382,6 +382,26 @@ func TestThrottlingHoldsBackCallsAndSizes(t *testing.T) {
 	}
 }
 
+// TestHeldBackRequestIsNotRetried: a request held back until Retry-After
+// fails at once; the SDK's retry policy does not try it again (each try
+// would be held back too, seconds later).
+func TestHeldBackRequestIsNotRetried(t *testing.T) {
+	f := newFixture(t, []armsim.ScaleSetSpec{gpuSet("gpu", 1, nil)}, withNodes("0:10:gpu"))
+	f.refresh()
+	f.expire()
+	f.sim.Throttle("read", time.Minute)
+	f.refresh() // answered 429: reads are held back from now on
+	heldBack := func() float64 {
+		return testutil.ToFloat64(f.p.metrics.requests.WithLabelValues("VirtualMachineScaleSetsClient.Get", "held-back"))
+	}
+	if _, err := f.group("gpu").(*scaleSet).reread(f.ctx); !cloudprovider.IsThrottled(err) {
+		t.Fatalf("read while throttled: %v, want a throttled error", err)
+	}
+	if got := heldBack(); got != 1 {
+		t.Fatalf("held back %v times for one read, want 1 (not retried)", got)
+	}
+}
+
 // TestRestartWhileThrottled is CA issue #3240: a throttled read after a
 // restart must leave every size unknown and every write refused.
 func TestRestartWhileThrottled(t *testing.T) {
@@ -411,73 +431,91 @@ func TestRestartWhileThrottled(t *testing.T) {
 	}
 }
 
+// TestGPUTemplate: a group at zero's template from its SKU and tags, for
+// either orchestration mode.
 func TestGPUTemplate(t *testing.T) {
-	tags := map[string]string{tagTaintPrefix + "openai.com__team": "rl:NoSchedule"}
-	f := newFixture(t, []armsim.ScaleSetSpec{gpuSet("gpu", 0, tags)}, withNodes("0:10:gpu"))
-	f.refresh()
-	n, err := f.group("gpu").TemplateNode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := n.Status.Allocatable.Name("nvidia.com/gpu", "").Value(); got != 8 {
-		t.Fatalf("template GPUs %d, want 8", got)
-	}
-	if n.Labels[apiv1.LabelInstanceTypeStable] != "Standard_ND96isr_H100_v5" || n.Labels[AcceleratorLabel] != "nvidia" ||
-		n.Labels[apiv1.LabelTopologyZone] != "eastus-1" || n.Labels[NodeGroupLabel] != "gpu" {
-		t.Fatalf("labels %v", n.Labels)
-	}
-	if len(n.Spec.Taints) != 1 || n.Spec.Taints[0].Key != "openai.com/team" {
-		t.Fatalf("taints %v", n.Spec.Taints)
-	}
-	if got := testutil.CollectAndCount(f.reg, "vmss_autoscaler_arm_requests_total"); got == 0 {
-		t.Fatal("no arm_requests_total series")
+	tags := map[string]string{tagTaintPrefix + "openai.com__team": "rl:NoSchedule",
+		tagOptionsPrefix + "scaledownunneededtime": "7m"}
+	for _, spec := range []armsim.ScaleSetSpec{gpuSet("gpu", 0, tags), flexSet("gpu", 0, tags)} {
+		t.Run(fmt.Sprintf("flexible=%v", spec.Flexible), func(t *testing.T) {
+			f := newFixture(t, []armsim.ScaleSetSpec{spec}, withNodes("0:10:gpu"))
+			f.refresh()
+			n, err := f.group("gpu").TemplateNode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := n.Status.Allocatable.Name("nvidia.com/gpu", "").Value(); got != 8 {
+				t.Fatalf("template GPUs %d, want 8", got)
+			}
+			if n.Labels[apiv1.LabelInstanceTypeStable] != "Standard_ND96isr_H100_v5" || n.Labels[AcceleratorLabel] != "nvidia" ||
+				n.Labels[apiv1.LabelTopologyZone] != "eastus-1" || n.Labels[NodeGroupLabel] != "gpu" {
+				t.Fatalf("labels %v", n.Labels)
+			}
+			if len(n.Spec.Taints) != 1 || n.Spec.Taints[0].Key != "openai.com/team" {
+				t.Fatalf("taints %v", n.Spec.Taints)
+			}
+			if o := f.group("gpu").Options(cloudprovider.GroupOptions{}); o.ScaleDownUnneededTime != 7*time.Minute {
+				t.Fatalf("options %+v, want the tag's scale-down unneeded time 7m", o)
+			}
+			if got := testutil.CollectAndCount(f.reg, "vmss_autoscaler_arm_requests_total"); got == 0 {
+				t.Fatal("no arm_requests_total series")
+			}
+		})
 	}
 }
 
+// TestFailedOperationWithoutVMsBecomesPlaceholders: the machines a failed
+// scale-up never created are failed placeholders, told from the VMs it
+// did create by the instance IDs (Uniform) or the names (Flexible) listed
+// before it; deleting them drops them without a call.
 func TestFailedOperationWithoutVMsBecomesPlaceholders(t *testing.T) {
-	f := newFixture(t, []armsim.ScaleSetSpec{gpuSet("gpu", 1, nil)}, withNodes("0:10:gpu"))
-	f.refresh()
-	if err := f.sim.InjectFault("rg", "gpu", armsim.Fault{Kind: armsim.FaultLROFail}); err != nil {
-		t.Fatal(err)
-	}
-	g := f.group("gpu")
-	if err := g.IncreaseSize(f.ctx, 2); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the failed operation to be seen", func() bool {
-		return testutil.ToFloat64(f.p.metrics.lroFailures.WithLabelValues("gpu", "InternalExecutionError")) == 1
-	})
-	// ARM rolled the capacity back: the machines were never created.
-	if err := f.sim.SetCapacity("rg", "gpu", 1); err != nil {
-		t.Fatal(err)
-	}
-	f.sim.Advance(f.ctx)
-	f.expire()
-	f.refresh()
-	ins, _ := g.Instances()
-	var placeholders []string
-	for _, in := range ins {
-		if in.Error != nil {
-			if in.Error.Code != "InternalExecutionError" {
-				t.Fatalf("placeholder error %+v", in.Error)
+	for _, spec := range []armsim.ScaleSetSpec{gpuSet("gpu", 1, nil), flexSet("gpu", 1, nil)} {
+		t.Run(fmt.Sprintf("flexible=%v", spec.Flexible), func(t *testing.T) {
+			f := newFixture(t, []armsim.ScaleSetSpec{spec}, withNodes("0:10:gpu"))
+			f.refresh()
+			if err := f.sim.InjectFault("rg", "gpu", armsim.Fault{Kind: armsim.FaultLROFail}); err != nil {
+				t.Fatal(err)
 			}
-			placeholders = append(placeholders, in.ProviderID)
-		}
-	}
-	if len(placeholders) != 2 {
-		t.Fatalf("instances %+v: want 2 failed placeholders", ins)
-	}
-	f.sim.ResetCalls()
-	if err := g.DeleteNodes(f.ctx, placeholders); err != nil {
-		t.Fatal(err)
-	}
-	if c := nonZero(f.sim.Calls()); len(c) != 0 {
-		t.Fatalf("deleting placeholders called ARM: %v", c)
-	}
-	f.expire()
-	f.refresh()
-	if ins, _ := g.Instances(); len(ins) != 1 {
-		t.Fatalf("placeholders came back: %+v", ins)
+			g := f.group("gpu")
+			if err := g.IncreaseSize(f.ctx, 3); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the failed operation to be seen", func() bool {
+				return testutil.ToFloat64(f.p.metrics.lroFailures.WithLabelValues("gpu", "InternalExecutionError")) == 1
+			})
+			// ARM created one of the three and rolled the rest back.
+			if err := f.sim.SetCapacity("rg", "gpu", 2); err != nil {
+				t.Fatal(err)
+			}
+			f.sim.Advance(f.ctx)
+			f.expire()
+			f.refresh()
+			ins, _ := g.Instances()
+			var placeholders []string
+			for _, in := range ins {
+				if in.Error != nil {
+					if in.Error.Code != "InternalExecutionError" {
+						t.Fatalf("placeholder error %+v", in.Error)
+					}
+					placeholders = append(placeholders, in.ProviderID)
+				}
+			}
+			if len(ins) != 4 || len(placeholders) != 2 {
+				t.Fatalf("instances %+v: want the 2 VMs and 2 failed placeholders", ins)
+			}
+			f.sim.ResetCalls()
+			if err := g.DeleteNodes(f.ctx, placeholders); err != nil {
+				t.Fatal(err)
+			}
+			if c := nonZero(f.sim.Calls()); len(c) != 0 {
+				t.Fatalf("deleting placeholders called ARM: %v", c)
+			}
+			f.expire()
+			f.refresh()
+			if ins, _ := g.Instances(); len(ins) != 2 {
+				t.Fatalf("placeholders came back: %+v", ins)
+			}
+		})
 	}
 }
 

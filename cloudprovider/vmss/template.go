@@ -3,6 +3,7 @@ package vmss
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,6 +39,10 @@ const (
 	tagAKSPool     = "aks-managed-poolName"
 	// AcceleratorLabel marks GPU nodes, as AKS does.
 	AcceleratorLabel = "kubernetes.azure.com/accelerator"
+	// SpotLabel=SpotValue is the label, and with NoSchedule the taint, of
+	// a Spot scale set's nodes, as AKS puts them.
+	SpotLabel = "kubernetes.azure.com/scalesetpriority"
+	SpotValue = "spot"
 	// DefaultMaxPods is the pods capacity of a template node without a tag.
 	DefaultMaxPods = 110
 )
@@ -235,6 +240,14 @@ func templateNode(ss *scaleSetView, sku skuInfo, gpuResource string) (*apiv1.Nod
 			}
 			capacity[name] = q
 			overrides[name] = q
+		}
+	}
+	if ss.spot {
+		// As AKS registers a Spot node pool's nodes: only pods that
+		// tolerate eviction land there (a taint from tags may say so too).
+		labels[SpotLabel] = SpotValue
+		if !slices.ContainsFunc(taints, func(t apiv1.Taint) bool { return t.Key == SpotLabel }) {
+			taints = append(taints, apiv1.Taint{Key: SpotLabel, Value: SpotValue, Effect: apiv1.TaintEffectNoSchedule})
 		}
 	}
 	allocatable := reserved.Allocatable(capacity)

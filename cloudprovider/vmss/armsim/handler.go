@@ -1,6 +1,7 @@
 package armsim
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -28,6 +29,10 @@ const (
 	OpPollOperation   = "PollOperation"
 	// OpThrottled counts requests answered with 429.
 	OpThrottled = "Throttled"
+
+	// OpListVirtualMachines lists a resource group's virtual machines
+	// (the Virtual Machines API): a Flexible scale set's, with its filter.
+	OpListVirtualMachines = "ListVirtualMachines"
 )
 
 const (
@@ -88,6 +93,9 @@ func parseRoute(escapedPath string) (route, bool) {
 	}
 	rt := route{sub: segs[1]}
 	switch {
+	case len(segs) == 7 && lit(2, "resourceGroups") && lit(4, "providers") && lit(5, "Microsoft.Compute") && lit(6, "virtualMachines"):
+		rt.rg = segs[3]
+		rt.ops = map[string]string{http.MethodGet: OpListVirtualMachines}
 	case len(segs) == 5 && lit(2, "providers") && lit(3, "Microsoft.Compute") && lit(4, "skus"):
 		rt.ops = map[string]string{http.MethodGet: OpListSKUs}
 	case len(segs) == 8 && lit(2, "providers") && lit(3, "Microsoft.Compute") && lit(4, "locations") && lit(6, "operations"):
@@ -239,10 +247,17 @@ func (s *Server) route(r *http.Request, kind string, body []byte, now time.Time)
 		return s.pollOperation(r, rt, now)
 	case OpListScaleSets:
 		return s.listScaleSets(rt, now)
+	case OpListVirtualMachines:
+		return s.listVirtualMachines(r, rt, now)
 	}
 	set, errResp := s.resolveSet(rt, now)
 	if errResp != nil {
 		return *errResp
+	}
+	if set.flexible && (op == OpListVMs || op == OpGetVM) {
+		// A Flexible scale set's VMs are virtual machines of their own.
+		return errorResponse(http.StatusBadRequest, "OperationNotAllowed",
+			"Operation 'VirtualMachineScaleSets.virtualMachines.GET' is not allowed on Virtual Machine Scale Set '%s'.", set.name)
 	}
 	switch op {
 	case OpGetScaleSet:
@@ -302,13 +317,23 @@ func (s *Server) resolveSet(rt route, now time.Time) (*scaleSet, *response) {
 				"For more details please go to https://aka.ms/ARMResourceNotFoundFix", rt.name, rt.rg)
 		return nil, &resp
 	}
+	if resp := s.aboutSet(set, now); resp != nil {
+		return nil, resp
+	}
+	return set, nil
+}
+
+// aboutSet is called for each request about a scale set: it lands the
+// late updates due (FaultCommitLate) and applies FaultServerError. Callers
+// hold s.mu.
+func (s *Server) aboutSet(set *scaleSet, now time.Time) *response {
 	s.landLate(set, false, now)
 	if _, ok := set.takeFault(FaultServerError); ok {
 		resp := errorResponse(http.StatusInternalServerError, "InternalServerError",
 			"Encountered internal server error. Diagnostic information: tracking id '%s'.", newUUID())
-		return nil, &resp
+		return &resp
 	}
-	return set, nil
+	return nil
 }
 
 func (s *Server) listScaleSets(rt route, now time.Time) response {
@@ -447,42 +472,147 @@ func (s *Server) pollOperation(r *http.Request, rt route, now time.Time) respons
 }
 
 func (s *Server) listVMs(r *http.Request, set *scaleSet, now time.Time) response {
-	q := r.URL.Query()
-	expand := strings.EqualFold(q.Get("$expand"), "instanceView")
-	offset := 0
-	if tok := q.Get("$skiptoken"); tok != "" {
-		n, err := strconv.Atoi(tok)
-		if err != nil || n < 0 {
-			return errorResponse(http.StatusBadRequest, "InvalidParameter", "The value '%s' of parameter '$skiptoken' is invalid.", tok)
-		}
-		offset = n
-	}
+	expand := strings.EqualFold(r.URL.Query().Get("$expand"), "instanceView")
 	vms := set.sortedVMs()
-	offset = min(offset, len(vms))
-	end := min(offset+s.opts.PageSize, len(vms))
-	page := armcompute.VirtualMachineScaleSetVMListResult{Value: make([]*armcompute.VirtualMachineScaleSetVM, 0, end-offset)}
-	for _, vm := range vms[offset:end] {
+	start, end, next, errResp := s.pageOf(r, len(vms))
+	if errResp != nil {
+		return *errResp
+	}
+	page := armcompute.VirtualMachineScaleSetVMListResult{Value: make([]*armcompute.VirtualMachineScaleSetVM, 0, end-start), NextLink: next}
+	for _, vm := range vms[start:end] {
 		page.Value = append(page.Value, s.vmModel(vm, expand))
 	}
-	if end < len(vms) {
-		q.Set("$skiptoken", strconv.Itoa(end))
-		next := baseURL(r) + r.URL.EscapedPath() + "?" + q.Encode()
-		page.NextLink = &next
+	resp := response{status: http.StatusOK, body: page}
+	s.chargeHighCost(&resp, set, "HighCostGetVMScaleSet30Min", now)
+	return resp
+}
+
+// pageOf returns the items [start, end) of n on the page the request asks
+// for ($skiptoken) and the next page's link, or the answer to a bad token.
+func (s *Server) pageOf(r *http.Request, n int) (start, end int, next *string, errResp *response) {
+	q := r.URL.Query()
+	if tok := q.Get("$skiptoken"); tok != "" {
+		v, err := strconv.Atoi(tok)
+		if err != nil || v < 0 {
+			resp := errorResponse(http.StatusBadRequest, "InvalidParameter", "The value '%s' of parameter '$skiptoken' is invalid.", tok)
+			return 0, 0, nil, &resp
+		}
+		start = min(v, n)
 	}
+	end = min(start+s.opts.PageSize, n)
+	if end < n {
+		q.Set("$skiptoken", strconv.Itoa(end))
+		link := baseURL(r) + r.URL.EscapedPath() + "?" + q.Encode()
+		next = &link
+	}
+	return start, end, next, nil
+}
+
+// chargeHighCost counts a high-cost VM list of the scale set in its
+// 30-minute window and reports what is left in
+// x-ms-ratelimit-remaining-resource under the policy's name. Callers hold
+// s.mu.
+func (s *Server) chargeHighCost(resp *response, set *scaleSet, policy string, now time.Time) {
 	if now.Sub(set.highCostStart) >= highCostWindow {
 		set.highCostStart, set.highCostCount = now, 0
 	}
 	set.highCostCount++
+	resp.set("x-ms-ratelimit-remaining-resource", "Microsoft.Compute/"+policy+";"+strconv.Itoa(max(0, highCostLimit-set.highCostCount)))
+}
+
+// scaleSetFilter matches the one filter the Virtual Machines List API
+// takes, with or without quotes around the property:
+// 'virtualMachineScaleSet/id' eq '<scale set resource ID>'.
+var scaleSetFilter = regexp.MustCompile(`(?i)^\s*'?virtualMachineScaleSet/id'?\s+eq\s+'([^']*)'\s*$`)
+
+// listVirtualMachines answers the Virtual Machines List API of a resource
+// group as ARM does for the VMs of Flexible scale sets: every one without
+// a filter, one scale set's with 'virtualMachineScaleSet/id' eq '<id>'
+// (none for a Uniform scale set, whose VMs are not virtual machines of
+// their own), and $expand=instanceView only together with that filter. A
+// filtered list is a request about the scale set (faults, late updates)
+// and a high-cost read of it, as the scale-set VM list is. Callers hold
+// s.mu.
+func (s *Server) listVirtualMachines(r *http.Request, rt route, now time.Time) response {
+	q := r.URL.Query()
+	if !s.groupExists(rt.rg) {
+		return errorResponse(http.StatusNotFound, "ResourceGroupNotFound", "Resource group '%s' could not be found.", rt.rg)
+	}
+	filter, expand := q.Get("$filter"), q.Get("$expand")
+	if expand != "" && !strings.EqualFold(expand, string(armcompute.ExpandTypeForListVMsInstanceView)) {
+		return errorResponse(http.StatusBadRequest, "InvalidParameter",
+			"The value '%s' of parameter '$expand' is not valid. The allowed value is 'instanceView'.", expand)
+	}
+	if expand != "" && filter == "" {
+		// The API's documented rule; the wording of the message is the
+		// simulator's.
+		return errorResponse(http.StatusBadRequest, "InvalidParameter",
+			"The parameter '$expand' with value 'instanceView' can only be specified together with a valid '$filter'.")
+	}
+	var vms []*vmRecord
+	var filtered *scaleSet
+	if filter != "" {
+		m := scaleSetFilter.FindStringSubmatch(filter)
+		if m == nil {
+			return errorResponse(http.StatusBadRequest, "InvalidParameter",
+				"The value '%s' of parameter '$filter' is not valid. The allowed value is \"'virtualMachineScaleSet/id' eq '<scale set resource ID>'\".", filter)
+		}
+		sub, rg, name, ok := parseScaleSetID(m[1])
+		if !ok {
+			return errorResponse(http.StatusBadRequest, "InvalidParameter",
+				"The value '%s' in parameter '$filter' is not a virtual machine scale set resource ID.", m[1])
+		}
+		if set, found := s.sets[setKey(rg, name)]; found && strings.EqualFold(sub, s.opts.SubscriptionID) && strings.EqualFold(rg, rt.rg) {
+			if resp := s.aboutSet(set, now); resp != nil {
+				return *resp
+			}
+			filtered = set
+			if set.flexible {
+				vms = set.sortedVMs()
+			}
+		}
+	} else {
+		prefix := strings.ToLower(rt.rg) + "/"
+		for key, set := range s.sets {
+			if strings.HasPrefix(key, prefix) && set.flexible {
+				vms = append(vms, set.sortedVMs()...)
+			}
+		}
+		slices.SortFunc(vms, func(a, b *vmRecord) int {
+			return cmp.Or(strings.Compare(a.set.name, b.set.name), a.instanceID-b.instanceID)
+		})
+	}
+	start, end, next, errResp := s.pageOf(r, len(vms))
+	if errResp != nil {
+		return *errResp
+	}
+	page := armcompute.VirtualMachineListResult{Value: make([]*armcompute.VirtualMachine, 0, end-start), NextLink: next}
+	for _, vm := range vms[start:end] {
+		page.Value = append(page.Value, s.virtualMachineModel(vm, expand != ""))
+	}
 	resp := response{status: http.StatusOK, body: page}
-	resp.set("x-ms-ratelimit-remaining-resource",
-		"Microsoft.Compute/HighCostGetVMScaleSet30Min;"+strconv.Itoa(max(0, highCostLimit-set.highCostCount)))
+	if filtered != nil && expand != "" {
+		s.chargeHighCost(&resp, filtered, "HighCostGet30Min", now)
+	}
 	return resp
 }
 
+// parseScaleSetID parses
+// /subscriptions/<sub>/resourceGroups/<rg>/providers/Microsoft.Compute/virtualMachineScaleSets/<name>,
+// literal segments in any case.
+func parseScaleSetID(id string) (sub, rg, name string, ok bool) {
+	p := strings.Split(strings.Trim(id, "/"), "/")
+	if len(p) != 8 || !strings.EqualFold(p[0], "subscriptions") || !strings.EqualFold(p[2], "resourceGroups") ||
+		!strings.EqualFold(p[4], "providers") || !strings.EqualFold(p[5], "Microsoft.Compute") ||
+		!strings.EqualFold(p[6], "virtualMachineScaleSets") || p[1] == "" || p[3] == "" || p[7] == "" {
+		return "", "", "", false
+	}
+	return p[1], p[3], p[7], true
+}
+
 func (s *Server) getVM(r *http.Request, set *scaleSet, instance string) response {
-	n, err := strconv.Atoi(instance)
-	vm, ok := set.vms[n]
-	if err != nil || !ok || strconv.Itoa(n) != instance {
+	vm, ok := set.vmByKey(instance)
+	if !ok {
 		return errorResponse(http.StatusNotFound, "ResourceNotFound",
 			"The Resource 'Microsoft.Compute/virtualMachineScaleSets/%s/virtualMachines/%s' under resource group '%s' was not found.",
 			set.name, instance, set.rg)

@@ -39,6 +39,8 @@ type testEnv struct {
 	vms   *armcompute.VirtualMachineScaleSetVMsClient
 	skus  *armcompute.ResourceSKUsClient
 	http  *http.Client
+	// virtualMachines is the Virtual Machines API (Flexible scale sets).
+	virtualMachines *armcompute.VirtualMachinesClient
 }
 
 // newTestEnv starts a simulator with opts (a fake clock and the test
@@ -87,6 +89,8 @@ func newTestEnv(t *testing.T, opts Options, specs ...ScaleSetSpec) *testEnv {
 		vms:   factory.NewVirtualMachineScaleSetVMsClient(),
 		skus:  factory.NewResourceSKUsClient(),
 		http:  httpClient,
+
+		virtualMachines: factory.NewVirtualMachinesClient(),
 	}
 }
 

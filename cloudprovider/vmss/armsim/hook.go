@@ -11,14 +11,26 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// VM describes a scale set VM to a NodeHook.
+// VM describes a scale set VM to a NodeHook. InstanceID is, as in
+// VMState, a Uniform scale set VM's instance ID or a Flexible one's VM
+// name; ProviderID is "azure://" + its ARM resource ID, of either form.
 type VM struct {
 	ResourceGroup, ScaleSet, InstanceID, ComputerName, ProviderID string
 	SKU                                                           SKU
 	Location                                                      string
 	Zone                                                          string            // "" or e.g. "1"
 	Tags                                                          map[string]string // the scale set's tags
+	// Spot is a Spot VM: AKS labels and taints its node
+	// ScaleSetPriorityLabel=spot.
+	Spot bool
 }
+
+// ScaleSetPriorityLabel is the label (and the NoSchedule taint's key) AKS
+// puts on a Spot node pool's nodes, with the value ScaleSetPrioritySpot.
+const (
+	ScaleSetPriorityLabel = "kubernetes.azure.com/scalesetpriority"
+	ScaleSetPrioritySpot  = "spot"
+)
 
 // NodeHook is told when VMs start running and when they are gone, so that a
 // test environment can register and remove the matching Kubernetes nodes.
@@ -57,21 +69,24 @@ type DeletionWatcher interface {
 }
 
 // Advance applies every time-based transition due by Options.Clock (VMs
-// finishing booting or deleting) and then calls the hook for VMs that started
-// running or are gone, retrying calls that failed before.
+// finishing booting or deleting, Spot VMs evicted) and then calls the hook
+// for VMs that started running or are gone (or deallocated by an
+// eviction), retrying calls that failed before.
 func (s *Server) Advance(ctx context.Context) {
 	s.hookMu.Lock()
 	defer s.hookMu.Unlock()
 
 	s.mu.Lock()
-	removed := s.transition(s.clock.Now())
+	removed, deallocated := s.transition(s.clock.Now())
 	if s.hook == nil {
 		s.gone = nil
 		s.mu.Unlock()
 		return
 	}
-	for _, vm := range removed {
-		if vm.notified { // nodes never told about need no removal
+	for _, vm := range append(removed, deallocated...) {
+		// Nodes never told about need no removal; a deallocated VM's
+		// node may be on its way out already.
+		if vm.notified && !slices.Contains(s.gone, vm) {
 			s.gone = append(s.gone, vm)
 		}
 	}
@@ -128,6 +143,9 @@ func (s *Server) Advance(ctx context.Context) {
 		rec.notified = true
 		rec.hookFailures = 0
 	}
+	for _, rec := range done {
+		rec.notified = false // a deallocated VM's node is not removed twice
+	}
 	for _, rec := range failed {
 		rec.hookFailures++
 	}
@@ -162,19 +180,24 @@ func (s *Server) hookVM(rec *vmRecord) VM {
 	return VM{
 		ResourceGroup: set.rg,
 		ScaleSet:      set.name,
-		InstanceID:    strconv.Itoa(rec.instanceID),
+		InstanceID:    rec.instanceKey(),
 		ComputerName:  rec.computerName(),
 		ProviderID:    "azure://" + s.vmResourceID(rec),
 		SKU:           set.sku,
 		Location:      s.opts.Location,
 		Zone:          rec.zone,
 		Tags:          maps.Clone(set.tags),
+		Spot:          set.spot,
 	}
 }
 
-// computerName is the scale set name followed by the instance ID in base 36,
-// zero-padded to six digits, as Azure names scale set VMs.
+// computerName is, as Azure names scale set VMs, the scale set name
+// followed by the instance ID in base 36, zero-padded to six digits, in a
+// Uniform scale set; the name drawn at creation in a Flexible one.
 func (rec *vmRecord) computerName() string {
+	if rec.set.flexible {
+		return rec.computer
+	}
 	id := strconv.FormatInt(int64(rec.instanceID), 36)
 	if len(id) < 6 {
 		id = strings.Repeat("0", 6-len(id)) + id
@@ -187,6 +210,13 @@ func (s *Server) scaleSetResourceID(set *scaleSet) string {
 		s.opts.SubscriptionID, set.rg, set.name)
 }
 
+// vmResourceID is the VM's ARM resource ID: under its scale set in a
+// Uniform scale set, a virtual machine of its own (no scale set in the
+// path) in a Flexible one.
 func (s *Server) vmResourceID(rec *vmRecord) string {
+	if rec.set.flexible {
+		return fmt.Sprintf("/subscriptions/%s/resourceGroups/%s/providers/Microsoft.Compute/virtualMachines/%s",
+			s.opts.SubscriptionID, rec.set.rg, rec.name)
+	}
 	return s.scaleSetResourceID(rec.set) + "/virtualMachines/" + strconv.Itoa(rec.instanceID)
 }

@@ -181,6 +181,10 @@ func (h *KubeNodeHook) Node(vm VM) *v1.Node {
 	if vm.SKU.GPUs > 0 {
 		labels[AcceleratorLabel] = "nvidia"
 	}
+	if vm.Spot { // as AKS registers a Spot node pool's nodes
+		labels[ScaleSetPriorityLabel] = ScaleSetPrioritySpot
+		taints = append(taints, v1.Taint{Key: ScaleSetPriorityLabel, Value: ScaleSetPrioritySpot, Effect: v1.TaintEffectNoSchedule})
+	}
 	// Map order is random; keep nodes deterministic.
 	slices.SortFunc(taints, func(a, b v1.Taint) int {
 		return cmp.Or(strings.Compare(a.Key, b.Key), strings.Compare(string(a.Effect), string(b.Effect)))

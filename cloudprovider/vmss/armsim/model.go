@@ -20,6 +20,16 @@ const (
 	StateRunning  = "Running"
 	StateFailed   = "Failed"
 	StateDeleting = "Deleting"
+	// StateDeallocated is a Spot VM evicted under eviction policy
+	// Deallocate: stopped, holding its place in sku.capacity and its cores
+	// in the quota, running nothing.
+	StateDeallocated = "Deallocated"
+)
+
+// Spot eviction policies (virtualMachineProfile.evictionPolicy).
+const (
+	EvictionDelete     = "Delete"
+	EvictionDeallocate = "Deallocate"
 )
 
 // Error codes the simulator reports for failed operations and VMs.
@@ -140,9 +150,25 @@ type ScaleSetSpec struct {
 	SinglePlacementGroup bool
 	// Image is the resource ID of the image the VMs boot: empty for a
 	// platform (Marketplace) image; a managed custom image
-	// (.../providers/Microsoft.Compute/images/<name>) limits the scale set
-	// to 600 VMs; an Azure Compute Gallery image version does not.
+	// (.../providers/Microsoft.Compute/images/<name>) limits a Uniform
+	// scale set to 600 VMs; an Azure Compute Gallery image version does
+	// not.
 	Image string
+	// Flexible makes it a scale set of Flexible orchestration, as ARM
+	// serves one: its VMs are virtual machines of their own
+	// (Microsoft.Compute/virtualMachines/<name>_<8 hex digits>, computer
+	// name <name><6 characters>), listed by the Virtual Machines API
+	// filtered by scale set, deleted by name; the scale-set VM API refuses
+	// it. It holds 1,000 VMs whatever its image, and is never a single
+	// placement group.
+	Flexible bool
+	// Spot makes its VMs Spot VMs (virtualMachineProfile.priority Spot,
+	// billingProfile.maxPrice -1), which EvictSpotVMs evicts under
+	// EvictionPolicy: EvictionDelete (the VMs are deleted and sku.capacity
+	// drops by itself) or EvictionDeallocate (ARM's default: the VMs stop,
+	// and stay in sku.capacity and the quota).
+	Spot           bool
+	EvictionPolicy string
 }
 
 // ScaleSetState is a snapshot of a scale set.
@@ -154,6 +180,9 @@ type ScaleSetState struct {
 
 // VMState is a snapshot of a scale set VM.
 type VMState struct {
+	// InstanceID is what DeleteInstances, FailRunningVM and RepairVM take:
+	// the instance ID of a Uniform scale set's VM ("17"), the VM name of a
+	// Flexible one's ("gpu_3f9a0c12").
 	InstanceID   string
 	ProviderID   string // "azure://" + the VM's ARM resource ID
 	ComputerName string
@@ -161,8 +190,13 @@ type VMState struct {
 	ErrorCode    string // for StateFailed, e.g. "AllocationFailed"
 	// PowerState is the instance view's power state: "running" for a
 	// running VM, also one Failed while it runs (FailRunningVM); "starting"
-	// while it is created; "" for a VM that failed to start or is deleting.
+	// while it is created; "deallocated" for a Spot VM evicted under
+	// eviction policy Deallocate; "" for a VM that failed to start or is
+	// deleting.
 	PowerState string
+	// EvictAt is when a Spot VM given notice of its eviction
+	// (EvictSpotVMs) is evicted; zero for others.
+	EvictAt time.Time
 }
 
 // scaleSet is the simulator's record of a scale set. Guarded by Server.mu.
@@ -185,6 +219,14 @@ type scaleSet struct {
 	image                string
 	created              time.Time
 	uniqueID             string
+	// flexible is Flexible orchestration; byName then holds its VMs by
+	// lower-case VM name, and computers their computer names.
+	flexible  bool
+	byName    map[string]*vmRecord
+	computers map[string]bool
+	// spot is Spot priority, evicting VMs under evictionPolicy.
+	spot           bool
+	evictionPolicy string
 
 	// ListVMs calls in the current 30-minute window, reported in
 	// x-ms-ratelimit-remaining-resource.
@@ -194,7 +236,9 @@ type scaleSet struct {
 
 // vmRecord is the simulator's record of a scale set VM. Guarded by Server.mu.
 type vmRecord struct {
-	set        *scaleSet
+	set *scaleSet
+	// instanceID orders the set's VMs by creation; it is the VM's instance
+	// ID in a Uniform scale set.
 	instanceID int
 	zone       string
 	vmID       string
@@ -213,6 +257,11 @@ type vmRecord struct {
 	// failedRunning: the VM is Failed but runs (FailRunningVM), as a VM
 	// whose extension, data-disk attach or model update failed does.
 	failedRunning bool
+	// name and computer are a Flexible scale set's VM name and computer
+	// name ("" in a Uniform scale set, whose names follow instanceID).
+	name, computer string
+	// evictAt is when a Spot VM given notice of eviction is evicted.
+	evictAt time.Time
 }
 
 // powerState is the VM's power state as its instance view reports it.
@@ -222,6 +271,8 @@ func (vm *vmRecord) powerState() string {
 		return "running"
 	case vm.state == StateCreating:
 		return "starting"
+	case vm.state == StateDeallocated:
+		return "deallocated"
 	}
 	return ""
 }
@@ -280,7 +331,18 @@ func (s *Server) AddScaleSet(spec ScaleSetSpec) error {
 	if !ok {
 		return fmt.Errorf("adding scale set %s/%s: unknown SKU %q", spec.ResourceGroup, spec.Name, spec.SKU)
 	}
-	if limit, why := capacityLimit(spec.SinglePlacementGroup, spec.Image); spec.Capacity < 0 || spec.Capacity > limit {
+	switch {
+	case !spec.Spot && spec.EvictionPolicy != "":
+		return fmt.Errorf("adding scale set %s/%s: eviction policy %q is for Spot scale sets", spec.ResourceGroup, spec.Name, spec.EvictionPolicy)
+	case spec.Spot && spec.EvictionPolicy == "":
+		spec.EvictionPolicy = EvictionDeallocate // ARM's default
+	case spec.Spot && spec.EvictionPolicy != EvictionDelete && spec.EvictionPolicy != EvictionDeallocate:
+		return fmt.Errorf("adding scale set %s/%s: eviction policy %q: want %s or %s", spec.ResourceGroup, spec.Name, spec.EvictionPolicy, EvictionDelete, EvictionDeallocate)
+	}
+	if spec.Flexible && spec.SinglePlacementGroup {
+		return fmt.Errorf("adding scale set %s/%s: a Flexible scale set is never a single placement group", spec.ResourceGroup, spec.Name)
+	}
+	if limit, why := capacityLimit(spec.Flexible, spec.SinglePlacementGroup, spec.Image); spec.Capacity < 0 || spec.Capacity > limit {
 		return fmt.Errorf("adding scale set %s/%s: capacity %d is outside [0, %d] (%s)", spec.ResourceGroup, spec.Name, spec.Capacity, limit, why)
 	}
 	for _, z := range spec.Zones {
@@ -308,13 +370,20 @@ func (s *Server) AddScaleSet(spec ScaleSetSpec) error {
 
 		singlePlacementGroup: spec.SinglePlacementGroup,
 		image:                spec.Image,
+		flexible:             spec.Flexible,
+		spot:                 spec.Spot,
+		evictionPolicy:       spec.EvictionPolicy,
+	}
+	if spec.Flexible {
+		set.byName, set.computers = map[string]*vmRecord{}, map[string]bool{}
 	}
 	for range spec.Capacity {
 		vm := s.newVM(set, now)
 		vm.state = StateRunning
 	}
 	s.sets[key] = set
-	klog.V(2).InfoS("Added scale set", "resourceGroup", set.rg, "name", set.name, "sku", sku.Name, "capacity", spec.Capacity)
+	klog.V(2).InfoS("Added scale set", "resourceGroup", set.rg, "name", set.name, "sku", sku.Name, "capacity", spec.Capacity,
+		"flexible", spec.Flexible)
 	return nil
 }
 
@@ -349,12 +418,13 @@ func (s *Server) ScaleSet(rg, name string) (ScaleSetState, error) {
 	st := ScaleSetState{Capacity: set.capacity(), ETag: set.etagString()}
 	for _, vm := range set.sortedVMs() {
 		st.VMs = append(st.VMs, VMState{
-			InstanceID:   strconv.Itoa(vm.instanceID),
+			InstanceID:   vm.instanceKey(),
 			ProviderID:   "azure://" + s.vmResourceID(vm),
 			ComputerName: vm.computerName(),
 			State:        vm.state,
 			ErrorCode:    vm.errorCode,
 			PowerState:   vm.powerState(),
+			EvictAt:      vm.evictAt,
 		})
 	}
 	return st, nil
@@ -404,9 +474,8 @@ func (s *Server) changeVM(rg, name, instanceID, what string, change func(*vmReco
 	if err != nil {
 		return fmt.Errorf("%s VM %s: %w", what, instanceID, err)
 	}
-	n, err := strconv.Atoi(instanceID)
-	vm, ok := set.vms[n]
-	if err != nil || !ok {
+	vm, ok := set.vmByKey(instanceID)
+	if !ok {
 		return fmt.Errorf("%s VM %s of scale set %s/%s: no such instance", what, instanceID, rg, name)
 	}
 	if err := change(vm); err != nil {
@@ -416,6 +485,59 @@ func (s *Server) changeVM(rg, name, instanceID, what string, change func(*vmReco
 	klog.V(2).InfoS("Changed a VM's state", "resourceGroup", set.rg, "name", set.name, "instanceID", instanceID,
 		"action", what, "state", vm.state, "errorCode", vm.errorCode)
 	return nil
+}
+
+// EvictSpotVMs gives the running Spot VMs named by instanceKeys (instance
+// IDs, or VM names in a Flexible scale set) notice of their eviction, as
+// Azure's Scheduled Events announce a Preempt, and evicts them notice
+// later (by Options.Clock, at an Advance): under eviction policy Delete
+// the VMs are deleted, and sku.capacity drops by itself; under Deallocate
+// they stop (StateDeallocated) and stay in sku.capacity. Either way their
+// nodes are gone, as the node hook is told (VMDeleted); a deallocated VM
+// is not told about again when it is deleted later. Evictions are not
+// ARM requests: a DeletionWatcher is not told of them.
+func (s *Server) EvictSpotVMs(rg, name string, notice time.Duration, instanceKeys ...string) error {
+	if notice < 0 {
+		return fmt.Errorf("evicting VMs of scale set %s/%s: notice %v must not be negative", rg, name, notice)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	set, err := s.lookup(rg, name)
+	if err != nil {
+		return fmt.Errorf("evicting VMs: %w", err)
+	}
+	if !set.spot {
+		return fmt.Errorf("evicting VMs of scale set %s/%s: it is not a Spot scale set", rg, name)
+	}
+	vms := make([]*vmRecord, 0, len(instanceKeys))
+	for _, key := range instanceKeys {
+		vm, ok := set.vmByKey(key)
+		if !ok || vm.state != StateRunning || !vm.evictAt.IsZero() {
+			return fmt.Errorf("evicting VM %s of scale set %s/%s: no running VM of that name without notice already", key, rg, name)
+		}
+		vms = append(vms, vm)
+	}
+	at := s.clock.Now().Add(notice)
+	for _, vm := range vms {
+		vm.evictAt = at
+	}
+	klog.V(2).InfoS("Spot VMs to be evicted", "resourceGroup", set.rg, "name", set.name, "count", len(vms),
+		"policy", set.evictionPolicy, "at", at)
+	return nil
+}
+
+// evict evicts a Spot VM whose notice is over; it returns whether the VM
+// was deallocated (its node is to go now; a deleted VM's goes when it is
+// gone). Callers hold s.mu.
+func (s *Server) evict(vm *vmRecord, now time.Time) bool {
+	vm.evictAt = time.Time{}
+	vm.set.etag++
+	if vm.set.evictionPolicy == EvictionDelete {
+		s.startDeletingQuietly(vm, now)
+		return false
+	}
+	vm.state = StateDeallocated
+	return true
 }
 
 // InjectFault makes the scale set suffer f. Faults of several kinds (and
@@ -490,10 +612,12 @@ func (set *scaleSet) takeFault(kind FaultKind) (Fault, bool) {
 	return Fault{}, false
 }
 
-// capacityLimit is the most VMs a Uniform scale set with these properties
-// holds, and why.
-func capacityLimit(singlePlacementGroup bool, image string) (int, string) {
+// capacityLimit is the most VMs a scale set with these properties holds,
+// and why.
+func capacityLimit(flexible, singlePlacementGroup bool, image string) (int, string) {
 	switch {
+	case flexible:
+		return maxCapacity, "Flexible scale set"
 	case singlePlacementGroup:
 		return maxCapacitySinglePlacement, "single placement group"
 	case isManagedImage(image):
@@ -509,7 +633,7 @@ func isManagedImage(id string) bool {
 }
 
 func (set *scaleSet) capacityLimit() (int, string) {
-	return capacityLimit(set.singlePlacementGroup, set.image)
+	return capacityLimit(set.flexible, set.singlePlacementGroup, set.image)
 }
 
 // checkCapacity answers as ARM does for a capacity the scale set cannot
@@ -592,8 +716,68 @@ func (s *Server) newVM(set *scaleSet, now time.Time) *vmRecord {
 	if len(set.zones) > 0 {
 		vm.zone = set.zones[id%len(set.zones)]
 	}
+	if set.flexible {
+		vm.name, vm.computer = s.flexibleNames(set)
+		set.byName[strings.ToLower(vm.name)] = vm
+		set.computers[vm.computer] = true
+	}
 	set.vms[id] = vm
 	return vm
+}
+
+// flexibleNames draws a new VM's name and computer name in a Flexible
+// scale set as Azure forms them, "<set>_<8 hex digits>" and "<set><6
+// characters of [0-9a-z]>", unique in the set, from the seeded source (a
+// run is repeatable). Callers hold s.mu.
+func (s *Server) flexibleNames(set *scaleSet) (name, computer string) {
+	const alphabet = "0123456789abcdefghijklmnopqrstuvwxyz"
+	for {
+		name = fmt.Sprintf("%s_%08x", set.name, s.rng.Uint32())
+		if _, dup := set.byName[strings.ToLower(name)]; !dup {
+			break
+		}
+	}
+	for {
+		var b [6]byte
+		for i := range b {
+			b[i] = alphabet[s.rng.IntN(len(alphabet))]
+		}
+		computer = set.name + string(b[:])
+		if !set.computers[computer] {
+			return name, computer
+		}
+	}
+}
+
+// instanceKey is what names the VM in requests: its instance ID in a
+// Uniform scale set, its VM name in a Flexible one.
+func (vm *vmRecord) instanceKey() string {
+	if vm.set.flexible {
+		return vm.name
+	}
+	return strconv.Itoa(vm.instanceID)
+}
+
+// vmByKey finds a VM by what instanceKey returns: an instance ID in its
+// canonical form (Uniform), a VM name in any case (Flexible). Callers
+// hold s.mu.
+func (set *scaleSet) vmByKey(key string) (*vmRecord, bool) {
+	if set.flexible {
+		vm, ok := set.byName[strings.ToLower(key)]
+		return vm, ok
+	}
+	n, err := strconv.Atoi(key)
+	vm, ok := set.vms[n]
+	return vm, ok && err == nil && strconv.Itoa(n) == key
+}
+
+// remove forgets a VM that is gone. Callers hold s.mu.
+func (set *scaleSet) remove(vm *vmRecord) {
+	delete(set.vms, vm.instanceID)
+	if set.flexible {
+		delete(set.byName, strings.ToLower(vm.name))
+		delete(set.computers, vm.computer)
+	}
 }
 
 // bootTime is how long a new VM stays Creating: BootDelay plus a uniform
@@ -641,11 +825,17 @@ func (s *Server) resize(set *scaleSet, n int, failWith string, now time.Time) {
 // startDeleting moves a VM to Deleting and, while a request is handled for a
 // DeletionWatcher, records it for the watcher. Callers hold s.mu.
 func (s *Server) startDeleting(vm *vmRecord, now time.Time) {
-	vm.state, vm.failedRunning = StateDeleting, false
-	vm.deleteAt = now.Add(s.opts.DeleteDelay)
+	s.startDeletingQuietly(vm, now)
 	if s.recordDeleting {
 		s.deleting = append(s.deleting, vm)
 	}
+}
+
+// startDeletingQuietly moves a VM to Deleting without telling a
+// DeletionWatcher (an eviction is no request). Callers hold s.mu.
+func (s *Server) startDeletingQuietly(vm *vmRecord, now time.Time) {
+	vm.state, vm.failedRunning, vm.evictAt = StateDeleting, false, time.Time{}
+	vm.deleteAt = now.Add(s.opts.DeleteDelay)
 }
 
 // newOperation starts an asynchronous operation on the set, applying
@@ -781,9 +971,8 @@ func (s *Server) deleteInstances(set *scaleSet, ids []string, now time.Time) (*o
 	}
 	vms := make([]*vmRecord, 0, len(ids))
 	for _, id := range ids {
-		n, err := strconv.Atoi(id)
-		vm, ok := set.vms[n]
-		if err != nil || !ok || strconv.Itoa(n) != id {
+		vm, ok := set.vmByKey(id)
+		if !ok {
 			return nil, &armError{http.StatusBadRequest, "InvalidParameter",
 				fmt.Sprintf("The provided instanceId %s is not an active Virtual Machine Scale Set VM instanceId.", id)}
 		}
@@ -815,13 +1004,16 @@ func normalizeETag(tag string) string {
 }
 
 // transition applies the time-based state changes due at now and returns the
-// VMs removed. Callers hold s.mu.
-func (s *Server) transition(now time.Time) []*vmRecord {
-	var removed []*vmRecord
+// VMs removed and those deallocated by a Spot eviction. Callers hold s.mu.
+func (s *Server) transition(now time.Time) (removed, deallocated []*vmRecord) {
 	for _, set := range s.sets {
 		s.landLate(set, true, now)
-		for id, vm := range set.vms {
+		for _, vm := range set.vms {
 			switch {
+			case !vm.evictAt.IsZero() && !now.Before(vm.evictAt) && vm.state == StateRunning:
+				if s.evict(vm, now) {
+					deallocated = append(deallocated, vm)
+				}
 			case vm.state == StateCreating && !now.Before(vm.readyAt):
 				if vm.failWith != "" {
 					vm.state, vm.errorCode = StateFailed, vm.failWith
@@ -832,7 +1024,7 @@ func (s *Server) transition(now time.Time) []*vmRecord {
 				vm.state, vm.deleteFails = StateRunning, false
 				set.etag++
 			case vm.state == StateDeleting && !now.Before(vm.deleteAt):
-				delete(set.vms, id)
+				set.remove(vm)
 				removed = append(removed, vm)
 			}
 		}
@@ -842,7 +1034,7 @@ func (s *Server) transition(now time.Time) []*vmRecord {
 			delete(s.ops, id)
 		}
 	}
-	return removed
+	return removed, deallocated
 }
 
 // newUUID returns a random (version 4) UUID.

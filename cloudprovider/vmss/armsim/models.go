@@ -63,7 +63,7 @@ func ptrStrings(ss []string) []*string {
 // scaleSetModel renders a scale set as ARM does, with the given provisioning
 // state. Callers hold s.mu.
 func (s *Server) scaleSetModel(set *scaleSet, provisioningState string) *armcompute.VirtualMachineScaleSet {
-	return &armcompute.VirtualMachineScaleSet{
+	m := &armcompute.VirtualMachineScaleSet{
 		ID:       to.Ptr(s.scaleSetResourceID(set)),
 		Name:     to.Ptr(set.name),
 		Type:     to.Ptr("Microsoft.Compute/virtualMachineScaleSets"),
@@ -93,6 +93,18 @@ func (s *Server) scaleSetModel(set *scaleSet, provisioningState string) *armcomp
 			},
 		},
 	}
+	if set.spot {
+		vp := m.Properties.VirtualMachineProfile
+		vp.Priority, vp.EvictionPolicy, vp.BillingProfile = spotProfile(set)
+	}
+	if set.flexible {
+		// Neither overprovisioning nor placement groups exist in Flexible
+		// orchestration: ARM leaves them out.
+		m.Properties.OrchestrationMode = to.Ptr(armcompute.OrchestrationModeFlexible)
+		m.Properties.Overprovision, m.Properties.SinglePlacementGroup = nil, nil
+		m.Properties.PlatformFaultDomainCount = to.Ptr[int32](1)
+	}
+	return m
 }
 
 // imageReference is the scale set's image: a resource ID, or a platform
@@ -105,10 +117,18 @@ func imageReference(id string) *armcompute.ImageReference {
 		SKU: to.Ptr("server"), Version: to.Ptr("latest")}
 }
 
+// spotProfile is a Spot scale set's priority, eviction policy and billing
+// profile (maxPrice -1: pay up to the regular price, never evicted for
+// price).
+func spotProfile(set *scaleSet) (*armcompute.VirtualMachinePriorityTypes, *armcompute.VirtualMachineEvictionPolicyTypes, *armcompute.BillingProfile) {
+	return to.Ptr(armcompute.VirtualMachinePriorityTypesSpot), to.Ptr(armcompute.VirtualMachineEvictionPolicyTypes(set.evictionPolicy)),
+		&armcompute.BillingProfile{MaxPrice: to.Ptr[float64](-1)}
+}
+
 // vmProvisioningState maps a VM state to ARM's provisioning state.
 func vmProvisioningState(state string) string {
 	switch state {
-	case StateRunning:
+	case StateRunning, StateDeallocated:
 		return "Succeeded"
 	case StateFailed:
 		return "Failed"
@@ -153,6 +173,42 @@ func (s *Server) vmModel(rec *vmRecord, expand bool) *armcompute.VirtualMachineS
 	return vm
 }
 
+// virtualMachineModel renders a Flexible scale set's VM as the Virtual
+// Machines API does, with its instance view if expand is set. Callers
+// hold s.mu.
+func (s *Server) virtualMachineModel(rec *vmRecord, expand bool) *armcompute.VirtualMachine {
+	set := rec.set
+	vm := &armcompute.VirtualMachine{
+		ID:       to.Ptr(s.vmResourceID(rec)),
+		Name:     to.Ptr(rec.name),
+		Type:     to.Ptr("Microsoft.Compute/virtualMachines"),
+		Location: to.Ptr(s.opts.Location),
+		Tags:     ptrTags(set.tags),
+		Properties: &armcompute.VirtualMachineProperties{
+			ProvisioningState:      to.Ptr(vmProvisioningState(rec.state)),
+			VMID:                   to.Ptr(rec.vmID),
+			TimeCreated:            to.Ptr(rec.created.UTC()),
+			HardwareProfile:        &armcompute.HardwareProfile{VMSize: to.Ptr(armcompute.VirtualMachineSizeTypes(set.sku.Name))},
+			OSProfile:              &armcompute.OSProfile{ComputerName: to.Ptr(rec.computerName()), AdminUsername: to.Ptr("azureuser")},
+			VirtualMachineScaleSet: &armcompute.SubResource{ID: to.Ptr(s.scaleSetResourceID(set))},
+		},
+	}
+	if rec.zone != "" {
+		vm.Zones = []*string{to.Ptr(rec.zone)}
+	}
+	if set.spot {
+		vm.Properties.Priority, vm.Properties.EvictionPolicy, vm.Properties.BillingProfile = spotProfile(set)
+	}
+	if expand {
+		vm.Properties.InstanceView = &armcompute.VirtualMachineInstanceView{
+			ComputerName: to.Ptr(rec.computerName()),
+			OSName:       to.Ptr("ubuntu"),
+			Statuses:     instanceViewStatuses(rec),
+		}
+	}
+	return vm
+}
+
 func instanceViewStatuses(rec *vmRecord) []*armcompute.InstanceViewStatus {
 	status := func(code, display string, level armcompute.StatusLevelTypes, t *time.Time) *armcompute.InstanceViewStatus {
 		return &armcompute.InstanceViewStatus{Code: to.Ptr(code), DisplayStatus: to.Ptr(display), Level: to.Ptr(level), Time: t}
@@ -179,6 +235,11 @@ func instanceViewStatuses(rec *vmRecord) []*armcompute.InstanceViewStatus {
 		return []*armcompute.InstanceViewStatus{st}
 	case StateDeleting:
 		return []*armcompute.InstanceViewStatus{status("ProvisioningState/deleting", "Deleting", info, nil)}
+	case StateDeallocated:
+		return []*armcompute.InstanceViewStatus{
+			status("ProvisioningState/succeeded", "Provisioning succeeded", info, to.Ptr(rec.readyAt.UTC())),
+			status("PowerState/deallocated", "VM deallocated", info, nil),
+		}
 	}
 	return nil
 }

@@ -288,8 +288,11 @@ func nodefsEvictionBytes(capacity int64) int64 {
 
 // AzureProviderID returns the providerID cloud-provider-azure writes for a
 // scale set VM whose ARM provider ID ("azure://" + resource ID) is armID:
-// the same string with the resource group lower-cased. Anything without a
-// resourceGroups segment is returned as it is.
+// the same string with the resource group lower-cased. That holds for a
+// Uniform scale set's VM (.../virtualMachineScaleSets/<set>/virtualMachines/<id>)
+// and a Flexible one's (.../virtualMachines/<name>, the VM's resource ID
+// from the instance metadata). Anything without a resourceGroups segment
+// is returned as it is.
 func AzureProviderID(armID string) string {
 	parts := strings.Split(armID, "/")
 	for i := 0; i+1 < len(parts); i++ {

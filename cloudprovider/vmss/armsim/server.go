@@ -1,7 +1,10 @@
 // Package armsim simulates the subset of Azure Resource Manager (ARM) that a
 // virtual machine scale set (VMSS) cluster-autoscaler provider uses: listing
 // and reading scale sets, changing their capacity, deleting instances, listing
-// their VMs, listing resource SKUs and polling asynchronous operations.
+// their VMs, listing resource SKUs and polling asynchronous operations. Scale
+// sets are of Uniform orchestration, or of Flexible orchestration
+// (ScaleSetSpec.Flexible), whose VMs are virtual machines of their own
+// listed through the Virtual Machines API filtered by scale set.
 //
 // The simulator speaks ARM's wire protocol over HTTPS, so the real
 // armcompute SDK client works against it unmodified. It models ARM's
@@ -304,8 +307,10 @@ func (s *Server) Run(ctx context.Context) {
 
 // Calls returns the number of requests answered per operation:
 // "ListScaleSets", "GetScaleSet", "UpdateScaleSet", "DeleteInstances",
-// "ListVMs" (one per page), "GetVM", "ListSKUs", "PollOperation", and
-// "Throttled" for 429 answers (which are not counted as their operation).
+// "ListVMs" (one per page), "GetVM", "ListVirtualMachines" (the Virtual
+// Machines API that lists Flexible scale sets' VMs, one per page),
+// "ListSKUs", "PollOperation", and "Throttled" for 429 answers (which are
+// not counted as their operation).
 func (s *Server) Calls() map[string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
