@@ -171,6 +171,8 @@ YAML, except those marked "command line only"):
 	live.DurationVar(&pf.MaxPreflightTime, "max-preflight-time", pf.MaxPreflightTime, "a node still pending preflight this long after it registered counts as failed and is replaced")
 	live.IntVar(&c.core.PreflightFailuresBeforeBackoff, "preflight-failures-before-backoff", d.PreflightFailuresBeforeBackoff, "this many preflight failures in a group within --preflight-failure-window back the group off; 0 never")
 	live.DurationVar(&c.core.PreflightFailureWindow, "preflight-failure-window", d.PreflightFailureWindow, "window of --preflight-failures-before-backoff")
+	live.IntVar(&c.core.SpotEvictionBackoffCount, "spot-eviction-backoff-count", d.SpotEvictionBackoffCount, "this many machines of a group evicted by the cloud (Azure Spot) within --spot-eviction-window back the group off, so scale-up buys other groups (the priority expander's next); 0 never")
+	live.DurationVar(&c.core.SpotEvictionWindow, "spot-eviction-window", d.SpotEvictionWindow, "window of --spot-eviction-backoff-count")
 	bo := &c.core.Balloons
 	live.BoolVar(&c.core.BalloonAware, "balloon-aware", d.BalloonAware, "treat balloon pods' room as free: real pods that fit by preempting balloons buy no node, balloons never keep a node needed")
 	live.StringArrayVar(&c.warmPools, "warm-pool", nil, "warm nodes held by balloons for a node group: "+balloon.PolicyFormat+"; repeat per group (the percentage is of the group's target size)")
@@ -184,6 +186,7 @@ YAML, except those marked "command line only"):
 	live.StringArrayVar(&c.core.StatusTaints, "status-taint", nil, "taint key a separate manager puts on live nodes, stripped from node templates; repeatable")
 	live.StringArrayVar(&c.core.StartupTaints, "startup-taint", d.StartupTaints, "taint key an agent removes once a new node is set up: a node carrying one is coming capacity, not ready capacity, and templates never carry it (keys with the prefix "+clusterstate.StartupTaintPrefix+" are startup taints too); repeatable")
 	live.BoolVar(&c.core.GangSplit, "gang-allow-split", d.GangSplit, "let a gang span several node groups when no single group can take it (one group, same fabric, is always preferred)")
+	fs.BoolVar(&c.core.ProvisioningRequests, "enable-provisioning-requests", d.ProvisioningRequests, "serve ProvisioningRequests (autoscaling.x-k8s.io/v1, e.g. from Kueue's admission check): check-capacity and best-effort-atomic-scale-up, with booked capacity; needs their CRD (without it, logged and off)")
 	fs.StringVar(&c.address, "address", "127.0.0.1:8085", "address of the plain (unauthenticated) /metrics and /healthz: loopback by default; give the pod IP to open it to the network")
 	fs.StringVar(&c.secureAddress, "secure-address", "", "address of /metrics and /healthz over TLS, with the API server's delegated authentication (TokenReview) and authorization (SubjectAccessReview: get on the non-resource URL); /healthz is open to the kubelet's probes; empty: off")
 	fs.StringVar(&c.tlsCertFile, "tls-cert-file", "", "serving certificate (PEM) of --secure-address; empty with --tls-private-key-file: a self-signed one made at start")

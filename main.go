@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -183,15 +184,23 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	provReqs, err := provisioningRequests(ctx, c, restCfg, client, factory)
+	if err != nil {
+		return err
+	}
 	// The named ConfigMaps (flags, priorities) are watched by every
 	// replica. The rest start at once (--standby-informers=warm, or no
 	// leader election) or when this replica leads; Start is idempotent.
 	configMaps.Start(ctx.Done())
+	var startProvisioningRequests sync.Once
 	startInformers := func() {
 		factory.Start(ctx.Done())
 		balloonFactory.Start(ctx.Done())
 		if dynFactory != nil {
 			dynFactory.Start(ctx.Done())
+		}
+		if provReqs != nil {
+			startProvisioningRequests.Do(func() { go provReqs.Informer().RunWithContext(ctx) })
 		}
 	}
 	if !c.leaderElect || c.standbyInformers == standbyWarm {
@@ -239,13 +248,17 @@ func run(ctx context.Context, args []string) error {
 			return nil
 		}
 	}
-	autoscaler, err := core.New(core.Deps{
+	deps := core.Deps{
 		Options: c.core, Provider: provider, Listers: listers, Simulator: sim,
 		Recorder: recorder, Status: status, Safety: safety, Metrics: metrics,
 		Actions: &actuation.KubeNodeActions{Client: client}, Pods: actuation.KubePods{Client: client, Indexer: podInformer.GetIndexer()},
 		Health: observer, Balloons: balloons, Gangs: gangs,
 		Fence: fence,
-	})
+	}
+	if provReqs != nil {
+		deps.ProvisioningRequests = provReqs
+	}
+	autoscaler, err := core.New(deps)
 	if err != nil {
 		return err
 	}
@@ -346,6 +359,10 @@ func run(ctx context.Context, args []string) error {
 		balloonFactory.WaitForCacheSync(ctx.Done())
 		if dynFactory != nil {
 			dynFactory.WaitForCacheSync(ctx.Done())
+		}
+		if provReqs != nil && !cache.WaitForCacheSync(ctx.Done(), provReqs.Informer().HasSynced) {
+			logger.Error(nil, "ProvisioningRequest informer cache did not sync")
+			return
 		}
 		if c.core.NodeAdditionAdaptive && c.apiserverMetricsInterval > 0 {
 			go watchFlowControl(ctx, client.CoreV1().RESTClient(), c.apiserverMetricsInterval, observer, readable)

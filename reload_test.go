@@ -175,6 +175,7 @@ func TestFlagsDeclareLiveOrRestart(t *testing.T) {
 		{"scan-interval", true}, {"node-addition-rate", true}, {"max-nodes-in-flight", true}, {"scale-down-unneeded-time", true},
 		{"warm-pool", true}, {"balloon-aware", true}, {"preflight-taint", true}, {"max-preflight-time", true}, {"expander", true},
 		{"status-taint", true}, {"gang-allow-split", true}, {"v", true},
+		{"spot-eviction-backoff-count", true}, {"spot-eviction-window", true},
 		{"namespace", false}, {"kubeconfig", false}, {"config-map", false}, {"address", false}, {"leader-elect", false},
 		{"balloon-namespace", false}, {"balloon-label", false}, {"gpu-resource-name", false}, {"status-config-map-name", false},
 		{"cloud-provider", false}, {"kube-client-qps", false}, {"vmodule", false}, {"azure-subscription-id", false},

@@ -89,6 +89,7 @@ config:
   balloon-priority-value: -1000
   status-config-map-name: my-status
   leader-elect-resource-name: my-lease
+  enable-provisioning-requests: true
   preflight-taint: example.com/burn-in=pending:NoSchedule
   preflight-label: example.com/burn-in
   v: 2
@@ -1272,6 +1273,15 @@ func TestRBACCoversTheCode(t *testing.T) {
 	if !strings.Contains(string(src), "newNamedConfigMaps(client, c.core.Namespace, c.configMap, c.core.PriorityConfigMapName, c.core.HealthPolicyConfigMapName)") {
 		t.Fatal("main.go: the named ConfigMap informers changed; update the ConfigMap grants below")
 	}
+	// ProvisioningRequests, with --enable-provisioning-requests only: their
+	// informer and client (core/provreq.Client) and the PodTemplate informer.
+	prSrc, err := os.ReadFile("../provreq.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(prSrc), "provreq.NewClient(cfg, factory.Core().V1().PodTemplates().Lister())") {
+		t.Fatal("provreq.go: the ProvisioningRequest informers changed; update the ProvisioningRequest grants below")
+	}
 	for name, values := range map[string]string{"defaults": "", "full": fullValues, "no live config": "liveConfig: {enabled: false}"} {
 		t.Run(name, func(t *testing.T) {
 			r := mustRender(t, parseValues(t, values))
@@ -1316,6 +1326,14 @@ func TestRBACCoversTheCode(t *testing.T) {
 			)
 			for _, verb := range []string{"create", "update", "delete"} { // balloon.Controller: create, resize, prune
 				needed["balloons"] = append(needed["balloons"], grant{"apps", "deployments", verb, ""})
+			}
+			if on, _ := cfg["enable-provisioning-requests"].(bool); on {
+				needed["cluster"] = append(needed["cluster"],
+					grant{"autoscaling.x-k8s.io", "provisioningrequests", "list", ""}, grant{"autoscaling.x-k8s.io", "provisioningrequests", "watch", ""}, // provreq.Client's informer
+					grant{"autoscaling.x-k8s.io", "provisioningrequests", "delete", ""},           // provreq.Client.Delete: finished a week ago
+					grant{"autoscaling.x-k8s.io", "provisioningrequests/status", "update", ""},    // provreq.Client.UpdateStatus
+					grant{"", "podtemplates", "list", ""}, grant{"", "podtemplates", "watch", ""}, // the pod sets' templates
+				)
 			}
 
 			for scope, rules := range map[string][]rbacv1.PolicyRule{"cluster": cr.Rules, "namespace": role.Rules, "balloons": balloons.Rules} {

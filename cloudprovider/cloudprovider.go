@@ -142,3 +142,29 @@ func ProviderIDKey(id string) string {
 	}
 	return scheme + ":///" + strings.Trim(rest, "/")
 }
+
+// EvictionReporter is implemented by providers whose cloud takes machines
+// back by itself: Azure evicts Spot VMs when it needs their capacity (or
+// their price rises past the maximum), deleting them (eviction policy
+// Delete: the VM vanishes and the scale set's capacity drops) or stopping
+// them (Deallocate: the VM stays, runs nothing and holds its cores in the
+// quota, reported as an instance with a ClassEvicted error for the core to
+// delete). The core reports evictions and backs off a group that keeps
+// losing machines, so scale-up buys capacity elsewhere (the priority
+// expander's fallback). A provider that does not implement it reports none.
+type EvictionReporter interface {
+	// Evictions returns the evictions the refreshes since the last call
+	// noticed, in the order noticed, and forgets them. It never calls the
+	// cloud.
+	Evictions() []Eviction
+}
+
+// Eviction is a machine the cloud took back.
+type Eviction struct {
+	// Group is the ID of the machine's node group when it was noticed.
+	Group      string
+	ProviderID string
+	// Deallocated says the machine was stopped and stays (to be deleted);
+	// otherwise the cloud deleted it.
+	Deallocated bool
+}

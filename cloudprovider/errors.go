@@ -31,6 +31,12 @@ const (
 	// (a scale set's platform limit, e.g. 1,000 VMs); it will not change
 	// in minutes: back off long, try another group.
 	ClassSizeLimit
+	// ClassEvicted is a machine the cloud took back (an Azure Spot VM
+	// evicted under eviction policy Deallocate): it runs nothing and is to
+	// be deleted. One eviction backs nothing off: the core counts a
+	// group's evictions (EvictionReporter) and backs it off when they
+	// keep coming.
+	ClassEvicted
 )
 
 // ErrNotSent marks a write the provider refused before sending anything
@@ -66,6 +72,8 @@ func (c ErrorClass) String() string {
 		return "held"
 	case ClassSizeLimit:
 		return "size-limit"
+	case ClassEvicted:
+		return "evicted"
 	default:
 		return "other"
 	}

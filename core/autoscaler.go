@@ -23,6 +23,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/provreq"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
@@ -69,6 +70,10 @@ type Deps struct {
 	// Gangs finds gangs' minimum member counts (PodGroup objects); nil:
 	// a gang's minimum is all its members.
 	Gangs gang.MinCounts
+	// ProvisioningRequests reads and writes ProvisioningRequests; nil (or
+	// Options.ProvisioningRequests off): they are not handled.
+	ProvisioningRequests provreq.API
+
 	Clock clock.Clock
 	Rand  *rand.Rand
 	// Fence, when set, says whether this replica may act now (it holds the
@@ -111,11 +116,14 @@ type Autoscaler struct {
 	health    *healthState
 	balloons  BalloonController
 	gangs     gang.MinCounts
+	provreq   *provreqState
 	fence     cloudprovider.Fence
 	// gate is the last check before every write to nodes, pods and
 	// machines: the fence, and the unready guard's hold.
 	gate    *actuation.Gate
 	replace replacements
+	// spot counts the machines the cloud takes back (spot.go).
+	spot *spotState
 
 	lastStatus string
 	// unhealthy is the unready guard's reason in the previous loop, for
@@ -178,8 +186,12 @@ func New(d Deps) (*Autoscaler, error) {
 	a.remover = actuation.NewRemover(d.Pods, d.Clock)
 	a.scaleDown = newScaleDownState(d, d.Metrics, a.remover)
 	a.replace.brake = scaledown.NewBrake(d.Options.replacementBrakeOptions())
+	a.spot = newSpotState(d.Provider)
 	if a.nodeAdd, err = newNodeAddition(d.Options, d.Health); err != nil {
 		return nil, err
+	}
+	if d.Options.ProvisioningRequests && d.ProvisioningRequests != nil {
+		a.provreq = &provreqState{api: d.ProvisioningRequests, tracker: provreq.NewTracker(provreq.DefaultOptions())}
 	}
 	// Every phase's error count exists from the start, at zero, so a
 	// dashboard or an alert on its rate has a series before the first error.
@@ -246,6 +258,8 @@ type loop struct {
 	health       *healthReport
 	skuTemplates map[string]*apiv1.Node
 	degraded     map[string][]apiv1.ResourceName
+	// provreq is the loop's ProvisioningRequests (nil: not handled).
+	provreq *provreqLoop
 	// results for status and metrics
 	unschedulable int
 	awaiting      int
@@ -264,6 +278,7 @@ func (a *Autoscaler) phases() []phase {
 		{"preflight", a.replaceFailedPreflight},
 		{"health", a.nodeHealth},
 		{"balloons", a.syncBalloons},
+		{"provisioning-requests", a.provisioningRequests},
 		{"scale-up", a.scaleUp},
 		{"scale-down", a.scaleDownPhase},
 		{"status", a.writeStatus},

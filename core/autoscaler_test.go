@@ -26,6 +26,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/provreq"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
 	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
 )
@@ -50,6 +51,7 @@ type env struct {
 	health   HealthSource
 	balloons BalloonController
 	gangs    gang.MinCounts
+	provreq  provreq.API
 	fence    cloudprovider.Fence
 	// safety is the safety store new leaders share (nil: none).
 	safety SafetyStore
@@ -156,6 +158,8 @@ func (e *env) start() *env {
 		Balloons:  e.balloons,
 		Gangs:     e.gangs,
 		Fence:     e.fence,
+
+		ProvisioningRequests: e.provreq,
 	})
 	if err != nil {
 		e.t.Fatal(err)

@@ -90,6 +90,21 @@ func TestGangPlanning(t *testing.T) {
 	}
 }
 
+// Two gangs that both fit one group get their nodes in the same loop: the
+// second's template nodes are named past the first's on the same fork
+// (not "node template-gpu-0 is already in the snapshot").
+func TestTwoGangsInOneGroup(t *testing.T) {
+	e := newEnv(t, withGangs(mins{"train-1": 3, "train-2": 3}), withOptions(func(o *Options) { o.NodeAdditionBurst = 100 }))
+	gpu := e.provider.AddGroup("gpu", 0, 20, gpuTemplate("gpu"))
+	e.start()
+	e.add(gangMembers(3, "train-1"))
+	e.add(gangMembers(3, "train-2"))
+	e.run()
+	if got := sum(gpu.Increases()); got != 6 {
+		t.Fatalf("increases %v, want 6 nodes for both gangs; events %v", gpu.Increases(), e.events(EventNotTriggerScaleUp))
+	}
+}
+
 func TestGangCountsRunningMembers(t *testing.T) {
 	e := newEnv(t, withGangs(mins{"train": 16}))
 	gpu := e.provider.AddGroup("gpu", 0, 30, gpuTemplate("gpu"), inmemory.WithTarget(10))

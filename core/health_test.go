@@ -16,6 +16,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
 	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
+	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
 )
 
 // xidPolicy replaces a node whose XIDError condition lasted a minute;
@@ -383,5 +384,219 @@ func TestHealthDegradedNodeIsNeverTheTemplate(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(e.a.metrics.DegradedNodes.WithLabelValues("gpu")); got != 1 {
 		t.Fatalf("degraded metric %v, want 1", got)
+	}
+}
+
+// TestHealthUnjudgedNodeKeepsItsCordon: a health-cordoned node that turns
+// NotReady, or fails a periodic preflight run, is not judged: it keeps
+// its cordon (its match is unknown, not gone), so nothing lands on it.
+func TestHealthUnjudgedNodeKeepsItsCordon(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(*apiv1.Node)
+	}{
+		{"NotReady", to.NotReady()},
+		{"failed a periodic preflight run", func(n *apiv1.Node) { n.Labels[preflight.DefaultLabel] = preflight.ValueFailed }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, acts, gpu := healthEnv(t, 2, strings.Replace(xidPolicy, "for: 1m", "for: 1h", 1))
+			nodes := groupNodes(gpu)
+			e.condition(nodes[0], "XIDError", apiv1.ConditionTrue)
+			e.run()
+			if fmt.Sprint(acts.cordoned) != fmt.Sprint(nodes[:1]) {
+				t.Fatalf("cordoned %v, want the XID node", acts.cordoned)
+			}
+			e.updateNode(nodes[0], tc.change)
+			e.run()
+			e.run()
+			if len(acts.uncordoned) != 0 || len(e.events(EventHealthRecovered)) != 0 {
+				t.Fatalf("uncordoned %v: a node not judged is not recovered", acts.uncordoned)
+			}
+		})
+	}
+}
+
+// TestHealthBreakerCountsLiveNodes: 2 of a group's 5 running nodes report
+// XIDError while 15 more are in preflight: 2 of 5 is over 20%, whatever the
+// nodes still being proven (they take no work yet). Counting them, the
+// bound would be 4 and the running pool could be emptied.
+func TestHealthBreakerCountsLiveNodes(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 5, strings.Replace(xidPolicy, "maxUnhealthy: 1", `maxUnhealthy: "20%"`, 1))
+	nodes := groupNodes(gpu)
+	must(t, gpu.IncreaseSize(e.ctx, 15))
+	e.register(gpu, pendingPreflight())
+	e.condition(nodes[0], "XIDError", apiv1.ConditionTrue)
+	e.condition(nodes[1], "XIDError", apiv1.ConditionTrue)
+	e.clock.Step(2 * time.Minute)
+	e.run()
+	if len(acts.evicted) != 0 || len(gpu.Deleted()) != 0 {
+		t.Fatalf("evicted %v, deleted %v: 2 of 5 running nodes is over maxUnhealthy", acts.evicted, gpu.Deleted())
+	}
+	if got := testutil.ToFloat64(e.a.metrics.HealthBreaker.WithLabelValues("gpu")); got != 1 {
+		t.Fatalf("breaker %v, want 1", got)
+	}
+}
+
+// TestHealthBreakerStopsScaleUp: while a group's breaker holds, pods do not
+// buy nodes from it (a monitor flagging every node would have each new
+// one cordoned on arrival, and scale-up buy another, up to the max).
+func TestHealthBreakerStopsScaleUp(t *testing.T) {
+	e, _, gpu := healthEnv(t, 2, strings.Replace(xidPolicy, "for: 1m", "for: 1h", 1))
+	nodes := groupNodes(gpu)
+	e.condition(nodes[0], "XIDError", apiv1.ConditionTrue)
+	e.condition(nodes[1], "XIDError", apiv1.ConditionTrue)
+	e.run()
+	e.add(pendingPods(1, "train", wholeGPU()...))
+	e.run()
+	if got := gpu.Increases(); len(got) != 0 {
+		t.Fatalf("increases %v while the group's health breaker holds", got)
+	}
+	if ev := e.events("NotTriggerScaleUp"); len(ev) == 0 || !strings.Contains(ev[len(ev)-1], "health breaker") {
+		t.Fatalf("NotTriggerScaleUp events %q, want one naming the health breaker", ev)
+	}
+}
+
+// TestHealthRefusedPolicyNeverFallsBackToTheBuiltIn: a report-only policy is
+// accepted; a bad edit keeps it, on this leader and on a new one (the
+// safety state), and so does deleting the ConfigMap. A first policy
+// refused with no good one before pauses actions: never the built-in
+// policy's replacements in place of the user's.
+func TestHealthRefusedPolicyNeverFallsBackToTheBuiltIn(t *testing.T) {
+	const reportOnly = "rules:\n- name: xid\n  condition: {type: XIDError, status: \"True\"}\n  action: report\n"
+	t.Run("after a good one", func(t *testing.T) {
+		acts := &fakeActions{}
+		e := newEnv(t, withNodeWrites(acts), withOptions(func(o *Options) { o.ScaleDownEnabled = false }))
+		e.safety = &memSafety{}
+		gpu := e.provider.AddGroup("gpu", 0, 20, gpuTemplate("gpu"), inmemory.WithTarget(2))
+		e.start()
+		e.register(gpu)
+		e.setPolicy(reportOnly, nil)
+		e.run()
+		e.setPolicy(`rules:\n- name: xid\n  condition: {type: XIDError, status: True}\n  action: report\n`, nil)
+		e.failover()
+		nodes := groupNodes(gpu)
+		e.condition(nodes[0], "XIDError", apiv1.ConditionTrue)
+		e.clock.Step(time.Hour)
+		e.run()
+		must(t, e.cms.Delete(&apiv1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: e.opts.HealthPolicyConfigMapName, Namespace: e.opts.Namespace}}))
+		e.run()
+		if len(acts.cordoned) != 0 || len(gpu.Deleted()) != 0 {
+			t.Fatalf("cordoned %v, deleted %v: the last good policy reports only", acts.cordoned, gpu.Deleted())
+		}
+		if len(e.events(EventNodeUnhealthy)) == 0 {
+			t.Fatal("the last good policy's report is missing")
+		}
+	})
+	t.Run("none good yet", func(t *testing.T) {
+		e, acts, gpu := healthEnv(t, 2, "")
+		e.setPolicy("rules:\n- name: xid\n  condition: {type: XIDError, status: \"True\"}\n  action: reboot\n", nil)
+		nodes := groupNodes(gpu)
+		e.condition(nodes[0], "XIDError", apiv1.ConditionTrue)
+		e.clock.Step(time.Hour)
+		e.run()
+		if len(acts.cordoned) != 0 || len(gpu.Deleted()) != 0 {
+			t.Fatalf("cordoned %v, deleted %v: a refused first policy pauses actions", acts.cordoned, gpu.Deleted())
+		}
+		if got := testutil.ToFloat64(e.a.metrics.HealthPaused); got != 1 {
+			t.Fatalf("paused %v, want 1", got)
+		}
+	})
+}
+
+// TestHealthStatusIsStableWithManyUnhealthyNodes: 30 unchanged unhealthy
+// nodes (more than the status lists) write the status once, not every
+// loop (the lister's order is random; the list is by name).
+func TestHealthStatusIsStableWithManyUnhealthyNodes(t *testing.T) {
+	e, _, gpu := healthEnv(t, 30, "rules:\n- name: xid\n  condition: {type: XIDError, status: \"True\"}\n  action: report\n")
+	for _, n := range groupNodes(gpu) {
+		e.condition(n, "XIDError", apiv1.ConditionTrue)
+	}
+	e.run()
+	before := len(e.status.writes)
+	for range 10 {
+		e.run()
+	}
+	if got := len(e.status.writes) - before; got != 0 {
+		t.Fatalf("%d status writes in 10 unchanged loops, want 0", got)
+	}
+	if last := e.status.writes[len(e.status.writes)-1]; !strings.Contains(last, "more: 10") {
+		t.Fatalf("status does not count the unlisted nodes:\n%s", last)
+	}
+}
+
+// TestHealthStartingNodeIsNotJudged: a node still starting up (GPUs not
+// advertised yet) with a condition its boot may set is not cordoned.
+func TestHealthStartingNodeIsNotJudged(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 1, "rules:\n- name: dp\n  condition: {type: UnhealthyNvidiaDevicePlugin, status: \"True\"}\n  for: 10m\n  action: drain\n")
+	node := nodeName(gpu, 0)
+	e.updateNode(node, func(n *apiv1.Node) {
+		delete(n.Status.Allocatable, to.GPU)
+		n.Labels["kubernetes.azure.com/accelerator"] = "nvidia"
+	})
+	e.condition(node, "UnhealthyNvidiaDevicePlugin", apiv1.ConditionTrue)
+	e.run()
+	if len(acts.cordoned) != 0 {
+		t.Fatalf("cordoned %v: a node starting up is not judged", acts.cordoned)
+	}
+}
+
+// TestHealthTakenOverCordonKeepsItsClock: a cordon rule on a node's missing
+// GPU (no date on the node) cordoned it; a new leader does not uncordon
+// it as "recovered" while the GPU is still missing.
+func TestHealthTakenOverCordonKeepsItsClock(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 1, "rules:\n- name: gpus\n  belowSKU: {resource: nvidia.com/gpu}\n  for: 5m\n  action: cordon\n")
+	node := nodeName(gpu, 0)
+	e.updateNode(node, func(n *apiv1.Node) { n.Status.Allocatable[to.GPU] = resource.MustParse("7") })
+	e.run()
+	e.clock.Step(5 * time.Minute)
+	e.run()
+	if fmt.Sprint(acts.cordoned) != fmt.Sprint([]string{node}) {
+		t.Fatalf("cordoned %v, want the degraded node after 5m", acts.cordoned)
+	}
+	e.failover()
+	e.run()
+	if len(acts.uncordoned) != 0 {
+		t.Fatalf("uncordoned %v by the new leader while the GPU is still missing", acts.uncordoned)
+	}
+}
+
+// TestHealthReplacementAtTheMinimumIsHeld: a group at its minimum keeps its
+// unhealthy node cordoned with a reason, nothing evicted: its machine could
+// not be deleted.
+func TestHealthReplacementAtTheMinimumIsHeld(t *testing.T) {
+	acts := &fakeActions{}
+	e := newEnv(t, withNodeWrites(acts), withOptions(func(o *Options) { o.ScaleDownEnabled = false }))
+	acts.graceful = e.clock
+	gpu := e.provider.AddGroup("gpu", 2, 20, gpuTemplate("gpu"), inmemory.WithTarget(2))
+	e.start()
+	e.register(gpu)
+	e.setPolicy(xidPolicy, nil)
+	nodes := groupNodes(gpu)
+	e.gangOnNodes("train", nodes[:1])
+	e.condition(nodes[0], "XIDError", apiv1.ConditionTrue)
+	e.clock.Step(2 * time.Minute)
+	e.run()
+	if len(acts.evicted) != 0 || len(gpu.Deleted()) != 0 {
+		t.Fatalf("evicted %v, deleted %v at the group's minimum", acts.evicted, gpu.Deleted())
+	}
+	if got := testutil.ToFloat64(e.a.metrics.HealthHeld.WithLabelValues("gpu", heldMinSize)); got != 1 {
+		t.Fatalf("held for min-size %v, want 1", got)
+	}
+}
+
+// TestHealthCordonsPerLoopAreCapped: a report on 60 nodes at once cordons
+// 50 in the first loop, the rest in the next.
+func TestHealthCordonsPerLoopAreCapped(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 60, strings.Replace(xidPolicy, "for: 1m", "for: 1h", 1))
+	for _, n := range groupNodes(gpu) {
+		e.condition(n, "XIDError", apiv1.ConditionTrue)
+	}
+	e.run()
+	if got := len(acts.cordoned); got != maxHealthCordonsPerLoop {
+		t.Fatalf("%d cordons in one loop, want %d", got, maxHealthCordonsPerLoop)
+	}
+	e.run()
+	if got := len(acts.cordoned); got != 60 {
+		t.Fatalf("%d cordons after two loops, want 60", got)
 	}
 }

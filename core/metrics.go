@@ -69,6 +69,11 @@ type Metrics struct {
 	HealthBreaker   *prometheus.GaugeVec
 	DegradedNodes   *prometheus.GaugeVec
 	HealthPaused    prometheus.Gauge
+
+	// ProvReq are the ProvisioningRequest metrics (phase_provreq.go).
+	ProvReq provreqMetrics
+	// SpotEvictions counts machines the cloud took back {node_group} (spot.go).
+	SpotEvictions *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -188,6 +193,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Nodes of each node group advertising less than their VM size (a GPU the device plugin marked unhealthy, say): never templates."}, []string{"node_group"})
 	m.HealthPaused = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "health_paused",
 		Help: "1 while the health policy's ConfigMap carries the pause annotation: reports only."})
+	m.ProvReq = newProvreqMetrics(reg, ns)
+	m.SpotEvictions = newSpotMetrics(reg, ns)
 	reg.MustRegister(m.HealthUnhealthy, m.HealthActions, m.HealthHeld, m.HealthBreaker, m.DegradedNodes, m.HealthPaused)
 	reg.MustRegister(m.PreflightPending, m.PreflightResults, m.PreflightDuration, m.PreflightReplaced, m.PreflightIncidentNodes)
 	reg.MustRegister(m.QueueDepth, m.NodesReleased, m.NodesCancelled, m.NodesInFlight, m.AdditionRate, m.AdditionRateReason, m.RateChanges, m.AdditionTokens)

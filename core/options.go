@@ -138,6 +138,10 @@ type Options struct {
 	// PreflightFailureWindow back it off; 0 never.
 	PreflightFailuresBeforeBackoff int
 	PreflightFailureWindow         time.Duration
+	// SpotEvictionBackoffCount machines of a group evicted by the cloud
+	// (Spot) within SpotEvictionWindow back it off; 0 never (spot.go).
+	SpotEvictionBackoffCount int
+	SpotEvictionWindow       time.Duration
 
 	// BalloonAware makes balloon pods' room free to real pods in scale-up
 	// and in scale-down's utilisation (--balloon-aware).
@@ -162,6 +166,10 @@ type Options struct {
 	// GangSplit lets a gang span several node groups when no single group
 	// can take it (--gang-allow-split).
 	GangSplit bool
+	// ProvisioningRequests turns on the ProvisioningRequest API
+	// (--enable-provisioning-requests): check-capacity and
+	// best-effort-atomic-scale-up requests, and their booked capacity.
+	ProvisioningRequests bool
 }
 
 // DefaultOptions returns the defaults, safe for a 7,500-node cluster.
@@ -228,6 +236,8 @@ func DefaultOptions() Options {
 		Preflight:                      preflight.DefaultOptions(),
 		PreflightFailuresBeforeBackoff: 3,
 		PreflightFailureWindow:         30 * time.Minute,
+		SpotEvictionBackoffCount:       3,
+		SpotEvictionWindow:             10 * time.Minute,
 
 		BalloonAware: true,
 		Balloons:     balloon.DefaultOptions(),
@@ -362,6 +372,9 @@ func (o Options) Validate() error {
 		if err := o.NodeAdditionAdaptiveOptions.Validate(o.NodeAdditionRate); err != nil {
 			return err
 		}
+	}
+	if err := o.validateSpot(); err != nil {
+		return err
 	}
 	return o.validateRanges()
 }

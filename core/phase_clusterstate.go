@@ -23,6 +23,7 @@ func (a *Autoscaler) updateClusterState(ctx context.Context, l *loop) error {
 	l.actions = act
 	a.guardUnready(ctx, l)
 	a.reportFailedRunning(ctx, act)
+	a.takeEvictions(ctx, l)
 	for _, f := range act.Failures {
 		a.metrics.FailedScaleUps.WithLabelValues(f.Group, f.Reason).Inc()
 		logger.Info("Scale-up failed", "nodeGroup", f.Group, "reason", f.Reason, "class", f.Class.String(), "message", f.Message)

@@ -56,18 +56,33 @@ const (
 	heldGang    = "gang"
 	heldBrake   = "brake"
 	heldBlocked = "blocked"
+	heldMinSize = "min-size"
+	// heldCordonCap: past maxHealthCordonsPerLoop cordons, the next loop
+	// cordons more (a mass report is not thousands of writes at once).
+	heldCordonCap = "cordon-cap"
 )
+
+// maxHealthCordonsPerLoop caps the cordons health handling writes in one
+// loop.
+const maxHealthCordonsPerLoop = 50
 
 // maxHealthListed caps the nodes named in the status.
 const maxHealthListed = 20
 
 // healthState is what health handling remembers between loops. The
-// cordons are also on the nodes (actuation.CordonedAnnotation) and the
-// breakers in the safety state, so a new leader takes both over.
+// cordons are also on the nodes (actuation.CordonedAnnotation), the
+// breakers and the last good policy in the safety state, so a new leader
+// takes them over.
 type healthState struct {
-	policy    *health.Policy
+	policy *health.Policy
+	// lastGood is the text of the last policy accepted (here or by an
+	// earlier leader): "" while none was, when a refused ConfigMap leaves
+	// actions paused rather than falling back to the built-in policy.
+	lastGood  string
 	version   string // resourceVersion of the ConfigMap last parsed
-	policyErr string // why the ConfigMap was refused, for the status
+	seen      bool   // the ConfigMap was read at least once
+	paused    bool   // the pause annotation as last read
+	policyErr string // why the ConfigMap was refused, or why the last good policy is in force, for the status
 	// firstSeen: node → rule → when this process first saw a match the
 	// node does not date (a shortfall, a taint without timeAdded).
 	firstSeen map[string]map[string]time.Time
@@ -79,12 +94,17 @@ type healthState struct {
 	// breakers: group → end of its storm cooldown; zero while the group
 	// is over maxUnhealthy. Absent: not engaged.
 	breakers map[string]time.Time
+	// unhealthySeries are the (group, rule) series of the unhealthy gauge
+	// set last loop: the ones not set again are deleted (never a Reset,
+	// which a scrape could see empty).
+	unhealthySeries map[[2]string]bool
 }
 
 func newHealthState() *healthState {
 	return &healthState{policy: health.Default(), firstSeen: map[string]map[string]time.Time{},
 		told: map[string]string{}, heldTold: map[string]string{}, cordoned: map[string]string{},
-		admitted: map[string]bool{}, deleted: map[string]time.Time{}, breakers: map[string]time.Time{}}
+		admitted: map[string]bool{}, deleted: map[string]time.Time{}, breakers: map[string]time.Time{},
+		unhealthySeries: map[[2]string]bool{}}
 }
 
 // release forgets what was done to a node no longer unhealthy.
@@ -92,6 +112,19 @@ func (hs *healthState) release(name string) {
 	delete(hs.cordoned, name)
 	delete(hs.admitted, name)
 	delete(hs.heldTold, name)
+}
+
+// restoreLastGood takes the last good policy an earlier leader saved.
+func (hs *healthState) restoreLastGood(ctx context.Context, raw string) {
+	if raw == "" {
+		return
+	}
+	p, err := health.Parse(raw)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "The saved last good health policy is unreadable; ignored")
+		return
+	}
+	hs.policy, hs.lastGood = p, raw
 }
 
 // healthReport is one loop's health findings, for the status and metrics.
@@ -104,8 +137,13 @@ type healthReport struct {
 }
 
 // healthPolicy reads the policy's ConfigMap from the cache, parsing it
-// again only when it changed; a refused one keeps the last good policy.
-// No ConfigMap: the built-in policy.
+// again only when it changed, and says whether actions are paused. A
+// refused ConfigMap keeps the last good policy (this leader's or an
+// earlier one's, from the safety state); with none, actions are paused
+// until a good one is read — never the built-in policy in place of a
+// user's. The built-in policy applies only while no ConfigMap was ever
+// accepted or seen; one that goes away leaves the last good policy (and
+// the last pause) in force.
 func (a *Autoscaler) healthPolicy(ctx context.Context) (*health.Policy, bool) {
 	hs := a.health
 	name := a.opts.HealthPolicyConfigMapName
@@ -114,31 +152,41 @@ func (a *Autoscaler) healthPolicy(ctx context.Context) (*health.Policy, bool) {
 	}
 	cm, err := a.listers.ConfigMaps.Get(name)
 	if err != nil {
-		if apierrors.IsNotFound(err) && hs.version != "" {
-			klog.FromContext(ctx).Info("Health policy ConfigMap gone; the built-in policy applies", "configmap", name)
-			hs.policy, hs.version, hs.policyErr = health.Default(), "", ""
+		if !apierrors.IsNotFound(err) || (!hs.seen && hs.lastGood == "") {
+			return hs.policy, hs.paused
 		}
-		return hs.policy, false
+		if hs.version != "" {
+			klog.FromContext(ctx).Info("Health policy ConfigMap gone; the last good policy stays in force", "configmap", name)
+			hs.version = ""
+		}
+		hs.policyErr = fmt.Sprintf("health policy ConfigMap %s gone: the last good policy stays in force", name)
+		return hs.policy, hs.paused || hs.lastGood == ""
 	}
+	hs.seen = true
 	v, set := cm.Annotations[HealthPausedAnnotation]
-	paused := set && v != "false"
+	hs.paused = set && v != "false"
 	if cm.ResourceVersion == hs.version {
-		return hs.policy, paused
+		return hs.policy, hs.paused || hs.lastGood == ""
 	}
 	hs.version = cm.ResourceVersion
-	p, err := health.Parse(cm.Data["policy"])
+	raw := cm.Data["policy"]
+	p, err := health.Parse(raw)
 	if err != nil {
 		err = fmt.Errorf("health policy ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
-		hs.policyErr = err.Error()
-		klog.FromContext(ctx).Error(err, "Ignoring the health policy; keeping the last good one", "resourceVersion", cm.ResourceVersion)
-		if a.rec != nil {
-			a.rec.Event(cm, apiv1.EventTypeWarning, EventInvalidHealthPolicy, err.Error()+"; the last good policy stays")
+		what := "the last good policy stays"
+		if hs.lastGood == "" {
+			what = "no policy was accepted yet: health actions are paused (reports only) until one is"
 		}
-		return hs.policy, paused
+		hs.policyErr = err.Error() + "; " + what
+		klog.FromContext(ctx).Error(err, "Ignoring the health policy", "resourceVersion", cm.ResourceVersion, "then", what)
+		if a.rec != nil {
+			a.rec.Event(cm, apiv1.EventTypeWarning, EventInvalidHealthPolicy, hs.policyErr)
+		}
+		return hs.policy, hs.paused || hs.lastGood == ""
 	}
-	hs.policy, hs.policyErr = p, ""
-	klog.FromContext(ctx).Info("Health policy loaded", "configmap", klog.KObj(cm), "rules", len(p.Rules), "paused", paused)
-	return p, paused
+	hs.policy, hs.lastGood, hs.policyErr = p, raw, ""
+	klog.FromContext(ctx).Info("Health policy loaded", "configmap", klog.KObj(cm), "rules", len(p.Rules), "paused", hs.paused)
+	return p, hs.paused
 }
 
 // skuTemplate is the group's template as its VM size describes it (not
@@ -160,14 +208,15 @@ func (a *Autoscaler) skuTemplate(l *loop, g cloudprovider.NodeGroup) *apiv1.Node
 
 // degraded says what a node advertises less of than its VM size (a GPU
 // the device plugin marked unhealthy): such a node is never a template. A
-// node still starting up (GPUs not advertised yet) is not degraded, nor is
-// one of an unknown size.
+// node still starting up (GPUs not advertised yet, within
+// --max-node-startup-time) is not degraded, nor is one of an unknown size;
+// one whose GPUs never came, past that time, is.
 func (a *Autoscaler) degraded(l *loop, n *apiv1.Node) []apiv1.ResourceName {
 	if s, ok := l.degraded[n.Name]; ok {
 		return s
 	}
 	var short []apiv1.ResourceName
-	if g, ok := l.groupOf[n.Name]; ok && a.registry.StartingUp(n, g.ID()) == "" {
+	if g, ok := l.groupOf[n.Name]; ok && !a.startingUp(l, n) {
 		short = health.Shortfall(n, a.skuTemplate(l, g), a.health.policy.MemoryTolerance)
 	}
 	if l.degraded == nil {
@@ -177,12 +226,44 @@ func (a *Autoscaler) degraded(l *loop, n *apiv1.Node) []apiv1.ResourceName {
 	return short
 }
 
+// machineDeleted says a node's machine was deleted (by scale-down,
+// preflight or health handling) while its Node object lingers: it is no
+// template, no destination for moved pods, and nothing more is done to it.
+func (a *Autoscaler) machineDeleted(name string) bool {
+	if _, gone := a.health.deleted[name]; gone {
+		return true
+	}
+	if _, gone := a.preflight.deleted[name]; gone {
+		return true
+	}
+	return a.scaleDown.actuator != nil && a.scaleDown.actuator.IsGone(name)
+}
+
 // healthCandidate is an unhealthy node of this loop.
 type healthCandidate struct {
 	node    *apiv1.Node
 	group   string
 	verdict health.Verdict
 	entry   *HealthNode
+}
+
+// cordonWanted says a match still asks for the node to be cordoned, now or
+// once its time comes (a rule whose action is cordon or stronger).
+func (c *healthCandidate) cordonWanted() bool {
+	for _, m := range c.verdict.Matches {
+		if m.Rule != nil && m.Rule.Action >= health.Cordon {
+			return true
+		}
+	}
+	return false
+}
+
+// judgement is what the health phase found this loop.
+type judgement struct {
+	cands  map[string]*healthCandidate // the judged nodes that match a rule
+	judged map[string]bool             // every node judged
+	live   map[string]int              // judged nodes per group: the breaker's denominator
+	over   map[string]int              // judged nodes per group matching a drain or replace rule
 }
 
 // nodeHealth is the passive health phase: it reads what node-problem-
@@ -198,7 +279,7 @@ func (a *Autoscaler) nodeHealth(ctx context.Context, l *loop) error {
 	defer a.reportReplacements(ctx, l)
 	pol, paused := a.healthPolicy(ctx)
 	hs := a.health
-	rep := &healthReport{paused: paused, degraded: map[string][]string{}, nodes: make([]HealthNode, 0, maxHealthListed)}
+	rep := &healthReport{paused: paused, degraded: map[string][]string{}}
 	l.health = rep
 	v := 0.0
 	if paused {
@@ -206,8 +287,8 @@ func (a *Autoscaler) nodeHealth(ctx context.Context, l *loop) error {
 	}
 	a.metrics.HealthPaused.Set(v)
 
-	cands, over := a.judgeNodes(ctx, l, pol, rep)
-	a.updateBreakers(ctx, l, pol, over)
+	j := a.judgeNodes(ctx, l, pol, rep)
+	a.updateBreakers(ctx, l, pol, j)
 	for id := range hs.breakers {
 		rep.breakers = append(rep.breakers, id)
 	}
@@ -215,42 +296,41 @@ func (a *Autoscaler) nodeHealth(ctx context.Context, l *loop) error {
 	if a.actions == nil {
 		return nil
 	}
-	a.recoverHealthy(ctx, l, cands)
-	if len(cands) == 0 {
+	a.recoverHealthy(ctx, l, j)
+	if len(j.cands) == 0 {
 		a.pruneHealth(l)
 		return nil
 	}
-	toDelete := a.actOnUnhealthy(ctx, l, pol, paused, cands)
-	a.replaceUnhealthy(ctx, l, toDelete, cands)
+	toDelete := a.actOnUnhealthy(ctx, l, pol, paused, j.cands)
+	a.replaceUnhealthy(ctx, l, toDelete, j.cands)
 	a.pruneHealth(l)
 	return nil
 }
 
 // judgeNodes evaluates every node of a managed group that is Ready and past
-// startup and preflight (preflight owns the others): the nodes that match
-// a rule, and per group how many match a drain or replace rule (the
-// breaker's count). It tells NodeUnhealthy once per node and rule and sets
-// the gauges.
-func (a *Autoscaler) judgeNodes(ctx context.Context, l *loop, pol *health.Policy, rep *healthReport) (map[string]*healthCandidate, map[string]int) {
+// startup and preflight (preflight, the unready path and startup own the
+// others): the nodes that match a rule, per group how many were judged
+// and how many match a drain or replace rule (the breaker's count). It
+// tells NodeUnhealthy once per node and rule, sets the gauges and fills the
+// report in node name order (the status is written only when it changes).
+func (a *Autoscaler) judgeNodes(ctx context.Context, l *loop, pol *health.Policy, rep *healthReport) judgement {
 	hs := a.health
-	cands := map[string]*healthCandidate{}
-	over := map[string]int{}
+	j := judgement{cands: map[string]*healthCandidate{}, judged: map[string]bool{}, live: map[string]int{}, over: map[string]int{}}
 	unhealthy := map[[2]string]int{}
-	degraded := map[string]int{}
+	degraded := map[string][]string{}
 	for _, n := range l.nodes {
 		g, ok := l.groupOf[n.Name]
-		if !ok || !clusterstate.IsReady(n) || a.healthExempt(l, n) {
+		if !ok || !clusterstate.IsReady(n) || a.healthExempt(n) || a.startingUp(l, n) {
 			continue
 		}
 		if st, _ := a.opts.Preflight.Classify(n, l.now); st != preflight.Passed {
 			continue
 		}
+		j.judged[n.Name] = true
+		j.live[g.ID()]++
 		short := a.degraded(l, n)
 		if len(short) > 0 {
-			degraded[g.ID()]++
-			if len(rep.degraded[g.ID()]) < maxHealthListed {
-				rep.degraded[g.ID()] = append(rep.degraded[g.ID()], n.Name)
-			}
+			degraded[g.ID()] = append(degraded[g.ID()], n.Name)
 		}
 		matches := pol.Evaluate(n, short)
 		if len(matches) == 0 {
@@ -259,56 +339,61 @@ func (a *Autoscaler) judgeNodes(ctx context.Context, l *loop, pol *health.Policy
 			continue
 		}
 		verdict := pol.Judge(matches, l.now, hs.firstSeenOf(n.Name, matches, l.now))
-		c := &healthCandidate{node: n, group: g.ID(), verdict: verdict}
-		cands[n.Name] = c
+		j.cands[n.Name] = &healthCandidate{node: n, group: g.ID(), verdict: verdict}
 		for _, m := range matches {
 			if m.Rule.Action >= health.Drain {
-				over[g.ID()]++
+				j.over[g.ID()]++
 				break
 			}
 		}
 		unhealthy[[2]string{g.ID(), verdict.Rule}]++
-		action := ruleAction(verdict)
-		c.entry = &HealthNode{Node: n.Name, NodeGroup: g.ID(), Rule: verdict.Rule, Action: action.String(), State: "matched"}
-		if !verdict.Due {
+	}
+	for id, names := range degraded {
+		slices.Sort(names)
+		rep.degraded[id] = names[:min(len(names), maxHealthListed)]
+	}
+	rep.nodes = make([]HealthNode, 0, min(len(j.cands), maxHealthListed))
+	for _, name := range sortedKeys(j.cands) {
+		c := j.cands[name]
+		v := c.verdict
+		action := ruleAction(v)
+		e := HealthNode{Node: name, NodeGroup: c.group, Rule: v.Rule, Action: action.String(), State: "matched"}
+		if !v.Due {
 			// A time, not a countdown: the status is written only when it changes.
-			c.entry.State = fmt.Sprintf("matched; %s due at %s", action, l.now.Add(verdict.Next).UTC().Format(time.RFC3339))
+			e.State = fmt.Sprintf("matched; %s due at %s", action, l.now.Add(v.Next).UTC().Format(time.RFC3339))
 		}
 		if len(rep.nodes) < maxHealthListed {
 			// Within its capacity: the entry's address stays valid.
-			rep.nodes = append(rep.nodes, *c.entry)
+			rep.nodes = append(rep.nodes, e)
 			c.entry = &rep.nodes[len(rep.nodes)-1]
 		} else {
 			rep.more++
 		}
-		if hs.told[n.Name] != verdict.Rule {
-			hs.told[n.Name] = verdict.Rule
-			a.tellUnhealthy(ctx, n, g.ID(), verdict)
+		if hs.told[name] != v.Rule {
+			hs.told[name] = v.Rule
+			a.tellUnhealthy(ctx, c.node, c.group, v)
 		}
 	}
-	a.metrics.HealthUnhealthy.Reset()
+	for k := range hs.unhealthySeries {
+		if _, ok := unhealthy[k]; !ok {
+			a.metrics.HealthUnhealthy.DeleteLabelValues(k[0], k[1])
+			delete(hs.unhealthySeries, k)
+		}
+	}
 	for k, c := range unhealthy {
 		a.metrics.HealthUnhealthy.WithLabelValues(k[0], k[1]).Set(float64(c))
+		hs.unhealthySeries[k] = true
 	}
 	for _, g := range l.groups {
-		a.metrics.DegradedNodes.WithLabelValues(g.ID()).Set(float64(degraded[g.ID()]))
+		a.metrics.DegradedNodes.WithLabelValues(g.ID()).Set(float64(len(degraded[g.ID()])))
 	}
-	return cands, over
+	return j
 }
 
 // healthExempt says a node is already on its way out: scale-down's taint,
 // a machine deleted by any path.
-func (a *Autoscaler) healthExempt(l *loop, n *apiv1.Node) bool {
-	if _, gone := a.health.deleted[n.Name]; gone {
-		return true
-	}
-	if _, gone := a.preflight.deleted[n.Name]; gone {
-		return true
-	}
-	if actuation.HasTaintKey(n, scaledown.ToBeDeletedTaint) {
-		return true
-	}
-	return a.scaleDown.actuator != nil && a.scaleDown.actuator.IsGone(n.Name)
+func (a *Autoscaler) healthExempt(n *apiv1.Node) bool {
+	return actuation.HasTaintKey(n, scaledown.ToBeDeletedTaint) || a.machineDeleted(n.Name)
 }
 
 // firstSeenOf returns the firstSeen function of Judge for a node: when
@@ -370,21 +455,23 @@ func (a *Autoscaler) tellUnhealthy(ctx context.Context, n *apiv1.Node, group str
 	}
 }
 
-// updateBreakers engages a group's breaker when more of its nodes match
-// drain or replace rules than maxUnhealthy allows, and releases it once
-// the count has been back within bounds for the storm cooldown.
-func (a *Autoscaler) updateBreakers(ctx context.Context, l *loop, pol *health.Policy, over map[string]int) {
+// updateBreakers engages a group's breaker when more of its judged nodes
+// (Ready, past startup and preflight) match drain or replace rules than
+// maxUnhealthy allows of them, and releases it once the count has been
+// back within bounds for the storm cooldown. Groups gone from the cloud
+// are forgotten.
+func (a *Autoscaler) updateBreakers(ctx context.Context, l *loop, pol *health.Policy, j judgement) {
 	hs := a.health
 	for _, g := range l.groups {
 		id := g.ID()
-		allowed := pol.Allowed(len(l.nodesOf[id]))
+		allowed := pol.Allowed(j.live[id])
 		until, on := hs.breakers[id]
 		switch {
-		case over[id] > allowed:
+		case j.over[id] > allowed:
 			if !on {
-				msg := fmt.Sprintf("health breaker engaged for node group %s: %d of its %d nodes are unhealthy, more than maxUnhealthy allows (%d); they are cordoned, not drained or replaced, until at most %d are for %s",
-					id, over[id], len(l.nodesOf[id]), allowed, allowed, pol.StormCooldown)
-				klog.FromContext(ctx).Info("Health breaker engaged", "nodeGroup", id, "unhealthy", over[id], "nodes", len(l.nodesOf[id]), "allowed", allowed)
+				msg := fmt.Sprintf("health breaker engaged for node group %s: %d of its %d nodes are unhealthy, more than maxUnhealthy allows (%d); they are cordoned, not drained or replaced, and the group is not scaled up while they are, until at most %d are for %s",
+					id, j.over[id], j.live[id], allowed, allowed, pol.StormCooldown)
+				klog.FromContext(ctx).Info("Health breaker engaged", "nodeGroup", id, "unhealthy", j.over[id], "nodes", j.live[id], "allowed", allowed)
 				a.groupEvent(apiv1.EventTypeWarning, EventHealthBreaker, msg)
 			}
 			hs.breakers[id] = time.Time{}
@@ -392,7 +479,7 @@ func (a *Autoscaler) updateBreakers(ctx context.Context, l *loop, pol *health.Po
 			hs.breakers[id] = l.now.Add(pol.StormCooldown)
 		case on && !l.now.Before(until):
 			delete(hs.breakers, id)
-			klog.FromContext(ctx).Info("Health breaker released", "nodeGroup", id, "unhealthy", over[id], "allowed", allowed)
+			klog.FromContext(ctx).Info("Health breaker released", "nodeGroup", id, "unhealthy", j.over[id], "allowed", allowed)
 		}
 		v := 0.0
 		if _, on := hs.breakers[id]; on {
@@ -400,27 +487,49 @@ func (a *Autoscaler) updateBreakers(ctx context.Context, l *loop, pol *health.Po
 		}
 		a.metrics.HealthBreaker.WithLabelValues(id).Set(v)
 	}
+	for id := range hs.breakers {
+		if _, ok := l.byID[id]; !ok {
+			delete(hs.breakers, id)
+			a.metrics.HealthBreaker.DeleteLabelValues(id)
+			a.metrics.DegradedNodes.DeleteLabelValues(id)
+		}
+	}
 }
 
-// recoverHealthy uncordons the nodes health handling cordoned whose match
-// cleared (or no longer asks for a cordon), unless their machines were
-// deleted, and forgets what was admitted for them.
-func (a *Autoscaler) recoverHealthy(ctx context.Context, l *loop, cands map[string]*healthCandidate) {
+// breakerOver says more of a group's nodes are unhealthy than its breaker
+// allows, now (not its storm cooldown): the scale-up phase buys nothing
+// from it (its new nodes would report the same and be cordoned on
+// arrival; the expander's next choice buys instead).
+func (a *Autoscaler) breakerOver(group string) bool {
+	until, on := a.health.breakers[group]
+	return on && until.IsZero()
+}
+
+// recoverHealthy uncordons the nodes health handling cordoned that were
+// judged this loop and no longer match a rule asking for a cordon (the
+// condition cleared, or the policy changed), unless their machines were
+// deleted, and forgets what was admitted for them. A node not judged
+// this loop (NotReady, failed preflight, on its way out) keeps its cordon
+// and its admission: its match is unknown, not gone.
+func (a *Autoscaler) recoverHealthy(ctx context.Context, l *loop, j judgement) {
 	hs := a.health
 	for _, name := range sortedKeys(hs.admitted) {
-		if c, ok := cands[name]; !ok || !c.verdict.Due || c.verdict.Action < health.Drain {
+		if !j.judged[name] {
+			continue
+		}
+		if c, ok := j.cands[name]; !ok || !c.verdict.Due || c.verdict.Action < health.Drain {
 			delete(hs.admitted, name)
 		}
 	}
 	for _, name := range sortedKeys(hs.cordoned) {
-		if c, ok := cands[name]; ok && c.verdict.Cordon {
+		if !j.judged[name] {
+			continue
+		}
+		if c, ok := j.cands[name]; ok && c.cordonWanted() {
 			continue
 		}
 		idx, ok := l.snap.Index(name)
 		if !ok {
-			continue // pruned
-		}
-		if _, gone := hs.deleted[name]; gone {
 			continue
 		}
 		n := l.snap.NodeInfo(idx).Node()
@@ -451,6 +560,8 @@ func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Po
 	hs := a.health
 	gangs := newGangClaims(a, l)
 	var toDelete []actuation.Machine
+	cordons := 0
+	planned := map[string]int{} // replacements sent per group this loop
 	for _, name := range sortedKeys(cands) {
 		c := cands[name]
 		n, v := c.node, c.verdict
@@ -466,6 +577,11 @@ func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Po
 			continue
 		}
 		if v.Cordon && !n.Spec.Unschedulable {
+			if cordons == maxHealthCordonsPerLoop {
+				a.holdHealth(ctx, l, c, heldCordonCap, fmt.Sprintf("at most %d health cordons a loop", maxHealthCordonsPerLoop))
+				continue
+			}
+			cordons++
 			if err := a.actions.Cordon(ctx, n.Name, cordonHealth+v.Rule); err != nil {
 				klog.FromContext(ctx).Error(err, "Cordoning an unhealthy node", "node", klog.KObj(n))
 				continue
@@ -490,6 +606,11 @@ func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Po
 			a.holdHealth(ctx, l, c, heldGang, "another node of its gang is being drained: "+other)
 			continue
 		}
+		if gs := a.registry.Group(c.group); v.Action == health.Replace && gs != nil &&
+			(!gs.Readiness.TargetKnown || gs.Readiness.Target-planned[c.group] <= gs.Min) {
+			a.holdHealth(ctx, l, c, heldMinSize, fmt.Sprintf("node group %s is at its minimum size (%d) or its size is unknown: its machine cannot be deleted; the node stays cordoned, its pods run on", c.group, gs.Min))
+			continue
+		}
 		if !hs.admitted[n.Name] {
 			if a.allowReplacements(l, c.group, 1) == 0 {
 				a.holdHealth(ctx, l, c, heldBrake, "the replacement brake's budget is spent")
@@ -503,6 +624,7 @@ func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Po
 					fmt.Sprintf("draining (health rule %q, action %s): pods evicted with their grace periods", v.Rule, v.Action))
 			}
 		}
+		delete(hs.heldTold, n.Name) // no longer held: a later hold is told again
 		gangs.claim(n.Name)
 		if !a.drainForReplacement(ctx, l, n) {
 			if why, blocked := a.preflight.blocked[n.Name]; blocked {
@@ -517,6 +639,7 @@ func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Po
 			continue
 		}
 		a.setHealthState(c, "deleting")
+		planned[c.group]++
 		toDelete = append(toDelete, actuation.MachineOf(c.group, n))
 	}
 	return toDelete
@@ -614,8 +737,18 @@ func (hs *healthState) adoptHealthCordon(n *apiv1.Node) {
 	if !ok || !strings.HasPrefix(why, cordonHealth) {
 		return
 	}
-	rule, _, _ := strings.Cut(strings.TrimPrefix(why, cordonHealth), " ")
+	rule, at, _ := strings.Cut(strings.TrimPrefix(why, cordonHealth), " ")
 	hs.cordoned[n.Name] = rule
+	// The rule's clock for matches the node does not date goes on from the
+	// cordon, not from this leader's first look (no later: conservative).
+	if t, err := time.Parse(time.RFC3339, at); err == nil {
+		if hs.firstSeen[n.Name] == nil {
+			hs.firstSeen[n.Name] = map[string]time.Time{}
+		}
+		if _, ok := hs.firstSeen[n.Name][rule]; !ok {
+			hs.firstSeen[n.Name][rule] = t
+		}
+	}
 }
 
 // gangClaims keeps one node at a time per gang: a node whose pods belong

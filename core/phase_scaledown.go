@@ -202,7 +202,7 @@ func (a *Autoscaler) scaleDownNodes(l *loop) []scaledown.Node {
 		ni := l.snap.NodeInfo(i)
 		n := ni.Node()
 		req := ni.GetRequested()
-		gone := act.IsGone(n.Name)
+		gone := a.machineDeleted(n.Name)
 		// A node whose machine was deleted but whose Node object lingers is
 		// no destination for moved pods.
 		sn := scaledown.Node{Node: n, Ready: a.usable(l, n) && !gone, Version: ni.GetGeneration(), Requested: &scaledown.Requested{
@@ -214,7 +214,9 @@ func (a *Autoscaler) scaleDownNodes(l *loop) []scaledown.Node {
 		pf, _ := a.opts.Preflight.Classify(n, l.now)
 		// A node pending pods fit on will be used as soon as the scheduler
 		// places them (a gang waiting for all its members): not a candidate.
-		if g, ok := l.groupOf[n.Name]; ok && pf == preflight.Passed && !a.startingUp(l, n) && !l.claimed[n.Name] && !act.IsDraining(n.Name) && !gone {
+		// Nor is one holding room a ProvisioningRequest booked (the booked
+		// pods are in the snapshot, and are no pods to move).
+		if g, ok := l.groupOf[n.Name]; ok && pf == preflight.Passed && !a.startingUp(l, n) && !l.claimed[n.Name] && !l.bookedNode(n.Name) && !act.IsDraining(n.Name) && !gone {
 			sn.Group = g.ID()
 			o := groupOpts[g.ID()]
 			sn.UnneededTime, sn.UnreadyTime = o.ScaleDownUnneededTime, o.ScaleDownUnreadyTime

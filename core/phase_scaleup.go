@@ -15,6 +15,7 @@ import (
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/provreq"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
 )
 
@@ -24,6 +25,9 @@ import (
 func (a *Autoscaler) scaleUp(ctx context.Context, l *loop) error {
 	a.events.startLoop()
 	defer a.events.forget(l.epoch)
+	// The ProvisioningRequests' condition changes of this loop are written
+	// last, whatever happens below.
+	defer a.writeProvisioningRequests(ctx, l)
 	passes := a.scaleUpPasses(l)
 	a.metrics.UnschedulablePods.Set(float64(l.unschedulable))
 	req, err := a.scaleUpRequest(ctx, l, passes)
@@ -37,6 +41,7 @@ func (a *Autoscaler) scaleUp(ctx context.Context, l *loop) error {
 		return err
 	}
 	l.awaiting, l.claimed = out.Awaiting, out.Claimed
+	a.provisioningRequestResults(l, out)
 	a.metrics.PodsAwaitingNodes.Set(float64(out.Awaiting))
 	rep := additionReport{InFlight: out.InFlight, Limit: out.Limit, HeldGangs: out.HeldGangs, Released: out.Released, Queued: out.Queued}
 	for g, byClass := range out.Released {
@@ -60,10 +65,12 @@ func (a *Autoscaler) scaleUp(ctx context.Context, l *loop) error {
 // class.
 func (a *Autoscaler) scaleUpPasses(l *loop) []scaleup.Pass {
 	var preempting, other, balloons []*apiv1.Pod
-	gangs, pendingPods := a.collectGangs(l, a.pendingPods(l))
+	gangs, pendingPods := a.collectGangs(l, a.dropConsumers(l, a.pendingPods(l)))
 	for _, g := range gangs {
 		l.unschedulable += len(g.Pending)
 	}
+	// Best-effort-atomic ProvisioningRequests are gangs of their pods.
+	gangs = withRequestGangs(l, gangs)
 	for _, p := range pendingPods {
 		switch {
 		case a.opts.isBalloon(p):
@@ -106,9 +113,11 @@ func (a *Autoscaler) inFlight(l *loop) int {
 // candidates are built only when some pass has pods.
 func (a *Autoscaler) scaleUpRequest(ctx context.Context, l *loop, passes []scaleup.Pass) (scaleup.Request, error) {
 	req := scaleup.Request{Now: l.now, Snap: l.snap, MaxNew: int(^uint(0) >> 1), IsBalloon: a.opts.isBalloon,
-		GangSplit: a.opts.GangSplit, Passes: passes}
+		GangSplit: a.opts.GangSplit, Passes: passes, Booked: bookedForUpcoming(l)}
 	req.InFlight = a.inFlight(l)
-	empty := true
+	// Booked pods that fit on no ready node are placed on the coming ones
+	// even with nothing pending, to tell when their capacity is gone.
+	empty := len(req.Booked) == 0
 	for _, p := range passes {
 		empty = empty && len(p.Pods) == 0 && len(p.Gangs) == 0
 	}
@@ -196,6 +205,9 @@ func (a *Autoscaler) candidate(ctx context.Context, l *loop, g cloudprovider.Nod
 	case gs.Readiness.Target >= gs.Max:
 		c.Skip = fmt.Sprintf("node group %s at max size %d", g.ID(), gs.Max)
 		return c, tmpl
+	case a.breakerOver(g.ID()):
+		c.Skip = "node group's health breaker holds (more of its nodes report unhealthy than maxUnhealthy allows: new ones would be cordoned on arrival)"
+		return c, tmpl
 	}
 	c.Template = tmpl
 	c.Limit = gs.Max - gs.Readiness.Target
@@ -272,6 +284,9 @@ func (a *Autoscaler) reportScaleUp(ctx context.Context, l *loop, res scaleup.Res
 			reason, msg = EventScaleUpQueued, queuedMessage(su.Group, l.addition.Limit, su.Gang, held, ok)
 		}
 		for _, p := range su.Pods {
+			if provreq.IsBooked(p) {
+				continue // a ProvisioningRequest's: its conditions say it
+			}
 			a.events.emit(p, l.now, l.epoch, apiv1.EventTypeNormal, reason, msg)
 		}
 	}
@@ -280,6 +295,9 @@ func (a *Autoscaler) reportScaleUp(ctx context.Context, l *loop, res scaleup.Res
 		noScale += len(ns.Pods)
 		msg := "pod didn't trigger scale-up: " + ns.Reason
 		for _, p := range ns.Pods {
+			if provreq.IsBooked(p) {
+				continue
+			}
 			a.events.emit(p, l.now, l.epoch, apiv1.EventTypeNormal, EventNotTriggerScaleUp, msg)
 		}
 	}

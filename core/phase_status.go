@@ -43,6 +43,7 @@ func (a *Autoscaler) writeStatus(ctx context.Context, l *loop) error {
 	if h := l.health; h != nil && (h.paused || len(h.nodes) > 0 || len(h.breakers) > 0 || a.health.policyErr != "") {
 		st.Health = &HealthStatus{Paused: h.paused, PolicyError: a.health.policyErr, Unhealthy: h.nodes, More: h.more, Breakers: h.breakers}
 	}
+	st.ProvisioningRequests = a.provisioningRequestsStatus(l)
 	st.LastChange = l.now.UTC()
 	cmp, full, err := renderStatus(st)
 	if err != nil {

@@ -33,6 +33,12 @@ type safetyState struct {
 	// HealthBreakers are the groups whose health breaker holds, with the
 	// end of their storm cooldown (zero: still over maxUnhealthy).
 	HealthBreakers map[string]time.Time `json:"healthBreakers,omitempty"`
+	// HealthPolicy is the last health policy accepted: a new leader whose
+	// policy ConfigMap is refused keeps it, not the built-in one.
+	HealthPolicy string `json:"healthPolicy,omitempty"`
+	// SpotEvictions are each group's Spot evictions within
+	// --spot-eviction-window that have not backed it off yet.
+	SpotEvictions map[string][]time.Time `json:"spotEvictions,omitempty"`
 }
 
 // restoreSafetyState reads the safety state back once, before the first
@@ -60,6 +66,8 @@ func (a *Autoscaler) restoreSafetyState(ctx context.Context) error {
 	a.scaleDown.brake.Restore(now, st.ScaleDownDeletions)
 	a.replace.brake.Restore(now, st.Replacements)
 	a.registry.RestoreBackoffs(now, st.Backoffs)
+	a.spot.restore(now, a.opts.SpotEvictionWindow, st.SpotEvictions)
+	a.health.restoreLastGood(ctx, st.HealthPolicy)
 	for id, until := range st.HealthBreakers {
 		if until.IsZero() || now.Before(until) {
 			a.health.breakers[id] = until
@@ -67,7 +75,8 @@ func (a *Autoscaler) restoreSafetyState(ctx context.Context) error {
 	}
 	a.lastSafety = raw
 	klog.FromContext(ctx).Info("Safety state read back", "scaleDownDeletions", len(st.ScaleDownDeletions),
-		"replacements", len(st.Replacements), "backoffs", len(st.Backoffs), "healthBreakers", len(st.HealthBreakers))
+		"replacements", len(st.Replacements), "backoffs", len(st.Backoffs), "healthBreakers", len(st.HealthBreakers),
+		"spotEvictionGroups", len(st.SpotEvictions))
 	return nil
 }
 
@@ -94,7 +103,9 @@ func (a *Autoscaler) persistSafetyState(ctx context.Context, now time.Time) erro
 		ScaleDownDeletions: a.scaleDown.brake.Records(now),
 		Replacements:       a.replace.brake.Records(now),
 		Backoffs:           a.registry.BackoffRecords(now),
+		SpotEvictions:      a.spot.records(now, a.opts.SpotEvictionWindow),
 	}
+	st.HealthPolicy = a.health.lastGood
 	if len(a.health.breakers) > 0 {
 		st.HealthBreakers = map[string]time.Time{}
 		for id, until := range a.health.breakers {

@@ -46,6 +46,9 @@ type Status struct {
 	PreflightFailuresSettling int `json:"preflightFailuresSettling,omitempty"`
 	// Health is what passive node health found and did (docs/health.md).
 	Health *HealthStatus `json:"health,omitempty"`
+	// ProvisioningRequests are the requests' counts, bookings and retries
+	// (with --enable-provisioning-requests).
+	ProvisioningRequests *ProvisioningRequestsStatus `json:"provisioningRequests,omitempty"`
 }
 
 // WarmPoolStatus is a group's warm pool in the status.

@@ -98,7 +98,7 @@ func (t *templates) source(a *Autoscaler, l *loop, g cloudprovider.NodeGroup) (s
 	// pod, and such pods would wait for ever.
 	eligible := func(n *apiv1.Node) bool {
 		return a.usable(l, n) && !n.Spec.Unschedulable && !actuation.HasTaintKey(n, scaledown.ToBeDeletedTaint) &&
-			(a.scaleDown.actuator == nil || !a.scaleDown.actuator.IsGone(n.Name)) && len(a.degraded(l, n)) == 0
+			!a.machineDeleted(n.Name) && len(a.degraded(l, n)) == 0
 	}
 	nodes := l.nodesOf[g.ID()]
 	if name, ok := t.learned[g.ID()]; ok {

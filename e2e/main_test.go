@@ -35,6 +35,8 @@ type suite struct {
 
 	mu   sync.Mutex
 	runs map[string]int // scenarios started per name, for -count=N
+
+	provreq provreqSuite // the ProvisioningRequest and Kueue scenarios' share (provreq_test.go)
 }
 
 // run counts a scenario's runs: a name run again (go test -count=10) gets

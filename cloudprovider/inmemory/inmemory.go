@@ -23,6 +23,20 @@ type Provider struct {
 	// case-insensitively, as Azure does) to its group.
 	byProviderID map[string]*Group
 	nextID       int
+	// evictions are the machines Evict took back, until Evictions.
+	evictions []cloudprovider.Eviction
+}
+
+var _ cloudprovider.EvictionReporter = (*Provider)(nil)
+
+// Evictions implements cloudprovider.EvictionReporter: the machines
+// Group.Evict took back since the last call.
+func (p *Provider) Evictions() []cloudprovider.Eviction {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := p.evictions
+	p.evictions = nil
+	return out
 }
 
 // New returns an empty provider.
@@ -332,6 +346,48 @@ func (g *Group) SetInstanceFailure(providerID string, running bool, failure *clo
 		return true
 	}
 	return false
+}
+
+// Evict takes instances back as a cloud evicts Spot machines, and reports
+// them (Provider.Evictions): deleted (the target drops by itself), or with
+// deallocate stopped and kept, running nothing (an instance with a
+// ClassEvicted error, for the core to delete). It fails, evicting none,
+// when an ID is not a live instance of the group.
+func (g *Group) Evict(deallocate bool, providerIDs ...string) error {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	want := make(map[string]bool, len(providerIDs))
+	for _, id := range providerIDs {
+		want[cloudprovider.ProviderIDKey(id)] = true
+	}
+	found := 0
+	for _, in := range g.instances {
+		if want[cloudprovider.ProviderIDKey(in.ProviderID)] && in.Error == nil && in.State != cloudprovider.InstanceDeleting {
+			found++
+		}
+	}
+	if found != len(want) {
+		return fmt.Errorf("evicting %d instances of node group %s: %d are live instances of it", len(want), g.id, found)
+	}
+	kept := g.instances[:0]
+	for _, in := range g.instances {
+		key := cloudprovider.ProviderIDKey(in.ProviderID)
+		if !want[key] {
+			kept = append(kept, in)
+			continue
+		}
+		g.p.evictions = append(g.p.evictions, cloudprovider.Eviction{Group: g.id, ProviderID: in.ProviderID, Deallocated: deallocate})
+		if deallocate {
+			in.State, in.FailedRunning = cloudprovider.InstanceRunning, nil
+			in.Error = &cloudprovider.InstanceError{Class: cloudprovider.ClassEvicted, Code: "Evicted", Message: "evicted and deallocated"}
+			kept = append(kept, in)
+			continue
+		}
+		delete(g.p.byProviderID, key)
+		g.target--
+	}
+	g.instances = kept
+	return nil
 }
 
 // SetIncreaseError makes IncreaseSize return err (nil to clear).

@@ -44,6 +44,11 @@ type scaleSet struct {
 	// (evictionPolicy Deallocate).
 	spot           bool
 	evictionPolicy armcompute.VirtualMachineEvictionPolicyTypes
+	// evictable (guarded by mu) holds, for a Spot scale set, the VMs its
+	// last list showed that Azure may yet evict, by provider ID key (the
+	// ID as listed): what the next list compares with (evictions.go).
+	// Nil before the first list, and for a regular scale set.
+	evictable map[string]string
 
 	mu       sync.Mutex
 	min, max int // max as configured (--nodes or the max tag)
@@ -128,8 +133,10 @@ type scaleSetView struct {
 	spot     bool
 }
 
-// update applies a refresh. Called without locks held.
-func (g *scaleSet) update(s *armcompute.VirtualMachineScaleSet, vms []vmStatus, skus map[string]skuInfo, now time.Time) {
+// update applies a refresh and returns the evictions it noticed (a Spot
+// scale set's; their Group is left for the caller). Called without locks
+// held.
+func (g *scaleSet) update(s *armcompute.VirtualMachineScaleSet, vms []vmStatus, skus map[string]skuInfo, now time.Time) []cloudprovider.Eviction {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	v := scaleSetView{name: g.name, location: deref(s.Location), tags: tagMap(s.Tags)}
@@ -156,6 +163,7 @@ func (g *scaleSet) update(s *armcompute.VirtualMachineScaleSet, vms []vmStatus, 
 	}
 	listed := map[string]bool{}
 	g.instances = g.instances[:0]
+	ev := g.newEvictionWatch()
 	for _, vm := range vms {
 		in := instanceOf(vm)
 		if g.spot && g.evictionPolicy == armcompute.VirtualMachineEvictionPolicyTypesDeallocate {
@@ -170,14 +178,17 @@ func (g *scaleSet) update(s *armcompute.VirtualMachineScaleSet, vms []vmStatus, 
 			in.State = cloudprovider.InstanceDeleting
 			in.Error, in.FailedRunning = nil, nil
 		}
+		ev.listed(key, in, vm)
 		g.instances = append(g.instances, in)
 	}
+	evictions := ev.done(listed)
 	for k := range g.deleting {
 		if !listed[k] {
 			delete(g.deleting, k)
 		}
 	}
 	g.instances = append(g.instances, g.placeholdersLocked()...)
+	return evictions
 }
 
 // placeholdersLocked returns a failed instance for each machine a failed
@@ -342,14 +353,14 @@ const CodeSpotEvicted = "SpotEvicted"
 // deallocatedSpot turns a deallocated VM of a Spot scale set with
 // eviction policy Deallocate into a failed instance: Azure evicted it; it
 // runs nothing yet stays in sku.capacity and holds its cores in the
-// quota, so it is to be deleted (and there was no Spot capacity for it:
-// out of capacity) rather than counted as deleting for ever.
+// quota, so it is to be deleted (ClassEvicted: one eviction backs nothing
+// off, the core counts them) rather than counted as deleting for ever.
 func deallocatedSpot(in *cloudprovider.Instance, vm vmStatus) {
 	if powerState(vm) != "deallocated" || in.Error != nil {
 		return
 	}
 	in.State = cloudprovider.InstanceRunning
-	in.Error = &cloudprovider.InstanceError{Class: cloudprovider.ClassOutOfCapacity, Code: CodeSpotEvicted,
+	in.Error = &cloudprovider.InstanceError{Class: cloudprovider.ClassEvicted, Code: CodeSpotEvicted,
 		Message: "Spot VM evicted and deallocated (eviction policy Deallocate): it runs nothing and holds its cores in the quota"}
 }
 

@@ -12,6 +12,10 @@
 // view: the same one call per refresh), and their provider IDs
 // (.../providers/Microsoft.Compute/virtualMachines/<name>) do not name the
 // scale set, so a node's group is the cache's answer alone.
+//
+// A Spot scale set's size is read again before any action on it, and the
+// VMs Azure evicts are found by comparing its VM lists, refresh to
+// refresh, and reported (cloudprovider.EvictionReporter, evictions.go).
 package vmss
 
 import (
@@ -69,6 +73,9 @@ type Provider struct {
 	// refused holds, by lower-case name, why a --nodes spec without a
 	// resource group is refused (its name is ambiguous), as last logged.
 	refused map[string]string
+	// evictions are the Spot evictions refreshes noticed and the core has
+	// not taken yet (Evictions).
+	evictions []cloudprovider.Eviction
 }
 
 type skuCacheEntry struct {
@@ -258,6 +265,7 @@ func (p *Provider) Refresh(ctx context.Context) error {
 	p.refuseAmbiguous(logger)
 	seen := map[string]bool{}
 	refreshed := 0
+	var evicted []noticed
 	for _, l := range sets {
 		s := l.set
 		minSize, maxSize, managed := p.managed(l.rg, s)
@@ -276,7 +284,9 @@ func (p *Provider) Refresh(ctx context.Context) error {
 		if err != nil {
 			logger.Error(err, "Listing resource SKUs; templates use the previous list", "location", deref(s.Location))
 		}
-		g.update(s, vms, skus, now)
+		if ev := g.update(s, vms, skus, now); len(ev) > 0 {
+			evicted = append(evicted, noticed{g, ev})
+		}
 		g.warnLimit(logger)
 		refreshed++
 	}
@@ -297,6 +307,7 @@ func (p *Provider) Refresh(ctx context.Context) error {
 	})
 	p.order = order
 	p.assignIDsLocked(logger)
+	p.keepEvictionsLocked(logger, evicted)
 	p.byProviderID = make(map[string]*scaleSet, len(p.byProviderID))
 	for _, k := range order {
 		g := p.groups[k]

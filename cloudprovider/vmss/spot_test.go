@@ -89,7 +89,8 @@ func TestSpotSizeReadFreshBeforeActing(t *testing.T) {
 
 // TestSpotDeallocatedVMsReportedForDeletion: VMs evicted under policy
 // Deallocate stay in the capacity, run nothing and hold quota: they are
-// failed instances (out of capacity), which the core deletes.
+// failed instances (evicted), which the core deletes. Evicted before the
+// provider's first list, they are no evictions of its to report.
 func TestSpotDeallocatedVMsReportedForDeletion(t *testing.T) {
 	for _, flexible := range []bool{false, true} {
 		t.Run(fmt.Sprintf("flexible=%v", flexible), func(t *testing.T) {
@@ -100,12 +101,15 @@ func TestSpotDeallocatedVMsReportedForDeletion(t *testing.T) {
 			if n, _ := g.TargetSize(); n != 4 {
 				t.Fatalf("target %d, want 4 (deallocated VMs stay in the capacity)", n)
 			}
+			if ev := f.p.Evictions(); len(ev) != 0 {
+				t.Fatalf("evictions %+v at the first list, want none: they happened before this process looked", ev)
+			}
 			ins, _ := g.Instances()
 			var evicted []string
 			for _, in := range ins {
 				if in.Error != nil {
-					if in.Error.Code != CodeSpotEvicted || in.Error.Class != cloudprovider.ClassOutOfCapacity || in.State != cloudprovider.InstanceRunning {
-						t.Fatalf("evicted instance %+v, want a %s out-of-capacity error on a live instance", in, CodeSpotEvicted)
+					if in.Error.Code != CodeSpotEvicted || in.Error.Class != cloudprovider.ClassEvicted || in.State != cloudprovider.InstanceRunning {
+						t.Fatalf("evicted instance %+v, want a %s evicted error on a live instance", in, CodeSpotEvicted)
 					}
 					evicted = append(evicted, in.ProviderID)
 				}
@@ -147,6 +151,114 @@ func TestSpotTemplate(t *testing.T) {
 		}
 		if (n.Labels[SpotLabel] == SpotValue) != wantSpot || count != map[bool]int{true: 1, false: 0}[wantSpot] {
 			t.Fatalf("%s: labels %v, taints %v; want the Spot label and taint: %v", name, n.Labels, n.Spec.Taints, wantSpot)
+		}
+	}
+}
+
+// vmsOf returns the scale set's VMs, in the simulator's order.
+func (f *fixture) vmsOf(name string) []armsim.VMState {
+	f.t.Helper()
+	st, err := f.sim.ScaleSet("rg", name)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return st.VMs
+}
+
+// evictVMs evicts the given VMs at once.
+func (f *fixture) evictVMs(name string, vms ...armsim.VMState) {
+	f.t.Helper()
+	var keys []string
+	for _, vm := range vms {
+		keys = append(keys, vm.InstanceID)
+	}
+	if err := f.sim.EvictSpotVMs("rg", name, 0, keys...); err != nil {
+		f.t.Fatal(err)
+	}
+	f.sim.Advance(f.ctx)
+}
+
+// takeEvictions refreshes past the cache TTL and returns the evictions
+// reported since the last call, as "provider ID/group/deallocated".
+func (f *fixture) takeEvictions() []string {
+	f.t.Helper()
+	f.expire()
+	f.refresh()
+	var out []string
+	for _, e := range f.p.Evictions() {
+		out = append(out, fmt.Sprintf("%s/%s/%v", e.ProviderID, e.Group, e.Deallocated))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestSpotEvictionsReported: a Spot scale set's VMs that Azure evicts are
+// reported once each, by the refresh that first sees them gone, deleting
+// or deallocated without a deletion of ours: under policy Delete whether
+// the list shows them deleting or no longer has them; never the VMs this
+// process deleted, never a regular scale set's, never twice.
+func TestSpotEvictionsReported(t *testing.T) {
+	for _, policy := range []string{armsim.EvictionDelete, armsim.EvictionDeallocate} {
+		for _, flexible := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/flexible=%v", policy, flexible), func(t *testing.T) {
+				f := newFixture(t, []armsim.ScaleSetSpec{spotSet("spot", 6, policy, flexible), gpuSet("regular", 2, nil)},
+					withNodes("0:10:spot", "0:10:regular"))
+				f.refresh()
+				if ev := f.p.Evictions(); len(ev) != 0 {
+					t.Fatalf("evictions %+v at the first list", ev)
+				}
+				vms := f.vmsOf("spot")
+				deallocated := policy == armsim.EvictionDeallocate
+				want := func(idx ...int) []string {
+					var out []string
+					for _, i := range idx {
+						out = append(out, fmt.Sprintf("%s/spot/%v", vms[i].ProviderID, deallocated))
+					}
+					slices.Sort(out)
+					return out
+				}
+
+				f.evictVMs("spot", vms[0], vms[1]) // listed deleting (Delete) or deallocated
+				if got := f.takeEvictions(); !slices.Equal(got, want(0, 1)) {
+					t.Fatalf("evictions %v, want %v", got, want(0, 1))
+				}
+				f.sim.Advance(f.ctx) // policy Delete: the two VMs are gone now
+				if got := f.takeEvictions(); len(got) != 0 {
+					t.Fatalf("evictions %v reported again", got)
+				}
+
+				f.evictVMs("spot", vms[2])
+				f.sim.Advance(f.ctx) // policy Delete: gone before the provider looks
+				if got := f.takeEvictions(); !slices.Equal(got, want(2)) {
+					t.Fatalf("evictions %v, want %v", got, want(2))
+				}
+
+				// Deletions of ours are none: the deallocated VMs, a running one.
+				g := f.group("spot")
+				ours := []string{vms[3].ProviderID}
+				if deallocated {
+					ours = append(ours, vms[0].ProviderID, vms[1].ProviderID, vms[2].ProviderID)
+				}
+				if err := g.DeleteNodes(f.ctx, ours); err != nil {
+					t.Fatal(err)
+				}
+				if got := f.takeEvictions(); len(got) != 0 {
+					t.Fatalf("our deletion reported as evictions %v (VMs deleting)", got)
+				}
+				f.sim.Advance(f.ctx)
+				if got := f.takeEvictions(); len(got) != 0 {
+					t.Fatalf("our deletion reported as evictions %v (VMs gone)", got)
+				}
+
+				// A regular scale set's VM that goes is no eviction.
+				if err := f.sim.SetCapacity("rg", "regular", 1); err != nil {
+					t.Fatal(err)
+				}
+				f.sim.Advance(f.ctx)
+				if got := f.takeEvictions(); len(got) != 0 {
+					t.Fatalf("a regular scale set's VM reported evicted: %v", got)
+				}
+			})
 		}
 	}
 }

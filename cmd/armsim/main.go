@@ -44,6 +44,11 @@ type config struct {
 	registerTaints  []string
 	annotations     []string
 
+	// Per scale set options, each naming a --scale-set as rg/name.
+	flexible       []string
+	spot           []string
+	computerPrefix []string
+
 	// Realism of the registered nodes.
 	exact             bool
 	reservation       string
@@ -97,6 +102,12 @@ func bindFlags(fs *pflag.FlagSet) *config {
 	fs.StringVar(&cfg.location, "location", "eastus", "Azure location of the scale sets.")
 	fs.StringArrayVar(&cfg.scaleSets, "scale-set", nil,
 		`Scale set to create, "rg/name:SKU:capacity[:k=v,k=v]" (the optional last part is tags). Repeatable.`)
+	fs.StringArrayVar(&cfg.flexible, "flexible", nil,
+		`A --scale-set, "rg/name", of Flexible orchestration: its VMs are served by the Virtual Machines API filtered by scale set. Repeatable.`)
+	fs.StringArrayVar(&cfg.spot, "spot", nil,
+		`A --scale-set, "rg/name[:Delete|Deallocate]", of Spot VMs with that eviction policy (ARM's default: Deallocate); their nodes carry AKS's Spot label and taint. Repeatable.`)
+	fs.StringArrayVar(&cfg.computerPrefix, "computer-name-prefix", nil,
+		`A --scale-set's computer name prefix, "rg/name:prefix": its VMs' computer (and node) names start with it (default: the scale set's name); two scale sets of one name in two resource groups need their own. Repeatable.`)
 	fs.DurationVar(&cfg.bootDelay, "boot-delay", defaultBootDelay, "How long new VMs stay Creating, on average (see --boot-jitter).")
 	fs.DurationVar(&cfg.bootJitter, "boot-jitter", defaultBootJitter,
 		"Each VM boots after --boot-delay plus a uniform draw from [-jitter, +jitter]; 0 = every VM takes --boot-delay.")
@@ -218,6 +229,9 @@ func run(ctx context.Context, cfg *config) error {
 		}
 		specs = append(specs, spec)
 	}
+	if err := cfg.applySetOptions(specs); err != nil {
+		return err
+	}
 	opts := armsim.Options{
 		SubscriptionID:  cfg.subscription,
 		Location:        cfg.location,
@@ -297,6 +311,52 @@ func parseScaleSet(s string) (armsim.ScaleSetSpec, error) {
 		}
 	}
 	return spec, nil
+}
+
+// applySetOptions applies --flexible, --spot and --computer-name-prefix
+// to the scale sets they name; one that names no --scale-set is refused.
+func (cfg *config) applySetOptions(specs []armsim.ScaleSetSpec) error {
+	byKey := make(map[string]*armsim.ScaleSetSpec, len(specs))
+	for i := range specs {
+		byKey[strings.ToLower(specs[i].ResourceGroup+"/"+specs[i].Name)] = &specs[i]
+	}
+	set := func(flag, value, key string) (*armsim.ScaleSetSpec, error) {
+		spec, ok := byKey[strings.ToLower(key)]
+		if !ok {
+			return nil, fmt.Errorf("--%s %q: %s is no --scale-set", flag, value, key)
+		}
+		return spec, nil
+	}
+	for _, v := range cfg.flexible {
+		spec, err := set("flexible", v, v)
+		if err != nil {
+			return err
+		}
+		spec.Flexible = true
+	}
+	for _, v := range cfg.spot {
+		key, policy, _ := strings.Cut(v, ":")
+		spec, err := set("spot", v, key)
+		if err != nil {
+			return err
+		}
+		if policy != "" && policy != armsim.EvictionDelete && policy != armsim.EvictionDeallocate {
+			return fmt.Errorf("--spot %q: eviction policy %q: want %s or %s", v, policy, armsim.EvictionDelete, armsim.EvictionDeallocate)
+		}
+		spec.Spot, spec.EvictionPolicy = true, policy
+	}
+	for _, v := range cfg.computerPrefix {
+		key, prefix, ok := strings.Cut(v, ":")
+		if !ok || prefix == "" {
+			return fmt.Errorf("--computer-name-prefix %q: want rg/name:prefix", v)
+		}
+		spec, err := set("computer-name-prefix", v, key)
+		if err != nil {
+			return err
+		}
+		spec.ComputerNamePrefix = prefix
+	}
+	return nil
 }
 
 // newKubeHook builds the node hook from --kubeconfig, --register-taint,

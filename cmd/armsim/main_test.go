@@ -103,3 +103,44 @@ func TestRunRejectsNegativeJitter(t *testing.T) {
 		t.Fatalf("run error %v, want one naming --boot-jitter -1s", err)
 	}
 }
+
+// TestScaleSetOptionFlags: --flexible, --spot and --computer-name-prefix
+// apply to the --scale-set they name; a flag naming none, or a bad
+// policy, is refused with the flag and value named.
+func TestScaleSetOptionFlags(t *testing.T) {
+	cfg := parse(t, "--scale-set=rg-a/gpu:Standard_D16s_v5:0", "--scale-set=rg-b/gpu:Standard_D16s_v5:0", "--scale-set=rg-b/spot:Standard_D16s_v5:0",
+		"--flexible=RG-B/gpu", "--spot=rg-b/spot:Delete", "--spot=rg-a/gpu",
+		"--computer-name-prefix=rg-a/gpu:aks-gpu-a-vmss", "--computer-name-prefix=rg-b/gpu:aks-gpu-b-vmss")
+	specs := make([]armsim.ScaleSetSpec, 0, len(cfg.scaleSets))
+	for _, s := range cfg.scaleSets {
+		spec, err := parseScaleSet(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs = append(specs, spec)
+	}
+	if err := cfg.applySetOptions(specs); err != nil {
+		t.Fatal(err)
+	}
+	want := []armsim.ScaleSetSpec{
+		{ResourceGroup: "rg-a", Name: "gpu", SKU: "Standard_D16s_v5", Spot: true, ComputerNamePrefix: "aks-gpu-a-vmss"},
+		{ResourceGroup: "rg-b", Name: "gpu", SKU: "Standard_D16s_v5", Flexible: true, ComputerNamePrefix: "aks-gpu-b-vmss"},
+		{ResourceGroup: "rg-b", Name: "spot", SKU: "Standard_D16s_v5", Spot: true, EvictionPolicy: armsim.EvictionDelete},
+	}
+	if !reflect.DeepEqual(specs, want) {
+		t.Fatalf("specs\n got %+v\nwant %+v", specs, want)
+	}
+	for _, tc := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"--flexible=rg/none"}, `--flexible "rg/none": rg/none is no --scale-set`},
+		{[]string{"--spot=rg/gpu:Hibernate"}, `--spot "rg/gpu:Hibernate": eviction policy "Hibernate"`},
+		{[]string{"--computer-name-prefix=rg/gpu"}, `--computer-name-prefix "rg/gpu": want rg/name:prefix`},
+	} {
+		err := run(t.Context(), parse(t, append([]string{"--scale-set=rg/gpu:Standard_D16s_v5:0"}, tc.args...)...))
+		if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("%v: %v, want an error containing %s", tc.args, err, tc.wantErr)
+		}
+	}
+}

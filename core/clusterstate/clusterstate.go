@@ -367,6 +367,14 @@ func (r *Registry) classifyInstances(u *updateState, gs *GroupState, instances [
 					FailedRunning{Group: gs.ID, ProviderID: id, Node: node, Error: cloudprovider.InstanceError{Code: code}})
 			}
 		}
+		if in.Error != nil && in.Error.Class == cloudprovider.ClassEvicted {
+			// The cloud took it back (a Spot VM evicted and deallocated):
+			// it runs nothing, so it is deleted, and no scale-up failed.
+			// The core counts evictions (cloudprovider.EvictionReporter).
+			rd.InError++
+			r.deleteOnce(u.act, gs.ID, id, nil)
+			continue
+		}
 		if in.Error != nil {
 			rd.InError++
 			r.deleteOnce(u.act, gs.ID, id, func() Failure {
@@ -407,14 +415,16 @@ func (r *Registry) failedRunning(u *updateState, gs *GroupState, id string, node
 }
 
 // deleteOnce lists a failed machine for deletion: the first time with its
-// failure (which backs the group off), afterwards only when its deletion
-// failed and is to be asked again (RetryDelete).
+// failure (which backs the group off; nil: none), afterwards only when its
+// deletion failed and is to be asked again (RetryDelete).
 func (r *Registry) deleteOnce(act *Actions, group, id string, failure func() Failure) {
 	switch {
 	case !r.handled[id]:
 		r.handled[id] = true
 		act.Delete[group] = append(act.Delete[group], id)
-		act.Failures = append(act.Failures, failure())
+		if failure != nil {
+			act.Failures = append(act.Failures, failure())
+		}
 	case r.retry[id]:
 		delete(r.retry, id)
 		act.Delete[group] = append(act.Delete[group], id)

@@ -298,3 +298,34 @@ func TestFailedButRunningInstancesAreKept(t *testing.T) {
 		t.Fatalf("actions %+v, want nothing failed-running and %s listed for deletion", act, ids[1])
 	}
 }
+
+// TestEvictedInstancesAreDeletedWithoutBackoff: a machine the cloud took
+// back (ClassEvicted: a Spot VM deallocated) is listed for deletion once,
+// counted in error, with no failure and no backoff (the core counts
+// evictions); while its node still says Ready it may run pods, and is
+// kept as a machine failed while it runs.
+func TestEvictedInstancesAreDeletedWithoutBackoff(t *testing.T) {
+	p := inmemory.New()
+	g := p.AddGroup("spot", 0, 10, to.Node("t", "1", "1Gi"), inmemory.WithTarget(3))
+	ids := g.ProviderIDs()
+	ready := to.Node("n2", "1", "1Gi", to.ProviderID(ids[2]))
+	r := NewRegistry(opts())
+	update(r, p, t0, ready)
+	if err := g.Evict(true, ids[0], ids[2]); err != nil {
+		t.Fatal(err)
+	}
+	act := update(r, p, t0.Add(time.Minute), ready)
+	if got := act.Delete["spot"]; len(got) != 1 || got[0] != ids[0] {
+		t.Fatalf("deletions %v, want the evicted machine without a node, %s", act.Delete, ids[0])
+	}
+	if len(act.Failures) != 0 {
+		t.Fatalf("failures %+v for evictions", act.Failures)
+	}
+	gs := r.Group("spot")
+	if gs.Backoff.Active || gs.Readiness.InError != 1 || gs.Readiness.FailedRunning != 1 {
+		t.Fatalf("backoff %+v, readiness %+v; want none, 1 in error, 1 failed while running", gs.Backoff, gs.Readiness)
+	}
+	if act := update(r, p, t0.Add(2*time.Minute), ready); len(act.Delete["spot"]) != 0 {
+		t.Fatalf("deletions %v asked again", act.Delete)
+	}
+}

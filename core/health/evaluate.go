@@ -32,22 +32,26 @@ func Shortfall(node, template *apiv1.Node, memTol float64) []apiv1.ResourceName 
 		memTol = 0
 	}
 	memTol = min(memTol, 1)
-	have := node.Status.Allocatable
+	// Memory by capacity (the node's RAM as its kernel reports it against
+	// the VM size's): what the kubelet reserves depends on the node's max
+	// pods and the AKS version, not on the hardware, so comparing
+	// allocatables would find small healthy nodes degraded. Extended
+	// resources by allocatable: a device the plugin marked unhealthy
+	// leaves capacity and lowers allocatable.
 	var out []apiv1.ResourceName
+	if want, ok := template.Status.Capacity[apiv1.ResourceMemory]; ok && want.Sign() > 0 {
+		got := node.Status.Capacity[apiv1.ResourceMemory]
+		if float64(got.Value()) < float64(want.Value())*(1-memTol) {
+			out = append(out, apiv1.ResourceMemory)
+		}
+	}
+	have := node.Status.Allocatable
 	for name, want := range template.Status.Allocatable {
-		if want.Sign() <= 0 {
+		if want.Sign() <= 0 || !isExtended(name) {
 			continue
 		}
-		got := have[name] // the zero Quantity when absent
-		switch {
-		case name == apiv1.ResourceMemory:
-			if float64(got.Value()) < float64(want.Value())*(1-memTol) {
-				out = append(out, name)
-			}
-		case isExtended(name):
-			if got.Cmp(want) < 0 {
-				out = append(out, name)
-			}
+		if got := have[name]; got.Cmp(want) < 0 { // the zero Quantity when absent
+			out = append(out, name)
 		}
 	}
 	slices.Sort(out)
@@ -143,9 +147,9 @@ type Verdict struct {
 	Cordon bool
 	// Due says Action's For has passed (false when nothing is due).
 	Due bool
-	// Next is the shortest time until a matched rule that would change the
-	// verdict becomes due: one stronger than the due Action, or any when
-	// none is due; 0 when there is none.
+	// Next is, when nothing is due, the time until Rule (the strongest
+	// pending rule) becomes due; else the shortest time until a matched
+	// rule stronger than the due Action becomes due; 0 when there is none.
 	Next time.Duration
 	// Matches are the matches judged.
 	Matches []Match
@@ -192,8 +196,14 @@ func (p *Policy) Judge(matches []Match, now time.Time, firstSeen func(rule strin
 	case pending >= 0:
 		v.Action, v.Rule = Report, matches[pending].Rule.Name
 	}
+	if due < 0 {
+		if pending >= 0 {
+			v.Next = left[pending] // when the rule named becomes due
+		}
+		return v
+	}
 	for i, m := range matches {
-		if m.Rule == nil || left[i] <= 0 || (due >= 0 && m.Rule.Action <= v.Action) {
+		if m.Rule == nil || left[i] <= 0 || m.Rule.Action <= v.Action {
 			continue
 		}
 		if v.Next == 0 || left[i] < v.Next {

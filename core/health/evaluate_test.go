@@ -12,12 +12,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// withAllocatable is a node advertising the given resources ("nvidia.com/gpu": "8").
+// withAllocatable is a node advertising the given resources ("nvidia.com/gpu": "8"),
+// its capacity the same.
 func withAllocatable(res map[string]string) *apiv1.Node {
 	n := &apiv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Status: apiv1.NodeStatus{Allocatable: apiv1.ResourceList{}}}
 	for k, v := range res {
 		n.Status.Allocatable[apiv1.ResourceName(k)] = resource.MustParse(v)
 	}
+	n.Status.Capacity = n.Status.Allocatable.DeepCopy()
 	return n
 }
 
@@ -56,6 +58,14 @@ func TestShortfall(t *testing.T) {
 			}
 		})
 	}
+	// A small node's kubelet reserves more than the VM-size template
+	// assumed (250 pods, not 110): its allocatable memory is 13% short, its
+	// RAM whole. Not degraded.
+	small := withAllocatable(map[string]string{"memory": "16Gi"})
+	small.Status.Allocatable[apiv1.ResourceMemory] = resource.MustParse("13900Mi")
+	if got := Shortfall(small, withAllocatable(map[string]string{"memory": "16Gi"}), 0.1); got != nil {
+		t.Errorf("Shortfall of a whole node whose kubelet reserves more = %v, want none (memory is compared by capacity)", got)
+	}
 	if got := Shortfall(nil, h100, 0.1); got != nil {
 		t.Errorf("Shortfall(nil node) = %v", got)
 	}
@@ -92,7 +102,7 @@ rules:
   for: 2m
   action: replace
 - name: not-ready
-  condition: {type: Ready, status: "False"}
+  condition: {type: NetworkUnavailable, status: "True"}
   for: 10m
   action: cordon
 - name: bad
@@ -245,8 +255,8 @@ rules:
 			Verdict{Action: Report, Rule: "report-now", Cordon: true, Due: true, Next: 2 * time.Minute}},
 		{"weaker pending rules do not set Next", []Match{m("report-now", 0), m("cordon-later", 0), m("also-drain", 0)}, never,
 			Verdict{Action: Drain, Rule: "also-drain", Cordon: true, Due: true}},
-		{"none due: the strongest pending names the rule, the soonest sets Next", []Match{m("cordon-later", 9*time.Minute), m("xid-error", 0)}, never,
-			Verdict{Action: Report, Rule: "xid-error", Cordon: true, Next: time.Minute}},
+		{"none due: the strongest pending names the rule and sets Next (not the sooner weaker one)", []Match{m("cordon-later", 9*time.Minute), m("xid-error", 0)}, never,
+			Verdict{Action: Report, Rule: "xid-error", Cordon: true, Next: 2 * time.Minute}},
 		{"cordon due", []Match{m("cordon-later", 10*time.Minute)}, never,
 			Verdict{Action: Cordon, Rule: "cordon-later", Cordon: true, Due: true}},
 		{"cordon pending: no cordon yet", []Match{m("cordon-later", time.Minute)}, never,

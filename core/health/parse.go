@@ -49,6 +49,14 @@ func isOwnTaint(key string) bool {
 	case apiv1.TaintNodeUnschedulable, "ToBeDeletedByClusterAutoscaler", "DeletionCandidateOfClusterAutoscaler":
 		return true
 	}
+	// The node lifecycle controller's and the kubelet's taints
+	// (not-ready, unreachable, pressure), this autoscaler's (preflight)
+	// and startup taints belong to the paths that own them.
+	for _, prefix := range []string{"node.kubernetes.io/", "node.cloudprovider.kubernetes.io/", "vmss-autoscaler.io/", "startup-taint.cluster-autoscaler.kubernetes.io/"} {
+		if strings.HasPrefix(key, prefix) {
+			return true
+		}
+	}
 	return false
 }
 
@@ -361,6 +369,8 @@ func (v *validator) condition(path string, x any) *ConditionMatch {
 	} else if ok {
 		if errs := validation.IsQualifiedName(t); len(errs) > 0 {
 			v.fail("%s.type: %q: not a condition type: %s", path, t, strings.Join(errs, "; "))
+		} else if apiv1.NodeConditionType(t) == apiv1.NodeReady {
+			v.fail("%s.type: %q: the kubelet's readiness is the unready guard's and scale-down's (--scale-down-unready-time), not a health rule's: True matches every node, False and Unknown none (unready nodes are not judged)", path, t)
 		} else {
 			c.Type = apiv1.NodeConditionType(t)
 		}

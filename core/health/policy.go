@@ -149,16 +149,16 @@ type BelowSKUMatch struct {
 // DefaultYAML is the built-in policy, used without the ConfigMap, and the
 // one the chart ships (docs/health.md, values.yaml health.policy).
 const DefaultYAML = `# How many nodes of a node group may be under drain or replacement by this
-# policy at once: a count ("2") or a share of the group's nodes ("20%",
-# rounded down, never below 1). Beyond it the breaker holds: report and
-# cordon only.
+# policy at once: a count ("2") or a share of the group's live nodes
+# (Ready, past preflight and startup: "20%", rounded down, never below 1).
+# Beyond it the breaker holds: report and cordon only, no scale-up.
 maxUnhealthy: "20%"
 # After a group's breaker engaged, drains and replacements in that group
 # wait this long once it has fallen back within maxUnhealthy.
 stormCooldown: 10m
-# A node is degraded when it advertises less memory than its VM size's
-# template by more than this share (GPUs and other extended resources:
-# any shortfall).
+# A node is degraded when its memory (capacity: the RAM its kernel
+# reports) is below its VM size's by more than this share (GPUs and other
+# extended resources: any shortfall of allocatable).
 memoryTolerance: "10%"
 rules:
 - name: xid-error

@@ -97,7 +97,7 @@ func TestParse(t *testing.T) {
 		{"every match and action", `
 rules:
 - name: ready-unknown
-  condition: {type: Ready, status: Unknown}
+  condition: {type: NetworkUnavailable, status: Unknown}
   action: cordon
 - name: nvsentinel
   taint: {key: nvidia.com/gpu-error, value: xid-79, effect: NoExecute}
@@ -118,7 +118,7 @@ rules:
   action: replace
   cordonFirst: true
 `, &Policy{MaxUnhealthy: intstr.FromString("20%"), StormCooldown: 10 * time.Minute, MemoryTolerance: 0.1, Rules: []Rule{
-			{Name: "ready-unknown", Condition: cond("Ready", "Unknown"), Action: Cordon},
+			{Name: "ready-unknown", Condition: cond("NetworkUnavailable", "Unknown"), Action: Cordon},
 			{Name: "nvsentinel", Taint: &TaintMatch{Key: "nvidia.com/gpu-error", Value: "xid-79", Effect: "NoExecute"}, For: 30 * time.Second, Action: Drain},
 			{Name: "custom", Taint: &TaintMatch{Key: "example.com/bad"}, Action: Replace, CordonFirst: true},
 			{Name: "123", BelowSKU: &BelowSKUMatch{Resource: "memory"}, For: time.Hour, Action: Report},
@@ -187,6 +187,10 @@ func TestParseErrors(t *testing.T) {
 		{"taint key invalid", rulesYAML("name: a\ntaint: {key: \"bad key\"}\naction: report"), []string{"rules[0].taint.key:", `"bad key"`, "not a taint key"}},
 		{"own cordon taint", rulesYAML("name: a\ntaint: {key: node.kubernetes.io/unschedulable}\naction: replace"), []string{"rules[0].taint.key:", `"node.kubernetes.io/unschedulable"`, "own"}},
 		{"own deletion taint", rulesYAML("name: a\ntaint: {key: ToBeDeletedByClusterAutoscaler}\naction: replace"), []string{"rules[0].taint.key:", `"ToBeDeletedByClusterAutoscaler"`}},
+		{"the preflight taint", rulesYAML("name: a\ntaint: {key: vmss-autoscaler.io/preflight}\naction: replace"), []string{"rules[0].taint.key:", `"vmss-autoscaler.io/preflight"`}},
+		{"a startup taint", rulesYAML("name: a\ntaint: {key: startup-taint.cluster-autoscaler.kubernetes.io/cilium}\naction: cordon"), []string{"rules[0].taint.key:", "startup-taint"}},
+		{"the not-ready taint", rulesYAML("name: a\ntaint: {key: node.kubernetes.io/not-ready}\naction: drain"), []string{"rules[0].taint.key:", `"node.kubernetes.io/not-ready"`}},
+		{"the Ready condition", rulesYAML("name: a\ncondition: {type: Ready, status: \"True\"}\naction: cordon"), []string{"rules[0].condition.type:", `"Ready"`, "unready guard"}},
 		{"taint value invalid", rulesYAML("name: a\ntaint: {key: k, value: \"a b\"}\naction: report"), []string{"rules[0].taint.value:", `"a b"`}},
 		{"taint effect invalid", rulesYAML("name: a\ntaint: {key: k, effect: NoRun}\naction: report"), []string{"rules[0].taint.effect:", `"NoRun"`, "NoSchedule, PreferNoSchedule or NoExecute"}},
 		{"unknown taint field", rulesYAML("name: a\ntaint: {key: k, operator: Exists}\naction: report"), []string{`rules[0].taint: unknown field "operator"`}},

@@ -99,6 +99,7 @@ func (e *Estimator) Estimate(ctx context.Context, base *snapshot.Fork, pending [
 	fork := base.Fork()
 	est := &Estimate{Group: groupID, Placed: make([]int, len(pending)), Reasons: make([]string, len(pending)), fork: fork}
 	var newNodes []int
+	off := 0
 	for pi, p := range pending {
 		g := p.G
 		if p.Left() <= 0 {
@@ -140,7 +141,15 @@ func (e *Estimator) Estimate(ctx context.Context, base *snapshot.Fork, pending [
 				est.Reasons[pi] = "max-size"
 				break
 			}
-			idx, err := fork.AddNode(e.templateNode(tmpl, groupID, len(newNodes)))
+			// Named past the template nodes the fork holds already (an
+			// earlier gang's of this group, planned in the same pass).
+			for {
+				if _, taken := fork.Index(templateNodeName(groupID, off+len(newNodes))); !taken {
+					break
+				}
+				off++
+			}
+			idx, err := fork.AddNode(e.templateNode(tmpl, groupID, off+len(newNodes)))
 			if err != nil {
 				est.Reasons[pi] = err.Error()
 				break
@@ -175,8 +184,10 @@ func (e *Estimate) Fork() *snapshot.Fork { return e.fork }
 // hostname (topology plugins must see each new node as its own domain).
 // The node object is copied shallowly: only its name and labels change.
 func newTemplateNode(tmpl fwk.NodeInfo, group string, i int) fwk.NodeInfo {
-	return CloneTemplate(tmpl, "template-"+group+"-"+strconv.Itoa(i))
+	return CloneTemplate(tmpl, templateNodeName(group, i))
 }
+
+func templateNodeName(group string, i int) string { return "template-" + group + "-" + strconv.Itoa(i) }
 
 // CloneTemplate copies a template NodeInfo as a node called name.
 func CloneTemplate(tmpl fwk.NodeInfo, name string) fwk.NodeInfo {

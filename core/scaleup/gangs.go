@@ -47,6 +47,7 @@ func (o *Orchestrator) planGangs(ctx context.Context, req Request, gangs []*gang
 			// Enough room on ready and coming nodes; members beyond the
 			// minimum wait there or for the next loop.
 			fork = child
+			out.res.Placed = append(out.res.Placed, gg.Key.String())
 			out.claimed = append(out.claimed, claimed...)
 			out.upcoming = append(out.upcoming, upcoming...)
 			out.awaiting += len(upcoming)

@@ -82,6 +82,10 @@ type Request struct {
 	Passes []Pass
 	// InFlight is the number of nodes requested and not yet usable.
 	InFlight int
+	// Booked are pods of provisioning requests whose capacity is booked
+	// and that fit on no usable node: before any pass they take room on
+	// upcoming nodes, which no pass may then give to other pods.
+	Booked []*apiv1.Pod
 }
 
 // Outcome is what a loop's scale-up did.
@@ -103,6 +107,10 @@ type Outcome struct {
 	HeldGangs map[string]ratelimit.HeldGang
 	// InFlight is the nodes in flight after the requests.
 	InFlight int
+	// BookedUnplaced are the Booked pods that fit on no upcoming node
+	// either: they wait for no coming node (an overdue booking then ends;
+	// no capacity is ever revoked for it).
+	BookedUnplaced []*apiv1.Pod
 }
 
 // Run plans, queues and requests.
@@ -112,15 +120,53 @@ func (o *Orchestrator) Run(ctx context.Context, req Request, q Queue, inc Increa
 		return Outcome{}, err
 	}
 	out := o.execute(ctx, req, demand, q, inc)
-	out.Awaiting, out.Claimed = demand.awaiting, demand.claimed
+	out.Awaiting, out.Claimed, out.BookedUnplaced = demand.awaiting, demand.claimed, demand.bookedUnplaced
 	return out, nil
 }
 
 // demand is what the passes planned.
 type demand struct {
-	res      Result
-	awaiting int
-	claimed  map[string]bool
+	res            Result
+	awaiting       int
+	claimed        map[string]bool
+	bookedUnplaced []*apiv1.Pod
+}
+
+// start is where every pass starts from: the snapshot with the upcoming
+// nodes (copies of their group's template) and the booked pods on them.
+// Passes fork it; it is never changed.
+type start struct {
+	fork *snapshot.Fork
+	// nodes are the usable nodes, then the upcoming ones.
+	nodes    []int
+	unplaced []*apiv1.Pod
+}
+
+// start builds the passes' starting point.
+func (o *Orchestrator) start(ctx context.Context, req Request) (*start, error) {
+	fork := req.Snap.Fork()
+	nodes := append([]int(nil), req.Usable...)
+	for _, g := range req.Groups {
+		if g.UpcomingTemplate == nil {
+			continue
+		}
+		for i := 0; i < g.Upcoming; i++ {
+			idx, err := fork.AddNode(CloneTemplate(g.UpcomingTemplate, "upcoming-"+g.Candidate.Group+"-"+strconv.Itoa(i)))
+			if err != nil {
+				return nil, fmt.Errorf("adding upcoming node of group %s: %w", g.Candidate.Group, err)
+			}
+			nodes = append(nodes, idx)
+		}
+	}
+	st := &start{fork: fork, nodes: nodes}
+	if len(req.Booked) > 0 {
+		upcoming := nodes[len(req.Usable):]
+		for _, g := range simulator.GroupPods(req.Booked, o.GPU) {
+			n := o.Planner.Estimator.Sim.FitOnNodes(ctx, fork, g, 0, upcoming, nil)
+			st.unplaced = append(st.unplaced, g.Pods[n:]...)
+		}
+	}
+	return st, nil
 }
 
 // placement is a pod placed on an upcoming (template) node.
@@ -144,12 +190,22 @@ func (o *Orchestrator) plan(ctx context.Context, req Request) (demand, error) {
 	var d demand
 	var carry []placement
 	var planned []ScaleUp
+	var st *start
+	begin := func() (err error) {
+		if st == nil {
+			st, err = o.start(ctx, req)
+		}
+		return err
+	}
 	for _, pass := range req.Passes {
 		if len(pass.Pods) == 0 && len(pass.Gangs) == 0 {
 			continue
 		}
+		if err := begin(); err != nil {
+			return demand{}, err
+		}
 		cands := candidates(req.Groups, planned, nil)
-		out, err := o.planPass(ctx, req, pass, cands, req.MaxNew-total(planned), carry)
+		out, err := o.planPass(ctx, req, st, pass, cands, req.MaxNew-total(planned), carry)
 		if err != nil {
 			return demand{}, err
 		}
@@ -168,33 +224,31 @@ func (o *Orchestrator) plan(ctx context.Context, req Request) (demand, error) {
 		planned = append(planned, out.res.ScaleUps...)
 		d.res.ScaleUps = append(d.res.ScaleUps, out.res.ScaleUps...)
 		d.res.NoScale = append(d.res.NoScale, out.res.NoScale...)
+		d.res.Placed = append(d.res.Placed, out.res.Placed...)
 		if d.res.Fork == nil {
 			d.res.Fork = out.res.Fork
 		}
+	}
+	if len(req.Booked) > 0 {
+		// No pass ran: the booked pods are still placed, to tell which fit nowhere.
+		if err := begin(); err != nil {
+			return demand{}, err
+		}
+	}
+	if st != nil {
+		d.bookedUnplaced = st.unplaced
 	}
 	return d, nil
 }
 
 // planPass finds the pods of a pass that fit neither on usable nodes nor
 // on nodes already coming, and plans nodes for them: gangs first, whole.
-func (o *Orchestrator) planPass(ctx context.Context, req Request, pass Pass, cands []Candidate, maxNew int, carry []placement) (passOutput, error) {
-	fork := req.Snap.Fork()
-	nodes := append([]int(nil), req.Usable...)
+func (o *Orchestrator) planPass(ctx context.Context, req Request, st *start, pass Pass, cands []Candidate, maxNew int, carry []placement) (passOutput, error) {
+	fork := st.fork.Fork()
+	nodes := st.nodes
 	if pass.FreeBalloons && req.IsBalloon != nil {
 		for _, i := range req.Usable {
 			fork.RemovePods(i, req.IsBalloon)
-		}
-	}
-	for _, g := range req.Groups {
-		if g.UpcomingTemplate == nil {
-			continue
-		}
-		for i := 0; i < g.Upcoming; i++ {
-			idx, err := fork.AddNode(CloneTemplate(g.UpcomingTemplate, "upcoming-"+g.Candidate.Group+"-"+strconv.Itoa(i)))
-			if err != nil {
-				return passOutput{}, fmt.Errorf("adding upcoming node of group %s: %w", g.Candidate.Group, err)
-			}
-			nodes = append(nodes, idx)
 		}
 	}
 	for _, c := range carry {
@@ -224,10 +278,11 @@ func (o *Orchestrator) planPass(ctx context.Context, req Request, pass Pass, can
 	}
 	if len(rest) == 0 {
 		klog.FromContext(ctx).V(2).Info("All unschedulable pods fit on existing or upcoming nodes", "pods", len(pass.Pods), "awaitingUpcoming", out.awaiting)
-		out.res = Result{Fork: fork, ScaleUps: gangs.ScaleUps, NoScale: gangs.NoScale}
+		out.res = Result{Fork: fork, ScaleUps: gangs.ScaleUps, NoScale: gangs.NoScale, Placed: gangs.Placed}
 		return out, nil
 	}
 	out.res = o.Planner.Plan(ctx, fork, rest, cands, maxNew)
+	out.res.Placed = gangs.Placed
 	out.res.ScaleUps = append(gangs.ScaleUps, out.res.ScaleUps...)
 	out.res.NoScale = append(gangs.NoScale, out.res.NoScale...)
 	return out, nil
@@ -240,7 +295,7 @@ func (o *Orchestrator) planPass(ctx context.Context, req Request, pass Pass, can
 // left, up to once per group.
 func (o *Orchestrator) execute(ctx context.Context, req Request, d demand, q Queue, inc Increaser) Outcome {
 	out := Outcome{InFlight: req.InFlight, Released: map[string]map[ratelimit.Class]int{}, Queued: map[string]map[ratelimit.Class]int{}}
-	out.Result = Result{Fork: d.res.Fork, NoScale: d.res.NoScale}
+	out.Result = Result{Fork: d.res.Fork, NoScale: d.res.NoScale, Placed: d.res.Placed}
 	res := d.res
 	failed := map[string]bool{}
 	for round := 0; ; round++ {

@@ -68,6 +68,9 @@ type Result struct {
 	ScaleUps []ScaleUp
 	Failed   []Failed
 	NoScale  []NoScaleUp
+	// Placed are the gangs (keys) whose minimum fits on ready and coming
+	// nodes: they need no new nodes.
+	Placed []string
 	// Fork holds the simulated cluster with the new nodes and their pods.
 	Fork *snapshot.Fork
 }

@@ -235,6 +235,35 @@ func (f *Fork) RemovePods(i int, drop func(*apiv1.Pod) bool) int {
 	return len(gone)
 }
 
+// Freeze returns the fork's current state as a Snapshot, for the rest of
+// a loop to see pods the fork placed (capacity booked by provisioning
+// requests) as the cluster's. Nodes the fork never changed, and their pod
+// lists, are shared with the base. A fork with added nodes (templates)
+// cannot be frozen. The fork must not be changed afterwards.
+func (f *Fork) Freeze() (*Snapshot, error) {
+	if len(f.added) > 0 {
+		return nil, fmt.Errorf("freezing a snapshot fork: %d added nodes (templates) are not part of the cluster", len(f.added))
+	}
+	base := f.base
+	s := &Snapshot{nodes: f.nodes, free: f.free, index: base.index, gpu: f.gpu}
+	if base.pods != nil {
+		s.pods = make([][]*apiv1.Pod, len(f.nodes))
+		for i, n := range f.nodes {
+			if n == base.nodes[i] {
+				s.pods[i] = base.pods[i]
+				continue
+			}
+			infos := n.GetPods()
+			pods := make([]*apiv1.Pod, len(infos))
+			for k, pi := range infos {
+				pods[k] = pi.GetPod()
+			}
+			s.pods[i] = pods
+		}
+	}
+	return s, nil
+}
+
 // --- fwk.SharedLister ---
 
 // NodeInfos implements fwk.SharedLister.

@@ -27,3 +27,45 @@ func TestRemovePodsIsCopyOnWrite(t *testing.T) {
 		t.Fatal("removed pods matching nothing")
 	}
 }
+
+func TestFreezeKeepsWhatTheForkPlaced(t *testing.T) {
+	nodes := []*apiv1.Node{to.Node("n1", "16", "64Gi"), to.Node("n2", "16", "64Gi")}
+	web := to.Pod("web", to.Requests("2", "4Gi"), to.OnNode("n2"))
+	s, _, _ := NewBuilder("").Build(nodes, []*apiv1.Pod{web})
+	f := s.Fork()
+	booked := to.Pod("booked", to.Requests("10", "8Gi"))
+	pi, err := PodInfoLike(booked, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i, _ := s.Index("n1")
+	f.AddPod(i, pi)
+	frozen, err := f.Freeze()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := frozen.Pods(i); len(got) != 1 || got[0].Name != "booked" {
+		t.Fatalf("frozen pods of n1 %v, want the booked pod", got)
+	}
+	if got := frozen.free[i].MilliCPU; got != 6000 {
+		t.Fatalf("frozen free CPU of n1 %d, want 6000", got)
+	}
+	if len(s.Pods(i)) != 0 || s.free[i].MilliCPU != 16000 {
+		t.Fatal("the snapshot under the fork changed")
+	}
+	j, _ := s.Index("n2")
+	if &frozen.Pods(j)[0] != &s.Pods(j)[0] {
+		t.Fatal("an unchanged node's pods were copied, not shared")
+	}
+	// A fork of the frozen snapshot sees the booked pod.
+	if got := frozen.Fork().Free(i).MilliCPU; got != 6000 {
+		t.Fatalf("fork of the frozen snapshot: free CPU %d, want 6000", got)
+	}
+	g := s.Fork()
+	if _, err := g.AddNode(NewNodeInfo(to.Node("template", "16", "64Gi"))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Freeze(); err == nil {
+		t.Fatal("a fork with a template node was frozen")
+	}
+}

@@ -102,19 +102,41 @@ spec:
   next:
     delete: true`
 
+// KeepRunningAnnotation on a Job's pod keeps it Running until it is
+// deleted: kwok's stock stage completes a Job's pods as soon as they run,
+// and a training job's pods run for hours (a gang's members must all run
+// at once).
+const KeepRunningAnnotation = "e2e.vmss-autoscaler.io/keep-running"
+
+// podCompleteStage is kwok's stock "fast" pod-complete stage for pods
+// without KeepRunningAnnotation.
+func podCompleteStage() string {
+	const owner = `    - key: '.metadata.ownerReferences.[].kind'
+      operator: 'In'
+      values:
+      - 'Job'
+`
+	if !strings.Contains(podfast.DefaultPodComplete, owner) {
+		panic("kwok's pod-complete stage changed: update podCompleteStage")
+	}
+	return strings.Replace(podfast.DefaultPodComplete, owner, owner+`    - key: '.metadata.annotations["`+KeepRunningAnnotation+`"]'
+      operator: 'DoesNotExist'
+`, 1)
+}
+
 // kwokStages returns kwok's options and stages as one multi-document YAML:
 // its stock "fast" stages, by which nodes become Ready at once and keep a
 // heartbeat (kwok renews their Leases, see --node-lease-duration-seconds),
-// pods become Running as soon as they are bound and Jobs' pods complete,
-// and podDeleteStages, by which deleted pods go away when their process
-// would have exited.
+// pods become Running as soon as they are bound and Jobs' pods complete
+// (but those with KeepRunningAnnotation), and podDeleteStages, by which
+// deleted pods go away when their process would have exited.
 func kwokStages() string {
 	docs := []string{
 		kwokOptions,
 		nodefast.DefaultNodeInit,
 		nodeheartbeat.DefaultNodeHeartbeatWithLease,
 		podfast.DefaultPodReady,
-		podfast.DefaultPodComplete,
+		podCompleteStage(),
 		podDeleteStages,
 	}
 	for i, d := range docs {

@@ -94,3 +94,42 @@ func TestKwokPodDeleteStages(t *testing.T) {
 		})
 	}
 }
+
+// TestKwokJobPodsComplete: a Running pod of a Job completes, unless it
+// carries KeepRunningAnnotation; other pods never do.
+func TestKwokJobPodsComplete(t *testing.T) {
+	lc := podLifecycle(t)
+	job := []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "train", UID: "u"}}
+	for _, tc := range []struct {
+		name   string
+		owners []metav1.OwnerReference
+		keep   bool
+		want   string // "" for no stage
+	}{
+		{"a Job's pod", job, false, "pod-complete"},
+		{"a Job's pod kept running", job, true, ""},
+		{"a Deployment's pod", []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web", UID: "r"}}, false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", OwnerReferences: tc.owners},
+				Spec:       corev1.PodSpec{NodeName: "n", Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
+				Status:     corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: "c"}}},
+			}
+			if tc.keep {
+				pod.Annotations = map[string]string{KeepRunningAnnotation: "true"}
+			}
+			stage, err := lc.Match(context.Background(), &lifecycle.Event{Labels: pod.Labels, Annotations: pod.Annotations, Data: pod})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := ""
+			if stage != nil {
+				got = stage.Name()
+			}
+			if got != tc.want {
+				t.Fatalf("stage %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

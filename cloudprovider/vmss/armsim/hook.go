@@ -23,6 +23,11 @@ type VM struct {
 	// Spot is a Spot VM: AKS labels and taints its node
 	// ScaleSetPriorityLabel=spot.
 	Spot bool
+	// Deallocated says the VM was deallocated (a Spot VM evicted under
+	// eviction policy Deallocate) when it was described, or when it
+	// started deleting: nothing runs on it, so a deletion of it kills
+	// nothing (its processes died with the eviction).
+	Deallocated bool
 }
 
 // ScaleSetPriorityLabel is the label (and the NoSchedule taint's key) AKS
@@ -188,12 +193,14 @@ func (s *Server) hookVM(rec *vmRecord) VM {
 		Zone:          rec.zone,
 		Tags:          maps.Clone(set.tags),
 		Spot:          set.spot,
+		Deallocated:   rec.state == StateDeallocated || rec.wasDeallocated,
 	}
 }
 
-// computerName is, as Azure names scale set VMs, the scale set name
-// followed by the instance ID in base 36, zero-padded to six digits, in a
-// Uniform scale set; the name drawn at creation in a Flexible one.
+// computerName is, as Azure names scale set VMs, the scale set's
+// computer name prefix (its name by default) followed by the instance ID
+// in base 36, zero-padded to six digits, in a Uniform scale set; the name
+// drawn at creation in a Flexible one.
 func (rec *vmRecord) computerName() string {
 	if rec.set.flexible {
 		return rec.computer
@@ -202,7 +209,7 @@ func (rec *vmRecord) computerName() string {
 	if len(id) < 6 {
 		id = strings.Repeat("0", 6-len(id)) + id
 	}
-	return rec.set.name + id
+	return rec.set.computerPrefix + id
 }
 
 func (s *Server) scaleSetResourceID(set *scaleSet) string {

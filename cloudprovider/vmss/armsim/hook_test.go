@@ -89,7 +89,7 @@ func TestHookVMDescription(t *testing.T) {
 }
 
 func TestComputerNameBase36(t *testing.T) {
-	set := &scaleSet{name: "pool"}
+	set := &scaleSet{name: "pool", computerPrefix: "pool"}
 	tests := []struct {
 		id   int
 		want string

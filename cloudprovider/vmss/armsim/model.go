@@ -1,11 +1,13 @@
 package armsim
 
 import (
+	"cmp"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"maps"
 	"net/http"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -157,7 +159,7 @@ type ScaleSetSpec struct {
 	// Flexible makes it a scale set of Flexible orchestration, as ARM
 	// serves one: its VMs are virtual machines of their own
 	// (Microsoft.Compute/virtualMachines/<name>_<8 hex digits>, computer
-	// name <name><6 characters>), listed by the Virtual Machines API
+	// name <prefix><6 characters>), listed by the Virtual Machines API
 	// filtered by scale set, deleted by name; the scale-set VM API refuses
 	// it. It holds 1,000 VMs whatever its image, and is never a single
 	// placement group.
@@ -169,7 +171,21 @@ type ScaleSetSpec struct {
 	// and stay in sku.capacity and the quota).
 	Spot           bool
 	EvictionPolicy string
+	// ComputerNamePrefix is virtualMachineProfile.osProfile.computerNamePrefix:
+	// a VM's computer name, and so its node's name, is the prefix and six
+	// characters (the instance ID in base 36 in a Uniform scale set, drawn
+	// at random in a Flexible one). Empty: the scale set's name. Two scale
+	// sets of one name in two resource groups need prefixes of their own,
+	// as AKS gives each node pool's scale set (aks-<pool>-<hash>-vmss), or
+	// their nodes' names collide. Letters, digits and hyphens, at most 58,
+	// not starting or ending with a hyphen.
+	ComputerNamePrefix string
 }
+
+// computerNamePrefix matches what ARM accepts as a Linux scale set's
+// computerNamePrefix (and a node name, lower-cased, accepts with six
+// characters more).
+var computerNamePrefix = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,56}[A-Za-z0-9])?$`)
 
 // ScaleSetState is a snapshot of a scale set.
 type ScaleSetState struct {
@@ -227,6 +243,8 @@ type scaleSet struct {
 	// spot is Spot priority, evicting VMs under evictionPolicy.
 	spot           bool
 	evictionPolicy string
+	// computerPrefix starts its VMs' computer names.
+	computerPrefix string
 
 	// ListVMs calls in the current 30-minute window, reported in
 	// x-ms-ratelimit-remaining-resource.
@@ -262,6 +280,8 @@ type vmRecord struct {
 	name, computer string
 	// evictAt is when a Spot VM given notice of eviction is evicted.
 	evictAt time.Time
+	// wasDeallocated: the VM was deallocated when it started deleting.
+	wasDeallocated bool
 }
 
 // powerState is the VM's power state as its instance view reports it.
@@ -339,6 +359,10 @@ func (s *Server) AddScaleSet(spec ScaleSetSpec) error {
 	case spec.Spot && spec.EvictionPolicy != EvictionDelete && spec.EvictionPolicy != EvictionDeallocate:
 		return fmt.Errorf("adding scale set %s/%s: eviction policy %q: want %s or %s", spec.ResourceGroup, spec.Name, spec.EvictionPolicy, EvictionDelete, EvictionDeallocate)
 	}
+	if spec.ComputerNamePrefix != "" && !computerNamePrefix.MatchString(spec.ComputerNamePrefix) {
+		return fmt.Errorf("adding scale set %s/%s: computer name prefix %q: want letters, digits and hyphens, at most 58, not starting or ending with a hyphen",
+			spec.ResourceGroup, spec.Name, spec.ComputerNamePrefix)
+	}
 	if spec.Flexible && spec.SinglePlacementGroup {
 		return fmt.Errorf("adding scale set %s/%s: a Flexible scale set is never a single placement group", spec.ResourceGroup, spec.Name)
 	}
@@ -373,6 +397,7 @@ func (s *Server) AddScaleSet(spec ScaleSetSpec) error {
 		flexible:             spec.Flexible,
 		spot:                 spec.Spot,
 		evictionPolicy:       spec.EvictionPolicy,
+		computerPrefix:       cmp.Or(spec.ComputerNamePrefix, spec.Name),
 	}
 	if spec.Flexible {
 		set.byName, set.computers = map[string]*vmRecord{}, map[string]bool{}
@@ -726,9 +751,9 @@ func (s *Server) newVM(set *scaleSet, now time.Time) *vmRecord {
 }
 
 // flexibleNames draws a new VM's name and computer name in a Flexible
-// scale set as Azure forms them, "<set>_<8 hex digits>" and "<set><6
-// characters of [0-9a-z]>", unique in the set, from the seeded source (a
-// run is repeatable). Callers hold s.mu.
+// scale set as Azure forms them, "<set>_<8 hex digits>" and "<computer
+// name prefix><6 characters of [0-9a-z]>", unique in the set, from the
+// seeded source (a run is repeatable). Callers hold s.mu.
 func (s *Server) flexibleNames(set *scaleSet) (name, computer string) {
 	const alphabet = "0123456789abcdefghijklmnopqrstuvwxyz"
 	for {
@@ -742,7 +767,7 @@ func (s *Server) flexibleNames(set *scaleSet) (name, computer string) {
 		for i := range b {
 			b[i] = alphabet[s.rng.IntN(len(alphabet))]
 		}
-		computer = set.name + string(b[:])
+		computer = set.computerPrefix + string(b[:])
 		if !set.computers[computer] {
 			return name, computer
 		}
@@ -834,6 +859,7 @@ func (s *Server) startDeleting(vm *vmRecord, now time.Time) {
 // startDeletingQuietly moves a VM to Deleting without telling a
 // DeletionWatcher (an eviction is no request). Callers hold s.mu.
 func (s *Server) startDeletingQuietly(vm *vmRecord, now time.Time) {
+	vm.wasDeallocated = vm.state == StateDeallocated
 	vm.state, vm.failedRunning, vm.evictAt = StateDeleting, false, time.Time{}
 	vm.deleteAt = now.Add(s.opts.DeleteDelay)
 }

@@ -86,7 +86,7 @@ func (s *Server) scaleSetModel(set *scaleSet, provisioningState string) *armcomp
 			UpgradePolicy:        &armcompute.UpgradePolicy{Mode: to.Ptr(armcompute.UpgradeModeManual)},
 			VirtualMachineProfile: &armcompute.VirtualMachineScaleSetVMProfile{
 				OSProfile: &armcompute.VirtualMachineScaleSetOSProfile{
-					ComputerNamePrefix: to.Ptr(set.name),
+					ComputerNamePrefix: to.Ptr(set.computerPrefix),
 					AdminUsername:      to.Ptr("azureuser"),
 				},
 				StorageProfile: &armcompute.VirtualMachineScaleSetStorageProfile{ImageReference: imageReference(set.image)},

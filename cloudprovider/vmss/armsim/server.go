@@ -345,6 +345,9 @@ type Write struct {
 	Status int
 	// Capacity is the sku.capacity a scale-set update asked for, or -1.
 	Capacity int
+	// InstanceIDs are the instances an instance deletion named (instance
+	// IDs, or a Flexible scale set's VM names), as sent.
+	InstanceIDs []string
 	// Caller names who sent it: CallerOf its bearer token. A test that
 	// gives each process a token of its own tells their writes apart.
 	Caller string
@@ -371,6 +374,14 @@ func (s *Server) logWrite(r *http.Request, body []byte, status int, now time.Tim
 	w := Write{At: now, Method: r.Method, Status: status, Capacity: -1, Caller: CallerOf(token)}
 	if rt, ok := parseRoute(r.URL.EscapedPath()); ok {
 		w.ResourceGroup, w.ScaleSet, w.Op = rt.rg, rt.name, rt.ops[r.Method]
+	}
+	if w.Op == OpDeleteInstances {
+		var req struct {
+			InstanceIDs []string `json:"instanceIds"`
+		}
+		if json.Unmarshal(body, &req) == nil {
+			w.InstanceIDs = req.InstanceIDs
+		}
 	}
 	if w.Op == OpUpdateScaleSet {
 		var patch struct {

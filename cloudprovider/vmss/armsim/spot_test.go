@@ -132,6 +132,17 @@ func TestSpotEviction(t *testing.T) {
 			if tc.policy == EvictionDelete && len(hook.deleting) != 0 {
 				t.Fatalf("the DeletionWatcher heard of an eviction: %+v", hook.deleting)
 			}
+			if tc.policy == EvictionDeallocate {
+				// The deletion of the deallocated VMs is a request the
+				// watcher hears of, told that nothing ran on them.
+				if len(hook.deleting) != 2 || !hook.deleting[0].Deallocated || !hook.deleting[1].Deallocated {
+					t.Fatalf("the DeletionWatcher heard %+v, want the 2 deallocated VMs, said deallocated", hook.deleting)
+				}
+				w := env.srv.Writes()
+				if len(w) != 1 || w[0].Op != OpDeleteInstances || !slices.Equal(w[0].InstanceIDs, victims) {
+					t.Fatalf("writes %+v, want one DeleteInstances naming %v", w, victims)
+				}
+			}
 		})
 	}
 }

@@ -1,0 +1,646 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apiv1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/provreq"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/snapshot"
+)
+
+// provreqGangSource names the gangs a best-effort-atomic request's pods
+// make: their key, "<namespace>/provisioningrequest:<name>", can be no
+// PodGroup's (a name has no colon).
+const provreqGangSource gang.Source = "provisioning-request"
+
+// maxProvreqStatusEntries bounds each list of requests in the status.
+const maxProvreqStatusEntries = 20
+
+// provreqState is the ProvisioningRequest handling kept between loops;
+// nil when --enable-provisioning-requests is off or the API is not served.
+type provreqState struct {
+	api     provreq.API
+	tracker *provreq.Tracker
+}
+
+// provreqLoop is one loop's requests, from the provisioning-requests
+// phase to scale-up (gangs, bookings on coming nodes, results), scale-down
+// (the ready nodes whose room is booked) and the status.
+type provreqLoop struct {
+	// gangs are the best-effort-atomic requests to scale up for, oldest
+	// first; atomic finds their attempt by gang key, gangOf a gang's key by
+	// the request's UID.
+	gangs  []*gang.Gang
+	atomic map[string]provreq.Attempt
+	gangOf map[types.UID]string
+	// bookings are the requests whose capacity is booked; upcoming are
+	// their pods that fit on no ready node (they take room on coming
+	// nodes in scale-up's passes).
+	bookings []provreq.Booking
+	upcoming []*apiv1.Pod
+	// bookedNodes are ready nodes holding booked room: scale-down keeps them.
+	bookedNodes map[string]bool
+	waiting     []provreq.Waiting
+	// pending are the condition changes to write at the end of scale-up,
+	// one per request (a later change is made on the earlier's copy).
+	pending map[types.UID]*provreq.Update
+	order   []types.UID
+	all     []*provreq.ProvisioningRequest
+}
+
+func (pl *provreqLoop) put(u *provreq.Update) {
+	if u == nil {
+		return
+	}
+	if _, ok := pl.pending[u.Req.UID]; !ok {
+		pl.order = append(pl.order, u.Req.UID)
+	}
+	pl.pending[u.Req.UID] = u
+}
+
+// latest is a request as this loop leaves it: with its pending change.
+func (pl *provreqLoop) latest(r *provreq.ProvisioningRequest) *provreq.ProvisioningRequest {
+	if u, ok := pl.pending[r.UID]; ok {
+		return u.Req
+	}
+	return r
+}
+
+// bookedNode says a ready node holds room booked by a request.
+func (l *loop) bookedNode(name string) bool { return l.provreq != nil && l.provreq.bookedNodes[name] }
+
+// provisioningRequests is the provisioning-requests phase: it reads the
+// requests, writes what their life cycle decides without simulation
+// (Accepted, bookings expired or consumed, failures, deletion of finished
+// ones), books the capacity of Provisioned requests in the snapshot (the
+// rest of the loop sees it taken), checks check-capacity requests on the
+// cluster as it is, and hands best-effort-atomic requests to scale-up as
+// gangs.
+func (a *Autoscaler) provisioningRequests(ctx context.Context, l *loop) error {
+	pr := a.provreq
+	if pr == nil {
+		return nil
+	}
+	reqs, err := pr.api.List()
+	if err != nil {
+		return fmt.Errorf("listing ProvisioningRequests from cache: %w", err)
+	}
+	pl := &provreqLoop{atomic: map[string]provreq.Attempt{}, gangOf: map[types.UID]string{},
+		bookedNodes: map[string]bool{}, pending: map[types.UID]*provreq.Update{}, all: reqs}
+	l.provreq = pl
+	var consumed map[string]int
+	count := func(r *provreq.ProvisioningRequest) int {
+		if consumed == nil {
+			consumed = consumingPods(l.snap)
+		}
+		return consumed[provreq.Key(r)]
+	}
+	plan := pr.tracker.Plan(l.now, reqs, count, pr.api.PodTemplate)
+	for i := range plan.Updates {
+		pl.put(&plan.Updates[i])
+	}
+	pl.waiting = plan.Waiting
+	a.deleteFinishedRequests(ctx, plan.Delete)
+
+	if len(plan.Book)+len(plan.Check) > 0 {
+		var usable []int
+		for i := 0; i < l.snap.Len(); i++ {
+			if a.bookable(l, l.snap.NodeInfo(i).Node()) {
+				usable = append(usable, i)
+			}
+		}
+		fork := l.snap.Fork()
+		placed := 0
+		for _, b := range plan.Book {
+			child := fork.Fork()
+			left, nodes := a.placePods(ctx, child, b.Pods, usable)
+			if b.Overdue && len(left) == 0 {
+				// Past its reservation time, and its pods wait for no coming
+				// node: the booking ends.
+				pl.put(pr.tracker.Expire(b.Req, provreq.Count(b.Req)-len(b.Pods), l.now))
+				continue
+			}
+			fork = child
+			for _, n := range nodes {
+				pl.bookedNodes[n] = true
+			}
+			placed += len(nodes)
+			pl.bookings = append(pl.bookings, b)
+			pl.upcoming = append(pl.upcoming, left...)
+		}
+		for _, at := range plan.Check {
+			child := fork.Fork()
+			left, nodes := a.placePods(ctx, child, at.Pods, usable)
+			if len(left) > 0 {
+				pl.put(pr.tracker.NotProvisioned(at.Req, fmt.Sprintf("%d of its %d pods fit on the cluster as it is (its ready nodes, less the capacity other requests booked)",
+					len(at.Pods)-len(left), len(at.Pods)), l.now))
+				continue
+			}
+			fork = child
+			placed += len(nodes)
+			for _, n := range nodes {
+				pl.bookedNodes[n] = true
+			}
+			pl.put(pr.tracker.Provisioned(at.Req, provreq.ReasonCapacityIsFound,
+				fmt.Sprintf("Capacity is found in the cluster: its %d pods fit on ready nodes, booked for %s", len(at.Pods), pr.tracker.Options().ReservationTime), l.now))
+			// Booked from now on: later requests and pods of this loop see it.
+			pl.bookings = append(pl.bookings, provreq.Booking{Req: at.Req, Pods: at.Pods, Until: l.now.Add(pr.tracker.Options().ReservationTime)})
+		}
+		if placed > 0 {
+			snap, err := fork.Freeze()
+			if err != nil {
+				return fmt.Errorf("booking ProvisioningRequests' capacity: %w", err)
+			}
+			l.snap = snap
+		}
+	}
+	for _, at := range plan.ScaleUp {
+		k := gang.Key{Namespace: at.Req.Namespace, Name: "provisioningrequest:" + at.Req.Name, Source: provreqGangSource}
+		pl.gangs = append(pl.gangs, &gang.Gang{Key: k, Min: len(at.Pods), MinKnown: true, Pending: at.Pods, Since: at.Req.CreationTimestamp.Time})
+		pl.atomic[k.String()] = at
+		pl.gangOf[at.Req.UID] = k.String()
+	}
+	return nil
+}
+
+// bookable says a node may take booked room: usable, and may take pods
+// (not cordoned, not being removed, its machine not deleted), as a node a
+// group's template is learned from.
+func (a *Autoscaler) bookable(l *loop, n *apiv1.Node) bool {
+	return a.usable(l, n) && !n.Spec.Unschedulable && !actuation.HasTaintKey(n, scaledown.ToBeDeletedTaint) &&
+		!(a.scaleDown.actuator != nil && a.scaleDown.actuator.IsDraining(n.Name)) && !a.machineDeleted(n.Name)
+}
+
+// placePods places pods on the candidate nodes of fork and returns those
+// that did not fit and the nodes that took the others.
+func (a *Autoscaler) placePods(ctx context.Context, fork *snapshot.Fork, pods []*apiv1.Pod, candidates []int) ([]*apiv1.Pod, []string) {
+	var left []*apiv1.Pod
+	var nodes []string
+	for _, g := range simulator.GroupPods(pods, a.opts.GPUResourceName) {
+		n := a.sim.FitOnNodes(ctx, fork, g, 0, candidates, func(_, node int) {
+			nodes = append(nodes, fork.NodeInfo(node).Node().Name)
+		})
+		left = append(left, g.Pods[n:]...)
+	}
+	return left, nodes
+}
+
+// consumingPods counts, per request (namespace/name), the scheduled pods
+// that consume it. Terminated pods are not in the snapshot.
+func consumingPods(snap *snapshot.Snapshot) map[string]int {
+	out := map[string]int{}
+	for i := 0; i < snap.Len(); i++ {
+		for _, p := range snap.Pods(i) {
+			if name, ok := provreq.Consumes(p); ok && !provreq.IsBooked(p) {
+				out[p.Namespace+"/"+name]++
+			}
+		}
+	}
+	return out
+}
+
+// requestOf is the UID of the request a booked pod stands for.
+func requestOf(p *apiv1.Pod) types.UID {
+	if ref := metav1.GetControllerOf(p); ref != nil {
+		return ref.UID
+	}
+	return ""
+}
+
+// live says a request's booking is live as this loop leaves it:
+// Provisioned, and neither BookingExpired, Failed nor CapacityRevoked.
+func (pl *provreqLoop) live(r *provreq.ProvisioningRequest) bool {
+	r = pl.latest(r)
+	return provreq.IsTrue(r, provreq.Provisioned) && !provreq.Finished(r)
+}
+
+// dropConsumers takes out of the pending pods those consuming a request
+// whose booking is live: its capacity is provisioned for them, and they
+// trigger no scale-up of their own (as in cluster-autoscaler). A pod
+// naming a request whose booking is over (a pod recreated after its node
+// was replaced), not yet made, or gone, is an ordinary pod.
+func (a *Autoscaler) dropConsumers(l *loop, pending []*apiv1.Pod) []*apiv1.Pod {
+	pl := l.provreq
+	if pl == nil {
+		return pending
+	}
+	booked := map[string]bool{}
+	for _, r := range pl.all {
+		if provreq.Supported(r) && pl.live(r) {
+			booked[provreq.Key(r)] = true
+		}
+	}
+	out := pending[:0:0]
+	for _, p := range pending {
+		name, ok := provreq.Consumes(p)
+		if !ok || !booked[p.Namespace+"/"+name] {
+			out = append(out, p)
+			continue
+		}
+		a.events.emit(p, l.now, l.epoch, apiv1.EventTypeNormal, EventNotTriggerScaleUp,
+			fmt.Sprintf("pod didn't trigger scale-up: it consumes ProvisioningRequest %s/%s, whose capacity is provisioned for it", p.Namespace, name))
+	}
+	return out
+}
+
+// withRequestGangs adds the best-effort-atomic requests' gangs to the
+// pending gangs, oldest first.
+func withRequestGangs(l *loop, gangs []*gang.Gang) []*gang.Gang {
+	if l.provreq == nil || len(l.provreq.gangs) == 0 {
+		return gangs
+	}
+	out := append(append([]*gang.Gang(nil), gangs...), l.provreq.gangs...)
+	sort.SliceStable(out, func(i, j int) bool {
+		if !out[i].Since.Equal(out[j].Since) {
+			return out[i].Since.Before(out[j].Since)
+		}
+		return out[i].Key.String() < out[j].Key.String()
+	})
+	return out
+}
+
+// bookedForUpcoming are the booked pods scale-up places on coming nodes.
+func bookedForUpcoming(l *loop) []*apiv1.Pod {
+	if l.provreq == nil {
+		return nil
+	}
+	return l.provreq.upcoming
+}
+
+// provisioningRequestResults turns scale-up's outcome into the
+// best-effort-atomic requests' conditions, and revokes the capacity of
+// bookings whose pods have fit nowhere for the grace period.
+func (a *Autoscaler) provisioningRequestResults(l *loop, out scaleup.Outcome) {
+	pl := l.provreq
+	if pl == nil {
+		return
+	}
+	t := a.provreq.tracker
+	type result struct {
+		released, queued int
+		groups           []string
+		failed           []string
+		noScale          string
+		placed           bool
+	}
+	res := map[string]*result{}
+	get := func(k string) *result {
+		r := res[k]
+		if r == nil {
+			r = &result{}
+			res[k] = r
+		}
+		return r
+	}
+	for _, su := range out.Result.ScaleUps {
+		if _, ok := pl.atomic[su.Gang]; ok {
+			r := get(su.Gang)
+			r.released += su.Delta
+			r.queued += su.Queued
+			r.groups = append(r.groups, su.Group)
+		}
+	}
+	// Every request with pods in a failure or a no-scale-up has its share.
+	gangsOfPods := func(pods []*apiv1.Pod) []string {
+		var keys []string
+		seen := map[string]bool{}
+		for _, p := range pods {
+			if !provreq.IsBooked(p) {
+				continue
+			}
+			if k, ok := pl.gangOf[requestOf(p)]; ok && !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+		return keys
+	}
+	for _, f := range out.Result.Failed {
+		for _, k := range gangsOfPods(f.Pods) {
+			get(k).failed = append(get(k).failed, fmt.Sprintf("node group %s: %v", f.Group, f.Err))
+		}
+	}
+	for _, ns := range out.Result.NoScale {
+		for _, k := range gangsOfPods(ns.Pods) {
+			get(k).noScale = ns.Reason
+		}
+	}
+	for _, k := range out.Result.Placed {
+		if _, ok := pl.atomic[k]; ok {
+			get(k).placed = true
+		}
+	}
+	booked := t.Options().ReservationTime
+	for _, g := range pl.gangs {
+		k := g.Key.String()
+		at, r := pl.atomic[k], res[k]
+		switch {
+		case r != nil && len(r.failed) > 0:
+			pl.put(t.NotProvisioned(at.Req, "the scale-up for its pods failed: "+strings.Join(r.failed, "; "), l.now))
+		case r != nil && r.noScale != "":
+			pl.put(t.NotProvisioned(at.Req, requestReason(k, len(at.Pods), r.noScale), l.now))
+		case r != nil && r.queued > 0:
+			pl.put(t.Queued(at.Req, fmt.Sprintf("Capacity is being provisioned: the %d new nodes its pods need wait in the node-addition queue, to be requested together",
+				r.queued+r.released), l.now))
+		case r != nil && r.released > 0:
+			pl.put(t.Provisioned(at.Req, provreq.ReasonCapacityIsProvisioned,
+				fmt.Sprintf("Capacity is provisioned: %d new nodes requested from node group %s for its %d pods, booked for %s",
+					r.released, strings.Join(uniq(r.groups), ", "), len(at.Pods), booked), l.now))
+		case r != nil && r.placed:
+			pl.put(t.Provisioned(at.Req, provreq.ReasonCapacityIsFound,
+				fmt.Sprintf("Capacity is found in the cluster: its %d pods fit on ready and coming nodes, booked for %s", len(at.Pods), booked), l.now))
+		default:
+			// Scale-up said nothing of its pods (no pass ran them): tried
+			// again next loop, never Provisioned without evidence.
+		}
+	}
+	// An overdue booking is kept only while its pods wait for coming
+	// nodes: once some fit on none (they failed or were removed), it ends.
+	// Its capacity is never revoked (Kueue would deactivate the workload).
+	unplaced := map[types.UID]bool{}
+	for _, p := range out.BookedUnplaced {
+		unplaced[requestOf(p)] = true
+	}
+	for _, b := range pl.bookings {
+		if b.Overdue && unplaced[b.Req.UID] {
+			pl.put(t.Expire(b.Req, provreq.Count(b.Req)-len(b.Pods), l.now))
+		}
+	}
+}
+
+// requestReason says why a request's gang got no nodes in the request's
+// words: the planner's "gang <key> needs n more members on new nodes (min
+// n, 0 running) and no node group can take them all: <why>" becomes "its
+// n pods need new nodes and no node group can take them all: <why>".
+func requestReason(key string, pods int, reason string) string {
+	const all = " and no node group can take them all: "
+	if rest, ok := strings.CutPrefix(reason, "gang "+key+" needs "); ok {
+		if i := strings.Index(rest, all); i >= 0 {
+			return fmt.Sprintf("its %d pods need new nodes and no node group can take them all: %s", pods, rest[i+len(all):])
+		}
+	}
+	return reason
+}
+
+func uniq(xs []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, x := range xs {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// deleteFinishedRequests deletes requests finished for longer than the
+// TTL (cluster-autoscaler's garbage collection of week-old requests).
+func (a *Autoscaler) deleteFinishedRequests(ctx context.Context, rs []*provreq.ProvisioningRequest) {
+	if len(rs) == 0 {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	if err := a.gate.Write("provisioning-request-delete"); err != nil {
+		logger.V(2).Info("Finished ProvisioningRequests not deleted", "err", err.Error())
+		return
+	}
+	deleted := 0
+	for _, r := range rs {
+		if err := a.provreq.api.Delete(ctx, r); err != nil {
+			logger.Error(err, "Deleting a finished ProvisioningRequest; tried again next loop", "request", klog.KObj(r))
+			continue
+		}
+		deleted++
+		logger.V(2).Info("Deleted finished ProvisioningRequest", "request", klog.KObj(r))
+	}
+	logger.Info("Deleted finished ProvisioningRequests", "deleted", deleted, "ttl", a.provreq.tracker.Options().TerminalTTL)
+}
+
+// writeProvisioningRequests writes the loop's condition changes, one
+// status update per request, each with an event on the request, and
+// updates the metrics. A conflict (the request changed meanwhile) is left
+// to the next loop, which decides again from the new object.
+func (a *Autoscaler) writeProvisioningRequests(ctx context.Context, l *loop) {
+	pl := l.provreq
+	if pl == nil {
+		return
+	}
+	defer a.reportProvisioningRequests(l)
+	if len(pl.order) == 0 {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	if err := a.gate.Write("provisioning-request-status"); err != nil {
+		logger.V(2).Info("ProvisioningRequest conditions not written", "err", err.Error())
+		for _, uid := range pl.order {
+			delete(pl.pending, uid)
+		}
+		return
+	}
+	written, conflicts := 0, 0
+	var firstErr error
+	for _, uid := range pl.order {
+		u := pl.pending[uid]
+		if err := a.provreq.api.UpdateStatus(ctx, u.Req); err != nil {
+			delete(pl.pending, uid)
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				conflicts++
+				logger.V(2).Info("ProvisioningRequest changed before its conditions were written; decided again next loop", "request", klog.KObj(u.Req), "err", err.Error())
+				continue
+			}
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		written++
+		c := u.Condition
+		logger.V(2).Info("ProvisioningRequest condition set", "request", klog.KObj(u.Req), "type", c.Type, "status", c.Status, "reason", c.Reason)
+		if a.rec != nil {
+			typ := apiv1.EventTypeNormal
+			if u.Warning {
+				typ = apiv1.EventTypeWarning
+			}
+			ref := &apiv1.ObjectReference{APIVersion: provreq.GroupVersion.String(), Kind: provreq.Kind, Namespace: u.Req.Namespace, Name: u.Req.Name, UID: u.Req.UID}
+			a.rec.Event(ref, typ, c.Reason, c.Message)
+		}
+		if c.Type == provreq.Provisioned && c.Status == metav1.ConditionTrue {
+			a.metrics.ProvReq.ProvisionDuration.WithLabelValues(u.Req.Spec.ProvisioningClassName).
+				Observe(l.now.Sub(u.Req.CreationTimestamp.Time).Seconds())
+		}
+	}
+	if firstErr != nil {
+		logger.Error(firstErr, "Writing ProvisioningRequest conditions; tried again next loop", "failed", len(pl.order)-written-conflicts)
+	}
+	logger.Info("ProvisioningRequest conditions written", "written", written, "conflicts", conflicts)
+}
+
+// reportProvisioningRequests sets the requests' metrics.
+func (a *Autoscaler) reportProvisioningRequests(l *loop) {
+	pl := l.provreq
+	m := a.metrics.ProvReq
+	m.Requests.Reset()
+	for _, class := range []string{provreq.ClassCheckCapacity, provreq.ClassBestEffortAtomic} {
+		for _, ct := range provreqConditions() {
+			m.Requests.WithLabelValues(class, ct)
+		}
+	}
+	for k, n := range pl.conditionCounts() {
+		m.Requests.WithLabelValues(k.class, k.condition).Set(float64(n))
+	}
+	m.BookedPods.Reset()
+	m.BookedGPUs.Reset()
+	for _, b := range pl.bookings {
+		class := b.Req.Spec.ProvisioningClassName
+		m.BookedPods.WithLabelValues(class).Add(float64(len(b.Pods)))
+		gpus := int64(0)
+		for _, p := range b.Pods {
+			gpus += simulator.RequestOf(p, a.opts.GPUResourceName).GPU
+		}
+		m.BookedGPUs.WithLabelValues(class).Add(float64(gpus))
+	}
+}
+
+// provreqConditions are the condition types counted by the metric and the status.
+func provreqConditions() []string {
+	return []string{provreq.Accepted, provreq.Provisioned, provreq.Failed, provreq.BookingExpired, provreq.CapacityRevoked}
+}
+
+type classCondition struct{ class, condition string }
+
+// conditionCounts counts the requests of each class with each condition
+// True, as this loop leaves them.
+func (pl *provreqLoop) conditionCounts() map[classCondition]int {
+	counts := map[classCondition]int{}
+	for _, r := range pl.all {
+		if !provreq.Supported(r) {
+			continue
+		}
+		r = pl.latest(r)
+		for _, ct := range provreqConditions() {
+			if provreq.IsTrue(r, ct) {
+				counts[classCondition{r.Spec.ProvisioningClassName, ct}]++
+			}
+		}
+	}
+	return counts
+}
+
+// provisioningRequestsStatus is the requests' part of the status.
+func (a *Autoscaler) provisioningRequestsStatus(l *loop) *ProvisioningRequestsStatus {
+	pl := l.provreq
+	if pl == nil {
+		return nil
+	}
+	st := &ProvisioningRequestsStatus{}
+	for k, n := range pl.conditionCounts() {
+		st.Requests = append(st.Requests, ProvisioningRequestCount{Class: k.class, Condition: k.condition, Requests: n})
+	}
+	sort.Slice(st.Requests, func(i, j int) bool {
+		if st.Requests[i].Class != st.Requests[j].Class {
+			return st.Requests[i].Class < st.Requests[j].Class
+		}
+		return st.Requests[i].Condition < st.Requests[j].Condition
+	})
+	for _, b := range pl.bookings {
+		if len(st.Booked) == maxProvreqStatusEntries {
+			st.More++
+			continue
+		}
+		st.Booked = append(st.Booked, BookedRequest{Request: provreq.Key(b.Req), Class: b.Req.Spec.ProvisioningClassName, Pods: len(b.Pods), Until: b.Until.UTC()})
+	}
+	for _, w := range pl.waiting {
+		if len(st.Waiting) == maxProvreqStatusEntries {
+			st.More++
+			continue
+		}
+		msg := ""
+		if c := provreq.Find(w.Req, provreq.Provisioned); c != nil {
+			msg = c.Message
+		}
+		st.Waiting = append(st.Waiting, WaitingRequest{Request: provreq.Key(w.Req), Class: w.Req.Spec.ProvisioningClassName, RetryAt: w.RetryAt.UTC(), Message: msg})
+	}
+	if len(st.Requests)+len(st.Booked)+len(st.Waiting) == 0 {
+		return nil
+	}
+	return st
+}
+
+// ProvisioningRequestsStatus is the ProvisioningRequests' part of the
+// status ConfigMap (with --enable-provisioning-requests).
+type ProvisioningRequestsStatus struct {
+	// Requests counts the requests of each class with a condition True.
+	Requests []ProvisioningRequestCount `json:"requests,omitempty"`
+	// Booked are the requests whose capacity is booked (the first 20).
+	Booked []BookedRequest `json:"booked,omitempty"`
+	// Waiting are the requests waiting to be tried again (the first 20).
+	Waiting []WaitingRequest `json:"waiting,omitempty"`
+	// More counts the requests left out of the lists.
+	More int `json:"more,omitempty"`
+}
+
+// ProvisioningRequestCount is the number of requests of a class with a
+// condition True.
+type ProvisioningRequestCount struct {
+	Class     string `json:"class"`
+	Condition string `json:"condition"`
+	Requests  int    `json:"requests"`
+}
+
+// BookedRequest is a request whose capacity is booked: its pods not yet
+// consumed, until when.
+type BookedRequest struct {
+	Request string    `json:"request"`
+	Class   string    `json:"class"`
+	Pods    int       `json:"pods"`
+	Until   time.Time `json:"until"`
+}
+
+// WaitingRequest is a request not provisioned, tried again at RetryAt.
+type WaitingRequest struct {
+	Request string    `json:"request"`
+	Class   string    `json:"class"`
+	RetryAt time.Time `json:"retryAt"`
+	Message string    `json:"message,omitempty"`
+}
+
+// provreqMetrics are the ProvisioningRequest metrics.
+type provreqMetrics struct {
+	Requests          *prometheus.GaugeVec
+	BookedPods        *prometheus.GaugeVec
+	BookedGPUs        *prometheus.GaugeVec
+	ProvisionDuration *prometheus.HistogramVec
+}
+
+func newProvreqMetrics(reg prometheus.Registerer, ns string) provreqMetrics {
+	m := provreqMetrics{
+		Requests: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "provisioning_requests",
+			Help: "ProvisioningRequests of each class (check-capacity, best-effort-atomic-scale-up) with a condition True (Accepted, Provisioned, Failed, BookingExpired, CapacityRevoked)."},
+			[]string{"class", "condition"}),
+		BookedPods: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "provisioning_request_booked_pods",
+			Help: "Pods whose capacity Provisioned requests book (not yet consumed by their pods), by class."}, []string{"class"}),
+		BookedGPUs: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "provisioning_request_booked_gpus",
+			Help: "GPUs those booked pods request, by class."}, []string{"class"}),
+		ProvisionDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "provisioning_request_provision_duration_seconds",
+			Help:    "Time from a ProvisioningRequest's creation to its Provisioned=True, by class.",
+			Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200}}, []string{"class"}),
+	}
+	reg.MustRegister(m.Requests, m.BookedPods, m.BookedGPUs, m.ProvisionDuration)
+	return m
+}

@@ -1,0 +1,404 @@
+package provreq
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	apiv1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Options are the life cycle's times, cluster-autoscaler's by default.
+type Options struct {
+	// ReservationTime is how long a Provisioned request's capacity stays
+	// booked, from its Provisioned transition, unless consumed first.
+	ReservationTime time.Duration
+	// ExpirationTime: a request not provisioned this long after its
+	// creation fails (Failed=True, Expired).
+	ExpirationTime time.Duration
+	// TerminalTTL: a finished request is deleted this long after it
+	// finished.
+	TerminalTTL time.Duration
+	// InitialBackoff and MaxBackoff bound the wait before a request that
+	// was not provisioned is tried again: it doubles from one to the other.
+	InitialBackoff, MaxBackoff time.Duration
+	// TemplateGrace is how long a request whose PodTemplate cannot be read
+	// waits for it (the template's informer may trail the request's)
+	// before it fails.
+	TemplateGrace time.Duration
+}
+
+// DefaultOptions are cluster-autoscaler's: 10 minutes of booking, 7 days
+// to be provisioned and to be deleted once finished, retries after 1
+// minute doubling to 10.
+func DefaultOptions() Options {
+	return Options{
+		ReservationTime: 10 * time.Minute,
+		ExpirationTime:  7 * 24 * time.Hour,
+		TerminalTTL:     7 * 24 * time.Hour,
+		InitialBackoff:  time.Minute,
+		MaxBackoff:      10 * time.Minute,
+		TemplateGrace:   time.Minute,
+	}
+}
+
+// Supported says the request is this autoscaler's: one of its two
+// classes, and for check-capacity no processorInstance parameter (that
+// names a cluster-autoscaler instance started with
+// --check-capacity-processor-instance).
+func Supported(r *ProvisioningRequest) bool {
+	switch r.Spec.ProvisioningClassName {
+	case ClassBestEffortAtomic:
+		return true
+	case ClassCheckCapacity:
+		return r.Spec.Parameters[ProcessorInstanceParameter] == ""
+	}
+	return false
+}
+
+// Attempt is a request to check or scale up for this loop, with its pods.
+type Attempt struct {
+	Req  *ProvisioningRequest
+	Pods []*apiv1.Pod
+}
+
+// Booking is a Provisioned request whose capacity is booked: Pods are its
+// pods not yet consumed (its pods scheduled so far are running on their
+// room already).
+type Booking struct {
+	Req   *ProvisioningRequest
+	Pods  []*apiv1.Pod
+	Until time.Time
+	// Overdue: the reservation time is over (best-effort-atomic only). The
+	// booking is kept while some of its pods still wait for coming nodes
+	// (the machines bought for it boot for longer than the reservation
+	// time); otherwise the caller ends it with Expire.
+	Overdue bool
+}
+
+// Update is a request whose conditions changed (a copy), with the
+// condition that changed last, for its event.
+type Update struct {
+	Req       *ProvisioningRequest
+	Condition metav1.Condition
+	Warning   bool
+}
+
+// Waiting is a request in backoff.
+type Waiting struct {
+	Req     *ProvisioningRequest
+	RetryAt time.Time
+}
+
+// Plan is one loop's work, oldest requests first.
+type Plan struct {
+	// Updates are condition changes decided without simulation: Accepted,
+	// bookings that expired or were consumed, requests that failed.
+	Updates []Update
+	// Book are the requests whose capacity is booked now.
+	Book []Booking
+	// Check are the check-capacity requests to check now.
+	Check []Attempt
+	// ScaleUp are the best-effort-atomic requests to scale up for now.
+	ScaleUp []Attempt
+	// Delete are finished requests past the TTL.
+	Delete []*ProvisioningRequest
+	// Waiting are the requests in backoff.
+	Waiting []Waiting
+}
+
+// Tracker keeps what the life cycle needs between loops: each request's
+// retry backoff and its pods (a request's spec is immutable: they are
+// made once). It holds no state a restart must keep: a new leader retries
+// at once and starts the grace periods again. Not safe for concurrent use.
+//
+// It never sets CapacityRevoked: Kueue (v0.17) rejects the admission check
+// of a request whose capacity is revoked and deactivates its workload, even
+// a running one. Cluster-autoscaler never sets it either.
+type Tracker struct {
+	opts    Options
+	backoff map[types.UID]backoff
+	pods    map[types.UID]podsEntry
+	seen    map[types.UID]bool
+}
+
+type backoff struct {
+	delay time.Duration
+	next  time.Time
+}
+
+// podsEntry is a request's pods, made from templates at these versions.
+type podsEntry struct {
+	versions []string
+	pods     []*apiv1.Pod
+}
+
+// NewTracker returns an empty tracker.
+func NewTracker(o Options) *Tracker {
+	return &Tracker{opts: o, backoff: map[types.UID]backoff{}, pods: map[types.UID]podsEntry{}, seen: map[types.UID]bool{}}
+}
+
+// Options are the tracker's options.
+func (t *Tracker) Options() Options { return t.opts }
+
+// Plan decides the loop's work for the requests (any order; the cache's
+// objects, never changed: updates are copies). consumed(r) is the number
+// of r's consuming pods scheduled now, asked only of Provisioned requests.
+func (t *Tracker) Plan(now time.Time, reqs []*ProvisioningRequest, consumed func(*ProvisioningRequest) int, get TemplateGetter) Plan {
+	sorted := make([]*ProvisioningRequest, 0, len(reqs))
+	for _, r := range reqs {
+		if Supported(r) {
+			sorted = append(sorted, r)
+		}
+	}
+	sort.Slice(sorted, func(i, j int) bool {
+		a, b := sorted[i], sorted[j]
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
+		return Key(a) < Key(b)
+	})
+	var p Plan
+	seen := make(map[types.UID]bool, len(sorted))
+	for _, r := range sorted {
+		seen[r.UID] = true
+		t.plan(now, r, consumed, get, &p)
+	}
+	// Forget requests that are gone.
+	for uid := range t.seen {
+		if !seen[uid] {
+			delete(t.backoff, uid)
+			delete(t.pods, uid)
+		}
+	}
+	t.seen = seen
+	return p
+}
+
+func (t *Tracker) plan(now time.Time, r *ProvisioningRequest, consumed func(*ProvisioningRequest) int, get TemplateGetter, p *Plan) {
+	o := t.opts
+	if Finished(r) {
+		t.forgetAttempts(r.UID)
+		delete(t.pods, r.UID)
+		if last := lastTransition(r); !last.IsZero() && now.Sub(last) > o.TerminalTTL {
+			p.Delete = append(p.Delete, r)
+		}
+		return
+	}
+	var cp *ProvisioningRequest
+	edit := func() *ProvisioningRequest {
+		if cp == nil {
+			cp = r.DeepCopy()
+		}
+		return cp
+	}
+	var last *Update
+	set := func(ct string, s metav1.ConditionStatus, reason, msg string, warn bool) {
+		if SetCondition(edit(), ct, s, reason, msg, now) {
+			last = &Update{Condition: *Find(cp, ct), Warning: warn}
+		}
+	}
+	flush := func() {
+		if last != nil {
+			last.Req = cp
+			p.Updates = append(p.Updates, *last)
+		}
+	}
+	defer flush()
+
+	if IsTrue(r, Provisioned) {
+		t.forgetAttempts(r.UID)
+		since := Find(r, Provisioned).LastTransitionTime.Time
+		until := since.Add(o.ReservationTime)
+		total := Count(r)
+		used := consumed(r)
+		if used >= total {
+			set(BookingExpired, metav1.ConditionTrue, ReasonBookingConsumed,
+				fmt.Sprintf("Capacity booking is consumed: all %d pods consuming the request are scheduled", total), false)
+			return
+		}
+		overdue := !now.Before(until)
+		if overdue && r.Spec.ProvisioningClassName != ClassBestEffortAtomic {
+			set(BookingExpired, metav1.ConditionTrue, ReasonReservationTimeExpired, reservationExpiredMessage(o, used, total), false)
+			return
+		}
+		pods, err := t.bookedPods(r, get)
+		if err != nil {
+			// Never Failed once Provisioned: Kueue would evict the admitted
+			// workload. Without its pods (a template gone before they were
+			// ever made, as after a restart) the booking just ends.
+			set(BookingExpired, metav1.ConditionTrue, ReasonReservationTimeExpired,
+				"Capacity booking ended: the request's pods cannot be made to book its capacity: "+err.Error(), false)
+			return
+		}
+		// The pods scheduled hold their room themselves.
+		p.Book = append(p.Book, Booking{Req: r, Pods: pods[:total-used], Until: until, Overdue: overdue})
+		return
+	}
+	if now.Sub(r.CreationTimestamp.Time) > o.ExpirationTime {
+		set(Failed, metav1.ConditionTrue, ReasonExpired,
+			fmt.Sprintf("ProvisioningRequest is expired: not provisioned within %s of its creation", o.ExpirationTime), true)
+		return
+	}
+	if !IsTrue(r, Accepted) {
+		set(Accepted, metav1.ConditionTrue, ReasonAccepted, acceptedMessage, false)
+	}
+	if why := TooManyPods(r); why != "" {
+		set(Failed, metav1.ConditionTrue, ReasonFailedToCreatePods, why, true)
+		return
+	}
+	pods, err := t.podsOf(r, get)
+	if err != nil {
+		if now.Sub(r.CreationTimestamp.Time) < o.TemplateGrace {
+			return // the template's informer may trail the request's
+		}
+		set(Failed, metav1.ConditionTrue, ReasonFailedToCreatePods, err.Error(), true)
+		return
+	}
+	if b, ok := t.backoff[r.UID]; ok && now.Before(b.next) {
+		p.Waiting = append(p.Waiting, Waiting{Req: r, RetryAt: b.next})
+		return
+	} else if !ok {
+		// After a restart: the first retry waits the initial backoff from
+		// the last failure, as cluster-autoscaler's does.
+		if c := Find(r, Provisioned); c != nil && c.Status == metav1.ConditionFalse && c.Reason == ReasonCapacityIsNotFound {
+			if next := c.LastTransitionTime.Add(o.InitialBackoff); now.Before(next) {
+				t.backoff[r.UID] = backoff{delay: o.InitialBackoff, next: next}
+				p.Waiting = append(p.Waiting, Waiting{Req: r, RetryAt: next})
+				return
+			}
+		}
+	}
+	a := Attempt{Req: r, Pods: pods}
+	if cp != nil {
+		a.Req = cp // carries the Accepted just set
+	}
+	if r.Spec.ProvisioningClassName == ClassCheckCapacity {
+		p.Check = append(p.Check, a)
+	} else {
+		p.ScaleUp = append(p.ScaleUp, a)
+	}
+}
+
+func reservationExpiredMessage(o Options, used, total int) string {
+	return fmt.Sprintf("Capacity reservation time is expired: the capacity was booked for %s, %d of %d pods consumed it", o.ReservationTime, used, total)
+}
+
+// Expire returns r marked BookingExpired=True for an overdue booking whose
+// pods no longer wait for coming nodes; used of its pods consumed it.
+func (t *Tracker) Expire(r *ProvisioningRequest, used int, now time.Time) *Update {
+	return t.set(r, BookingExpired, metav1.ConditionTrue, ReasonReservationTimeExpired, reservationExpiredMessage(t.opts, used, Count(r)), false, now)
+}
+
+// bookedPods returns a Provisioned request's pods: made again when a
+// template changed, or those made before when a template can no longer
+// be read (a booking never fails).
+func (t *Tracker) bookedPods(r *ProvisioningRequest, get TemplateGetter) ([]*apiv1.Pod, error) {
+	pods, err := t.podsOf(r, get)
+	if err != nil {
+		if e, ok := t.pods[r.UID]; ok {
+			return e.pods, nil
+		}
+	}
+	return pods, err
+}
+
+// forgetAttempts drops the retry state of a request that stopped being
+// tried (provisioned, finished).
+func (t *Tracker) forgetAttempts(uid types.UID) { delete(t.backoff, uid) }
+
+// podsOf returns a request's pods, made again only when one of its
+// templates changed.
+func (t *Tracker) podsOf(r *ProvisioningRequest, get TemplateGetter) ([]*apiv1.Pod, error) {
+	versions := make([]string, len(r.Spec.PodSets))
+	for i, ps := range r.Spec.PodSets {
+		pt, err := get(r.Namespace, ps.PodTemplateRef.Name)
+		if err != nil {
+			return nil, fmt.Errorf("spec.podSets[%d].podTemplateRef.name of %s %s: PodTemplate %s/%s: %w",
+				i, Kind, Key(r), r.Namespace, ps.PodTemplateRef.Name, err)
+		}
+		versions[i] = string(pt.UID) + "/" + pt.ResourceVersion
+	}
+	if e, ok := t.pods[r.UID]; ok && equalStrings(e.versions, versions) {
+		return e.pods, nil
+	}
+	pods, err := Pods(r, get)
+	if err != nil {
+		return nil, err
+	}
+	t.pods[r.UID] = podsEntry{versions: versions, pods: pods}
+	return pods, nil
+}
+
+// Provisioned returns r (a copy, or the copy given) marked
+// Provisioned=True: its capacity is booked from now. The update is
+// nil when nothing changed.
+func (t *Tracker) Provisioned(r *ProvisioningRequest, reason, msg string, now time.Time) *Update {
+	delete(t.backoff, r.UID)
+	return t.set(r, Provisioned, metav1.ConditionTrue, reason, msg, false, now)
+}
+
+// Queued returns r marked Provisioned=False while its nodes wait in the
+// node-addition queue: tried again next loop, with no backoff.
+func (t *Tracker) Queued(r *ProvisioningRequest, msg string, now time.Time) *Update {
+	delete(t.backoff, r.UID)
+	return t.set(r, Provisioned, metav1.ConditionFalse, ReasonCapacityIsQueued, msg, false, now)
+}
+
+// NotProvisioned returns r marked Provisioned=False, tried again after a
+// backoff (1 minute doubling to 10), or, for a check-capacity request
+// with parameters.noRetry "true", Failed=True. why says what is missing.
+func (t *Tracker) NotProvisioned(r *ProvisioningRequest, why string, now time.Time) *Update {
+	if r.Spec.ProvisioningClassName == ClassCheckCapacity && r.Spec.Parameters[NoRetryParameter] == "true" {
+		delete(t.backoff, r.UID)
+		return t.set(r, Failed, metav1.ConditionTrue, ReasonCapacityIsNotFound,
+			"Capacity is not found and parameters.noRetry is \"true\": "+why, true, now)
+	}
+	b, ok := t.backoff[r.UID]
+	if !ok {
+		b.delay = t.opts.InitialBackoff
+	} else {
+		b.delay = min(2*b.delay, t.opts.MaxBackoff)
+	}
+	b.next = now.Add(b.delay)
+	t.backoff[r.UID] = b
+	return t.set(r, Provisioned, metav1.ConditionFalse, ReasonCapacityIsNotFound,
+		fmt.Sprintf("Capacity is not found, tried again in %s: %s", b.delay, why), true, now)
+}
+
+// NextRetry is when a request in backoff is tried again (zero: not in backoff).
+func (t *Tracker) NextRetry(uid types.UID) time.Time { return t.backoff[uid].next }
+
+func (t *Tracker) set(r *ProvisioningRequest, ct string, s metav1.ConditionStatus, reason, msg string, warn bool, now time.Time) *Update {
+	cp := r.DeepCopy()
+	if !SetCondition(cp, ct, s, reason, msg, now) {
+		return nil
+	}
+	return &Update{Req: cp, Condition: *Find(cp, ct), Warning: warn}
+}
+
+// lastTransition is the latest transition of the conditions that finish
+// or provision a request.
+func lastTransition(r *ProvisioningRequest) time.Time {
+	var last time.Time
+	for _, ct := range []string{Provisioned, Failed, BookingExpired, CapacityRevoked} {
+		if c := Find(r, ct); c != nil && c.LastTransitionTime.After(last) {
+			last = c.LastTransitionTime.Time
+		}
+	}
+	return last
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
