@@ -188,11 +188,15 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	buffers, err := capacityBuffers(ctx, c, restCfg, client, factory)
+	if err != nil {
+		return err
+	}
 	// The named ConfigMaps (flags, priorities) are watched by every
 	// replica. The rest start at once (--standby-informers=warm, or no
 	// leader election) or when this replica leads; Start is idempotent.
 	configMaps.Start(ctx.Done())
-	var startProvisioningRequests sync.Once
+	var startProvisioningRequests, startBuffers sync.Once
 	startInformers := func() {
 		factory.Start(ctx.Done())
 		balloonFactory.Start(ctx.Done())
@@ -201,6 +205,9 @@ func run(ctx context.Context, args []string) error {
 		}
 		if provReqs != nil {
 			startProvisioningRequests.Do(func() { go provReqs.Informer().RunWithContext(ctx) })
+		}
+		if buffers != nil {
+			startBuffers.Do(func() { go buffers.Informer().RunWithContext(ctx) })
 		}
 	}
 	if !c.leaderElect || c.standbyInformers == standbyWarm {
@@ -257,6 +264,9 @@ func run(ctx context.Context, args []string) error {
 	}
 	if provReqs != nil {
 		deps.ProvisioningRequests = provReqs
+	}
+	if buffers != nil {
+		deps.CapacityBuffers = buffers
 	}
 	autoscaler, err := core.New(deps)
 	if err != nil {
@@ -362,6 +372,10 @@ func run(ctx context.Context, args []string) error {
 		}
 		if provReqs != nil && !cache.WaitForCacheSync(ctx.Done(), provReqs.Informer().HasSynced) {
 			logger.Error(nil, "ProvisioningRequest informer cache did not sync")
+			return
+		}
+		if buffers != nil && !cache.WaitForCacheSync(ctx.Done(), buffers.Informer().HasSynced) {
+			logger.Error(nil, "CapacityBuffer informer cache did not sync")
 			return
 		}
 		if c.core.NodeAdditionAdaptive && c.apiserverMetricsInterval > 0 {

@@ -90,6 +90,7 @@ config:
   status-config-map-name: my-status
   leader-elect-resource-name: my-lease
   enable-provisioning-requests: true
+  enable-capacity-buffers: true
   preflight-taint: example.com/burn-in=pending:NoSchedule
   preflight-label: example.com/burn-in
   v: 2
@@ -1282,7 +1283,18 @@ func TestRBACCoversTheCode(t *testing.T) {
 	if !strings.Contains(string(prSrc), "provreq.NewClient(cfg, factory.Core().V1().PodTemplates().Lister())") {
 		t.Fatal("provreq.go: the ProvisioningRequest informers changed; update the ProvisioningRequest grants below")
 	}
-	for name, values := range map[string]string{"defaults": "", "full": fullValues, "no live config": "liveConfig: {enabled: false}"} {
+	// CapacityBuffers, with --enable-capacity-buffers only: their informer
+	// and client (core/capacitybuffer.Client), the PodTemplate informer and
+	// the scalable objects' reads.
+	cbSrc, err := os.ReadFile("../buffers.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(cbSrc), "capacitybuffer.NewClient(cfg, factory.Core().V1().PodTemplates().Lister(), client)") {
+		t.Fatal("buffers.go: the CapacityBuffer informers changed; update the CapacityBuffer grants below")
+	}
+	for name, values := range map[string]string{"defaults": "", "full": fullValues, "no live config": "liveConfig: {enabled: false}",
+		"buffers only": "config: {enable-capacity-buffers: true}"} {
 		t.Run(name, func(t *testing.T) {
 			r := mustRender(t, parseValues(t, values))
 			_, cfg := configOf(t, r)
@@ -1333,6 +1345,15 @@ func TestRBACCoversTheCode(t *testing.T) {
 					grant{"autoscaling.x-k8s.io", "provisioningrequests", "delete", ""},           // provreq.Client.Delete: finished a week ago
 					grant{"autoscaling.x-k8s.io", "provisioningrequests/status", "update", ""},    // provreq.Client.UpdateStatus
 					grant{"", "podtemplates", "list", ""}, grant{"", "podtemplates", "watch", ""}, // the pod sets' templates
+				)
+			}
+			if on, _ := cfg["enable-capacity-buffers"].(bool); on {
+				needed["cluster"] = append(needed["cluster"],
+					grant{"autoscaling.x-k8s.io", "capacitybuffers", "list", ""}, grant{"autoscaling.x-k8s.io", "capacitybuffers", "watch", ""}, // capacitybuffer.Client's informer
+					grant{"autoscaling.x-k8s.io", "capacitybuffers/status", "update", ""},         // capacitybuffer.Client.UpdateStatus
+					grant{"", "podtemplates", "list", ""}, grant{"", "podtemplates", "watch", ""}, // podTemplateRef
+					grant{"apps", "deployments", "get", ""}, grant{"apps", "statefulsets", "get", ""}, grant{"apps", "replicasets", "get", ""}, // scalableRef (clientsetScalable)
+					grant{"batch", "jobs", "get", ""},
 				)
 			}
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	policylisters "k8s.io/client-go/listers/policy/v1"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/capacitybuffer"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/provreq"
@@ -73,6 +75,9 @@ type Deps struct {
 	// ProvisioningRequests reads and writes ProvisioningRequests; nil (or
 	// Options.ProvisioningRequests off): they are not handled.
 	ProvisioningRequests provreq.API
+	// CapacityBuffers reads buffers and writes their status; nil (or
+	// Options.CapacityBuffers off): they are not handled.
+	CapacityBuffers capacitybuffer.API
 
 	Clock clock.Clock
 	Rand  *rand.Rand
@@ -117,6 +122,7 @@ type Autoscaler struct {
 	balloons  BalloonController
 	gangs     gang.MinCounts
 	provreq   *provreqState
+	buffers   *buffersState
 	fence     cloudprovider.Fence
 	// gate is the last check before every write to nodes, pods and
 	// machines: the fence, and the unready guard's hold.
@@ -193,6 +199,9 @@ func New(d Deps) (*Autoscaler, error) {
 	if d.Options.ProvisioningRequests && d.ProvisioningRequests != nil {
 		a.provreq = &provreqState{api: d.ProvisioningRequests, tracker: provreq.NewTracker(provreq.DefaultOptions())}
 	}
+	if d.Options.CapacityBuffers && d.CapacityBuffers != nil {
+		a.buffers = &buffersState{api: d.CapacityBuffers, lastEvent: map[types.UID]string{}}
+	}
 	// Every phase's error count exists from the start, at zero, so a
 	// dashboard or an alert on its rate has a series before the first error.
 	for _, p := range a.phases() {
@@ -260,6 +269,8 @@ type loop struct {
 	degraded     map[string][]apiv1.ResourceName
 	// provreq is the loop's ProvisioningRequests (nil: not handled).
 	provreq *provreqLoop
+	// buffers is the loop's CapacityBuffers (nil: not handled).
+	buffers *buffersLoop
 	// results for status and metrics
 	unschedulable int
 	awaiting      int
@@ -279,6 +290,7 @@ func (a *Autoscaler) phases() []phase {
 		{"health", a.nodeHealth},
 		{"balloons", a.syncBalloons},
 		{"provisioning-requests", a.provisioningRequests},
+		{"capacity-buffers", a.capacityBuffers},
 		{"scale-up", a.scaleUp},
 		{"scale-down", a.scaleDownPhase},
 		{"status", a.writeStatus},

@@ -25,6 +25,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/capacitybuffer"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/provreq"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
@@ -52,6 +53,7 @@ type env struct {
 	balloons BalloonController
 	gangs    gang.MinCounts
 	provreq  provreq.API
+	buffers  capacitybuffer.API
 	fence    cloudprovider.Fence
 	// safety is the safety store new leaders share (nil: none).
 	safety SafetyStore
@@ -160,6 +162,7 @@ func (e *env) start() *env {
 		Fence:     e.fence,
 
 		ProvisioningRequests: e.provreq,
+		CapacityBuffers:      e.buffers,
 	})
 	if err != nil {
 		e.t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/balloon"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/capacitybuffer"
 )
 
 // EventBalloonsUpdated is on the status ConfigMap when a balloon
@@ -28,6 +29,13 @@ type BalloonController interface {
 // may be handed to what outlives a loop (drains) without racing a reload.
 func (o Options) isBalloon(p *apiv1.Pod) bool {
 	return o.BalloonAware && o.Balloons.IsBalloon(p)
+}
+
+// isWarm says a pod is warm capacity: a balloon the autoscaler
+// understands, or a capacity buffer's chunk. Its nodes are planned at the
+// queue's lowest class.
+func (o Options) isWarm(p *apiv1.Pod) bool {
+	return o.isBalloon(p) || capacitybuffer.IsBufferPod(p)
 }
 
 // warmPool is one group's warm pool as of this loop.

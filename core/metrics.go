@@ -72,6 +72,8 @@ type Metrics struct {
 
 	// ProvReq are the ProvisioningRequest metrics (phase_provreq.go).
 	ProvReq provreqMetrics
+	// Buffers are the CapacityBuffer metrics (phase_buffers.go).
+	Buffers buffersMetrics
 	// SpotEvictions counts machines the cloud took back {node_group} (spot.go).
 	SpotEvictions *prometheus.CounterVec
 }
@@ -194,6 +196,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.HealthPaused = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "health_paused",
 		Help: "1 while the health policy's ConfigMap carries the pause annotation: reports only."})
 	m.ProvReq = newProvreqMetrics(reg, ns)
+	m.Buffers = newBuffersMetrics(reg, ns)
 	m.SpotEvictions = newSpotMetrics(reg, ns)
 	reg.MustRegister(m.HealthUnhealthy, m.HealthActions, m.HealthHeld, m.HealthBreaker, m.DegradedNodes, m.HealthPaused)
 	reg.MustRegister(m.PreflightPending, m.PreflightResults, m.PreflightDuration, m.PreflightReplaced, m.PreflightIncidentNodes)

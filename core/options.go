@@ -170,6 +170,10 @@ type Options struct {
 	// (--enable-provisioning-requests): check-capacity and
 	// best-effort-atomic-scale-up requests, and their booked capacity.
 	ProvisioningRequests bool
+	// CapacityBuffers turns on the CapacityBuffer API
+	// (autoscaling.x-k8s.io/v1beta1): buffers of the active-capacity
+	// strategy hold room on ready nodes or buy it (phase_buffers.go).
+	CapacityBuffers bool
 }
 
 // DefaultOptions returns the defaults, safe for a 7,500-node cluster.

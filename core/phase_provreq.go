@@ -118,12 +118,7 @@ func (a *Autoscaler) provisioningRequests(ctx context.Context, l *loop) error {
 	a.deleteFinishedRequests(ctx, plan.Delete)
 
 	if len(plan.Book)+len(plan.Check) > 0 {
-		var usable []int
-		for i := 0; i < l.snap.Len(); i++ {
-			if a.bookable(l, l.snap.NodeInfo(i).Node()) {
-				usable = append(usable, i)
-			}
-		}
+		usable := a.bookableNodes(l)
 		fork := l.snap.Fork()
 		placed := 0
 		for _, b := range plan.Book {
@@ -184,6 +179,18 @@ func (a *Autoscaler) provisioningRequests(ctx context.Context, l *loop) error {
 func (a *Autoscaler) bookable(l *loop, n *apiv1.Node) bool {
 	return a.usable(l, n) && !n.Spec.Unschedulable && !actuation.HasTaintKey(n, scaledown.ToBeDeletedTaint) &&
 		!(a.scaleDown.actuator != nil && a.scaleDown.actuator.IsDraining(n.Name)) && !a.machineDeleted(n.Name)
+}
+
+// bookableNodes are the indexes in the loop's snapshot of the nodes that
+// may take booked room.
+func (a *Autoscaler) bookableNodes(l *loop) []int {
+	var out []int
+	for i := 0; i < l.snap.Len(); i++ {
+		if a.bookable(l, l.snap.NodeInfo(i).Node()) {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // placePods places pods on the candidate nodes of fork and returns those

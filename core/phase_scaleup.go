@@ -14,8 +14,8 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/capacitybuffer"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
-	"github.com/vmss-autoscaler/vmss-autoscaler/core/provreq"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
 )
 
@@ -28,6 +28,7 @@ func (a *Autoscaler) scaleUp(ctx context.Context, l *loop) error {
 	// The ProvisioningRequests' condition changes of this loop are written
 	// last, whatever happens below.
 	defer a.writeProvisioningRequests(ctx, l)
+	defer a.writeBuffers(ctx, l)
 	passes := a.scaleUpPasses(l)
 	a.metrics.UnschedulablePods.Set(float64(l.unschedulable))
 	req, err := a.scaleUpRequest(ctx, l, passes)
@@ -42,6 +43,7 @@ func (a *Autoscaler) scaleUp(ctx context.Context, l *loop) error {
 	}
 	l.awaiting, l.claimed = out.Awaiting, out.Claimed
 	a.provisioningRequestResults(l, out)
+	a.bufferResults(l, out)
 	a.metrics.PodsAwaitingNodes.Set(float64(out.Awaiting))
 	rep := additionReport{InFlight: out.InFlight, Limit: out.Limit, HeldGangs: out.HeldGangs, Released: out.Released, Queued: out.Queued}
 	for g, byClass := range out.Released {
@@ -61,8 +63,8 @@ func (a *Autoscaler) scaleUp(ctx context.Context, l *loop) error {
 // the real pods that can preempt balloons (their room is free: the
 // scheduler will preempt them, so no node is bought for a pod that fits by
 // displacing balloons); real pods that cannot (preemptionPolicy Never, or
-// priority not above the balloons'); and balloons, at the queue's lowest
-// class.
+// priority not above the balloons'); balloons, at the queue's lowest
+// class; and the capacity buffers' chunks, at that class too.
 func (a *Autoscaler) scaleUpPasses(l *loop) []scaleup.Pass {
 	var preempting, other, balloons []*apiv1.Pod
 	gangs, pendingPods := a.collectGangs(l, a.dropConsumers(l, a.pendingPods(l)))
@@ -82,11 +84,27 @@ func (a *Autoscaler) scaleUpPasses(l *loop) []scaleup.Pass {
 		}
 	}
 	l.unschedulable += len(preempting) + len(other)
-	return []scaleup.Pass{
-		{Pods: preempting, Gangs: gangs, FreeBalloons: a.opts.BalloonAware},
-		{Pods: other},
-		{Pods: balloons, Balloon: true},
+	// Room held for capacity buffers is free to every pod the scheduler
+	// sees (it does not see the buffers' chunks), balloons included.
+	free := capacitybuffer.IsBufferPod
+	if a.opts.BalloonAware {
+		free = a.opts.isWarm
 	}
+	return []scaleup.Pass{
+		{Pods: preempting, Gangs: gangs, Free: free},
+		{Pods: other, Free: capacitybuffer.IsBufferPod},
+		{Pods: balloons, Balloon: true, Free: capacitybuffer.IsBufferPod},
+		// The buffers' chunks that fit on no ready node, last.
+		{Pods: bufferPending(l), Balloon: true},
+	}
+}
+
+// bufferPending are the buffers' chunks that fit on no ready node.
+func bufferPending(l *loop) []*apiv1.Pod {
+	if l.buffers == nil {
+		return nil
+	}
+	return l.buffers.pending
 }
 
 // inFlight is what the in-flight cap counts: every group's upcoming
@@ -112,7 +130,7 @@ func (a *Autoscaler) inFlight(l *loop) int {
 // scaleUpRequest describes the loop to the orchestrator. Templates and
 // candidates are built only when some pass has pods.
 func (a *Autoscaler) scaleUpRequest(ctx context.Context, l *loop, passes []scaleup.Pass) (scaleup.Request, error) {
-	req := scaleup.Request{Now: l.now, Snap: l.snap, MaxNew: int(^uint(0) >> 1), IsBalloon: a.opts.isBalloon,
+	req := scaleup.Request{Now: l.now, Snap: l.snap, MaxNew: int(^uint(0) >> 1), IsBalloon: a.opts.isWarm,
 		GangSplit: a.opts.GangSplit, Passes: passes, Booked: bookedForUpcoming(l)}
 	req.InFlight = a.inFlight(l)
 	// Booked pods that fit on no ready node are placed on the coming ones
@@ -284,20 +302,20 @@ func (a *Autoscaler) reportScaleUp(ctx context.Context, l *loop, res scaleup.Res
 			reason, msg = EventScaleUpQueued, queuedMessage(su.Group, l.addition.Limit, su.Gang, held, ok)
 		}
 		for _, p := range su.Pods {
-			if provreq.IsBooked(p) {
-				continue // a ProvisioningRequest's: its conditions say it
+			if isVirtual(p) {
+				continue // a ProvisioningRequest's or a buffer's: their statuses say it
 			}
 			a.events.emit(p, l.now, l.epoch, apiv1.EventTypeNormal, reason, msg)
 		}
 	}
 	noScale := 0
 	for _, ns := range res.NoScale {
-		noScale += len(ns.Pods)
 		msg := "pod didn't trigger scale-up: " + ns.Reason
 		for _, p := range ns.Pods {
-			if provreq.IsBooked(p) {
+			if isVirtual(p) {
 				continue
 			}
+			noScale++
 			a.events.emit(p, l.now, l.epoch, apiv1.EventTypeNormal, EventNotTriggerScaleUp, msg)
 		}
 	}

@@ -44,6 +44,7 @@ func (a *Autoscaler) writeStatus(ctx context.Context, l *loop) error {
 		st.Health = &HealthStatus{Paused: h.paused, PolicyError: a.health.policyErr, Unhealthy: h.nodes, More: h.more, Breakers: h.breakers}
 	}
 	st.ProvisioningRequests = a.provisioningRequestsStatus(l)
+	st.CapacityBuffers = a.buffersStatus(l)
 	st.LastChange = l.now.UTC()
 	cmp, full, err := renderStatus(st)
 	if err != nil {

@@ -49,6 +49,9 @@ type Status struct {
 	// ProvisioningRequests are the requests' counts, bookings and retries
 	// (with --enable-provisioning-requests).
 	ProvisioningRequests *ProvisioningRequestsStatus `json:"provisioningRequests,omitempty"`
+	// CapacityBuffers are where the buffers' chunks are (with
+	// --enable-capacity-buffers).
+	CapacityBuffers *CapacityBuffersStatus `json:"capacityBuffers,omitempty"`
 }
 
 // WarmPoolStatus is a group's warm pool in the status.

@@ -34,6 +34,7 @@ func All() []Dashboard {
 		{"balloons", balloons},
 		{"arm", arm},
 		{"health", health},
+		{"capacity-requests", capacityRequests},
 	}
 }
 

@@ -2,6 +2,7 @@ package dashboards
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"sort"
@@ -82,5 +83,46 @@ func TestRenderIsStable(t *testing.T) {
 				t.Errorf("%s: panel %d has id %d", d.Name, i, id)
 			}
 		}
+	}
+}
+
+// TestCapacityRequestsPanels: the Capacity requests dashboard has a
+// description on every panel (what an SRE reads at 3 a.m.) and queries
+// both the ProvisioningRequests' and the CapacityBuffers' metrics.
+func TestCapacityRequestsPanels(t *testing.T) {
+	built, err := capacityRequests().Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var panels int
+	queried := map[string]bool{}
+	for _, p := range built.Panels {
+		if p.Panel == nil {
+			continue
+		}
+		panels++
+		if p.Panel.Description == nil || *p.Panel.Description == "" {
+			t.Errorf("panel %q has no description", *p.Panel.Title)
+		}
+		for _, target := range p.Panel.Targets {
+			data, err := json.Marshal(target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range []string{"vmss_autoscaler_provisioning_requests", "vmss_autoscaler_provisioning_request_booked_pods",
+				"vmss_autoscaler_provisioning_request_booked_gpus", "vmss_autoscaler_provisioning_request_provision_duration_seconds_bucket",
+				"vmss_autoscaler_provisioning_request_provision_duration_seconds_count", "vmss_autoscaler_capacity_buffers",
+				"vmss_autoscaler_capacity_buffer_pods"} {
+				if bytes.Contains(data, []byte(m+"{")) {
+					queried[m] = true
+				}
+			}
+		}
+	}
+	if panels < 8 {
+		t.Errorf("%d panels", panels)
+	}
+	if len(queried) != 7 {
+		t.Errorf("metrics queried: %v, want all 7", queried)
 	}
 }

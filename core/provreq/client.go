@@ -7,13 +7,12 @@ import (
 	apiv1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/discovery"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/crclient"
 )
 
 // API is what the loop needs of the cluster for requests: reads from
@@ -43,22 +42,10 @@ var _ API = (*Client)(nil)
 // NewClient builds the client from cfg (copied; JSON) and the
 // PodTemplate lister of an informer factory the caller starts.
 func NewClient(cfg *rest.Config, templates corelisters.PodTemplateLister) (*Client, error) {
-	scheme := runtime.NewScheme()
-	if err := addKnownTypes(scheme); err != nil {
-		return nil, fmt.Errorf("registering %s types: %w", GroupVersion, err)
-	}
-	c := rest.CopyConfig(cfg)
-	c.GroupVersion = &GroupVersion
-	c.APIPath = "/apis"
-	c.ContentType = runtime.ContentTypeJSON
-	c.AcceptContentTypes = runtime.ContentTypeJSON
-	c.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
-	rc, err := rest.RESTClientFor(c)
+	rc, inf, err := crclient.New(cfg, GroupVersion, addKnownTypes, Resource, &ProvisioningRequest{})
 	if err != nil {
-		return nil, fmt.Errorf("building REST client of %s %s: %w", GroupVersion, Resource, err)
+		return nil, err
 	}
-	lw := cache.NewListWatchFromClient(rc, Resource, metav1.NamespaceAll, fields.Everything())
-	inf := cache.NewSharedIndexInformer(lw, &ProvisioningRequest{}, 0, cache.Indexers{})
 	return &Client{rest: rc, informer: inf, templates: templates}, nil
 }
 
@@ -67,16 +54,7 @@ func (c *Client) Informer() cache.SharedIndexInformer { return c.informer }
 
 // List implements API.
 func (c *Client) List() ([]*ProvisioningRequest, error) {
-	objs := c.informer.GetStore().List()
-	out := make([]*ProvisioningRequest, 0, len(objs))
-	for _, o := range objs {
-		r, ok := o.(*ProvisioningRequest)
-		if !ok {
-			return nil, fmt.Errorf("listing %s from cache: unexpected object %T", Resource, o)
-		}
-		out = append(out, r)
-	}
-	return out, nil
+	return crclient.List[*ProvisioningRequest](c.informer, Resource)
 }
 
 // PodTemplate implements API.
@@ -109,17 +87,5 @@ func (c *Client) Delete(ctx context.Context, r *ProvisioningRequest) error {
 // Served says whether the API server serves the ProvisioningRequest API
 // (its CRD is installed), or why it could not tell.
 func Served(d discovery.DiscoveryInterface) (bool, error) {
-	res, err := d.ServerResourcesForGroupVersion(GroupVersion.String())
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("discovering %s: %w", GroupVersion, err)
-	}
-	for _, r := range res.APIResources {
-		if r.Name == Resource {
-			return true, nil
-		}
-	}
-	return false, nil
+	return crclient.Served(d, GroupVersion, Resource)
 }

@@ -9,6 +9,8 @@ import (
 	apiv1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/podspec"
 )
 
 // uidPrefix starts the UID of every pod a request stands for. A real
@@ -104,8 +106,8 @@ func Pods(r *ProvisioningRequest, get TemplateGetter) ([]*apiv1.Pod, error) {
 		base.Annotations[ConsumeAnnotation] = r.Name
 		base.Annotations[ClassAnnotation] = r.Spec.ProvisioningClassName
 		base.Status.Phase = apiv1.PodPending
-		limitsAsRequests(base.Spec.Containers)
-		limitsAsRequests(base.Spec.InitContainers)
+		podspec.LimitsAsRequests(base.Spec.Containers)
+		podspec.LimitsAsRequests(base.Spec.InitContainers)
 		for j := 0; j < int(ps.Count); j++ {
 			// The pods of a set share their spec, labels and annotations
 			// (never changed: a booked pod is read only, as a cached one).
@@ -118,21 +120,6 @@ func Pods(r *ProvisioningRequest, get TemplateGetter) ([]*apiv1.Pod, error) {
 		}
 	}
 	return out, nil
-}
-
-func limitsAsRequests(cs []apiv1.Container) {
-	for i := range cs {
-		c := &cs[i]
-		for name, q := range c.Resources.Limits {
-			if _, ok := c.Resources.Requests[name]; ok {
-				continue
-			}
-			if c.Resources.Requests == nil {
-				c.Resources.Requests = apiv1.ResourceList{}
-			}
-			c.Resources.Requests[name] = q.DeepCopy()
-		}
-	}
 }
 
 func ptrTrue() *bool {

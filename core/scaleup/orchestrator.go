@@ -56,10 +56,14 @@ type Group struct {
 // Pass is one planning pass: its pods, its gangs, whether balloons' room
 // is free to them, and whether its demand is for balloons.
 type Pass struct {
-	Pods         []*apiv1.Pod
-	Gangs        []*gang.Gang
-	FreeBalloons bool
-	Balloon      bool
+	Pods  []*apiv1.Pod
+	Gangs []*gang.Gang
+	// Free says which pods on usable nodes leave their room to this
+	// pass's pods (balloons they preempt, capacity held for buffers that
+	// the scheduler does not see); nil: none.
+	Free func(*apiv1.Pod) bool
+	// Balloon: the pass's nodes are at the queue's lowest class.
+	Balloon bool
 }
 
 // Request is one loop's scale-up.
@@ -72,7 +76,8 @@ type Request struct {
 	// MaxNew caps the nodes this loop may plan (--max-nodes-total less the
 	// nodes there and coming).
 	MaxNew int
-	// IsBalloon says a pod is a balloon (for passes with FreeBalloons).
+	// IsBalloon says a pod is warm capacity (a balloon, a buffer's
+	// chunk): planned again after a refused group at the lowest class.
 	IsBalloon func(*apiv1.Pod) bool
 	// GangSplit lets a gang span several groups (--gang-allow-split).
 	GangSplit bool
@@ -246,9 +251,9 @@ func (o *Orchestrator) plan(ctx context.Context, req Request) (demand, error) {
 func (o *Orchestrator) planPass(ctx context.Context, req Request, st *start, pass Pass, cands []Candidate, maxNew int, carry []placement) (passOutput, error) {
 	fork := st.fork.Fork()
 	nodes := st.nodes
-	if pass.FreeBalloons && req.IsBalloon != nil {
+	if pass.Free != nil {
 		for _, i := range req.Usable {
-			fork.RemovePods(i, req.IsBalloon)
+			fork.RemovePods(i, pass.Free)
 		}
 	}
 	for _, c := range carry {

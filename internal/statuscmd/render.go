@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"sigs.k8s.io/yaml"
 
@@ -92,6 +94,11 @@ func renderTable(w io.Writer, v *View, now time.Time) error {
 	if err := renderHealth(w, v.Health); err != nil {
 		return err
 	}
+	if err := renderProvisioningRequests(w, v.ProvisioningRequests, now); err != nil {
+		return err
+	}
+	// The CapacityBuffers' section goes here, in the same style, once the
+	// status ConfigMap has one (see View).
 	fmt.Fprintln(w)
 	for _, line := range summary(v, now) {
 		fmt.Fprintln(w, line)
@@ -233,4 +240,123 @@ func renderHealth(w io.Writer, h *core.HealthStatus) error {
 		fmt.Fprintf(w, "(and %d more)\n", h.More)
 	}
 	return nil
+}
+
+// provreqConditions are the ProvisioningRequest conditions the status
+// counts, in the order of a request's life (core's provreqConditions).
+var provreqConditions = []string{"Accepted", "Provisioned", "Failed", "BookingExpired", "CapacityRevoked"}
+
+// renderProvisioningRequests lists the requests: a count per class and
+// condition (a column per condition any class has), the booked requests
+// with their pods and until when, the requests waiting for a retry and
+// why.
+func renderProvisioningRequests(w io.Writer, p *core.ProvisioningRequestsStatus, now time.Time) error {
+	if p == nil {
+		return nil
+	}
+	if len(p.Requests) > 0 {
+		counts := map[string]map[string]int{}
+		var classes []string
+		seen := map[string]bool{}
+		for _, c := range p.Requests {
+			if counts[c.Class] == nil {
+				counts[c.Class] = map[string]int{}
+				classes = append(classes, c.Class)
+			}
+			counts[c.Class][c.Condition] += c.Requests
+			seen[c.Condition] = true
+		}
+		sort.Strings(classes)
+		var conds []string
+		for _, c := range provreqConditions {
+			if seen[c] {
+				conds = append(conds, c)
+				delete(seen, c)
+			}
+		}
+		conds = append(conds, sortedKeys(seen)...) // a condition this command does not know yet
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+		header := []string{"PROVISIONING CLASS"}
+		for _, c := range conds {
+			header = append(header, columnName(c))
+		}
+		fmt.Fprintln(tw, strings.Join(header, "\t"))
+		for _, class := range classes {
+			row := []string{class}
+			for _, c := range conds {
+				row = append(row, itoa(counts[class][c]))
+			}
+			fmt.Fprintln(tw, strings.Join(row, "\t"))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(p.Booked) > 0 {
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+		fmt.Fprintln(tw, "BOOKED REQUEST\tCLASS\tPODS\tUNTIL")
+		for _, b := range p.Booked {
+			fmt.Fprintln(tw, strings.Join([]string{b.Request, b.Class, itoa(b.Pods), timeText(b.Until, now, "%s left", "ended")}, "\t"))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(p.Waiting) > 0 {
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+		fmt.Fprintln(tw, "WAITING REQUEST\tCLASS\tRETRY\tMESSAGE")
+		for _, r := range p.Waiting {
+			msg := r.Message
+			if msg == "" {
+				msg = "-"
+			}
+			fmt.Fprintln(tw, strings.Join([]string{r.Request, r.Class, timeText(r.RetryAt, now, "in %s", "due"), msg}, "\t"))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if p.More > 0 {
+		fmt.Fprintf(w, "(and %d more booked or waiting)\n", p.More)
+	}
+	return nil
+}
+
+// timeText is t as the table shows it, UTC (with the date when not
+// today's), with how far ahead it is (ahead, a format of the duration) or
+// past: "03:10:01Z (8m left)", "03:01:01Z (ended)".
+func timeText(t, now time.Time, ahead, past string) string {
+	at := t.UTC().Format("15:04:05Z")
+	if t.UTC().Format(time.DateOnly) != now.UTC().Format(time.DateOnly) {
+		at = t.UTC().Format(time.RFC3339)
+	}
+	if left := t.Sub(now); left > 0 {
+		return at + " (" + fmt.Sprintf(ahead, shortDuration(left)) + ")"
+	}
+	return at + " (" + past + ")"
+}
+
+// columnName is a condition type as a column's name: BookingExpired is
+// BOOKING EXPIRED.
+func columnName(condition string) string {
+	var b strings.Builder
+	for i, r := range condition {
+		if i > 0 && unicode.IsUpper(r) {
+			b.WriteByte(' ')
+		}
+		b.WriteRune(unicode.ToUpper(r))
+	}
+	return b.String()
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -20,6 +21,12 @@ import (
 )
 
 var now = time.Date(2026, 5, 4, 3, 2, 1, 0, time.UTC)
+
+// The ProvisioningRequest classes (core/provreq).
+const (
+	checkClass  = "check-capacity.autoscaling.x-k8s.io"
+	atomicClass = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+)
 
 func intp(n int) *int { return &n }
 
@@ -77,12 +84,58 @@ func TestTableFromStatus(t *testing.T) {
 				{Node: "gpu-1", NodeGroup: "gpu", Rule: "xid-error", Action: "replace", State: "held: breaker"},
 				{Node: "gpu-2", NodeGroup: "gpu", Rule: "xid-error", Action: "replace", State: "cordoned"}}},
 	}
+	provreqs := core.Status{
+		LastChange: now.Add(-time.Minute), Nodes: 2, ReadyNodes: 2,
+		NodeGroups:   []core.GroupStatus{{Name: "gpu", Min: 0, Max: 10, Target: intp(2), Ready: 2}},
+		NodeAddition: core.NodeAdditionStatus{Smoothing: true},
+		ProvisioningRequests: &core.ProvisioningRequestsStatus{
+			// As core sorts them: by class, then condition; only counts above 0.
+			Requests: []core.ProvisioningRequestCount{
+				{Class: atomicClass, Condition: "Accepted", Requests: 3},
+				{Class: atomicClass, Condition: "Provisioned", Requests: 1},
+				{Class: checkClass, Condition: "Accepted", Requests: 4},
+				{Class: checkClass, Condition: "BookingExpired", Requests: 1},
+				{Class: checkClass, Condition: "Failed", Requests: 1},
+				{Class: checkClass, Condition: "Provisioned", Requests: 2},
+			},
+			Booked: []core.BookedRequest{
+				{Request: "ml/train", Class: atomicClass, Pods: 8, Until: now.Add(8 * time.Minute)},
+				{Request: "ml/eval", Class: checkClass, Pods: 2, Until: now.Add(-5 * time.Second)},
+			},
+			Waiting: []core.WaitingRequest{
+				{Request: "ml/big", Class: atomicClass, RetryAt: now.Add(4 * time.Minute),
+					Message: "its 16 pods need new nodes and no node group can take them all: node group gpu can add 10 nodes, the gang needs 16"},
+				{Request: "ml/check", Class: checkClass, RetryAt: now.Add(time.Minute + 30*time.Second)},
+			},
+			More: 2,
+		},
+	}
 	tests := []struct {
 		name string
 		st   core.Status
 		rows [][]string // the table's header and rows, by cell
 		want []string   // lines under the table
 	}{
+		{"ProvisioningRequests booked and waiting", provreqs, [][]string{
+			{"NODE GROUP", "MIN", "TARGET", "MAX", "READY", "UPCOMING", "PREFLIGHT", "FAILED", "WARM", "QUEUED", "BACKOFF"},
+			{"gpu", "0", "2", "10", "2", "0", "0", "0", "-", "-", "-"},
+			{""},
+			{"PROVISIONING CLASS", "ACCEPTED", "PROVISIONED", "FAILED", "BOOKING EXPIRED"},
+			{atomicClass, "3", "1", "0", "0"},
+			{checkClass, "4", "2", "1", "1"},
+			{""},
+			{"BOOKED REQUEST", "CLASS", "PODS", "UNTIL"},
+			{"ml/train", atomicClass, "8", "03:10:01Z (8m left)"},
+			{"ml/eval", checkClass, "2", "03:01:56Z (ended)"},
+			{""},
+			{"WAITING REQUEST", "CLASS", "RETRY", "MESSAGE"},
+			{"ml/big", atomicClass, "03:06:01Z (in 4m)",
+				"its 16 pods need new nodes and no node group can take them all: node group gpu can add 10 nodes, the gang needs 16"},
+			{"ml/check", checkClass, "03:03:31Z (in 1m30s)", "-"},
+			{"(and 2 more booked or waiting)"},
+		}, []string{
+			"WARNING: 2 or more ProvisioningRequests not provisioned, next retry at 2026-05-04T03:03:31Z.",
+		}},
 		{"scale-up under way", scaleUp, [][]string{
 			{"NODE GROUP", "MIN", "TARGET", "MAX", "READY", "UPCOMING", "PREFLIGHT", "FAILED", "WARM", "QUEUED", "BACKOFF"},
 			{"cpu", "1", "3", "50", "2", "0", "0", "1", "-", "2", "quota exceeded (4m12s left)"},
@@ -172,7 +225,13 @@ func TestJSONAndYAML(t *testing.T) {
 	st := &core.Status{LastChange: now,
 		NodeGroups: []core.GroupStatus{{Name: "a", Min: 1, Max: 5, Target: intp(4), Ready: 2, Upcoming: 2, PreflightFailed: 1, InError: 2}},
 		NodeAddition: core.NodeAdditionStatus{Smoothing: true, HeldBy: "in-flight",
-			Queued: []core.QueuedNodes{{NodeGroup: "a", Class: "workload", Nodes: 3}}}}
+			Queued: []core.QueuedNodes{{NodeGroup: "a", Class: "workload", Nodes: 3}}},
+		ProvisioningRequests: &core.ProvisioningRequestsStatus{
+			Requests: []core.ProvisioningRequestCount{{Class: checkClass, Condition: "Accepted", Requests: 2}},
+			Booked:   []core.BookedRequest{{Request: "ml/train", Class: atomicClass, Pods: 8, Until: now.Add(10 * time.Minute)}},
+			Waiting:  []core.WaitingRequest{{Request: "ml/check", Class: checkClass, RetryAt: now.Add(time.Minute), Message: "1 of 2 pods fit"}},
+			More:     4,
+		}}
 	v := FromStatus("configmap ns/name", st)
 	var js, ys bytes.Buffer
 	if err := Render(&js, v, OutputJSON, now); err != nil {
@@ -194,9 +253,69 @@ func TestJSONAndYAML(t *testing.T) {
 			got.Queue.HeldBy != "in-flight" || got.Queue.Queued != 3 || got.Source != "configmap ns/name" {
 			t.Errorf("view = %+v", got)
 		}
+		if !reflect.DeepEqual(got.ProvisioningRequests, st.ProvisioningRequests) {
+			t.Errorf("provisioningRequests = %+v, want %+v", got.ProvisioningRequests, st.ProvisioningRequests)
+		}
+		if want := []string{"1 or more ProvisioningRequests not provisioned, next retry at 2026-05-04T03:03:01Z"}; !reflect.DeepEqual(got.Warnings, want) {
+			t.Errorf("warnings = %q, want %q", got.Warnings, want)
+		}
 	}
 	if err := Render(&js, v, "xml", now); err == nil || !strings.Contains(err.Error(), `-o="xml"`) {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// TestProvisioningRequestsWarning: a warning when requests wait for a
+// retry, naming the earliest; none when nothing waits.
+func TestProvisioningRequestsWarning(t *testing.T) {
+	waiting := func(retries ...time.Duration) []core.WaitingRequest {
+		var out []core.WaitingRequest
+		for i, d := range retries {
+			out = append(out, core.WaitingRequest{Request: fmt.Sprintf("ml/r%d", i), Class: checkClass, RetryAt: now.Add(d)})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		p    *core.ProvisioningRequestsStatus
+		want []string
+	}{
+		{"off", nil, nil},
+		{"counts only", &core.ProvisioningRequestsStatus{
+			Requests: []core.ProvisioningRequestCount{{Class: checkClass, Condition: "Provisioned", Requests: 3}}}, nil},
+		{"booked, some left out", &core.ProvisioningRequestsStatus{
+			Booked: []core.BookedRequest{{Request: "ml/a", Class: atomicClass, Pods: 1, Until: now}}, More: 5}, nil},
+		{"one waiting", &core.ProvisioningRequestsStatus{Waiting: waiting(2 * time.Minute)},
+			[]string{"1 ProvisioningRequest not provisioned, next retry at 2026-05-04T03:04:01Z"}},
+		{"several, the earliest last and due", &core.ProvisioningRequestsStatus{Waiting: waiting(5*time.Minute, time.Minute, -10*time.Second)},
+			[]string{"3 ProvisioningRequests not provisioned, next retry at 2026-05-04T03:01:51Z"}},
+		{"some left out", &core.ProvisioningRequestsStatus{Waiting: waiting(time.Hour), More: 1},
+			[]string{"1 or more ProvisioningRequests not provisioned, next retry at 2026-05-04T04:02:01Z"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &core.Status{NodeGroups: []core.GroupStatus{{Name: "a", Max: 1}}, ProvisioningRequests: tc.p}
+			if got := FromStatus("configmap ns/name", st).Warnings; !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("warnings = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestTimeText: booking ends and retries as the table shows them.
+func TestTimeText(t *testing.T) {
+	for _, tc := range []struct {
+		at   time.Time
+		want string
+	}{
+		{now.Add(8*time.Minute + 10*time.Second), "03:10:11Z (8m10s left)"},
+		{now, "03:02:01Z (ended)"},
+		{now.Add(-time.Hour), "02:02:01Z (ended)"},
+		{now.Add(-4 * time.Hour), "2026-05-03T23:02:01Z (ended)"},
+		{now.Add(25 * time.Hour), "2026-05-05T04:02:01Z (25h0m left)"},
+	} {
+		if got := timeText(tc.at, now, "%s left", "ended"); got != tc.want {
+			t.Errorf("timeText(%s) = %q, want %q", tc.at, got, tc.want)
+		}
 	}
 }
 

@@ -34,9 +34,18 @@ type View struct {
 	// Health is passive node health's report (status ConfigMap only):
 	// the unhealthy nodes, the breakers, the pause.
 	Health *core.HealthStatus `json:"health,omitempty"`
+	// ProvisioningRequests are the requests' counts by class and
+	// condition, their bookings and those waiting for a retry (status
+	// ConfigMap only, with --enable-provisioning-requests).
+	ProvisioningRequests *core.ProvisioningRequestsStatus `json:"provisioningRequests,omitempty"`
+	// The CapacityBuffers' section goes here, the status ConfigMap's own
+	// type as Health and ProvisioningRequests are, once the
+	// capacity-buffers phase writes one (then FromStatus copies it,
+	// renderTable lists it after the requests and capacityWarnings warns).
+
 	// Warnings are what an operator must know first: the unready guard,
 	// the replacement brake, a fallback configuration, gangs held whole,
-	// health breakers and pause.
+	// health breakers and pause, ProvisioningRequests not provisioned.
 	Warnings []string `json:"warnings,omitempty"`
 }
 
@@ -148,6 +157,8 @@ func FromStatus(source string, st *core.Status) *View {
 	}
 	v.Health = st.Health
 	v.Warnings = append(v.Warnings, healthWarnings(st)...)
+	v.ProvisioningRequests = st.ProvisioningRequests
+	v.Warnings = append(v.Warnings, capacityWarnings(st)...)
 	for _, g := range na.HeldGangs {
 		v.Warnings = append(v.Warnings, fmt.Sprintf("gang %s waits whole for its %d nodes, held by %s", g.Gang, g.Nodes, g.HeldBy))
 	}
@@ -361,6 +372,31 @@ func healthWarnings(st *core.Status) []string {
 			out = append(out, fmt.Sprintf("node group %s: %d degraded nodes (advertising less than the VM size; never the template): %s",
 				g.Name, len(g.Degraded), strings.Join(g.Degraded, ", ")))
 		}
+	}
+	return out
+}
+
+// capacityWarnings are the warnings of capacity asked for ahead of pods:
+// ProvisioningRequests waiting for a retry, with the earliest. (The
+// CapacityBuffers' warnings join them with the buffers' status section.)
+// The time is absolute: the warnings are in -o json and yaml too; the
+// table's WAITING REQUEST rows say how far off each retry is.
+func capacityWarnings(st *core.Status) []string {
+	var out []string
+	if p := st.ProvisioningRequests; p != nil && len(p.Waiting) > 0 {
+		next := p.Waiting[0].RetryAt
+		for _, w := range p.Waiting[1:] {
+			if w.RetryAt.Before(next) {
+				next = w.RetryAt
+			}
+		}
+		n := itoa(len(p.Waiting))
+		if p.More > 0 {
+			// More counts booked and waiting requests left out alike.
+			n += " or more"
+		}
+		out = append(out, fmt.Sprintf("%s %s not provisioned, next retry at %s",
+			n, plural(len(p.Waiting)+p.More, "ProvisioningRequest", "ProvisioningRequests"), next.UTC().Format(time.RFC3339)))
 	}
 	return out
 }

@@ -19,7 +19,7 @@ func TestWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"arm.json", "balloons.json", "health.json", "overview.json", "preflight.json", "smoothing.json", "old.json (removed)"}
+	want := []string{"arm.json", "balloons.json", "capacity-requests.json", "health.json", "overview.json", "preflight.json", "smoothing.json", "old.json (removed)"}
 	if !slices.Equal(changed, want) {
 		t.Fatalf("--check on an empty dir reported %v, want %v", changed, want)
 	}

@@ -1,0 +1,218 @@
+package capacitybuffer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+
+	apiv1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/podspec"
+)
+
+// MaxChunks bounds the chunks of one buffer, as MaxPods bounds a
+// ProvisioningRequest: a buffer asking for more is not ready (a typo's
+// 1,000,000 would cost gigabytes and minutes of simulation every loop).
+const MaxChunks = 5000
+
+// Chunks is what a buffer stands for: Replicas pods of Template.
+type Chunks struct {
+	Template *apiv1.PodTemplateSpec
+	// TemplateRef and TemplateGeneration are the PodTemplate used (a
+	// podTemplateRef buffer); empty for a scalableRef buffer, whose pods
+	// take the scalable object's template (no PodTemplate is written for
+	// it: the autoscaler writes no objects in users' namespaces).
+	TemplateRef        string
+	TemplateGeneration int64
+	Replicas           int32
+	// Source says where the shape and the count come from, for the
+	// condition's message.
+	Source string
+}
+
+// NotReadyError says why a buffer cannot be turned into chunks: Reason is
+// its ReadyForProvisioning=False reason.
+type NotReadyError struct {
+	Reason string
+	Err    error
+}
+
+func (e *NotReadyError) Error() string { return e.Err.Error() }
+func (e *NotReadyError) Unwrap() error { return e.Err }
+
+func notReady(reason, format string, args ...any) error {
+	return &NotReadyError{Reason: reason, Err: fmt.Errorf(format, args...)}
+}
+
+// Resolve turns a buffer's spec into its chunks, by the API's rules:
+// exactly one of podTemplateRef and scalableRef; percentage only with a
+// scalableRef, of its replicas, rounded up to at least 1; with both
+// replicas and percentage, the larger; limits cap the chunks by their
+// total requests, and alone say "as many as fit". A failed read of a
+// scalable object (not its absence) is returned as is: the caller keeps
+// the buffer's last status.
+func Resolve(ctx context.Context, api API, b *CapacityBuffer) (Chunks, error) {
+	s := b.Spec
+	var c Chunks
+	var scalableReplicas *int32
+	switch {
+	case s.PodTemplateRef != nil && s.ScalableRef != nil:
+		return c, notReady(ReasonInvalidSpec, "spec.podTemplateRef (%q) and spec.scalableRef (%s %q) are both set: set one", s.PodTemplateRef.Name, s.ScalableRef.Kind, s.ScalableRef.Name)
+	case s.PodTemplateRef != nil:
+		if s.Percentage != nil {
+			return c, notReady(ReasonInvalidSpec, "spec.percentage (%d) needs spec.scalableRef: it is a percentage of its replicas", *s.Percentage)
+		}
+		pt, err := api.PodTemplate(b.Namespace, s.PodTemplateRef.Name)
+		if err != nil {
+			return c, notReady(ReasonPodTemplateNotFound, "spec.podTemplateRef.name: PodTemplate %s/%s: %v", b.Namespace, s.PodTemplateRef.Name, err)
+		}
+		c.Template, c.TemplateRef, c.TemplateGeneration = &pt.Template, pt.Name, pt.Generation
+		c.Source = "PodTemplate " + pt.Name
+	case s.ScalableRef != nil:
+		t, r, err := api.Scalable(ctx, b.Namespace, *s.ScalableRef)
+		var unsupported *UnsupportedScalableError
+		var missing *ScalableNotFoundError
+		switch {
+		case errors.As(err, &unsupported):
+			return c, &NotReadyError{Reason: ReasonScalableRefUnsupported, Err: err}
+		case errors.As(err, &missing):
+			return c, &NotReadyError{Reason: ReasonScalableRefNotFound, Err: err}
+		case err != nil:
+			return c, err
+		}
+		c.Template, scalableReplicas = t, &r
+		c.Source = fmt.Sprintf("the pod template of %s %s (%d replicas)", s.ScalableRef.Kind, s.ScalableRef.Name, r)
+	default:
+		return c, notReady(ReasonInvalidSpec, "neither spec.podTemplateRef nor spec.scalableRef is set: set one")
+	}
+
+	var want *int32
+	if s.Replicas != nil {
+		if *s.Replicas < 0 {
+			return c, notReady(ReasonInvalidSpec, "spec.replicas: %d, must not be negative", *s.Replicas)
+		}
+		want = s.Replicas
+	}
+	if s.Percentage != nil {
+		p := *s.Percentage
+		if p < 0 {
+			return c, notReady(ReasonInvalidSpec, "spec.percentage: %d, must not be negative", p)
+		}
+		n := int32(0)
+		if p > 0 {
+			n = max(1, int32(math.Ceil(float64(p)*float64(*scalableReplicas)/100)))
+		}
+		if want == nil || n > *want {
+			want = &n
+		}
+	}
+	if s.Limits != nil {
+		fit, why, err := chunksWithin(*s.Limits, c.Template)
+		if err != nil {
+			return c, err
+		}
+		if want == nil || fit < *want {
+			want = &fit
+			c.Source += ", " + why
+		}
+	}
+	if want == nil {
+		return c, notReady(ReasonInvalidSpec, "none of spec.replicas, spec.percentage and spec.limits is set: the number of chunks is unknown")
+	}
+	if *want > MaxChunks {
+		return c, notReady(ReasonInvalidSpec, "the buffer asks for %d chunks, more than the %d per buffer this autoscaler simulates", *want, MaxChunks)
+	}
+	c.Replicas = *want
+	return c, nil
+}
+
+// chunksWithin is the number of chunks whose total requests fit the
+// limits, and which limit binds.
+func chunksWithin(limits ResourceList, t *apiv1.PodTemplateSpec) (int32, string, error) {
+	req := podRequests(t)
+	names := make([]string, 0, len(limits))
+	for n := range limits {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	best, binding := int64(math.MaxInt64), ""
+	for _, n := range names {
+		lim := limits[n]
+		per, ok := req[apiv1.ResourceName(n)]
+		if !ok || per.IsZero() {
+			continue
+		}
+		if lim.Sign() < 0 {
+			return 0, "", notReady(ReasonInvalidSpec, "spec.limits.%s: %s, must not be negative", n, lim.String())
+		}
+		k := int64(math.Floor(lim.AsApproximateFloat64() / per.AsApproximateFloat64()))
+		if k < best {
+			best, binding = k, fmt.Sprintf("limited by spec.limits.%s %s at %s a chunk", n, lim.String(), per.String())
+		}
+	}
+	if binding == "" {
+		return 0, "", notReady(ReasonInvalidSpec, "spec.limits (%s) bounds nothing: one chunk requests none of these resources", strings.Join(names, ", "))
+	}
+	return int32(min(best, MaxChunks+1)), binding, nil
+}
+
+// podRequests is what one chunk requests (limits standing for missing
+// requests, as the API server defaults a pod).
+func podRequests(t *apiv1.PodTemplateSpec) apiv1.ResourceList {
+	p := &apiv1.Pod{Spec: *t.Spec.DeepCopy()}
+	podspec.LimitsAsRequests(p.Spec.Containers)
+	podspec.LimitsAsRequests(p.Spec.InitContainers)
+	return resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
+}
+
+// uidPrefix starts the UID of every pod a buffer stands for. A real
+// pod's UID is a UUID, so such a pod is never taken for a real one.
+const uidPrefix = "capacitybuffer/"
+
+// IsBufferPod says p is one of the pods a buffer stands for, not a pod
+// of the cluster: no event, eviction or count of real pods may name it.
+func IsBufferPod(p *apiv1.Pod) bool { return strings.HasPrefix(string(p.UID), uidPrefix) }
+
+// BufferOf is the UID of the buffer a buffer pod stands for.
+func BufferOf(p *apiv1.Pod) types.UID {
+	if ref := metav1.GetControllerOf(p); ref != nil {
+		return ref.UID
+	}
+	return ""
+}
+
+// Pods returns the chunks' pods: Replicas pods of the template in the
+// buffer's namespace, controlled by the buffer (equal pods are simulated
+// as one group), at the lowest priority (real pods always come first).
+// They share their spec and metadata maps: they must not be changed.
+func Pods(b *CapacityBuffer, c Chunks) []*apiv1.Pod {
+	if c.Replicas <= 0 {
+		return nil
+	}
+	ctrl := true
+	base := &apiv1.Pod{ObjectMeta: *c.Template.ObjectMeta.DeepCopy(), Spec: *c.Template.Spec.DeepCopy()}
+	base.Namespace = b.Namespace
+	base.OwnerReferences = []metav1.OwnerReference{{APIVersion: GroupVersion.String(), Kind: Kind, Name: b.Name, UID: b.UID, Controller: &ctrl}}
+	base.CreationTimestamp = b.CreationTimestamp
+	base.Spec.NodeName = ""
+	lowest := int32(math.MinInt32)
+	base.Spec.Priority = &lowest
+	base.Status.Phase = apiv1.PodPending
+	podspec.LimitsAsRequests(base.Spec.Containers)
+	podspec.LimitsAsRequests(base.Spec.InitContainers)
+	out := make([]*apiv1.Pod, c.Replicas)
+	for i := range out {
+		cp := *base
+		cp.Name = "capacity-buffer-" + b.Name + "-" + strconv.Itoa(i)
+		cp.UID = types.UID(uidPrefix + b.Namespace + "/" + b.Name + "/" + string(b.UID) + "/" + strconv.Itoa(i))
+		out[i] = &cp
+	}
+	return out
+}

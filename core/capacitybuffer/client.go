@@ -1,0 +1,223 @@
+package capacitybuffer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	apiv1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/crclient"
+)
+
+// API is what the loop needs of the cluster for buffers: reads from
+// caches, status writes through the API server.
+type API interface {
+	// List returns the buffers in the cache (shared: read only).
+	List() ([]*CapacityBuffer, error)
+	// PodTemplate returns a PodTemplate from the cache (shared: read only).
+	PodTemplate(namespace, name string) (*apiv1.PodTemplate, error)
+	// Scalable returns the pod template and the replicas of a buffer's
+	// scalableRef (a cached read: see ScalableRefresh).
+	Scalable(ctx context.Context, namespace string, ref ScalableRef) (*apiv1.PodTemplateSpec, int32, error)
+	// UpdateStatus writes a buffer's status (its resourceVersion guards
+	// against a concurrent change: a conflict is an error).
+	UpdateStatus(ctx context.Context, b *CapacityBuffer) error
+}
+
+// ScalableRefresh is how long a scalable object read for a buffer is used
+// before it is read again: the workloads a buffer follows are not in the
+// autoscaler's informers (Deployments, StatefulSets, ReplicaSets and Jobs
+// of every namespace would cost memory on a large cluster for a handful
+// of buffers), and one read per buffer per loop would cost the API server
+// more than the buffer is worth.
+const ScalableRefresh = 30 * time.Second
+
+// Client is the API over an informer of buffers, a PodTemplate lister, a
+// REST client that speaks JSON and a clientset for scalable objects.
+type Client struct {
+	rest      rest.Interface
+	informer  cache.SharedIndexInformer
+	templates corelisters.PodTemplateLister
+	scalables *scalableCache
+}
+
+var _ API = (*Client)(nil)
+
+// NewClient builds the client from cfg (copied; JSON), the PodTemplate
+// lister of an informer factory the caller starts, and a clientset.
+func NewClient(cfg *rest.Config, templates corelisters.PodTemplateLister, cs kubernetes.Interface) (*Client, error) {
+	rc, inf, err := crclient.New(cfg, GroupVersion, addKnownTypes, Resource, &CapacityBuffer{})
+	if err != nil {
+		return nil, err
+	}
+	return &Client{rest: rc, informer: inf, templates: templates,
+		scalables: &scalableCache{read: clientsetScalable(cs), ttl: ScalableRefresh, now: time.Now, entries: map[string]scalableEntry{}}}, nil
+}
+
+// Informer is the buffers' informer: the caller runs it and waits for its sync.
+func (c *Client) Informer() cache.SharedIndexInformer { return c.informer }
+
+// List implements API.
+func (c *Client) List() ([]*CapacityBuffer, error) {
+	return crclient.List[*CapacityBuffer](c.informer, Resource)
+}
+
+// PodTemplate implements API.
+func (c *Client) PodTemplate(namespace, name string) (*apiv1.PodTemplate, error) {
+	return c.templates.PodTemplates(namespace).Get(name)
+}
+
+// Scalable implements API.
+func (c *Client) Scalable(ctx context.Context, namespace string, ref ScalableRef) (*apiv1.PodTemplateSpec, int32, error) {
+	return c.scalables.get(ctx, namespace, ref)
+}
+
+// UpdateStatus implements API.
+func (c *Client) UpdateStatus(ctx context.Context, b *CapacityBuffer) error {
+	err := c.rest.Put().Namespace(b.Namespace).Resource(Resource).Name(b.Name).SubResource("status").
+		Body(b).Do(ctx).Error()
+	if err != nil {
+		return fmt.Errorf("updating status of %s %s: %w", Kind, Key(b), err)
+	}
+	return nil
+}
+
+// Served says whether the API server serves the CapacityBuffer API (its
+// CRD is installed), or why it could not tell.
+func Served(d discovery.DiscoveryInterface) (bool, error) {
+	return crclient.Served(d, GroupVersion, Resource)
+}
+
+// readScalable reads a scalable object's pod template and replicas.
+type readScalable func(ctx context.Context, namespace string, ref ScalableRef) (*apiv1.PodTemplateSpec, int32, error)
+
+// SupportedScalables are the kinds a scalableRef may name: those whose
+// pod template is in their spec.
+var supportedScalables = []string{"apps/Deployment", "apps/StatefulSet", "apps/ReplicaSet", "batch/Job"}
+
+// UnsupportedScalableError says a scalableRef names a kind this
+// autoscaler cannot read a pod template from.
+type UnsupportedScalableError struct{ Ref ScalableRef }
+
+func (e *UnsupportedScalableError) Error() string {
+	return fmt.Sprintf("spec.scalableRef: apiGroup %q kind %q is not supported: one of %v", e.Ref.APIGroup, e.Ref.Kind, supportedScalables)
+}
+
+// ScalableNotFoundError says a scalableRef names no object.
+type ScalableNotFoundError struct {
+	Namespace string
+	Ref       ScalableRef
+}
+
+func (e *ScalableNotFoundError) Error() string {
+	return fmt.Sprintf("spec.scalableRef: %s %s/%s not found", e.Ref.Kind, e.Namespace, e.Ref.Name)
+}
+
+func clientsetScalable(cs kubernetes.Interface) readScalable {
+	return func(ctx context.Context, ns string, ref ScalableRef) (*apiv1.PodTemplateSpec, int32, error) {
+		opts := metav1.GetOptions{}
+		switch ref.APIGroup + "/" + ref.Kind {
+		case "apps/Deployment":
+			d, err := cs.AppsV1().Deployments(ns).Get(ctx, ref.Name, opts)
+			if err != nil {
+				return nil, 0, err
+			}
+			return &d.Spec.Template, replicasOr1(d.Spec.Replicas), nil
+		case "apps/StatefulSet":
+			s, err := cs.AppsV1().StatefulSets(ns).Get(ctx, ref.Name, opts)
+			if err != nil {
+				return nil, 0, err
+			}
+			return &s.Spec.Template, replicasOr1(s.Spec.Replicas), nil
+		case "apps/ReplicaSet":
+			r, err := cs.AppsV1().ReplicaSets(ns).Get(ctx, ref.Name, opts)
+			if err != nil {
+				return nil, 0, err
+			}
+			return &r.Spec.Template, replicasOr1(r.Spec.Replicas), nil
+		case "batch/Job":
+			j, err := cs.BatchV1().Jobs(ns).Get(ctx, ref.Name, opts)
+			if err != nil {
+				return nil, 0, err
+			}
+			return &j.Spec.Template, replicasOr1(j.Spec.Parallelism), nil
+		}
+		return nil, 0, &UnsupportedScalableError{Ref: ref}
+	}
+}
+
+// replicasOr1 is a replicas field as the API server defaults it.
+func replicasOr1(r *int32) int32 {
+	if r == nil {
+		return 1
+	}
+	return *r
+}
+
+// scalableCache keeps each scalable object read for ttl (errors too: a
+// missing object is not asked for every loop).
+type scalableCache struct {
+	read    readScalable
+	ttl     time.Duration
+	now     func() time.Time
+	mu      sync.Mutex
+	entries map[string]scalableEntry
+}
+
+type scalableEntry struct {
+	at       time.Time
+	template *apiv1.PodTemplateSpec
+	replicas int32
+	err      error
+}
+
+func (c *scalableCache) get(ctx context.Context, ns string, ref ScalableRef) (*apiv1.PodTemplateSpec, int32, error) {
+	key := ns + "/" + ref.APIGroup + "/" + ref.Kind + "/" + ref.Name
+	now := c.now()
+	c.mu.Lock()
+	e, ok := c.entries[key]
+	c.mu.Unlock()
+	if ok && now.Sub(e.at) < c.ttl {
+		return e.template, e.replicas, e.err
+	}
+	t, r, err := c.read(ctx, ns, ref)
+	if err != nil && !apierrors.IsNotFound(err) {
+		var u *UnsupportedScalableError
+		if !errors.As(err, &u) {
+			// A failed read (timeout, throttling) is not kept: the last
+			// good read is used while it is not too old, else the error.
+			if ok && now.Sub(e.at) < 4*c.ttl && e.err == nil {
+				return e.template, e.replicas, nil
+			}
+			return nil, 0, fmt.Errorf("reading spec.scalableRef %s %s/%s: %w", ref.Kind, ns, ref.Name, err)
+		}
+	}
+	if err != nil && apierrors.IsNotFound(err) {
+		err = &ScalableNotFoundError{Namespace: ns, Ref: ref}
+	}
+	c.mu.Lock()
+	c.entries[key] = scalableEntry{at: now, template: t, replicas: r, err: err}
+	if len(c.entries) > 4*maxCacheEntries {
+		for k, old := range c.entries {
+			if now.Sub(old.at) >= c.ttl {
+				delete(c.entries, k)
+			}
+		}
+	}
+	c.mu.Unlock()
+	return t, r, err
+}
+
+// maxCacheEntries is the number of entries above which stale ones are
+// dropped (buffers deleted long ago).
+const maxCacheEntries = 256
