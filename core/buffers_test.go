@@ -345,3 +345,20 @@ func TestCapacityBufferYieldsToRealPods(t *testing.T) {
 		}
 	}
 }
+
+// A chunk is no gang member: a buffer whose template names a gang (a
+// buffer for a training job's shape) does not count as one of its running
+// members, or the gang would get fewer nodes than it needs.
+func TestCapacityBufferChunksAreNoGangMembers(t *testing.T) {
+	e, f, g := bufferEnv(t, 1, 10, withGangs(mins{"train": 2}))
+	name := "train"
+	tmpl := podTemplate("train-shape", wholeGPU()...)
+	tmpl.Template.Spec.SchedulingGroup = &apiv1.PodSchedulingGroup{PodGroupName: &name}
+	f.templates.add(t, tmpl)
+	f.add(buffer("warm", "train-shape", 1, e.clock.Now()))
+	e.add(gangMembers(2, "train"))
+	e.run()
+	if got := targetOf(t, g); got != 2 {
+		t.Fatalf("target %d, want 2: one member in the buffer's room, one new node", got)
+	}
+}

@@ -18,7 +18,9 @@ func (a *Autoscaler) collectGangs(l *loop, pending []*apiv1.Pod) ([]*gang.Gang, 
 			for i := 0; i < l.snap.Len(); i++ {
 				for _, pi := range l.snap.NodeInfo(i).GetPods() {
 					p := pi.GetPod()
-					if p.Status.Phase == apiv1.PodSucceeded || p.Status.Phase == apiv1.PodFailed {
+					// A request's booked pod or a buffer's chunk is room,
+					// not a running member.
+					if p.Status.Phase == apiv1.PodSucceeded || p.Status.Phase == apiv1.PodFailed || isVirtual(p) {
 						continue
 					}
 					if k, ok := gang.KeyOf(p); ok {

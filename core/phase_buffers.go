@@ -134,7 +134,7 @@ func (a *Autoscaler) capacityBuffers(ctx context.Context, l *loop) error {
 		if len(bc.pods) == 0 {
 			continue
 		}
-		left, nodes := a.placePods(ctx, fork, bc.pods, usable)
+		left, nodes := a.placePods(ctx, fork, bc.pods, usable, nil)
 		bc.warm = len(bc.pods) - len(left)
 		placed += len(nodes)
 		for _, n := range nodes {

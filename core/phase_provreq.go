@@ -28,6 +28,12 @@ import (
 // PodGroup's (a name has no colon).
 const provreqGangSource gang.Source = "provisioning-request"
 
+// maxProvreqStatusWrites bounds the requests' status writes per loop: a
+// burst of hundreds of requests (a queue of jobs submitted at once) is
+// written over a few loops, not in one storm on the API server. A request
+// not written is decided again next loop.
+const maxProvreqStatusWrites = 100
+
 // maxProvreqStatusEntries bounds each list of requests in the status.
 const maxProvreqStatusEntries = 20
 
@@ -103,8 +109,8 @@ func (a *Autoscaler) provisioningRequests(ctx context.Context, l *loop) error {
 	pl := &provreqLoop{atomic: map[string]provreq.Attempt{}, gangOf: map[types.UID]string{},
 		bookedNodes: map[string]bool{}, pending: map[types.UID]*provreq.Update{}, all: reqs}
 	l.provreq = pl
-	var consumed map[string]int
-	count := func(r *provreq.ProvisioningRequest) int {
+	var consumed map[string][]*apiv1.Pod
+	count := func(r *provreq.ProvisioningRequest) []*apiv1.Pod {
 		if consumed == nil {
 			consumed = consumingPods(l.snap)
 		}
@@ -123,7 +129,7 @@ func (a *Autoscaler) provisioningRequests(ctx context.Context, l *loop) error {
 		placed := 0
 		for _, b := range plan.Book {
 			child := fork.Fork()
-			left, nodes := a.placePods(ctx, child, b.Pods, usable)
+			left, nodes := a.placePods(ctx, child, b.Pods, usable, a.bookingFrees())
 			if b.Overdue && len(left) == 0 {
 				// Past its reservation time, and its pods wait for no coming
 				// node: the booking ends.
@@ -140,7 +146,7 @@ func (a *Autoscaler) provisioningRequests(ctx context.Context, l *loop) error {
 		}
 		for _, at := range plan.Check {
 			child := fork.Fork()
-			left, nodes := a.placePods(ctx, child, at.Pods, usable)
+			left, nodes := a.placePods(ctx, child, at.Pods, usable, a.bookingFrees())
 			if len(left) > 0 {
 				pl.put(pr.tracker.NotProvisioned(at.Req, fmt.Sprintf("%d of its %d pods fit on the cluster as it is (its ready nodes, less the capacity other requests booked)",
 					len(at.Pods)-len(left), len(at.Pods)), l.now))
@@ -194,27 +200,50 @@ func (a *Autoscaler) bookableNodes(l *loop) []int {
 }
 
 // placePods places pods on the candidate nodes of fork and returns those
-// that did not fit and the nodes that took the others.
-func (a *Autoscaler) placePods(ctx context.Context, fork *snapshot.Fork, pods []*apiv1.Pod, candidates []int) ([]*apiv1.Pod, []string) {
+// that did not fit and the nodes that took the others. With free, the
+// room of the pods it says (balloons, which the scheduler preempts for
+// the pods) counts as free: the pods are placed as if they were gone,
+// and added to fork beside them.
+func (a *Autoscaler) placePods(ctx context.Context, fork *snapshot.Fork, pods []*apiv1.Pod, candidates []int, free func(*apiv1.Pod) bool) ([]*apiv1.Pod, []string) {
+	trial := fork
+	if free != nil {
+		trial = fork.Fork()
+		for _, i := range candidates {
+			trial.RemovePods(i, free)
+		}
+	}
 	var left []*apiv1.Pod
 	var nodes []string
 	for _, g := range simulator.GroupPods(pods, a.opts.GPUResourceName) {
-		n := a.sim.FitOnNodes(ctx, fork, g, 0, candidates, func(_, node int) {
-			nodes = append(nodes, fork.NodeInfo(node).Node().Name)
+		n := a.sim.FitOnNodes(ctx, trial, g, 0, candidates, func(pod, node int) {
+			nodes = append(nodes, trial.NodeInfo(node).Node().Name)
+			if trial != fork {
+				fork.AddPod(node, g.PodInfo(pod))
+			}
 		})
 		left = append(left, g.Pods[n:]...)
 	}
 	return left, nodes
 }
 
-// consumingPods counts, per request (namespace/name), the scheduled pods
+// bookingFrees is the room booked pods may take: the balloons', which
+// the scheduler preempts for the requests' pods.
+func (a *Autoscaler) bookingFrees() func(*apiv1.Pod) bool {
+	if !a.opts.BalloonAware {
+		return nil
+	}
+	return a.opts.isBalloon
+}
+
+// consumingPods lists, per request (namespace/name), the scheduled pods
 // that consume it. Terminated pods are not in the snapshot.
-func consumingPods(snap *snapshot.Snapshot) map[string]int {
-	out := map[string]int{}
+func consumingPods(snap *snapshot.Snapshot) map[string][]*apiv1.Pod {
+	out := map[string][]*apiv1.Pod{}
 	for i := 0; i < snap.Len(); i++ {
 		for _, p := range snap.Pods(i) {
 			if name, ok := provreq.Consumes(p); ok && !provreq.IsBooked(p) {
-				out[p.Namespace+"/"+name]++
+				k := p.Namespace + "/" + name
+				out[k] = append(out[k], p)
 			}
 		}
 	}
@@ -453,17 +482,25 @@ func (a *Autoscaler) writeProvisioningRequests(ctx context.Context, l *loop) {
 		return
 	}
 	logger := klog.FromContext(ctx)
-	if err := a.gate.Write("provisioning-request-status"); err != nil {
-		logger.V(2).Info("ProvisioningRequest conditions not written", "err", err.Error())
-		for _, uid := range pl.order {
-			delete(pl.pending, uid)
-		}
-		return
-	}
-	written, conflicts := 0, 0
+	written, conflicts, deferred := 0, 0, 0
 	var firstErr error
-	for _, uid := range pl.order {
+	for i, uid := range pl.order {
 		u := pl.pending[uid]
+		// Each write passes the gate: a leader that stalled mid-batch
+		// writes no more. The rest of the batch is decided again next loop,
+		// as are the writes past the per-loop bound.
+		if written+conflicts >= maxProvreqStatusWrites {
+			deferred++
+			delete(pl.pending, uid)
+			continue
+		}
+		if err := a.gate.Write("provisioning-request-status"); err != nil {
+			logger.V(2).Info("ProvisioningRequest conditions not written", "err", err.Error(), "left", len(pl.order)-i)
+			for _, rest := range pl.order[i:] {
+				delete(pl.pending, rest)
+			}
+			break
+		}
 		if err := a.provreq.api.UpdateStatus(ctx, u.Req); err != nil {
 			delete(pl.pending, uid)
 			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
@@ -493,9 +530,9 @@ func (a *Autoscaler) writeProvisioningRequests(ctx context.Context, l *loop) {
 		}
 	}
 	if firstErr != nil {
-		logger.Error(firstErr, "Writing ProvisioningRequest conditions; tried again next loop", "failed", len(pl.order)-written-conflicts)
+		logger.Error(firstErr, "Writing ProvisioningRequest conditions; tried again next loop", "failed", len(pl.order)-written-conflicts-deferred)
 	}
-	logger.Info("ProvisioningRequest conditions written", "written", written, "conflicts", conflicts)
+	logger.Info("ProvisioningRequest conditions written", "written", written, "conflicts", conflicts, "deferredToNextLoop", deferred)
 }
 
 // reportProvisioningRequests sets the requests' metrics.

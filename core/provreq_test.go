@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -717,4 +718,64 @@ func TestProvisioningRequestBestEffortAtomicFitsOnReadyNodes(t *testing.T) {
 	if got := g.Increases(); len(got) != 0 {
 		t.Fatalf("increases %v", got)
 	}
+}
+
+// A balloon's room is free to a request: the scheduler preempts balloons
+// for the request's pods, so check-capacity finds the warm node.
+func TestProvisioningRequestBalloonRoomIsFree(t *testing.T) {
+	e, f, _ := readyGPU(t, 1)
+	nodes := e.nodeNames()
+	e.add(balloonPod("balloon-0", "gpu", to.OnNode(nodes[0])))
+	f.add(t, request("warm", provreq.ClassCheckCapacity, "train", 1, e.clock.Now()))
+	e.run()
+	f.wantCond(t, "warm", provreq.Provisioned, metav1.ConditionTrue, provreq.ReasonCapacityIsFound, "its 1 pods fit on ready nodes")
+}
+
+// A burst of requests is written over several loops (at most
+// maxProvreqStatusWrites a loop), and a leader whose lease lapses in the
+// middle of the batch writes no more.
+func TestProvisioningRequestStatusWritesBoundedAndFenced(t *testing.T) {
+	const n = maxProvreqStatusWrites + 20
+	total := func(f *fakeProvreqs) int {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		s := 0
+		for _, w := range f.writes {
+			s += w
+		}
+		return s
+	}
+	add := func(e *env, f *fakeProvreqs) {
+		for i := 0; i < n; i++ {
+			f.add(t, request(fmt.Sprintf("r%03d", i), provreq.ClassCheckCapacity, "train", 1, e.clock.Now()))
+		}
+	}
+	t.Run("bounded", func(t *testing.T) {
+		e, f, _ := readyGPU(t, 0)
+		add(e, f)
+		e.run()
+		if got := total(f); got != maxProvreqStatusWrites {
+			t.Fatalf("%d status writes in the first loop, want %d", got, maxProvreqStatusWrites)
+		}
+		e.run()
+		if got := total(f); got != n {
+			t.Fatalf("%d status writes after the second loop, want all %d", got, n)
+		}
+	})
+	t.Run("fenced mid-batch", func(t *testing.T) {
+		var f *fakeProvreqs
+		e, f, _ := readyGPU(t, 0, func(e *env) {
+			e.fence = func() error {
+				if f != nil && total(f) >= 3 {
+					return errors.New("lease not renewed within the renew deadline")
+				}
+				return nil
+			}
+		})
+		add(e, f)
+		_ = e.a.RunOnce(e.ctx)
+		if got := total(f); got != 3 {
+			t.Fatalf("%d status writes, want 3: none once the lease lapsed", got)
+		}
+	})
 }

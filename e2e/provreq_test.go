@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
@@ -32,19 +33,26 @@ import (
 
 // provreqSuite is what the ProvisioningRequest and Kueue scenarios share.
 //
-// One such scenario runs at a time (mu): an autoscaler started with
-// --enable-provisioning-requests handles every request in the cluster,
-// as it would in its own cluster, and scenarios here share one API
-// server. Two of them at once would each write the other's requests'
-// conditions (each finds none of its own groups fits the other's pods).
-// They still run in parallel with every other scenario.
+// An autoscaler started with --enable-provisioning-requests handles every
+// request in the cluster (its informer watches all namespaces), as it
+// would in its own cluster, and scenarios here share one API server: two
+// such scenarios at once would each write the other's requests'
+// conditions (each finds none of its own groups fits the other's pods) and
+// count them in its metrics. So these scenarios are the sequential
+// subtests of one parallel test, TestProvisioningRequestsAndTestKueue,
+// which takes one of the suite's parallel slots; mu only checks that no
+// two of them ever overlap. They run in parallel with every other
+// scenario.
 type provreqSuite struct {
 	mu sync.Mutex
 
 	crdOnce sync.Once
 	crdErr  error
 
-	kueueOnce sync.Once
+	// kueueMu guards Kueue's setup, done once for the suite (kueueDone)
+	// unless cut short by its context.
+	kueueMu   sync.Mutex
+	kueueDone bool
 	kueueBin  string
 	kueueErr  error
 }
@@ -67,17 +75,19 @@ func kueueGVR(resource string) schema.GroupVersionResource {
 }
 
 // provreqScenario starts a scenario that runs autoscalers with
-// --enable-provisioning-requests: alone among such scenarios, with the
-// ProvisioningRequest CRD installed (once for the suite, from the module
-// that publishes it). Its requests are deleted at its end, before the next
-// such scenario starts.
+// --enable-provisioning-requests: alone among such scenarios (a subtest of
+// TestProvisioningRequestsAndTestKueue), with the ProvisioningRequest CRD
+// installed (once for the suite, from the module that publishes it). Its
+// requests are deleted at its end, before the next such scenario starts.
 func provreqScenario(t *testing.T) *scenario {
 	t.Helper()
 	s := theSuite
 	if s == nil {
 		t.Fatal("suite not started")
 	}
-	s.provreq.mu.Lock()
+	if !s.provreq.mu.TryLock() {
+		t.Fatal("another ProvisioningRequest scenario is running: such scenarios must be sequential subtests of TestProvisioningRequestsAndTestKueue")
+	}
 	t.Cleanup(s.provreq.mu.Unlock) // last: after the scenario's own cleanup
 	s.provreq.crdOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -284,11 +294,38 @@ func (sc *scenario) condition(name, typ string, status metav1.ConditionStatus, r
 	return got
 }
 
+// TestProvisioningRequestsAndTestKueue runs the scenarios whose autoscalers
+// handle ProvisioningRequests one after another (see provreqSuite), as
+// subtests of one parallel test: it holds one of the suite's parallel
+// slots, never one per scenario waiting for its turn. Its name matches both
+// -run TestProvisioningRequest and -run TestKueue; one scenario alone is
+// e.g. -run 'TestProvisioningRequestsAndTestKueue/Kueue'. Kueue's manager
+// is built (minutes, the first time) and its CRDs installed meanwhile, in
+// the background.
+func TestProvisioningRequestsAndTestKueue(t *testing.T) {
+	t.Parallel()
+	s := theSuite
+	if s == nil {
+		t.Fatal("suite not started")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), kueueSetupTimeout)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = s.provreq.kueue(ctx, s) // its error is the Kueue scenario's to report
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+
+	t.Run("BestEffortAtomic", provreqBestEffortAtomic)
+	t.Run("AboveMax", provreqAboveMax)
+	t.Run("CheckCapacity", provreqCheckCapacity)
+	t.Run("KueueAdmitsAGangJobThroughAProvisioningRequest", kueueAdmitsAGangJobThroughAProvisioningRequest)
+}
+
 // A best-effort-atomic request for 8 whole-GPU pods buys exactly 8 nodes,
 // in one request, and turns Provisioned; its booking holds the coming
 // nodes, so the autoscaler buys no more for it.
-func TestProvisioningRequestBestEffortAtomic(t *testing.T) {
-	t.Parallel()
+func provreqBestEffortAtomic(t *testing.T) {
 	sc := provreqScenario(t)
 	gpu, as := sc.provreqAutoscaler(0)
 	sc.podTemplate("train", gpu)
@@ -317,8 +354,7 @@ func TestProvisioningRequestBestEffortAtomic(t *testing.T) {
 
 // A best-effort-atomic request above its group's max buys nothing and
 // says why, in words a user can act on.
-func TestProvisioningRequestAboveMax(t *testing.T) {
-	t.Parallel()
+func provreqAboveMax(t *testing.T) {
 	sc := provreqScenario(t)
 	gpu, as := sc.provreqAutoscaler(0)
 	sc.podTemplate("big", gpu)
@@ -337,8 +373,7 @@ func TestProvisioningRequestAboveMax(t *testing.T) {
 // and books it; a second request finds that room taken; one with
 // noRetry fails; none buys a node. Pods consuming the first (the
 // scheduler places them on its room) end its booking.
-func TestProvisioningRequestCheckCapacity(t *testing.T) {
-	t.Parallel()
+func provreqCheckCapacity(t *testing.T) {
 	sc := provreqScenario(t)
 	gpu, as := sc.provreqAutoscaler(2)
 	sc.podTemplate("train", gpu)
@@ -349,8 +384,8 @@ func TestProvisioningRequestCheckCapacity(t *testing.T) {
 		for _, node := range sc.nodeList(gpu) {
 			q := node.Status.Allocatable[armsim.GPUResource]
 			blocked := false
-			for _, t := range node.Spec.Taints {
-				blocked = blocked || t.Effect != apiv1.TaintEffectPreferNoSchedule
+			for _, taint := range node.Spec.Taints {
+				blocked = blocked || taint.Effect != apiv1.TaintEffectPreferNoSchedule
 			}
 			if q.Value() == 8 && !blocked {
 				n++
@@ -385,7 +420,7 @@ func TestProvisioningRequestCheckCapacity(t *testing.T) {
 
 // --------------------------------------------------------------- Kueue
 
-// TestKueueAdmitsAGangJobThroughAProvisioningRequest runs Kueue's own
+// kueueAdmitsAGangJobThroughAProvisioningRequest runs Kueue's own
 // manager, built from its module, against the suite's API server: a
 // ClusterQueue whose admission check is a ProvisioningRequest
 // (best-effort-atomic), a LocalQueue, and a Job of 8 whole-GPU pods.
@@ -394,11 +429,23 @@ func TestProvisioningRequestCheckCapacity(t *testing.T) {
 // new nodes and their scheduling ends the booking. A second job that does
 // not fit the group's max gets a Provisioned=False a user can read (Kueue
 // shows it on the workload) and stays suspended.
-func TestKueueAdmitsAGangJobThroughAProvisioningRequest(t *testing.T) {
-	t.Parallel()
-	kueue := setUpKueue(t) // before taking the ProvisioningRequest scenarios' turn
+func kueueAdmitsAGangJobThroughAProvisioningRequest(t *testing.T) {
+	s := theSuite
+	if s == nil {
+		t.Fatal("suite not started")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), kueueSetupTimeout)
+	defer cancel()
+	start := time.Now()
+	kueue, err := s.provreq.kueue(ctx, s) // set up in the background since the parent started
+	if err != nil {
+		t.Fatalf("setting up Kueue: %v", err)
+	}
+	t.Logf("Kueue manager ready (waited %s): %s", time.Since(start).Round(time.Second), kueue)
 	sc := provreqScenario(t)
+	since := time.Now()
 	gpu, as := sc.provreqAutoscaler(0)
+	prom := sc.prometheus(sc.addr(as))
 	sc.startKueue(kueue)
 	cq := sc.kueueQueues(gpu)
 
@@ -479,50 +526,57 @@ func TestKueueAdmitsAGangJobThroughAProvisioningRequest(t *testing.T) {
 		t.Fatal("the second job was unsuspended")
 	}
 	sc.stays(gpu, 8, as, 3)
+	// The Capacity requests dashboard's request panels show this story.
+	sc.panelsShowData(prom, "capacity-requests.json", "provisioning_request", since)
 }
 
-// setUpKueue builds Kueue's manager and installs its CRDs, its namespace
-// and its webhook Secret, once for the suite, and returns the binary.
-func setUpKueue(t *testing.T) string {
-	t.Helper()
-	s := theSuite
-	if s == nil {
-		t.Fatal("suite not started")
+// kueueSetupTimeout bounds Kueue's setup: its first build takes minutes.
+const kueueSetupTimeout = 20 * time.Minute
+
+// kueue builds Kueue's manager and installs its CRDs, its namespace and its
+// webhook Secret, once for the suite, and returns the binary. A setup cut
+// short by ctx is not kept: the next call starts again.
+func (p *provreqSuite) kueue(ctx context.Context, s *suite) (string, error) {
+	p.kueueMu.Lock()
+	defer p.kueueMu.Unlock()
+	if p.kueueDone {
+		return p.kueueBin, p.kueueErr
 	}
-	s.provreq.kueueOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-		defer cancel()
-		start := time.Now()
-		if s.provreq.kueueBin, s.provreq.kueueErr = harness.BuildKueue(ctx); s.provreq.kueueErr != nil {
-			return
-		}
-		t.Logf("Kueue manager ready in %s: %s", time.Since(start).Round(time.Second), s.provreq.kueueBin)
-		dir, err := harness.ModuleDir(ctx, harness.KueueModule, harness.KueueVersion)
-		if err != nil {
-			s.provreq.kueueErr = err
-			return
-		}
-		bases := filepath.Join(dir, "config", "components", "crd", "bases")
-		entries, err := os.ReadDir(bases)
-		if err != nil {
-			s.provreq.kueueErr = err
-			return
-		}
-		var files []string
-		for _, e := range entries {
-			if strings.HasSuffix(e.Name(), ".yaml") {
-				files = append(files, filepath.Join(bases, e.Name()))
-			}
-		}
-		if s.provreq.kueueErr = installCRDs(ctx, s.cp.RESTConfig, files, kueueConversion); s.provreq.kueueErr != nil {
-			return
-		}
-		s.provreq.kueueErr = kueueNamespaceAndSecret(ctx, s)
-	})
-	if s.provreq.kueueErr != nil {
-		t.Fatalf("setting up Kueue: %v", s.provreq.kueueErr)
+	bin, err := setUpKueue(ctx, s)
+	if err != nil && ctx.Err() != nil {
+		return "", err
 	}
-	return s.provreq.kueueBin
+	p.kueueBin, p.kueueErr, p.kueueDone = bin, err, true
+	return bin, err
+}
+
+func setUpKueue(ctx context.Context, s *suite) (string, error) {
+	bin, err := harness.BuildKueue(ctx)
+	if err != nil {
+		return "", err
+	}
+	dir, err := harness.ModuleDir(ctx, harness.KueueModule, harness.KueueVersion)
+	if err != nil {
+		return "", err
+	}
+	bases := filepath.Join(dir, "config", "components", "crd", "bases")
+	entries, err := os.ReadDir(bases)
+	if err != nil {
+		return "", err
+	}
+	var files []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".yaml") {
+			files = append(files, filepath.Join(bases, e.Name()))
+		}
+	}
+	if err := installCRDs(ctx, s.cp.RESTConfig, files, kueueConversion); err != nil {
+		return "", err
+	}
+	if err := kueueNamespaceAndSecret(ctx, s); err != nil {
+		return "", err
+	}
+	return bin, nil
 }
 
 // startKueue runs Kueue's manager (bin, from setUpKueue) against the
@@ -575,31 +629,65 @@ featureGates:
 	// Kueue stops before the scenario's requests are deleted (it would
 	// make them again).
 	sc.t.Cleanup(func() { _ = p.Stop() })
-	go sc.mountKueueCerts(certDir)
+	// The goroutine ends before the test does (this cleanup runs before
+	// the scenario's own): it may report to the test until then.
+	ctx, cancel := context.WithCancel(sc.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mountKueueCerts(ctx, s.cp.Client, certDir); err != nil && ctx.Err() == nil {
+			sc.t.Errorf("mounting Kueue's webhook certificate: %v", err)
+		}
+	}()
+	sc.t.Cleanup(func() { cancel(); <-done })
 }
 
 // mountKueueCerts writes the webhook Secret's certificate and key into
-// dir once Kueue filled it.
-func (sc *scenario) mountKueueCerts(dir string) {
+// dir once Kueue filled it, or returns ctx's error. Each file is written
+// whole (a temporary file renamed), tls.crt last: Kueue's certificate
+// manager waits for that file only, then its webhook server reads both.
+func mountKueueCerts(ctx context.Context, client kubernetes.Interface, dir string) error {
 	for {
-		sec, err := sc.s.cp.Client.CoreV1().Secrets(kueueNamespace).Get(sc.ctx, kueueSecret, metav1.GetOptions{})
+		sec, err := client.CoreV1().Secrets(kueueNamespace).Get(ctx, kueueSecret, metav1.GetOptions{})
 		if err == nil && len(sec.Data["tls.crt"]) > 0 && len(sec.Data["tls.key"]) > 0 {
-			for _, k := range []string{"tls.crt", "tls.key", "ca.crt"} {
+			for _, k := range []string{"ca.crt", "tls.key", "tls.crt"} {
 				if v, ok := sec.Data[k]; ok {
-					if err := os.WriteFile(filepath.Join(dir, k), v, 0o600); err != nil {
-						sc.t.Errorf("writing Kueue's %s: %v", k, err)
-						return
+					if err := writeFileAtomic(filepath.Join(dir, k), v); err != nil {
+						return fmt.Errorf("writing Kueue's %s: %w", k, err)
 					}
 				}
 			}
-			return
+			return nil
 		}
 		select {
-		case <-sc.ctx.Done():
-			return
+		case <-ctx.Done():
+			return ctx.Err()
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// writeFileAtomic writes data to path (mode 0600) through a temporary file
+// in its directory renamed over it: a reader sees the old file or the new.
+func writeFileAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close()
+		_ = os.Remove(f.Name())
+		return err
+	}
+	if err := f.Close(); err != nil {
+		_ = os.Remove(f.Name())
+		return err
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		_ = os.Remove(f.Name())
+		return err
+	}
+	return nil
 }
 
 // kueueConversion gives the CRDs Kueue converts between versions the

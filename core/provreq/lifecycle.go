@@ -3,11 +3,13 @@ package provreq
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	apiv1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	resourcehelper "k8s.io/component-helpers/resource"
 )
 
 // Options are the life cycle's times, cluster-autoscaler's by default.
@@ -144,9 +146,9 @@ func NewTracker(o Options) *Tracker {
 func (t *Tracker) Options() Options { return t.opts }
 
 // Plan decides the loop's work for the requests (any order; the cache's
-// objects, never changed: updates are copies). consumed(r) is the number
-// of r's consuming pods scheduled now, asked only of Provisioned requests.
-func (t *Tracker) Plan(now time.Time, reqs []*ProvisioningRequest, consumed func(*ProvisioningRequest) int, get TemplateGetter) Plan {
+// objects, never changed: updates are copies). consumed(r) are r's
+// consuming pods scheduled now, asked only of Provisioned requests.
+func (t *Tracker) Plan(now time.Time, reqs []*ProvisioningRequest, consumed func(*ProvisioningRequest) []*apiv1.Pod, get TemplateGetter) Plan {
 	sorted := make([]*ProvisioningRequest, 0, len(reqs))
 	for _, r := range reqs {
 		if Supported(r) {
@@ -177,7 +179,7 @@ func (t *Tracker) Plan(now time.Time, reqs []*ProvisioningRequest, consumed func
 	return p
 }
 
-func (t *Tracker) plan(now time.Time, r *ProvisioningRequest, consumed func(*ProvisioningRequest) int, get TemplateGetter, p *Plan) {
+func (t *Tracker) plan(now time.Time, r *ProvisioningRequest, consumed func(*ProvisioningRequest) []*apiv1.Pod, get TemplateGetter, p *Plan) {
 	o := t.opts
 	if Finished(r) {
 		t.forgetAttempts(r.UID)
@@ -213,7 +215,8 @@ func (t *Tracker) plan(now time.Time, r *ProvisioningRequest, consumed func(*Pro
 		since := Find(r, Provisioned).LastTransitionTime.Time
 		until := since.Add(o.ReservationTime)
 		total := Count(r)
-		used := consumed(r)
+		consumers := consumed(r)
+		used := len(consumers)
 		if used >= total {
 			set(BookingExpired, metav1.ConditionTrue, ReasonBookingConsumed,
 				fmt.Sprintf("Capacity booking is consumed: all %d pods consuming the request are scheduled", total), false)
@@ -234,7 +237,7 @@ func (t *Tracker) plan(now time.Time, r *ProvisioningRequest, consumed func(*Pro
 			return
 		}
 		// The pods scheduled hold their room themselves.
-		p.Book = append(p.Book, Booking{Req: r, Pods: pods[:total-used], Until: until, Overdue: overdue})
+		p.Book = append(p.Book, Booking{Req: r, Pods: Unconsumed(pods, consumers), Until: until, Overdue: overdue})
 		return
 	}
 	if now.Sub(r.CreationTimestamp.Time) > o.ExpirationTime {
@@ -401,4 +404,72 @@ func equalStrings(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// Unconsumed are a request's pods less one for each consuming pod: the
+// first not yet taken whose requests equal the consumer's (its own pod
+// set's), else the last one left (a consumer of a shape the request never
+// asked for still uses its room). The pods' order is kept.
+func Unconsumed(pods, consumers []*apiv1.Pod) []*apiv1.Pod {
+	if len(consumers) == 0 {
+		return pods
+	}
+	if len(consumers) >= len(pods) {
+		return nil
+	}
+	taken := make([]bool, len(pods))
+	keys := make([]string, len(pods))
+	for i, p := range pods {
+		if i > 0 && samePodSpec(p, pods[i-1]) {
+			keys[i] = keys[i-1] // the pods of a set share their spec
+			continue
+		}
+		keys[i] = requestsKey(p)
+	}
+	for _, c := range consumers {
+		k, hit := requestsKey(c), -1
+		for i := range pods {
+			if !taken[i] && keys[i] == k {
+				hit = i
+				break
+			}
+		}
+		if hit < 0 {
+			for i := len(pods) - 1; i >= 0; i-- {
+				if !taken[i] {
+					hit = i
+					break
+				}
+			}
+		}
+		taken[hit] = true
+	}
+	out := make([]*apiv1.Pod, 0, len(pods)-len(consumers))
+	for i, p := range pods {
+		if !taken[i] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// samePodSpec says two pods made by Pods share their spec (one pod set).
+func samePodSpec(a, b *apiv1.Pod) bool {
+	return len(a.Spec.Containers) > 0 && len(b.Spec.Containers) > 0 && &a.Spec.Containers[0] == &b.Spec.Containers[0]
+}
+
+// requestsKey is a pod's resource requests, as a comparable string.
+func requestsKey(p *apiv1.Pod) string {
+	req := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
+	names := make([]string, 0, len(req))
+	for n := range req {
+		names = append(names, string(n))
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, n := range names {
+		q := req[apiv1.ResourceName(n)]
+		b.WriteString(n + "=" + q.String() + ";")
+	}
+	return b.String()
 }

@@ -124,7 +124,7 @@ func TestTooManyPodsFailWithoutPods(t *testing.T) {
 		t.Fatalf("Pods: err %v, want one naming 5001 pods and the bound 5000", err)
 	}
 	tr := NewTracker(DefaultOptions())
-	p := tr.Plan(r.CreationTimestamp.Time.Add(time.Second), []*ProvisioningRequest{r}, func(*ProvisioningRequest) int { return 0 }, get)
+	p := tr.Plan(r.CreationTimestamp.Time.Add(time.Second), []*ProvisioningRequest{r}, func(*ProvisioningRequest) []*apiv1.Pod { return nil }, get)
 	if len(p.ScaleUp) != 0 || len(p.Updates) != 1 {
 		t.Fatalf("plan %+v, want the request failed and not scaled up for", p)
 	}
@@ -155,4 +155,62 @@ func TestPodsOfASetShareTheirSpec(t *testing.T) {
 	if pods[0].Name == pods[2].Name || pods[0].UID == pods[2].UID {
 		t.Fatalf("pods share name or UID: %s %s", pods[0].UID, pods[2].UID)
 	}
+}
+
+// A consumer takes the room of a pod of its own shape (its pod set's),
+// not the last pod of the request.
+func TestUnconsumedTakesTheConsumersOwnPodSet(t *testing.T) {
+	gpu := podOf("8", "90")
+	cpu := podOf("0", "1")
+	r := &ProvisioningRequest{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "ns", UID: "u"},
+		Spec: ProvisioningRequestSpec{ProvisioningClassName: ClassCheckCapacity, PodSets: []PodSet{
+			{PodTemplateRef: Reference{Name: "gpu"}, Count: 2}, {PodTemplateRef: Reference{Name: "cpu"}, Count: 3}}}}
+	get := func(_, name string) (*apiv1.PodTemplate, error) {
+		p := map[string]*apiv1.Pod{"gpu": gpu, "cpu": cpu}[name]
+		return &apiv1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: name}, Template: apiv1.PodTemplateSpec{Spec: p.Spec}}, nil
+	}
+	pods, err := Pods(r, get)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(ps []*apiv1.Pod) (g, c int) {
+		for _, p := range ps {
+			if _, ok := p.Spec.Containers[0].Resources.Requests["nvidia.com/gpu"]; ok {
+				g++
+			} else {
+				c++
+			}
+		}
+		return g, c
+	}
+	for _, tc := range []struct {
+		name       string
+		consumers  []*apiv1.Pod
+		gpus, cpus int
+	}{
+		{"none", nil, 2, 3},
+		{"a GPU pod", []*apiv1.Pod{gpu}, 1, 3},
+		{"a CPU pod", []*apiv1.Pod{cpu}, 2, 2},
+		{"both GPU pods and a CPU pod", []*apiv1.Pod{gpu, cpu, gpu}, 0, 2},
+		{"a pod of another shape takes the last", []*apiv1.Pod{podOf("0", "7")}, 2, 2},
+		{"more GPU pods than asked", []*apiv1.Pod{gpu, gpu, gpu}, 0, 2},
+		{"all", []*apiv1.Pod{gpu, gpu, cpu, cpu, cpu}, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, c := count(Unconsumed(pods, tc.consumers))
+			if g != tc.gpus || c != tc.cpus {
+				t.Fatalf("left %d GPU and %d CPU pods, want %d and %d", g, c, tc.gpus, tc.cpus)
+			}
+		})
+	}
+}
+
+// podOf is a pod requesting gpus GPUs and cpu CPUs (a consumer, as the
+// API server defaulted it).
+func podOf(gpus, cpu string) *apiv1.Pod {
+	req := apiv1.ResourceList{apiv1.ResourceCPU: resource.MustParse(cpu)}
+	if gpus != "0" {
+		req["nvidia.com/gpu"] = resource.MustParse(gpus)
+	}
+	return &apiv1.Pod{Spec: apiv1.PodSpec{Containers: []apiv1.Container{{Name: "c", Resources: apiv1.ResourceRequirements{Requests: req}}}}}
 }

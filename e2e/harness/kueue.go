@@ -54,7 +54,8 @@ func ModuleDir(ctx context.Context, path, version string) (string, error) {
 // this module with GOFLAGS cleared and GOWORK off, so Kueue builds from its
 // own go.mod (it has no replace directives) and none of its dependencies
 // enter ours. The path carries the version, so a binary there is the one
-// wanted. Builds are serialised with the control plane's flock.
+// wanted; it appears whole (renamed into place). Builds are serialised
+// with the control plane's flock.
 func BuildKueue(ctx context.Context) (string, error) {
 	logger := klog.FromContext(ctx)
 	root, dir, err := binDir()
@@ -77,8 +78,20 @@ func BuildKueue(ctx context.Context) (string, error) {
 	}
 	logger.Info("Building Kueue's manager (the first build takes minutes)", "module", KueueModule, "version", KueueVersion, "path", bin)
 	start := time.Now()
-	if _, err := goOutside(ctx, []string{"GOBIN=" + gobin}, "install", KueueModule+"/cmd/kueue@"+KueueVersion); err != nil {
+	// Installed into a temporary directory beside it, then renamed: an
+	// executable at bin is always whole (go install may copy its output
+	// in place, and a build cut short would leave a part of it there for
+	// the next run to take as built).
+	tmp, err := os.MkdirTemp(gobin, ".build-")
+	if err != nil {
+		return "", fmt.Errorf("building Kueue: %w", err)
+	}
+	defer func() { _ = os.RemoveAll(tmp) }()
+	if _, err := goOutside(ctx, []string{"GOBIN=" + tmp}, "install", KueueModule+"/cmd/kueue@"+KueueVersion); err != nil {
 		return "", fmt.Errorf("building Kueue %s: %w", KueueVersion, err)
+	}
+	if err := os.Rename(filepath.Join(tmp, "kueue"), bin); err != nil {
+		return "", fmt.Errorf("building Kueue: %w", err)
 	}
 	logger.Info("Built Kueue's manager", "path", bin, "duration", time.Since(start).Round(time.Second))
 	return bin, nil

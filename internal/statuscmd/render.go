@@ -97,8 +97,9 @@ func renderTable(w io.Writer, v *View, now time.Time) error {
 	if err := renderProvisioningRequests(w, v.ProvisioningRequests, now); err != nil {
 		return err
 	}
-	// The CapacityBuffers' section goes here, in the same style, once the
-	// status ConfigMap has one (see View).
+	if err := renderCapacityBuffers(w, v.CapacityBuffers); err != nil {
+		return err
+	}
 	fmt.Fprintln(w)
 	for _, line := range summary(v, now) {
 		fmt.Fprintln(w, line)
@@ -321,6 +322,38 @@ func renderProvisioningRequests(w io.Writer, p *core.ProvisioningRequestsStatus,
 	}
 	if p.More > 0 {
 		fmt.Fprintf(w, "(and %d more booked or waiting)\n", p.More)
+	}
+	return nil
+}
+
+// renderCapacityBuffers lists the buffers: each one's chunks and where
+// they are (warm on ready nodes, coming, fitting nowhere and why), then
+// how many were left out and how many of other strategies were left
+// alone.
+func renderCapacityBuffers(w io.Writer, b *core.CapacityBuffersStatus) error {
+	if b == nil || len(b.Buffers)+b.More+b.OtherStrategies == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	if len(b.Buffers) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+		fmt.Fprintln(tw, "BUFFER\tCHUNKS\tWARM\tCOMING\tUNPLACED\tMESSAGE")
+		for _, e := range b.Buffers {
+			msg := oneLine(e.Message)
+			if msg == "" {
+				msg = "-"
+			}
+			fmt.Fprintln(tw, strings.Join([]string{e.Buffer, itoa(e.Chunks), itoa(e.Warm), itoa(e.Coming), itoa(e.Unplaced), msg}, "\t"))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if b.More > 0 {
+		fmt.Fprintf(w, "(and %d more)\n", b.More)
+	}
+	if b.OtherStrategies > 0 {
+		fmt.Fprintf(w, "%d %s of other strategies left alone\n", b.OtherStrategies, plural(b.OtherStrategies, "buffer", "buffers"))
 	}
 	return nil
 }

@@ -110,12 +110,59 @@ func TestTableFromStatus(t *testing.T) {
 			More: 2,
 		},
 	}
+	buffers := core.Status{
+		LastChange: now.Add(-time.Minute), Nodes: 2, ReadyNodes: 2,
+		NodeGroups:   []core.GroupStatus{{Name: "gpu", Min: 0, Max: 10, Target: intp(2), Ready: 2}},
+		NodeAddition: core.NodeAdditionStatus{Smoothing: true},
+		ProvisioningRequests: &core.ProvisioningRequestsStatus{
+			Requests: []core.ProvisioningRequestCount{{Class: checkClass, Condition: "Provisioned", Requests: 1}}},
+		CapacityBuffers: &core.CapacityBuffersStatus{
+			Buffers: []core.CapacityBufferStatus{
+				{Buffer: "ml/warm", Chunks: 4, Warm: 3, Coming: 1},
+				{Buffer: "ml/big", Chunks: 5, Warm: 1, Coming: 2, Unplaced: 2,
+					Message: "node group gpu: max size reached\n(10 nodes)."},
+				{Buffer: "web/broken", Message: "not ready: scalableRef apps/v1 Deployment web/gone not found"},
+			},
+			More: 17, OtherStrategies: 2,
+		},
+	}
+	otherBuffers := core.Status{
+		LastChange: now.Add(-time.Minute), Nodes: 2, ReadyNodes: 2,
+		NodeGroups:      []core.GroupStatus{{Name: "gpu", Min: 0, Max: 10, Target: intp(2), Ready: 2}},
+		NodeAddition:    core.NodeAdditionStatus{Smoothing: true},
+		CapacityBuffers: &core.CapacityBuffersStatus{OtherStrategies: 1},
+	}
 	tests := []struct {
 		name string
 		st   core.Status
 		rows [][]string // the table's header and rows, by cell
 		want []string   // lines under the table
 	}{
+		{"CapacityBuffers after the requests", buffers, [][]string{
+			{"NODE GROUP", "MIN", "TARGET", "MAX", "READY", "UPCOMING", "PREFLIGHT", "FAILED", "WARM", "QUEUED", "BACKOFF"},
+			{"gpu", "0", "2", "10", "2", "0", "0", "0", "-", "-", "-"},
+			{""},
+			{"PROVISIONING CLASS", "PROVISIONED"},
+			{checkClass, "1"},
+			{""},
+			{"BUFFER", "CHUNKS", "WARM", "COMING", "UNPLACED", "MESSAGE"},
+			{"ml/warm", "4", "3", "1", "0", "-"},
+			{"ml/big", "5", "1", "2", "2", "node group gpu: max size reached (10 nodes)"},
+			{"web/broken", "0", "0", "0", "0", "not ready: scalableRef apps/v1 Deployment web/gone not found"},
+			{"(and 17 more)"},
+			{"2 buffers of other strategies left alone"},
+			{""},
+		}, []string{
+			"WARNING: CapacityBuffer ml/big: 2 of 5 chunks fit nowhere: node group gpu: max size reached (10 nodes).\n",
+		}},
+		{"CapacityBuffers of other strategies only", otherBuffers, [][]string{
+			{"NODE GROUP", "MIN", "TARGET", "MAX", "READY", "UPCOMING", "PREFLIGHT", "FAILED", "WARM", "QUEUED", "BACKOFF"},
+			{"gpu", "0", "2", "10", "2", "0", "0", "0", "-", "-", "-"},
+			{""},
+			{"1 buffer of other strategies left alone"},
+			{""},
+			{"From configmap kube-system/vmss-autoscaler-status, changed 1m ago (2026-05-04T03:01:01Z)."},
+		}, nil},
 		{"ProvisioningRequests booked and waiting", provreqs, [][]string{
 			{"NODE GROUP", "MIN", "TARGET", "MAX", "READY", "UPCOMING", "PREFLIGHT", "FAILED", "WARM", "QUEUED", "BACKOFF"},
 			{"gpu", "0", "2", "10", "2", "0", "0", "0", "-", "-", "-"},
@@ -231,6 +278,13 @@ func TestJSONAndYAML(t *testing.T) {
 			Booked:   []core.BookedRequest{{Request: "ml/train", Class: atomicClass, Pods: 8, Until: now.Add(10 * time.Minute)}},
 			Waiting:  []core.WaitingRequest{{Request: "ml/check", Class: checkClass, RetryAt: now.Add(time.Minute), Message: "1 of 2 pods fit"}},
 			More:     4,
+		},
+		CapacityBuffers: &core.CapacityBuffersStatus{
+			Buffers: []core.CapacityBufferStatus{
+				{Buffer: "ml/warm", Chunks: 2, Warm: 2},
+				{Buffer: "ml/big", Chunks: 5, Warm: 1, Coming: 2, Unplaced: 2, Message: "no node group can take them"},
+			},
+			More: 1, OtherStrategies: 3,
 		}}
 	v := FromStatus("configmap ns/name", st)
 	var js, ys bytes.Buffer
@@ -256,7 +310,11 @@ func TestJSONAndYAML(t *testing.T) {
 		if !reflect.DeepEqual(got.ProvisioningRequests, st.ProvisioningRequests) {
 			t.Errorf("provisioningRequests = %+v, want %+v", got.ProvisioningRequests, st.ProvisioningRequests)
 		}
-		if want := []string{"1 or more ProvisioningRequests not provisioned, next retry at 2026-05-04T03:03:01Z"}; !reflect.DeepEqual(got.Warnings, want) {
+		if !reflect.DeepEqual(got.CapacityBuffers, st.CapacityBuffers) {
+			t.Errorf("capacityBuffers = %+v, want %+v", got.CapacityBuffers, st.CapacityBuffers)
+		}
+		if want := []string{"1 or more ProvisioningRequests not provisioned, next retry at 2026-05-04T03:03:01Z",
+			"CapacityBuffer ml/big: 2 of 5 chunks fit nowhere: no node group can take them"}; !reflect.DeepEqual(got.Warnings, want) {
 			t.Errorf("warnings = %q, want %q", got.Warnings, want)
 		}
 	}
@@ -294,6 +352,57 @@ func TestProvisioningRequestsWarning(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := &core.Status{NodeGroups: []core.GroupStatus{{Name: "a", Max: 1}}, ProvisioningRequests: tc.p}
+			if got := FromStatus("configmap ns/name", st).Warnings; !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("warnings = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestCapacityBuffersWarning: a warning per buffer with chunks that fit
+// nowhere, at most maxBufferWarnings of them, then how many more; none
+// when every chunk has a place.
+func TestCapacityBuffersWarning(t *testing.T) {
+	unplaced := func(names ...string) []core.CapacityBufferStatus {
+		var out []core.CapacityBufferStatus
+		for i, n := range names {
+			out = append(out, core.CapacityBufferStatus{Buffer: n, Chunks: 5, Warm: 4 - i, Unplaced: i + 1, Message: "no node group can take them"})
+		}
+		return out
+	}
+	placed := core.CapacityBufferStatus{Buffer: "ml/ok", Chunks: 3, Warm: 2, Coming: 1}
+	notReady := core.CapacityBufferStatus{Buffer: "ml/nr", Message: "not ready: podTemplateRef ml/t not found"}
+	for _, tc := range []struct {
+		name string
+		b    *core.CapacityBuffersStatus
+		want []string
+	}{
+		{"off", nil, nil},
+		{"all placed, not ready, others left alone", &core.CapacityBuffersStatus{
+			Buffers: []core.CapacityBufferStatus{placed, notReady}, More: 4, OtherStrategies: 2}, nil},
+		{"one", &core.CapacityBuffersStatus{Buffers: append([]core.CapacityBufferStatus{placed}, unplaced("ml/a")...)},
+			[]string{"CapacityBuffer ml/a: 1 of 5 chunks fit nowhere: no node group can take them"}},
+		{"no message, one line", &core.CapacityBuffersStatus{Buffers: []core.CapacityBufferStatus{
+			{Buffer: "ml/a", Chunks: 2, Unplaced: 2},
+			{Buffer: "ml/b", Chunks: 3, Unplaced: 1, Message: "node group gpu:\n  quota exceeded."}}},
+			[]string{"CapacityBuffer ml/a: 2 of 2 chunks fit nowhere", "CapacityBuffer ml/b: 1 of 3 chunks fit nowhere: node group gpu: quota exceeded"}},
+		{"three, no more", &core.CapacityBuffersStatus{Buffers: unplaced("ml/a", "ml/b", "ml/c")}, []string{
+			"CapacityBuffer ml/a: 1 of 5 chunks fit nowhere: no node group can take them",
+			"CapacityBuffer ml/b: 2 of 5 chunks fit nowhere: no node group can take them",
+			"CapacityBuffer ml/c: 3 of 5 chunks fit nowhere: no node group can take them"}},
+		{"five, two more", &core.CapacityBuffersStatus{Buffers: append(unplaced("ml/a", "ml/b", "ml/c", "ml/d"), placed, unplaced("ml/e")[0])}, []string{
+			"CapacityBuffer ml/a: 1 of 5 chunks fit nowhere: no node group can take them",
+			"CapacityBuffer ml/b: 2 of 5 chunks fit nowhere: no node group can take them",
+			"CapacityBuffer ml/c: 3 of 5 chunks fit nowhere: no node group can take them",
+			"and 2 more CapacityBuffers with chunks that fit nowhere"}},
+		{"four, some left out of the status", &core.CapacityBuffersStatus{Buffers: unplaced("ml/a", "ml/b", "ml/c", "ml/d"), More: 20}, []string{
+			"CapacityBuffer ml/a: 1 of 5 chunks fit nowhere: no node group can take them",
+			"CapacityBuffer ml/b: 2 of 5 chunks fit nowhere: no node group can take them",
+			"CapacityBuffer ml/c: 3 of 5 chunks fit nowhere: no node group can take them",
+			"and at least 1 more CapacityBuffer with chunks that fit nowhere"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &core.Status{NodeGroups: []core.GroupStatus{{Name: "a", Max: 1}}, CapacityBuffers: tc.b}
 			if got := FromStatus("configmap ns/name", st).Warnings; !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("warnings = %q, want %q", got, tc.want)
 			}

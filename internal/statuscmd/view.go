@@ -38,14 +38,15 @@ type View struct {
 	// condition, their bookings and those waiting for a retry (status
 	// ConfigMap only, with --enable-provisioning-requests).
 	ProvisioningRequests *core.ProvisioningRequestsStatus `json:"provisioningRequests,omitempty"`
-	// The CapacityBuffers' section goes here, the status ConfigMap's own
-	// type as Health and ProvisioningRequests are, once the
-	// capacity-buffers phase writes one (then FromStatus copies it,
-	// renderTable lists it after the requests and capacityWarnings warns).
+	// CapacityBuffers are where the buffers' chunks are: warm, coming or
+	// fitting nowhere (status ConfigMap only, with
+	// --enable-capacity-buffers).
+	CapacityBuffers *core.CapacityBuffersStatus `json:"capacityBuffers,omitempty"`
 
 	// Warnings are what an operator must know first: the unready guard,
 	// the replacement brake, a fallback configuration, gangs held whole,
-	// health breakers and pause, ProvisioningRequests not provisioned.
+	// health breakers and pause, ProvisioningRequests not provisioned,
+	// CapacityBuffers' chunks that fit nowhere.
 	Warnings []string `json:"warnings,omitempty"`
 }
 
@@ -158,6 +159,7 @@ func FromStatus(source string, st *core.Status) *View {
 	v.Health = st.Health
 	v.Warnings = append(v.Warnings, healthWarnings(st)...)
 	v.ProvisioningRequests = st.ProvisioningRequests
+	v.CapacityBuffers = st.CapacityBuffers
 	v.Warnings = append(v.Warnings, capacityWarnings(st)...)
 	for _, g := range na.HeldGangs {
 		v.Warnings = append(v.Warnings, fmt.Sprintf("gang %s waits whole for its %d nodes, held by %s", g.Gang, g.Nodes, g.HeldBy))
@@ -376,9 +378,14 @@ func healthWarnings(st *core.Status) []string {
 	return out
 }
 
+// maxBufferWarnings bounds the CapacityBuffers' warnings: one line per
+// buffer with chunks that fit nowhere, then how many more.
+const maxBufferWarnings = 3
+
 // capacityWarnings are the warnings of capacity asked for ahead of pods:
-// ProvisioningRequests waiting for a retry, with the earliest. (The
-// CapacityBuffers' warnings join them with the buffers' status section.)
+// ProvisioningRequests waiting for a retry, with the earliest, and
+// CapacityBuffers with chunks that fit nowhere, one line each (the first
+// maxBufferWarnings, then how many more).
 // The time is absolute: the warnings are in -o json and yaml too; the
 // table's WAITING REQUEST rows say how far off each retry is.
 func capacityWarnings(st *core.Status) []string {
@@ -398,5 +405,37 @@ func capacityWarnings(st *core.Status) []string {
 		out = append(out, fmt.Sprintf("%s %s not provisioned, next retry at %s",
 			n, plural(len(p.Waiting)+p.More, "ProvisioningRequest", "ProvisioningRequests"), next.UTC().Format(time.RFC3339)))
 	}
+	if b := st.CapacityBuffers; b != nil {
+		listed, extra := 0, 0
+		for _, e := range b.Buffers {
+			if e.Unplaced <= 0 {
+				continue
+			}
+			if listed == maxBufferWarnings {
+				extra++
+				continue
+			}
+			listed++
+			w := fmt.Sprintf("CapacityBuffer %s: %d of %d chunks fit nowhere", e.Buffer, e.Unplaced, e.Chunks)
+			if msg := oneLine(e.Message); msg != "" {
+				w += ": " + msg
+			}
+			out = append(out, w)
+		}
+		if extra > 0 {
+			n := itoa(extra) + " more"
+			if b.More > 0 {
+				// The buffers left out of the status may have some too.
+				n = "at least " + n
+			}
+			out = append(out, fmt.Sprintf("and %s %s with chunks that fit nowhere", n, plural(extra, "CapacityBuffer", "CapacityBuffers")))
+		}
+	}
 	return out
+}
+
+// oneLine is a message on one line, without the full stop the warning
+// line adds.
+func oneLine(msg string) string {
+	return strings.TrimRight(strings.Join(strings.Fields(msg), " "), ".")
 }

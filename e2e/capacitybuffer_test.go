@@ -1,0 +1,182 @@
+package e2e
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/capacitybuffer"
+	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
+)
+
+func bufferGVR() schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: capacitybuffer.Group, Version: capacitybuffer.Version, Resource: capacitybuffer.Resource}
+}
+
+// TestCapacityBufferKeepsWarmGPUNodes: a CapacityBuffer of two whole-node
+// GPU chunks, applied with the chart's CRD, buys two H100 nodes on an
+// empty scale set and says so on its status; a GPU pod created then runs
+// at once on one of them (no node bought for it), and the buffer buys
+// one more to be whole again; scale-down, active all along, removes the
+// node the pod leaves behind but never a node holding the buffer's room;
+// the buffer gone, its nodes go too. The Capacity requests dashboard's
+// buffer panels show data from a real Prometheus.
+//
+// The only scenario that enables CapacityBuffers: its autoscaler handles
+// every buffer in the cluster (as it would in its own), and scenarios
+// share one API server.
+func TestCapacityBufferKeepsWarmGPUNodes(t *testing.T) {
+	t.Parallel()
+	root, err := harness.RepoRoot()
+	must(t, err)
+	sc := newScenario(t)
+	start := time.Now()
+	must(t, installCRDs(sc.ctx, sc.s.cp.RESTConfig, []string{filepath.Join(root, "charts", "vmss-autoscaler", "crds", "autoscaling.x-k8s.io_capacitybuffers.yaml")}, nil))
+	gpu := sc.scaleSet("gpu", h100, 0, nil)
+	as := sc.autoscaler("autoscaler", fastScaleDown("--nodes=0:4:"+gpu, "--enable-capacity-buffers",
+		"--scale-down-brake-cluster-share=1", "--scale-down-brake-group-share=1")...)
+	prom := sc.prometheus(sc.addr(as))
+	sc.eventually("CapacityBuffers served", 30*time.Second, func() (bool, string) {
+		return sc.logContains(as, "CapacityBuffers: serving"), "not yet"
+	})
+	sc.podTemplate("chunk", gpu)
+	sc.createBuffer("warm", "chunk", 2)
+
+	sc.eventually("the buffer Ready and Provisioning with 2 chunks", time.Minute, func() (bool, string) {
+		b := sc.buffer("warm")
+		r, p := apimeta.FindStatusCondition(b.Status.Conditions, capacitybuffer.ReadyForProvisioning), apimeta.FindStatusCondition(b.Status.Conditions, capacitybuffer.Provisioning)
+		ok := r != nil && r.Status == metav1.ConditionTrue && p != nil && p.Status == metav1.ConditionTrue && b.Status.Replicas != nil && *b.Status.Replicas == 2
+		return ok, fmt.Sprintf("status %+v", b.Status)
+	})
+	sc.warmChunks(as, 2, 2*time.Minute)
+	sc.eventually("two ready GPU nodes", time.Minute, func() (bool, string) {
+		return len(sc.readyNodeNames(gpu)) == 2, fmt.Sprint(sc.readyNodeNames(gpu))
+	})
+	warmNodes := sc.readyNodeNames(gpu)
+
+	// A pod of the chunk's shape runs at once on a warm node.
+	sc.workload("job", 1, "90", 8, gpu)
+	sc.eventually("the job's pod Running on a warm node", time.Minute, func() (bool, string) {
+		pods := sc.appPods("job")
+		if len(pods) != 1 || pods[0].Status.Phase != "Running" {
+			return false, fmt.Sprintf("%d pods", len(pods))
+		}
+		return slices.Contains(warmNodes, pods[0].Spec.NodeName), "on " + pods[0].Spec.NodeName
+	})
+	sc.eventually("the buffer whole again on a third node", 2*time.Minute, func() (bool, string) {
+		n := len(sc.readyNodeNames(gpu))
+		return n == 3 && sc.warmChunksNow(as) == 2, fmt.Sprintf("%d nodes, warm %v", n, sc.warmChunksNow(as))
+	})
+	// The job goes: its node is empty and removed; the buffer's stay.
+	must(t, sc.s.cp.Client.AppsV1().Deployments(sc.ns).Delete(sc.ctx, "job", metav1.DeleteOptions{}))
+	held := map[string]bool{}
+	sc.eventually("the job's node removed, the buffer's kept", 2*time.Minute, func() (bool, string) {
+		nodes := sc.readyNodeNames(gpu)
+		if len(held) == 0 && len(nodes) == 3 {
+			return false, "3 nodes"
+		}
+		if len(held) == 0 {
+			for _, n := range nodes {
+				held[n] = true
+			}
+		}
+		for n := range held {
+			if !slices.Contains(nodes, n) {
+				t.Fatalf("node %s removed while it held the buffer's room (nodes %v)", n, nodes)
+			}
+		}
+		return len(nodes) == 2 && sc.capacity(gpu) == 2 && sc.warmChunksNow(as) == 2, fmt.Sprintf("nodes %v, capacity %d", nodes, sc.capacity(gpu))
+	})
+	sc.panelsShowData(prom, "capacity-requests.json", "capacity_buffer", start)
+	// The buffer gone, its nodes go.
+	must(t, sc.dynamic().Resource(bufferGVR()).Namespace(sc.ns).Delete(sc.ctx, "warm", metav1.DeleteOptions{}))
+	sc.eventually("the buffer's nodes removed", 2*time.Minute, sc.capacityIs(gpu, 0))
+}
+
+// createBuffer creates a CapacityBuffer of replicas chunks of a PodTemplate.
+func (sc *scenario) createBuffer(name, template string, replicas int64) {
+	sc.t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": capacitybuffer.GroupVersion.String(), "kind": capacitybuffer.Kind,
+		"metadata": map[string]any{"name": name, "namespace": sc.ns},
+		"spec":     map[string]any{"podTemplateRef": map[string]any{"name": template}, "replicas": replicas},
+	}}
+	if _, err := sc.dynamic().Resource(bufferGVR()).Namespace(sc.ns).Create(sc.ctx, u, metav1.CreateOptions{}); err != nil {
+		sc.t.Fatalf("creating CapacityBuffer %s: %v", name, err)
+	}
+}
+
+// buffer reads a CapacityBuffer.
+func (sc *scenario) buffer(name string) capacitybuffer.CapacityBuffer {
+	sc.t.Helper()
+	u, err := sc.dynamic().Resource(bufferGVR()).Namespace(sc.ns).Get(sc.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		sc.t.Fatal(err)
+	}
+	var b capacitybuffer.CapacityBuffer
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &b); err != nil {
+		sc.t.Fatal(err)
+	}
+	return b
+}
+
+// warmChunksNow is the autoscaler's count of chunks holding room on ready nodes.
+func (sc *scenario) warmChunksNow(as *harness.Process) float64 {
+	_, body := sc.get(as, "/metrics")
+	return metricValue(body, `vmss_autoscaler_capacity_buffer_pods{state="warm"}`)
+}
+
+// warmChunks waits for n warm chunks.
+func (sc *scenario) warmChunks(as *harness.Process, n float64, timeout time.Duration) {
+	sc.t.Helper()
+	sc.eventually(fmt.Sprintf("%v warm chunks", n), timeout, func() (bool, string) {
+		v := sc.warmChunksNow(as)
+		return v == n, fmt.Sprintf("warm %v", v)
+	})
+}
+
+// readyNodeNames are the names of the set's Ready nodes.
+func (sc *scenario) readyNodeNames(set string) []string {
+	var out []string
+	for _, n := range sc.nodeList(set) {
+		for _, c := range n.Status.Conditions {
+			if c.Type == "Ready" && c.Status == "True" && n.DeletionTimestamp == nil {
+				out = append(out, n.Name)
+			}
+		}
+	}
+	return out
+}
+
+// panelsShowData waits until every panel query of a dashboard that names
+// metric returns data from the scenario's Prometheus since start.
+func (sc *scenario) panelsShowData(prom *prometheus, dashboard, metric string, start time.Time) {
+	sc.t.Helper()
+	var queries []panelQuery
+	for _, q := range dashboardQueries(sc.t) {
+		if q.Dashboard == dashboard && strings.Contains(q.Expr, metric) {
+			queries = append(queries, q)
+		}
+	}
+	if len(queries) == 0 {
+		sc.t.Fatalf("no panel of %s queries %s", dashboard, metric)
+	}
+	sc.eventually(fmt.Sprintf("the %d %s panels of %s to show data", len(queries), metric, dashboard), time.Minute, func() (bool, string) {
+		var missing []string
+		for _, q := range queries {
+			if n, err := prom.seriesOver(sc.ctx, q.Expr, start); err != nil || n == 0 {
+				missing = append(missing, fmt.Sprintf("%s (%s): %v, %d series", q.Panel, q.Expr, err, n))
+			}
+		}
+		return len(missing) == 0, strings.Join(missing, "; ")
+	})
+}
