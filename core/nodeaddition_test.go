@@ -152,14 +152,14 @@ func TestAdaptiveRateFollowsAPIServerHealth(t *testing.T) {
 		}
 	}
 	e.run()
-	step(3)
+	step(1) // 429s cut the rate in the loop that sees them
 	if got := testutil.ToFloat64(e.a.metrics.AdditionRate); got != 30 {
 		t.Fatalf("rate %v after 429s, want halved to 30", got)
 	}
 	if got := testutil.ToFloat64(e.a.metrics.AdditionRateReason.WithLabelValues(ratelimit.Reason429)); got != 1 {
 		t.Fatalf("rate reason client-429 = %v, want 1", got)
 	}
-	step(6)
+	step(2) // still 429s: halved again (at most once per 10 s), to the bound
 	if got := testutil.ToFloat64(e.a.metrics.AdditionRate); got != 15 {
 		t.Fatalf("rate %v, want the lower bound 15", got)
 	}

@@ -25,8 +25,8 @@ func Reasons() []string {
 }
 
 // AdaptiveOptions bound the adaptive controller: it cuts the rate by
-// DecreaseFactor on trouble and raises it by IncreaseStep while healthy,
-// at most once per Interval, within [Min, Max].
+// DecreaseFactor on trouble and raises it while healthy (doubling it in
+// slow start, then by IncreaseStep once per Interval), within [Min, Max].
 type AdaptiveOptions struct {
 	Min, Max       float64
 	DecreaseFactor float64
@@ -90,65 +90,114 @@ type Change struct {
 }
 
 // Adaptive is the controller. Not safe for concurrent use: the loop owns it.
+//
+// It starts in slow start, as TCP does: while the API server is healthy
+// and the rate is what holds demand back, the rate doubles every third of
+// an Interval, so a burst on a healthy control plane reaches the upper
+// bound within the first minute (100 → 200 nodes a minute in 10 s with the
+// defaults), not after minutes of additive steps. The first sign of
+// trouble ends slow start for good; from then on the rate rises by
+// IncreaseStep once per Interval. Trouble the API server states outright
+// (429s, API Priority and Fairness rejections, 5xx) cuts the rate in the
+// loop that sees it, not at the end of the interval, at most once per
+// third of an Interval (one burst of errors is one cut); a latency share
+// above SlowShare is judged over a whole interval.
 type Adaptive struct {
 	opts    AdaptiveOptions
 	rate    float64
 	reason  string
 	last    time.Time
+	lastCut time.Time
 	limited bool
+	// acc are the signals since the last decision.
+	acc       Signals
+	slowStart bool
 }
 
-// NewAdaptive starts at rate.
+// NewAdaptive starts at rate, in slow start.
 func NewAdaptive(rate float64, o AdaptiveOptions) (*Adaptive, error) {
 	if err := o.Validate(rate); err != nil {
 		return nil, err
 	}
-	return &Adaptive{opts: o, rate: rate, reason: ReasonConfigured}, nil
+	return &Adaptive{opts: o, rate: rate, reason: ReasonConfigured, slowStart: true}, nil
 }
 
 // Rate is the current rate and why.
 func (a *Adaptive) Rate() (float64, string) { return a.rate, a.reason }
 
-// Update is called every loop. limited says whether the rate held demand
-// back in this loop. At most once per Interval it takes the signals and
-// moves the rate: multiplicative decrease on trouble, additive increase
-// while healthy and the rate is what holds demand back (a rate raised while
-// idle would only turn into a burst later). ok is false when the interval
-// has not passed.
+// SlowStart says the rate still doubles while healthy (no trouble seen yet).
+func (a *Adaptive) SlowStart() bool { return a.slowStart }
+
+// Update is called every loop, with the signals since the last call
+// (take). limited says whether the rate held demand back in this loop.
+// It cuts the rate at once on 429s, flow-control rejections and 5xx (see
+// Adaptive); otherwise, once per period (a third of Interval in slow
+// start, Interval after), it decides on the period's signals:
+// multiplicative decrease on trouble, increase while healthy and the rate
+// is what holds demand back (a rate raised while idle would only turn into
+// a burst later). ok is false when nothing was decided.
 func (a *Adaptive) Update(now time.Time, limited bool, take func() Signals) (c Change, ok bool) {
-	a.limited = a.limited || limited
-	if a.last.IsZero() {
-		a.last = now
-		take() // start the first interval afresh
-		return Change{}, false
-	}
-	if now.Sub(a.last) < a.opts.Interval {
-		return Change{}, false
-	}
-	a.last = now
 	s := take()
-	c = Change{From: a.rate, Signals: s}
-	if why := a.trouble(s); why != "" {
-		a.rate = math.Max(a.opts.Min, a.rate*a.opts.DecreaseFactor)
-		a.reason = why
-	} else {
-		switch {
-		case !a.limited:
-			a.reason = ReasonSteady
-		case a.rate >= a.opts.Max:
-			a.reason = ReasonAtMax
-		default:
-			a.rate = math.Min(a.opts.Max, a.rate+a.opts.IncreaseStep)
-			a.reason = ReasonHealthy
-		}
+	if a.last.IsZero() {
+		a.last = now // start the first period afresh: s is from before
+		a.limited = limited
+		return Change{}, false
 	}
-	a.limited = false
+	a.limited = a.limited || limited
+	a.acc.add(s)
+	if why := a.outright(s); why != "" && (a.lastCut.IsZero() || now.Sub(a.lastCut) >= a.opts.Interval/3) {
+		return a.cut(now, why), true
+	}
+	period := a.opts.Interval
+	if a.slowStart {
+		period = a.opts.Interval / 3
+	}
+	if now.Sub(a.last) < period {
+		return Change{}, false
+	}
+	if why := a.trouble(a.acc); why != "" {
+		return a.cut(now, why), true
+	}
+	c = Change{From: a.rate, Signals: a.acc}
+	switch {
+	case !a.limited:
+		a.reason = ReasonSteady
+	case a.rate >= a.opts.Max:
+		a.reason = ReasonAtMax
+	case a.slowStart:
+		a.rate = math.Min(a.opts.Max, a.rate*2)
+		a.reason = ReasonHealthy
+	default:
+		a.rate = math.Min(a.opts.Max, a.rate+a.opts.IncreaseStep)
+		a.reason = ReasonHealthy
+	}
+	a.next(now)
 	c.To, c.Reason = a.rate, a.reason
 	return c, true
 }
 
-// trouble is the most telling sign of an overloaded API server, or "".
-func (a *Adaptive) trouble(s Signals) string {
+// cut decreases the rate for why and ends slow start.
+func (a *Adaptive) cut(now time.Time, why string) Change {
+	c := Change{From: a.rate, Signals: a.acc}
+	a.rate = math.Max(a.opts.Min, a.rate*a.opts.DecreaseFactor)
+	a.reason = why
+	a.slowStart = false
+	a.lastCut = now
+	a.next(now)
+	c.To, c.Reason = a.rate, a.reason
+	return c
+}
+
+// next starts a new period.
+func (a *Adaptive) next(now time.Time) {
+	a.last = now
+	a.acc = Signals{}
+	a.limited = false
+}
+
+// outright is trouble the API server states itself (429, flow-control
+// rejections, 5xx), or "".
+func (a *Adaptive) outright(s Signals) string {
 	switch {
 	case s.Throttled > 0:
 		return Reason429
@@ -156,7 +205,26 @@ func (a *Adaptive) trouble(s Signals) string {
 		return ReasonRejected
 	case s.ServerErrors > 0:
 		return Reason5xx
-	case s.Requests >= a.opts.MinRequests && float64(s.Slow) > a.opts.SlowShare*float64(s.Requests):
+	}
+	return ""
+}
+
+func (s *Signals) add(o Signals) {
+	s.Requests += o.Requests
+	s.Slow += o.Slow
+	s.Throttled += o.Throttled
+	s.ServerErrors += o.ServerErrors
+	s.Rejected += o.Rejected
+	s.RejectedKnown = s.RejectedKnown || o.RejectedKnown
+}
+
+// trouble is the most telling sign of an overloaded API server over a
+// period, or "".
+func (a *Adaptive) trouble(s Signals) string {
+	if why := a.outright(s); why != "" {
+		return why
+	}
+	if s.Requests >= a.opts.MinRequests && float64(s.Slow) > a.opts.SlowShare*float64(s.Requests) {
 		return ReasonLatency
 	}
 	return ""

@@ -22,30 +22,36 @@ func signals(s Signals) func() Signals { return func() Signals { return s } }
 func TestAdaptiveDecisions(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
+		slowStart  bool
 		rate       float64
 		limited    bool
 		s          Signals
 		want       float64
 		wantReason string
 	}{
-		{"healthy and the rate holds demand back: additive increase", 100, true, Signals{Requests: 50, RejectedKnown: true}, 110, ReasonHealthy},
-		{"healthy but idle: unchanged", 100, false, Signals{Requests: 50}, 100, ReasonSteady},
-		{"healthy at the upper bound", 200, true, Signals{Requests: 50}, 200, ReasonAtMax},
-		{"increase stops at the upper bound", 195, true, Signals{Requests: 50}, 200, ReasonHealthy},
-		{"a 429 halves the rate", 100, true, Signals{Requests: 50, Throttled: 1}, 50, Reason429},
-		{"flow-control rejections halve it", 100, true, Signals{Requests: 50, Rejected: 3, RejectedKnown: true}, 50, ReasonRejected},
-		{"rejections unknown are not trouble", 100, true, Signals{Requests: 50, Rejected: 3}, 110, ReasonHealthy},
-		{"5xx halves it", 100, false, Signals{Requests: 50, ServerErrors: 2}, 50, Reason5xx},
-		{"more than 10% slow halves it", 100, true, Signals{Requests: 50, Slow: 6}, 50, ReasonLatency},
-		{"10% slow exactly is still healthy", 100, true, Signals{Requests: 50, Slow: 5}, 110, ReasonHealthy},
-		{"too few requests to judge latency", 100, true, Signals{Requests: 4, Slow: 4}, 110, ReasonHealthy},
-		{"the cut stops at the lower bound", 15, true, Signals{Requests: 50, Throttled: 9}, 10, Reason429},
-		{"429 wins over the other signs", 100, true, Signals{Requests: 50, Throttled: 1, ServerErrors: 5, Slow: 40}, 50, Reason429},
+		{"healthy and the rate holds demand back: additive increase", false, 100, true, Signals{Requests: 50, RejectedKnown: true}, 110, ReasonHealthy},
+		{"healthy but idle: unchanged", false, 100, false, Signals{Requests: 50}, 100, ReasonSteady},
+		{"healthy at the upper bound", false, 200, true, Signals{Requests: 50}, 200, ReasonAtMax},
+		{"increase stops at the upper bound", false, 195, true, Signals{Requests: 50}, 200, ReasonHealthy},
+		{"a 429 halves the rate", false, 100, true, Signals{Requests: 50, Throttled: 1}, 50, Reason429},
+		{"flow-control rejections halve it", false, 100, true, Signals{Requests: 50, Rejected: 3, RejectedKnown: true}, 50, ReasonRejected},
+		{"rejections unknown are not trouble", false, 100, true, Signals{Requests: 50, Rejected: 3}, 110, ReasonHealthy},
+		{"5xx halves it", false, 100, false, Signals{Requests: 50, ServerErrors: 2}, 50, Reason5xx},
+		{"more than 10% slow halves it", false, 100, true, Signals{Requests: 50, Slow: 6}, 50, ReasonLatency},
+		{"10% slow exactly is still healthy", false, 100, true, Signals{Requests: 50, Slow: 5}, 110, ReasonHealthy},
+		{"too few requests to judge latency", false, 100, true, Signals{Requests: 4, Slow: 4}, 110, ReasonHealthy},
+		{"the cut stops at the lower bound", false, 15, true, Signals{Requests: 50, Throttled: 9}, 10, Reason429},
+		{"429 wins over the other signs", false, 100, true, Signals{Requests: 50, Throttled: 1, ServerErrors: 5, Slow: 40}, 50, Reason429},
+		{"slow start: healthy and limited doubles", true, 40, true, Signals{Requests: 50}, 80, ReasonHealthy},
+		{"slow start: doubling stops at the upper bound", true, 150, true, Signals{Requests: 50}, 200, ReasonHealthy},
+		{"slow start: idle is unchanged", true, 100, false, Signals{Requests: 50}, 100, ReasonSteady},
+		{"slow start: latency halves it", true, 100, true, Signals{Requests: 50, Slow: 6}, 50, ReasonLatency},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := newAdaptive(t, tc.rate)
+			a.slowStart = tc.slowStart
 			if _, ok := a.Update(t0, false, signals(Signals{})); ok {
-				t.Fatal("the first update only starts the interval")
+				t.Fatal("the first update only starts the period")
 			}
 			c, ok := a.Update(t0.Add(30*time.Second), tc.limited, signals(tc.s))
 			if !ok {
@@ -57,31 +63,82 @@ func TestAdaptiveDecisions(t *testing.T) {
 			if r, why := a.Rate(); r != tc.want || why != tc.wantReason {
 				t.Fatalf("Rate() = %v %q", r, why)
 			}
+			if tc.wantReason != ReasonHealthy && tc.wantReason != ReasonSteady && tc.wantReason != ReasonAtMax && a.SlowStart() {
+				t.Fatal("slow start outlived trouble")
+			}
 		})
 	}
 }
 
 func TestAdaptiveOncePerIntervalAndSignalsAccumulate(t *testing.T) {
 	a := newAdaptive(t, 100)
-	taken := 0
-	take := func() Signals { taken++; return Signals{Requests: 10} }
+	a.slowStart = false
+	take := func() Signals { return Signals{Requests: 10} }
 	a.Update(t0, false, take)
 	for i := 1; i < 3; i++ { // 10 s loops inside the 30 s interval
 		if _, ok := a.Update(t0.Add(time.Duration(i)*10*time.Second), i == 1, take); ok {
 			t.Fatalf("decision %d s into the interval", i*10)
 		}
 	}
-	if taken != 1 {
-		t.Fatalf("signals taken %d times inside the interval, want once at the start", taken)
-	}
-	// The rate held demand back in one loop of the interval: that counts.
+	// The rate held demand back in one loop of the interval: that counts;
+	// the interval's signals add up (three loops after the first).
 	c, ok := a.Update(t0.Add(30*time.Second), false, take)
-	if !ok || c.To != 110 {
-		t.Fatalf("change %+v ok=%v, want an increase to 110", c, ok)
+	if !ok || c.To != 110 || c.Signals.Requests != 30 {
+		t.Fatalf("change %+v ok=%v, want an increase to 110 on 30 requests", c, ok)
 	}
 	// The next interval starts with no memory of the last one being limited.
 	if c, _ := a.Update(t0.Add(60*time.Second), false, take); c.To != 110 || c.Reason != ReasonSteady {
 		t.Fatalf("change %+v, want steady at 110", c)
+	}
+}
+
+// A burst on a healthy API server: with 1 s loops, the rate held back all
+// along and no trouble, the rate reaches its upper bound within the first
+// minute (additive steps of 10 every 30 s would take 9 minutes from 20).
+func TestAdaptiveSlowStartReachesMaxWithinAMinute(t *testing.T) {
+	for _, start := range []float64{20, 100} {
+		a := newAdaptive(t, start)
+		reached := time.Duration(-1)
+		for s := 0; s <= 60; s++ {
+			a.Update(t0.Add(time.Duration(s)*time.Second), true, signals(Signals{Requests: 5}))
+			if r, _ := a.Rate(); r == 200 && reached < 0 {
+				reached = time.Duration(s) * time.Second
+			}
+		}
+		if reached < 0 || reached > time.Minute {
+			r, _ := a.Rate()
+			t.Fatalf("from %v: rate %v after a minute, want the upper bound 200 within it", start, r)
+		}
+		t.Logf("from %v: the upper bound reached after %s", start, reached)
+	}
+}
+
+// Trouble the API server states outright cuts the rate in the loop that
+// sees it, once per burst (a third of the interval), and ends slow start.
+func TestAdaptiveCutsAtOnce(t *testing.T) {
+	a := newAdaptive(t, 100)
+	a.Update(t0, true, signals(Signals{}))
+	steps := []struct {
+		at      time.Duration
+		s       Signals
+		ok      bool
+		rate    float64
+		comment string
+	}{
+		{2 * time.Second, Signals{Requests: 5, Throttled: 1}, true, 50, "a 429 two seconds in: cut now"},
+		{3 * time.Second, Signals{Requests: 5, Throttled: 2}, false, 50, "the same burst a second later: no second cut"},
+		{9 * time.Second, Signals{Requests: 5}, false, 50, "healthy, inside the interval"},
+		{14 * time.Second, Signals{Requests: 5, ServerErrors: 1}, true, 25, "5xx after the cooldown: cut again"},
+		{44 * time.Second, Signals{Requests: 5}, true, 35, "a healthy interval after: +10, no more doubling"},
+	}
+	for _, st := range steps {
+		c, ok := a.Update(t0.Add(st.at), true, signals(st.s))
+		if r, _ := a.Rate(); ok != st.ok || r != st.rate {
+			t.Fatalf("%s: change %+v ok=%v rate %v, want ok=%v rate %v", st.comment, c, ok, r, st.ok, st.rate)
+		}
+	}
+	if a.SlowStart() {
+		t.Fatal("still in slow start after trouble")
 	}
 }
 
