@@ -80,6 +80,7 @@ FUZZ_TARGETS = \
 	./core/scaleup:FuzzParsePriorities \
 	./balloon:FuzzParsePolicies \
 	./core/health:FuzzParseHealthPolicy \
+	./core/capacitybuffer:FuzzResolve \
 	./ratelimit:FuzzParseRejected
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

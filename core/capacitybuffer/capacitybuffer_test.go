@@ -68,7 +68,8 @@ func limits(kv ...string) *ResourceList {
 
 func TestResolve(t *testing.T) {
 	api := &fakeAPI{
-		templates: map[string]*apiv1.PodTemplate{"ml/gpu": {ObjectMeta: metav1.ObjectMeta{Name: "gpu", Generation: 3}, Template: gpuTemplate("8", "64")}},
+		templates: map[string]*apiv1.PodTemplate{"ml/gpu": {ObjectMeta: metav1.ObjectMeta{Name: "gpu", Generation: 3}, Template: gpuTemplate("8", "64")},
+			"ml/tiny": {ObjectMeta: metav1.ObjectMeta{Name: "tiny"}, Template: gpuTemplate("1", "1m")}},
 		scalables: map[string]scalable{"ml/Deployment/trainer": {t: ptr(gpuTemplate("1", "8")), r: 10}, "ml/Deployment/zero": {t: ptr(gpuTemplate("1", "8")), r: 0}},
 	}
 	tmpl := &LocalObjectRef{Name: "gpu"}
@@ -104,6 +105,7 @@ func TestResolve(t *testing.T) {
 		{name: "too many chunks", spec: Spec{PodTemplateRef: tmpl, Replicas: i32(MaxChunks + 1)}, reason: ReasonInvalidSpec, errHas: "5001 chunks"},
 		{name: "negative replicas", spec: Spec{PodTemplateRef: tmpl, Replicas: i32(-1)}, reason: ReasonInvalidSpec, errHas: "spec.replicas: -1"},
 		{name: "limits bound nothing", spec: Spec{PodTemplateRef: tmpl, Limits: limits("memory", "1Ti")}, reason: ReasonInvalidSpec, errHas: "spec.limits (memory) bounds nothing"},
+		{name: "limits past int64 chunks", spec: Spec{PodTemplateRef: &LocalObjectRef{Name: "tiny"}, Limits: limits("cpu", "1E")}, reason: ReasonInvalidSpec, errHas: "more than the 5000"},
 		{name: "huge limits", spec: Spec{PodTemplateRef: tmpl, Limits: limits("nvidia.com/gpu", "1E")}, reason: ReasonInvalidSpec, errHas: "more than the 5000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -152,7 +152,9 @@ func chunksWithin(limits ResourceList, t *apiv1.PodTemplateSpec) (int32, string,
 		if lim.Sign() < 0 {
 			return 0, "", notReady(ReasonInvalidSpec, "spec.limits.%s: %s, must not be negative", n, lim.String())
 		}
-		k := int64(math.Floor(lim.AsApproximateFloat64() / per.AsApproximateFloat64()))
+		// Clamped before the conversion: a ratio past int64 (1E over 1m)
+		// would turn negative.
+		k := int64(math.Min(math.Floor(lim.AsApproximateFloat64()/per.AsApproximateFloat64()), MaxChunks+1))
 		if k < best {
 			best, binding = k, fmt.Sprintf("limited by spec.limits.%s %s at %s a chunk", n, lim.String(), per.String())
 		}
