@@ -200,7 +200,7 @@ func New(d Deps) (*Autoscaler, error) {
 		a.provreq = &provreqState{api: d.ProvisioningRequests, tracker: provreq.NewTracker(provreq.DefaultOptions())}
 	}
 	if d.Options.CapacityBuffers && d.CapacityBuffers != nil {
-		a.buffers = &buffersState{api: d.CapacityBuffers, lastEvent: map[types.UID]string{}}
+		a.buffers = &buffersState{api: d.CapacityBuffers, lastEvent: map[types.UID]string{}, lastGood: map[types.UID]goodChunks{}}
 	}
 	// Every phase's error count exists from the start, at zero, so a
 	// dashboard or an alert on its rate has a series before the first error.

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/capacitybuffer"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
@@ -33,6 +35,10 @@ type fakeBuffers struct {
 	templates *fakeProvreqs // its PodTemplate store
 	writes    map[string]int
 	rv        int
+	// scalables are the Deployments a scalableRef may name (by
+	// namespace/name), readErr fails every read of them.
+	scalables map[string]*apiv1.PodTemplate
+	readErr   error
 }
 
 func newFakeBuffers() *fakeBuffers {
@@ -61,6 +67,14 @@ func (f *fakeBuffers) PodTemplate(ns, name string) (*apiv1.PodTemplate, error) {
 }
 
 func (f *fakeBuffers) Scalable(_ context.Context, ns string, ref capacitybuffer.ScalableRef) (*apiv1.PodTemplateSpec, int32, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.readErr != nil {
+		return nil, 0, f.readErr
+	}
+	if pt, ok := f.scalables[ns+"/"+ref.Name]; ok {
+		return &pt.Template, 1, nil
+	}
 	return nil, 0, &capacitybuffer.ScalableNotFoundError{Namespace: ns, Ref: ref}
 }
 
@@ -360,5 +374,130 @@ func TestCapacityBufferChunksAreNoGangMembers(t *testing.T) {
 	e.run()
 	if got := targetOf(t, g); got != 2 {
 		t.Fatalf("target %d, want 2: one member in the buffer's room, one new node", got)
+	}
+}
+
+// After a refused group, the pods planned again go workload first, then
+// balloons, then chunks: a displaced balloon gets the last node a group
+// has before a buffer's chunk does, and the queue releases balloon demand
+// before chunk demand.
+func TestCapacityBufferAfterBalloonsInReplanAndQueue(t *testing.T) {
+	t.Run("replan after a refused group", func(t *testing.T) {
+		f := newFakeBuffers()
+		e := newEnv(t, withBuffers(f))
+		a := e.provider.AddGroup("gpu-a", 0, 10, gpuTemplate("gpu-a"))
+		b := e.provider.AddGroup("gpu-b", 0, 1, gpuTemplate("gpu-b"))
+		e.start()
+		f.templates.add(t, podTemplate("gpu", wholeGPU()...))
+		a.SetIncreaseError(cloudprovider.NewError(cloudprovider.ClassQuota, "QuotaExceeded", "exceeding approved cores quota", nil))
+		f.add(buffer("warm", "gpu", 1, e.clock.Now().Add(-time.Hour))) // older than the balloon
+		e.add(balloonPod("balloon-0", "gpu-b", to.Unschedulable(), to.CreatedAt(e.clock.Now().Add(-time.Minute))))
+		e.run()
+		if got := b.Increases(); len(got) != 1 || got[0] != 1 {
+			t.Fatalf("gpu-b increases %v, want [1]", got)
+		}
+		if got := bufferPods(e, "unplaced"); got != 1 {
+			t.Fatalf("unplaced chunks %v, want 1: gpu-b's one node is the balloon's", got)
+		}
+	})
+	t.Run("queue", func(t *testing.T) {
+		// Two groups: the chunk's demand (for gpu-a) is older than the
+		// balloon's (for gpu-b); with room for one node, the balloon's goes.
+		f := newFakeBuffers()
+		e := newEnv(t, withBuffers(f), smoothing(60, 1, 1000))
+		a := e.provider.AddGroup("gpu-a", 0, 10, gpuTemplate("gpu-a"))
+		b := e.provider.AddGroup("gpu-b", 0, 10, gpuTemplate("gpu-b"))
+		e.start()
+		f.templates.add(t, podTemplate("gpu-a", append(wholeGPU(), to.NodeSelector("pool", "gpu-a"))...))
+		f.add(buffer("warm", "gpu-a", 1, e.clock.Now().Add(-time.Hour)))
+		e.add(balloonPod("balloon-0", "gpu-b", to.Unschedulable(), to.CreatedAt(e.clock.Now().Add(-time.Minute)), to.NodeSelector("pool", "gpu-b")))
+		e.run() // the burst of 1
+		if got := b.Increases(); len(got) != 1 || got[0] != 1 {
+			t.Fatalf("gpu-b increases %v, want [1]: the balloon's node first", got)
+		}
+		if got := a.Increases(); len(got) != 0 {
+			t.Fatalf("gpu-a increases %v, want none yet: the chunk's node waits", got)
+		}
+		if got := bufferPods(e, "coming"); got != 1 {
+			t.Fatalf("coming chunks %v, want 1 (queued)", got)
+		}
+	})
+}
+
+// A buffer whose workload cannot be read (a timeout, a refused read)
+// keeps its last chunks, and its nodes, for 10 minutes; then it says so.
+func TestCapacityBufferKeepsChunksWhenItsWorkloadCannotBeRead(t *testing.T) {
+	acts := &fakeActions{}
+	e, f, g := bufferEnv(t, 2, 10, withScaleDown(acts), withOptions(func(o *Options) {
+		o.ScaleDownUnneededTime = time.Minute
+		o.ScaleDownBrakeClusterShare, o.ScaleDownBrakeGroupShare = 1, 1
+	}))
+	f.scalables = map[string]*apiv1.PodTemplate{"default/trainer": podTemplate("trainer", wholeGPU()...)}
+	b := buffer("follow", "", 2, e.clock.Now())
+	b.Spec.PodTemplateRef = nil
+	b.Spec.ScalableRef = &capacitybuffer.ScalableRef{APIGroup: "apps", Kind: "Deployment", Name: "trainer"}
+	f.add(b)
+	e.run()
+	f.wantCond(t, "follow", capacitybuffer.Provisioning, metav1.ConditionTrue, capacitybuffer.ReasonFakePodsInjected, "")
+	f.mu.Lock()
+	f.readErr = errors.New("the server was unable to return a response in the time allotted")
+	f.mu.Unlock()
+	writes := f.writes["follow"]
+	for i := 0; i < 5; i++ {
+		e.clock.Step(time.Minute)
+		e.run()
+		e.a.WaitForDrains()
+	}
+	if got := g.Deleted(); len(got) != 0 {
+		t.Fatalf("deleted %v while the buffer's workload could not be read", got)
+	}
+	if got := bufferPods(e, "warm"); got != 2 || f.writes["follow"] != writes {
+		t.Fatalf("warm %v, %d status writes; want the last 2 chunks and no write", got, f.writes["follow"]-writes)
+	}
+	e.clock.Step(10 * time.Minute)
+	e.run()
+	f.wantCond(t, "follow", capacitybuffer.Provisioning, metav1.ConditionFalse, capacitybuffer.ReasonScalableRefUnreadable, "unable to return a response")
+}
+
+// A pod that may not preempt (preemptionPolicy Never) still takes a
+// buffer's room: the scheduler does not see the chunks.
+func TestCapacityBufferRoomIsFreeToPodsThatCannotPreempt(t *testing.T) {
+	e, f, g := bufferEnv(t, 1, 10)
+	f.add(buffer("warm", "gpu", 1, e.clock.Now()))
+	e.run()
+	never := apiv1.PreemptNever
+	e.add(pendingPods(1, "batch", append(wholeGPU(), func(p *apiv1.Pod) { p.Spec.PreemptionPolicy = &never })...))
+	e.run()
+	if got := targetOf(t, g); got != 1 {
+		t.Fatalf("target %d, want 1: the pod fits in the buffer's room", got)
+	}
+}
+
+// A buffer's room stays where it was: when a node's pods go, that node is
+// the one scale-down takes, not one the buffer held (chunks are placed on
+// last loop's nodes first).
+func TestCapacityBufferRoomStaysPut(t *testing.T) {
+	acts := &fakeActions{}
+	e, f, g := bufferEnv(t, 3, 10, withScaleDown(acts), withOptions(func(o *Options) {
+		o.ScaleDownUnneededTime = time.Minute
+		o.ScaleDownBrakeClusterShare, o.ScaleDownBrakeGroupShare = 1, 1
+	}))
+	nodes := e.nodeNames()
+	sort.Strings(nodes)
+	job := to.Pod("job-0", append(wholeGPU(), to.OnNode(nodes[0]), to.ControlledBy("Job", "job", "job-uid"))...)
+	e.add(job)
+	f.add(buffer("warm", "gpu", 2, e.clock.Now()))
+	e.run()
+	if err := e.pods.Delete(job); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 4; i++ {
+		e.clock.Step(time.Minute)
+		e.run()
+		e.a.WaitForDrains()
+	}
+	got := g.Deleted()
+	if len(got) != 1 || strings.NewReplacer("://", "-", "/", "-").Replace(got[0]) != nodes[0] {
+		t.Fatalf("deleted %v, want %s, the node the job left (the buffer held the others)", got, nodes[0])
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	apiv1 "k8s.io/api/core/v1"
@@ -60,19 +61,40 @@ type buffersState struct {
 	// lastEvent is each buffer's last scale-up event, emitted again only
 	// when it changes.
 	lastEvent map[types.UID]string
+	// lastGood is each buffer's last resolved chunks: a buffer whose
+	// workload cannot be read (a timeout, a refused read) keeps them for
+	// maxBufferStale, so its nodes keep their room and no status flaps.
+	lastGood map[types.UID]goodChunks
+	// held are the nodes that held chunks last loop: chunks go there
+	// first, so the room stays where it was (a node emptied by its pods
+	// is the one scale-down takes, not one the buffer held).
+	held map[string]bool
 }
+
+type goodChunks struct {
+	chunks     capacitybuffer.Chunks
+	generation int64
+	at         time.Time
+}
+
+// maxBufferStale is how long a buffer whose workload cannot be read keeps
+// its last chunks.
+const maxBufferStale = 10 * time.Minute
 
 // bufferChunks is one buffer's loop.
 type bufferChunks struct {
-	b        *capacitybuffer.CapacityBuffer
-	chunks   capacitybuffer.Chunks
-	err      error // not ready (a *capacitybuffer.NotReadyError), or a failed read
-	pods     []*apiv1.Pod
-	warm     int // held on ready nodes
-	coming   int // on coming nodes, or nodes requested or queued for them
-	unplaced int // no node group can take them
-	why      string
-	groups   []string
+	b      *capacitybuffer.CapacityBuffer
+	chunks capacitybuffer.Chunks
+	err    error // not ready (a *capacitybuffer.NotReadyError), or a failed read
+	// unreadable: its workload could not be read and it has no last
+	// chunks (never read, or longer ago than maxBufferStale).
+	unreadable bool
+	pods       []*apiv1.Pod
+	warm       int // held on ready nodes
+	coming     int // on coming nodes, or nodes requested or queued for them
+	unplaced   int // no node group can take them
+	why        string
+	groups     []string
 }
 
 // buffersLoop is one loop's buffers.
@@ -121,20 +143,46 @@ func (a *Autoscaler) capacityBuffers(ctx context.Context, l *loop) error {
 		}
 		bc := &bufferChunks{b: b}
 		bc.chunks, bc.err = capacitybuffer.Resolve(ctx, bs.api, b)
+		var nr *capacitybuffer.NotReadyError
+		switch last, ok := bs.lastGood[b.UID]; {
+		case bc.err == nil:
+			bs.lastGood[b.UID] = goodChunks{chunks: bc.chunks, generation: b.Generation, at: l.now}
+		case !errors.As(bc.err, &nr) && ok && last.generation == b.Generation && l.now.Sub(last.at) < maxBufferStale:
+			// Its workload could not be read: the last chunks stand.
+			bc.chunks, bc.err = last.chunks, nil
+		case !errors.As(bc.err, &nr):
+			bc.unreadable = true
+		}
 		if bc.err == nil {
 			bc.pods = capacitybuffer.Pods(b, bc.chunks)
 		}
 		bl.buffers = append(bl.buffers, bc)
 		bl.byUID[b.UID] = bc
 	}
+	for uid := range bs.lastGood {
+		if _, ok := bl.byUID[uid]; !ok {
+			delete(bs.lastGood, uid)
+		}
+	}
+	chunks := 0
+	for _, bc := range bl.buffers {
+		chunks += len(bc.pods)
+	}
+	if chunks == 0 {
+		bs.held = nil
+		return nil
+	}
 	usable := a.bookableNodes(l)
+	sort.SliceStable(usable, func(i, j int) bool {
+		return bs.held[l.snap.NodeInfo(usable[i]).Node().Name] && !bs.held[l.snap.NodeInfo(usable[j]).Node().Name]
+	})
 	fork := l.snap.Fork()
 	placed := 0
 	for _, bc := range bl.buffers {
 		if len(bc.pods) == 0 {
 			continue
 		}
-		left, nodes := a.placePods(ctx, fork, bc.pods, usable, nil)
+		left, nodes := a.placePods(ctx, fork, bc.pods, usable, freeRoom{})
 		bc.warm = len(bc.pods) - len(left)
 		placed += len(nodes)
 		for _, n := range nodes {
@@ -142,6 +190,7 @@ func (a *Autoscaler) capacityBuffers(ctx context.Context, l *loop) error {
 		}
 		bl.pending = append(bl.pending, left...)
 	}
+	bs.held = bl.nodes
 	if placed > 0 {
 		snap, err := fork.Freeze()
 		if err != nil {
@@ -201,7 +250,18 @@ func (a *Autoscaler) bufferResults(l *loop, out scaleup.Outcome) {
 func bufferStatus(bc *bufferChunks, now metav1.Time) *capacitybuffer.CapacityBuffer {
 	var nr *capacitybuffer.NotReadyError
 	if bc.err != nil && !errors.As(bc.err, &nr) {
-		return nil
+		if !bc.unreadable {
+			return nil
+		}
+		// No chunks stand for it: say so, keeping what else it said.
+		b := bc.b.DeepCopy()
+		apimeta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: capacitybuffer.Provisioning, Status: metav1.ConditionFalse,
+			Reason: capacitybuffer.ReasonScalableRefUnreadable, Message: "its workload cannot be read, no chunks are placed: " + bc.err.Error(),
+			ObservedGeneration: b.Generation, LastTransitionTime: now})
+		if equality.Semantic.DeepEqual(b.Status, bc.b.Status) {
+			return nil
+		}
+		return b
 	}
 	b := bc.b.DeepCopy()
 	st := &b.Status

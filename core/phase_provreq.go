@@ -125,11 +125,12 @@ func (a *Autoscaler) provisioningRequests(ctx context.Context, l *loop) error {
 
 	if len(plan.Book)+len(plan.Check) > 0 {
 		usable := a.bookableNodes(l)
+		free := a.bookingFrees(l, usable)
 		fork := l.snap.Fork()
 		placed := 0
 		for _, b := range plan.Book {
 			child := fork.Fork()
-			left, nodes := a.placePods(ctx, child, b.Pods, usable, a.bookingFrees())
+			left, nodes := a.placePods(ctx, child, b.Pods, usable, free)
 			if b.Overdue && len(left) == 0 {
 				// Past its reservation time, and its pods wait for no coming
 				// node: the booking ends.
@@ -146,7 +147,7 @@ func (a *Autoscaler) provisioningRequests(ctx context.Context, l *loop) error {
 		}
 		for _, at := range plan.Check {
 			child := fork.Fork()
-			left, nodes := a.placePods(ctx, child, at.Pods, usable, a.bookingFrees())
+			left, nodes := a.placePods(ctx, child, at.Pods, usable, free)
 			if len(left) > 0 {
 				pl.put(pr.tracker.NotProvisioned(at.Req, fmt.Sprintf("%d of its %d pods fit on the cluster as it is (its ready nodes, less the capacity other requests booked)",
 					len(at.Pods)-len(left), len(at.Pods)), l.now))
@@ -204,12 +205,12 @@ func (a *Autoscaler) bookableNodes(l *loop) []int {
 // room of the pods it says (balloons, which the scheduler preempts for
 // the pods) counts as free: the pods are placed as if they were gone,
 // and added to fork beside them.
-func (a *Autoscaler) placePods(ctx context.Context, fork *snapshot.Fork, pods []*apiv1.Pod, candidates []int, free func(*apiv1.Pod) bool) ([]*apiv1.Pod, []string) {
+func (a *Autoscaler) placePods(ctx context.Context, fork *snapshot.Fork, pods []*apiv1.Pod, candidates []int, free freeRoom) ([]*apiv1.Pod, []string) {
 	trial := fork
-	if free != nil {
+	if len(free.nodes) > 0 {
 		trial = fork.Fork()
-		for _, i := range candidates {
-			trial.RemovePods(i, free)
+		for _, i := range free.nodes {
+			trial.RemovePods(i, free.pods)
 		}
 	}
 	var left []*apiv1.Pod
@@ -226,13 +227,29 @@ func (a *Autoscaler) placePods(ctx context.Context, fork *snapshot.Fork, pods []
 	return left, nodes
 }
 
+// freeRoom is room placed pods may take though pods hold it: pods says
+// which, nodes are the candidates holding some (found once a phase).
+type freeRoom struct {
+	pods  func(*apiv1.Pod) bool
+	nodes []int
+}
+
 // bookingFrees is the room booked pods may take: the balloons', which
 // the scheduler preempts for the requests' pods.
-func (a *Autoscaler) bookingFrees() func(*apiv1.Pod) bool {
+func (a *Autoscaler) bookingFrees(l *loop, candidates []int) freeRoom {
+	fr := freeRoom{pods: a.opts.isBalloon}
 	if !a.opts.BalloonAware {
-		return nil
+		return fr
 	}
-	return a.opts.isBalloon
+	for _, i := range candidates {
+		for _, p := range l.snap.Pods(i) {
+			if fr.pods(p) {
+				fr.nodes = append(fr.nodes, i)
+				break
+			}
+		}
+	}
+	return fr
 }
 
 // consumingPods lists, per request (namespace/name), the scheduled pods

@@ -86,16 +86,23 @@ func (a *Autoscaler) scaleUpPasses(l *loop) []scaleup.Pass {
 	l.unschedulable += len(preempting) + len(other)
 	// Room held for capacity buffers is free to every pod the scheduler
 	// sees (it does not see the buffers' chunks), balloons included.
-	free := capacitybuffer.IsBufferPod
-	if a.opts.BalloonAware {
-		free = a.opts.isWarm
+	var chunks func(*apiv1.Pod) bool
+	if l.buffers != nil {
+		chunks = capacitybuffer.IsBufferPod
+	}
+	first := chunks
+	switch {
+	case a.opts.BalloonAware && chunks != nil:
+		first = a.opts.isWarm
+	case a.opts.BalloonAware:
+		first = a.opts.isBalloon
 	}
 	return []scaleup.Pass{
-		{Pods: preempting, Gangs: gangs, Free: free},
-		{Pods: other, Free: capacitybuffer.IsBufferPod},
-		{Pods: balloons, Balloon: true, Free: capacitybuffer.IsBufferPod},
-		// The buffers' chunks that fit on no ready node, last.
-		{Pods: bufferPending(l), Balloon: true},
+		{Pods: preempting, Gangs: gangs, Free: first},
+		{Pods: other, Free: chunks},
+		{Pods: balloons, Balloon: true, Free: chunks},
+		// The buffers' chunks that fit on no ready node, last of all.
+		{Pods: bufferPending(l), Balloon: true, Last: true},
 	}
 }
 
@@ -130,7 +137,7 @@ func (a *Autoscaler) inFlight(l *loop) int {
 // scaleUpRequest describes the loop to the orchestrator. Templates and
 // candidates are built only when some pass has pods.
 func (a *Autoscaler) scaleUpRequest(ctx context.Context, l *loop, passes []scaleup.Pass) (scaleup.Request, error) {
-	req := scaleup.Request{Now: l.now, Snap: l.snap, MaxNew: int(^uint(0) >> 1), IsBalloon: a.opts.isWarm,
+	req := scaleup.Request{Now: l.now, Snap: l.snap, MaxNew: int(^uint(0) >> 1), IsBalloon: a.opts.isBalloon, IsLast: capacitybuffer.IsBufferPod,
 		GangSplit: a.opts.GangSplit, Passes: passes, Booked: bookedForUpcoming(l)}
 	req.InFlight = a.inFlight(l)
 	// Booked pods that fit on no ready node are placed on the coming ones

@@ -3,15 +3,19 @@ package capacitybuffer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	apiv1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 )
 
@@ -69,7 +73,8 @@ func limits(kv ...string) *ResourceList {
 func TestResolve(t *testing.T) {
 	api := &fakeAPI{
 		templates: map[string]*apiv1.PodTemplate{"ml/gpu": {ObjectMeta: metav1.ObjectMeta{Name: "gpu", Generation: 3}, Template: gpuTemplate("8", "64")},
-			"ml/tiny": {ObjectMeta: metav1.ObjectMeta{Name: "tiny"}, Template: gpuTemplate("1", "1m")}},
+			"ml/tiny":  {ObjectMeta: metav1.ObjectMeta{Name: "tiny"}, Template: gpuTemplate("1", "1m")},
+			"ml/milli": {ObjectMeta: metav1.ObjectMeta{Name: "milli"}, Template: gpuTemplate("1", "100m")}},
 		scalables: map[string]scalable{"ml/Deployment/trainer": {t: ptr(gpuTemplate("1", "8")), r: 10}, "ml/Deployment/zero": {t: ptr(gpuTemplate("1", "8")), r: 0}},
 	}
 	tmpl := &LocalObjectRef{Name: "gpu"}
@@ -105,6 +110,7 @@ func TestResolve(t *testing.T) {
 		{name: "too many chunks", spec: Spec{PodTemplateRef: tmpl, Replicas: i32(MaxChunks + 1)}, reason: ReasonInvalidSpec, errHas: "5001 chunks"},
 		{name: "negative replicas", spec: Spec{PodTemplateRef: tmpl, Replicas: i32(-1)}, reason: ReasonInvalidSpec, errHas: "spec.replicas: -1"},
 		{name: "limits bound nothing", spec: Spec{PodTemplateRef: tmpl, Limits: limits("memory", "1Ti")}, reason: ReasonInvalidSpec, errHas: "spec.limits (memory) bounds nothing"},
+		{name: "limits in thousandths are exact", spec: Spec{PodTemplateRef: &LocalObjectRef{Name: "milli"}, Limits: limits("cpu", "300m")}, replicas: 3, ref: "milli"},
 		{name: "limits past int64 chunks", spec: Spec{PodTemplateRef: &LocalObjectRef{Name: "tiny"}, Limits: limits("cpu", "1E")}, reason: ReasonInvalidSpec, errHas: "more than the 5000"},
 		{name: "huge limits", spec: Spec{PodTemplateRef: tmpl, Limits: limits("nvidia.com/gpu", "1E")}, reason: ReasonInvalidSpec, errHas: "more than the 5000"},
 	} {
@@ -222,5 +228,71 @@ func TestCRDMatchesTypes(t *testing.T) {
 		if !reflect.DeepEqual(want, got) {
 			t.Errorf("%s: CRD fields %v, Go fields %v", field, got, want)
 		}
+	}
+}
+
+// TestScalableCache: reads are kept about ttl, a failed read serves the
+// last good one and is not retried for ttl/2, answers (not found) are
+// kept, reads have a budget, and the last good read is served at most
+// maxStale.
+func TestScalableCache(t *testing.T) {
+	now := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
+	reads := 0
+	var next error
+	c := &scalableCache{ttl: 30 * time.Second, now: func() time.Time { return now }, entries: map[string]scalableEntry{},
+		read: func(_ context.Context, _ string, ref ScalableRef) (*apiv1.PodTemplateSpec, int32, error) {
+			reads++
+			if next != nil {
+				return nil, 0, next
+			}
+			return &apiv1.PodTemplateSpec{}, 7, nil
+		}}
+	ref := ScalableRef{APIGroup: "apps", Kind: "Deployment", Name: "d"}
+	get := func() (int32, error) {
+		_, r, err := c.get(context.Background(), "ns", ref)
+		return r, err
+	}
+	if r, err := get(); err != nil || r != 7 || reads != 1 {
+		t.Fatalf("first read: %d %v (%d reads)", r, err, reads)
+	}
+	now = now.Add(20 * time.Second)
+	if _, _ = get(); reads != 1 {
+		t.Fatalf("%d reads within the ttl, want 1", reads)
+	}
+	now = now.Add(25 * time.Second) // past ttl + the most jitter
+	next = errors.New("the server was unable to return a response in the time allotted")
+	if r, err := get(); err != nil || r != 7 || reads != 2 {
+		t.Fatalf("failed read: %d %v (%d reads), want the last good 7", r, err, reads)
+	}
+	now = now.Add(5 * time.Second)
+	if r, err := get(); err != nil || r != 7 || reads != 2 {
+		t.Fatalf("within the backoff: %d %v (%d reads), want no read and 7", r, err, reads)
+	}
+	now = now.Add(maxStale)
+	if _, err := get(); err == nil || !strings.Contains(err.Error(), "unable to return a response") {
+		t.Fatalf("after maxStale of failures: %v, want the read's error", err)
+	}
+	next = apierrors.NewNotFound(schema.GroupResource{Group: "apps", Resource: "deployments"}, "d")
+	now = now.Add(time.Minute)
+	var missing *ScalableNotFoundError
+	if _, err := get(); !errors.As(err, &missing) {
+		t.Fatalf("not found: %v", err)
+	}
+	n := reads
+	now = now.Add(time.Second)
+	if _, err := get(); !errors.As(err, &missing) || reads != n {
+		t.Fatalf("not found again within the ttl: %v, %d reads, want the kept answer", err, reads-n)
+	}
+	// The budget: a burst of new objects, then refreshPerSecond.
+	next = nil
+	n = reads
+	deferred := 0
+	for i := 0; i < 3*refreshBurst; i++ {
+		if _, _, err := c.get(context.Background(), "ns", ScalableRef{Kind: "Deployment", APIGroup: "apps", Name: fmt.Sprint("x", i)}); err != nil {
+			deferred++
+		}
+	}
+	if reads-n > refreshBurst || deferred < 2*refreshBurst-1 {
+		t.Fatalf("%d reads and %d deferred for %d new objects at once, want at most %d reads", reads-n, deferred, 3*refreshBurst, refreshBurst)
 	}
 }

@@ -88,7 +88,9 @@ func Resolve(ctx context.Context, api API, b *CapacityBuffer) (Chunks, error) {
 			return c, err
 		}
 		c.Template, scalableReplicas = t, &r
-		c.Source = fmt.Sprintf("the pod template of %s %s (%d replicas)", s.ScalableRef.Kind, s.ScalableRef.Name, r)
+		// Not its replicas: the status would be rewritten each time the
+		// workload is scaled.
+		c.Source = fmt.Sprintf("the pod template of %s %s", s.ScalableRef.Kind, s.ScalableRef.Name)
 	default:
 		return c, notReady(ReasonInvalidSpec, "neither spec.podTemplateRef nor spec.scalableRef is set: set one")
 	}
@@ -152,9 +154,15 @@ func chunksWithin(limits ResourceList, t *apiv1.PodTemplateSpec) (int32, string,
 		if lim.Sign() < 0 {
 			return 0, "", notReady(ReasonInvalidSpec, "spec.limits.%s: %s, must not be negative", n, lim.String())
 		}
-		// Clamped before the conversion: a ratio past int64 (1E over 1m)
-		// would turn negative.
-		k := int64(math.Min(math.Floor(lim.AsApproximateFloat64()/per.AsApproximateFloat64()), MaxChunks+1))
+		var k int64
+		if lim.CmpInt64(1<<40) < 0 && per.MilliValue() > 0 {
+			// Exact in thousandths (300m over 100m is 3, not 2.9999).
+			k = lim.MilliValue() / per.MilliValue()
+		} else {
+			// Clamped before the conversion: a ratio past int64 (1E over
+			// 1m) would turn negative.
+			k = int64(math.Min(math.Floor(lim.AsApproximateFloat64()/per.AsApproximateFloat64()), MaxChunks+1))
+		}
 		if k < best {
 			best, binding = k, fmt.Sprintf("limited by spec.limits.%s %s at %s a chunk", n, lim.String(), per.String())
 		}

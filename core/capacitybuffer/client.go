@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"math"
 	"sync"
 	"time"
 
@@ -164,60 +166,133 @@ func replicasOr1(r *int32) int32 {
 	return *r
 }
 
-// scalableCache keeps each scalable object read for ttl (errors too: a
-// missing object is not asked for every loop).
+// scalableCache keeps each scalable object read for about ttl (a few
+// seconds of jitter per object, so the reads of many buffers spread out),
+// and bounds what reading costs the loop: each read has readTimeout, at
+// most refreshBurst reads are made at once and refreshPerSecond after (an
+// expired entry past the budget is served as it is: stale by a few
+// seconds), and a failed read is not tried again for ttl/2 (the last good
+// read is served meanwhile, up to maxStale; after that, the error).
+// Missing and unsupported objects are answers, kept like good reads.
 type scalableCache struct {
 	read    readScalable
 	ttl     time.Duration
 	now     func() time.Time
 	mu      sync.Mutex
 	entries map[string]scalableEntry
+	// tokens and refilled are the read budget.
+	tokens   float64
+	refilled time.Time
 }
 
+// The read budget and bounds (see scalableCache).
+const (
+	readTimeout      = 5 * time.Second
+	refreshBurst     = 10
+	refreshPerSecond = 2.0
+	maxStale         = 10 * time.Minute
+)
+
 type scalableEntry struct {
-	at       time.Time
+	at       time.Time // of the last good read or answer
 	template *apiv1.PodTemplateSpec
 	replicas int32
-	err      error
+	err      error // an answer: not found, unsupported
+	// failed is when a read last failed (zero: it did not), failErr why.
+	failed  time.Time
+	failErr error
 }
 
 func (c *scalableCache) get(ctx context.Context, ns string, ref ScalableRef) (*apiv1.PodTemplateSpec, int32, error) {
 	key := ns + "/" + ref.APIGroup + "/" + ref.Kind + "/" + ref.Name
 	now := c.now()
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	e, ok := c.entries[key]
-	c.mu.Unlock()
-	if ok && now.Sub(e.at) < c.ttl {
+	fresh := ok && !e.at.IsZero() && now.Sub(e.at) < c.ttl+jitter(key)
+	backingOff := ok && !e.failed.IsZero() && now.Sub(e.failed) < c.ttl/2
+	switch {
+	case fresh:
 		return e.template, e.replicas, e.err
-	}
-	t, r, err := c.read(ctx, ns, ref)
-	if err != nil && !apierrors.IsNotFound(err) {
-		var u *UnsupportedScalableError
-		if !errors.As(err, &u) {
-			// A failed read (timeout, throttling) is not kept: the last
-			// good read is used while it is not too old, else the error.
-			if ok && now.Sub(e.at) < 4*c.ttl && e.err == nil {
-				return e.template, e.replicas, nil
-			}
-			return nil, 0, fmt.Errorf("reading spec.scalableRef %s %s/%s: %w", ref.Kind, ns, ref.Name, err)
+	case backingOff:
+		return c.stale(e, now)
+	case !c.take(now):
+		if ok {
+			return c.stale(e, now)
 		}
+		return nil, 0, fmt.Errorf("reading spec.scalableRef %s %s/%s: deferred, too many reads of scalable objects at once", ref.Kind, ns, ref.Name)
 	}
-	if err != nil && apierrors.IsNotFound(err) {
-		err = &ScalableNotFoundError{Namespace: ns, Ref: ref}
+	rctx, cancel := context.WithTimeout(ctx, readTimeout)
+	t, r, err := c.read(rctx, ns, ref)
+	cancel()
+	var unsupported *UnsupportedScalableError
+	switch {
+	case err == nil, errors.As(err, &unsupported):
+		e = scalableEntry{at: now, template: t, replicas: r, err: err}
+	case apierrors.IsNotFound(err):
+		e = scalableEntry{at: now, err: &ScalableNotFoundError{Namespace: ns, Ref: ref}}
+	default:
+		e.failed, e.failErr = now, fmt.Errorf("reading spec.scalableRef %s %s/%s: %w", ref.Kind, ns, ref.Name, err)
 	}
-	c.mu.Lock()
-	c.entries[key] = scalableEntry{at: now, template: t, replicas: r, err: err}
-	if len(c.entries) > 4*maxCacheEntries {
-		for k, old := range c.entries {
-			if now.Sub(old.at) >= c.ttl {
-				delete(c.entries, k)
-			}
-		}
+	c.entries[key] = e
+	c.prune(now)
+	if !e.failed.IsZero() {
+		return c.stale(e, now)
 	}
-	c.mu.Unlock()
-	return t, r, err
+	return e.template, e.replicas, e.err
 }
 
-// maxCacheEntries is the number of entries above which stale ones are
+// stale serves the last good read while a read fails or waits, up to
+// maxStale, and the failure after that.
+func (c *scalableCache) stale(e scalableEntry, now time.Time) (*apiv1.PodTemplateSpec, int32, error) {
+	if !e.at.IsZero() && now.Sub(e.at) < maxStale {
+		return e.template, e.replicas, e.err
+	}
+	if e.failErr != nil {
+		return nil, 0, e.failErr
+	}
+	return nil, 0, errors.New("reading spec.scalableRef: no read yet")
+}
+
+// take spends one read of the budget, if there is one.
+func (c *scalableCache) take(now time.Time) bool {
+	if c.refilled.IsZero() {
+		c.tokens = refreshBurst
+	} else {
+		c.tokens = math.Min(refreshBurst, c.tokens+now.Sub(c.refilled).Seconds()*refreshPerSecond)
+	}
+	c.refilled = now
+	if c.tokens < 1 {
+		return false
+	}
+	c.tokens--
+	return true
+}
+
+// prune drops the entries of objects no buffer asked for in a long time.
+func (c *scalableCache) prune(now time.Time) {
+	if len(c.entries) <= maxCacheEntries {
+		return
+	}
+	for k, old := range c.entries {
+		last := old.at
+		if old.failed.After(last) {
+			last = old.failed
+		}
+		if now.Sub(last) >= maxStale {
+			delete(c.entries, k)
+		}
+	}
+}
+
+// jitter spreads the objects' refreshes over 10 s, the same for an object
+// every time.
+func jitter(key string) time.Duration {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return time.Duration(h.Sum32()%10000) * time.Millisecond
+}
+
+// maxCacheEntries is the number of entries above which old ones are
 // dropped (buffers deleted long ago).
-const maxCacheEntries = 256
+const maxCacheEntries = 1024

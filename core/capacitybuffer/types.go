@@ -60,7 +60,7 @@ const (
 	ReasonFakePodsInjected       = "FakePodsInjected"
 	ReasonNotReady               = "NotReadyForProvisioning"
 	ReasonBufferIsEmpty          = "BufferIsEmpty"
-	ReasonCapacityNotFound       = "CapacityIsNotFound"
+	ReasonScalableRefUnreadable  = "ScalableRefUnreadable"
 )
 
 // CapacityBuffer asks for spare room for chunks of a pod's shape.

@@ -417,30 +417,32 @@ func Unconsumed(pods, consumers []*apiv1.Pod) []*apiv1.Pod {
 	if len(consumers) >= len(pods) {
 		return nil
 	}
-	taken := make([]bool, len(pods))
-	keys := make([]string, len(pods))
+	// The pods of each shape, in order; a consumer takes the first left of
+	// its shape, else the last pod left.
+	byKey := map[string][]int{}
+	key := ""
 	for i, p := range pods {
-		if i > 0 && samePodSpec(p, pods[i-1]) {
-			keys[i] = keys[i-1] // the pods of a set share their spec
-			continue
+		if i == 0 || !samePodSpec(p, pods[i-1]) { // the pods of a set share their spec
+			key = requestsKey(p)
 		}
-		keys[i] = requestsKey(p)
+		byKey[key] = append(byKey[key], i)
 	}
+	taken := make([]bool, len(pods))
+	last := len(pods) - 1
 	for _, c := range consumers {
-		k, hit := requestsKey(c), -1
-		for i := range pods {
-			if !taken[i] && keys[i] == k {
-				hit = i
-				break
+		hit := -1
+		k := requestsKey(c)
+		for q := byKey[k]; len(q) > 0 && hit < 0; q = q[1:] {
+			if !taken[q[0]] {
+				hit = q[0]
 			}
+			byKey[k] = q[1:]
 		}
 		if hit < 0 {
-			for i := len(pods) - 1; i >= 0; i-- {
-				if !taken[i] {
-					hit = i
-					break
-				}
+			for taken[last] {
+				last--
 			}
+			hit = last
 		}
 		taken[hit] = true
 	}

@@ -64,6 +64,9 @@ type Pass struct {
 	Free func(*apiv1.Pod) bool
 	// Balloon: the pass's nodes are at the queue's lowest class.
 	Balloon bool
+	// Last: the pass's nodes are released after all other demand of
+	// their class (capacity buffers' chunks, after balloons).
+	Last bool
 }
 
 // Request is one loop's scale-up.
@@ -76,9 +79,10 @@ type Request struct {
 	// MaxNew caps the nodes this loop may plan (--max-nodes-total less the
 	// nodes there and coming).
 	MaxNew int
-	// IsBalloon says a pod is warm capacity (a balloon, a buffer's
-	// chunk): planned again after a refused group at the lowest class.
-	IsBalloon func(*apiv1.Pod) bool
+	// IsBalloon and IsLast say a pod is a balloon, or a capacity buffer's
+	// chunk: after a refused group they are planned again apart, workload
+	// first, then balloons, then chunks, at the queue's lowest class.
+	IsBalloon, IsLast func(*apiv1.Pod) bool
 	// GangSplit lets a gang span several groups (--gang-allow-split).
 	GangSplit bool
 	// Passes run in order, each seeing the upcoming nodes earlier passes'
@@ -222,7 +226,7 @@ func (o *Orchestrator) plan(ctx context.Context, req Request) (demand, error) {
 			d.claimed[n] = true
 		}
 		if pass.Balloon {
-			markBalloon(out.res.ScaleUps)
+			markBalloon(out.res.ScaleUps, pass.Last)
 		} else {
 			d.awaiting += out.awaiting
 		}
@@ -347,7 +351,7 @@ func (o *Orchestrator) execute(ctx context.Context, req Request, d demand, q Que
 				r := min(left[class], su.Delta)
 				left[class] -= r
 				add(out.Released, g, class, r)
-				out.Result.ScaleUps = append(out.Result.ScaleUps, ScaleUp{Group: g, Delta: r, Pods: su.Pods, Queued: su.Delta - r, Balloon: su.Balloon, Gang: su.Gang})
+				out.Result.ScaleUps = append(out.Result.ScaleUps, ScaleUp{Group: g, Delta: r, Pods: su.Pods, Queued: su.Delta - r, Balloon: su.Balloon, Last: su.Last, Gang: su.Gang})
 			}
 		}
 		for g, byClass := range dec.Queued {
@@ -379,26 +383,29 @@ func (o *Orchestrator) replan(ctx context.Context, req Request, fork *snapshot.F
 		}
 	}
 	maxNew := req.MaxNew - total(standing)
-	var wl, bl []*apiv1.Pod
+	var wl, bl, last []*apiv1.Pod
 	for _, p := range pods {
-		if req.IsBalloon != nil && req.IsBalloon(p) {
+		switch {
+		case req.IsLast != nil && req.IsLast(p):
+			last = append(last, p)
+		case req.IsBalloon != nil && req.IsBalloon(p):
 			bl = append(bl, p)
-		} else {
+		default:
 			wl = append(wl, p)
 		}
 	}
 	res := Result{Fork: fork}
 	for _, part := range []struct {
-		pods    []*apiv1.Pod
-		balloon bool
-	}{{wl, false}, {bl, true}} {
+		pods          []*apiv1.Pod
+		balloon, last bool
+	}{{wl, false, false}, {bl, true, false}, {last, true, true}} {
 		if len(part.pods) == 0 {
 			continue
 		}
 		cands := candidates(req.Groups, standing, failed)
 		next := o.Planner.Plan(ctx, res.Fork, pendingOf(simulator.GroupPods(part.pods, o.GPU)), cands, maxNew-total(res.ScaleUps))
 		if part.balloon {
-			markBalloon(next.ScaleUps)
+			markBalloon(next.ScaleUps, part.last)
 		}
 		standing = append(standing, next.ScaleUps...)
 		res.ScaleUps = append(res.ScaleUps, next.ScaleUps...)
@@ -438,7 +445,11 @@ func (su ScaleUp) Class() ratelimit.Class {
 func demands(sus []ScaleUp) []ratelimit.Demand {
 	out := make([]ratelimit.Demand, 0, len(sus))
 	for _, su := range sus {
-		out = append(out, ratelimit.Demand{Group: su.Group, Count: su.Delta, Class: su.Class(), Since: oldest(su.Pods), Gang: su.Gang})
+		since := oldest(su.Pods)
+		if su.Last {
+			since = lastSince()
+		}
+		out = append(out, ratelimit.Demand{Group: su.Group, Count: su.Delta, Class: su.Class(), Since: since, Gang: su.Gang})
 	}
 	return out
 }
@@ -483,11 +494,16 @@ func total(sus []ScaleUp) int {
 	return n
 }
 
-func markBalloon(sus []ScaleUp) {
+func markBalloon(sus []ScaleUp, last bool) {
 	for i := range sus {
 		sus[i].Balloon = true
+		sus[i].Last = last
 	}
 }
+
+// lastSince is the age of demand released after all other demand of its
+// class: the queue releases the oldest first.
+func lastSince() time.Time { return time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC) }
 
 func add(m map[string]map[ratelimit.Class]int, g string, c ratelimit.Class, n int) {
 	if n <= 0 {

@@ -44,6 +44,9 @@ type ScaleUp struct {
 	Queued int
 	// Balloon marks demand for balloon pods: the queue's lowest class.
 	Balloon bool
+	// Last marks demand released after all other demand of its class
+	// (capacity buffers' chunks, behind balloons).
+	Last bool
 	// Gang names the gang the nodes are for: the queue releases all the
 	// gang's nodes together, across groups, or none.
 	Gang string
