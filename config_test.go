@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -211,6 +212,68 @@ func TestCommandLineOnlyKeysRefusedAtStart(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestLoopTriggerFlags: the loop's trigger flags (frequent loops, the
+// minimum gap, the pod batching window) and --new-pod-scale-up-delay have
+// their defaults, are live, reach core.Options and are checked.
+func TestLoopTriggerFlags(t *testing.T) {
+	c, fs, err := parseConfigFrom([]string{"--nodes=0:10:gpu"}, withProvider, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"frequent-loops-enabled":  "true",
+		"min-loop-interval":       "1s",
+		"pod-batch-idle-duration": "1s",
+		"pod-batch-max-duration":  "10s",
+		// cluster-autoscaler's default: the batching window waits for a
+		// burst to end instead.
+		"new-pod-scale-up-delay": "0s",
+		"scan-interval":          "10s",
+	}
+	for name, def := range want {
+		f := fs.Lookup(name)
+		if f == nil {
+			t.Fatalf("--%s: not defined", name)
+		}
+		if f.DefValue != def {
+			t.Errorf("--%s default %s, want %s", name, f.DefValue, def)
+		}
+		if !isLive(f) {
+			t.Errorf("--%s: not live", name)
+		}
+	}
+	o := c.core
+	if !o.FrequentLoops || o.MinLoopInterval != time.Second || o.PodBatchIdleDuration != time.Second ||
+		o.PodBatchMaxDuration != 10*time.Second || o.NewPodScaleUpDelay != 0 {
+		t.Fatalf("defaults in core.Options: %+v", []any{o.FrequentLoops, o.MinLoopInterval, o.PodBatchIdleDuration, o.PodBatchMaxDuration, o.NewPodScaleUpDelay})
+	}
+	c, err = parseConfig([]string{"--nodes=0:10:gpu", "--frequent-loops-enabled=false", "--min-loop-interval=3s",
+		"--pod-batch-idle-duration=2s", "--pod-batch-max-duration=30s", "--new-pod-scale-up-delay=5s"}, withProvider)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o = c.core
+	if o.FrequentLoops || o.MinLoopInterval != 3*time.Second || o.PodBatchIdleDuration != 2*time.Second ||
+		o.PodBatchMaxDuration != 30*time.Second || o.NewPodScaleUpDelay != 5*time.Second {
+		t.Fatalf("set values in core.Options: %+v", []any{o.FrequentLoops, o.MinLoopInterval, o.PodBatchIdleDuration, o.PodBatchMaxDuration, o.NewPodScaleUpDelay})
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--min-loop-interval=-1s"}, "--min-loop-interval=-1s: must be between 0s and 1h0m0s"},
+		{[]string{"--min-loop-interval=2h"}, "--min-loop-interval=2h0m0s: must be between 0s and 1h0m0s"},
+		{[]string{"--pod-batch-idle-duration=-1s"}, "--pod-batch-idle-duration=-1s: must be between 0s and 1h0m0s"},
+		{[]string{"--pod-batch-max-duration=2h", "--pod-batch-idle-duration=2h"}, "--pod-batch-idle-duration=2h0m0s: must be between 0s and 1h0m0s"},
+		{[]string{"--pod-batch-idle-duration=20s"}, "--pod-batch-idle-duration 20s: longer than --pod-batch-max-duration 10s"},
+	} {
+		_, err := parseConfig(append([]string{"--nodes=0:10:gpu"}, tc.args...), withProvider)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err = %v, want one containing %q", tc.args, err, tc.want)
 		}
 	}
 }

@@ -45,6 +45,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/trigger"
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/clientmetrics"
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/secureserve"
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/statuscmd"
@@ -272,6 +273,9 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := wakeOnEvents(factory, autoscaler); err != nil {
+		return err
+	}
 
 	if fallback != "" {
 		metrics.ConfigFallback.Set(1)
@@ -297,7 +301,7 @@ func run(ctx context.Context, args []string) error {
 			p.register(fs)
 			kf.addShadows(fs)
 		}
-		r := newReloader(args, reloadExtra, flags, c, autoscaler.Reconfigure, recorder, metrics, health.isLeader)
+		r := newReloader(args, reloadExtra, flags, c, reconfigureAndWake(autoscaler), recorder, metrics, health.isLeader)
 		r.klog = kf.apply
 		// The leader stores the last good configuration at its first
 		// successful loop and at every accepted edit.
@@ -436,6 +440,31 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("lost leader election lease %s/%s", c.core.Namespace, c.leaderElectResource)
 	case err := <-srvErr:
 		return err
+	}
+}
+
+// wakeOnEvents registers the informer handlers that wake the loop (with
+// --frequent-loops-enabled): pods the scheduler just marked unschedulable,
+// nodes turning usable. They do O(1) work per event and never block.
+func wakeOnEvents(factory informers.SharedInformerFactory, a *core.Autoscaler) error {
+	if _, err := factory.Core().V1().Pods().Informer().AddEventHandler(a.PodHandler()); err != nil {
+		return fmt.Errorf("watching pods for the loop's triggers: %w", err)
+	}
+	if _, err := factory.Core().V1().Nodes().Informer().AddEventHandler(a.NodeHandler()); err != nil {
+		return fmt.Errorf("watching nodes for the loop's triggers: %w", err)
+	}
+	return nil
+}
+
+// reconfigureAndWake is the reloader's apply: the new options take effect
+// at the start of the next loop, which it wakes.
+func reconfigureAndWake(a *core.Autoscaler) func(core.Options) error {
+	return func(o core.Options) error {
+		if err := a.Reconfigure(o); err != nil {
+			return err
+		}
+		a.Wake(trigger.Config)
+		return nil
 	}
 }
 

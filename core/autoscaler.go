@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apiv1 "k8s.io/api/core/v1"
@@ -30,6 +31,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/snapshot"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/trigger"
 )
 
 // Listers are the informer caches the loop reads. The loop never lists
@@ -141,6 +143,13 @@ type Autoscaler struct {
 	pending     *Options // from Reconfigure, applied before the next loop
 	lastSuccess time.Time
 	lastRun     time.Time
+
+	// driver decides when Run's loops start (trigger.go).
+	driver *trigger.Driver
+	// nodeRules are the options the node handler reads, set at each
+	// loop's start; additionQueued says the last loop left nodes queued.
+	nodeRules      atomic.Pointer[nodeRules]
+	additionQueued atomic.Bool
 }
 
 // New builds an autoscaler.
@@ -207,6 +216,8 @@ func New(d Deps) (*Autoscaler, error) {
 	for _, p := range a.phases() {
 		a.metrics.LoopErrors.WithLabelValues(p.name)
 	}
+	a.nodeRules.Store(d.Options.nodeRules())
+	a.driver = trigger.New(d.Clock, a.triggerTiming)
 	return a, nil
 }
 
@@ -312,6 +323,7 @@ func (a *Autoscaler) RunOnce(ctx context.Context) error {
 		}
 	}
 	a.applyPending(ctx)
+	a.nodeRules.Store(a.opts.nodeRules())
 	if err := a.restoreSafetyState(ctx); err != nil {
 		return fmt.Errorf("not acting: %w", err)
 	}
@@ -330,6 +342,7 @@ func (a *Autoscaler) RunOnce(ctx context.Context) error {
 		}
 	}
 	a.metrics.LoopDuration.Observe(a.clock.Since(start).Seconds())
+	a.additionQueued.Store(queuedNodes(l.addition) > 0)
 	a.recordRun(start, true)
 	return nil
 }
@@ -372,34 +385,22 @@ func (a *Autoscaler) LastRun() time.Time {
 	return a.lastRun
 }
 
-// Run calls RunOnce every ScanInterval until ctx ends, and completed
-// (when not nil) after every loop that completed: the leader stores the
-// last good configuration at its first.
+// Run calls RunOnce until ctx ends: at once, then at least every
+// ScanInterval and, with FrequentLoops, sooner when woken (Wake: new
+// unschedulable pods after their batching window, a node turning usable,
+// a failed scale-up, a configuration change), never two at once nor two
+// starts closer than MinLoopInterval (package trigger). It counts each
+// loop under the reason that woke it, and calls completed (when not nil)
+// after every loop that completed: the leader stores the last good
+// configuration at its first.
 func (a *Autoscaler) Run(ctx context.Context, completed func(context.Context)) {
-	newTicker := func(d time.Duration) clock.Ticker {
-		if wt, ok := a.clock.(clock.WithTicker); ok {
-			return wt.NewTicker(d)
-		}
-		return clock.RealClock{}.NewTicker(d)
-	}
-	interval := a.opts.ScanInterval
-	t := newTicker(interval)
-	defer func() { t.Stop() }()
-	for {
+	a.driver.Run(ctx, func(ctx context.Context, r trigger.Reason) {
+		a.metrics.Loops.WithLabelValues(r.String()).Inc()
+		klog.FromContext(ctx).V(4).Info("Loop", "trigger", r.String())
 		if err := a.RunOnce(ctx); err != nil {
 			klog.FromContext(ctx).Error(err, "Autoscaler loop failed")
 		} else if completed != nil {
 			completed(ctx)
 		}
-		if a.opts.ScanInterval != interval { // a live reload changed it
-			interval = a.opts.ScanInterval
-			t.Stop()
-			t = newTicker(interval)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
-	}
+	})
 }

@@ -2,6 +2,8 @@ package core
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/trigger"
 )
 
 // Metrics are the autoscaler's Prometheus metrics, all prefixed
@@ -76,6 +78,8 @@ type Metrics struct {
 	Buffers buffersMetrics
 	// SpotEvictions counts machines the cloud took back {node_group} (spot.go).
 	SpotEvictions *prometheus.CounterVec
+	// Loops counts loops by what woke them {trigger} (package trigger).
+	Loops *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -87,6 +91,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Duration of one autoscaler loop.", Buckets: loopBuckets}),
 		PhaseDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "phase_duration_seconds",
 			Help: "Duration of each phase of the loop.", Buckets: loopBuckets}, []string{"phase"}),
+		Loops: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "loops_total",
+			Help: "Loops run, by what woke them: periodic (the scan interval), pods (new unschedulable pods, after the batching window), node-ready (a node turned usable while nodes were queued), cloud-failure (a scale-up the cloud refused), config (a live reload). Triggers that arrive during a loop or the minimum gap make one loop, counted under the first."},
+			[]string{"trigger"}),
 		LoopErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "loop_errors_total",
 			Help: "Loops that ended in error, by the phase that failed."}, []string{"phase"}),
 		LastSuccessfulLoop: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "last_successful_loop_timestamp_seconds",
@@ -202,7 +209,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.PreflightPending, m.PreflightResults, m.PreflightDuration, m.PreflightReplaced, m.PreflightIncidentNodes)
 	reg.MustRegister(m.QueueDepth, m.NodesReleased, m.NodesCancelled, m.NodesInFlight, m.AdditionRate, m.AdditionRateReason, m.RateChanges, m.AdditionTokens)
 	reg.MustRegister(m.UnneededNodes, m.KeptNodes, m.ScaledDownNodes, m.FailedScaleDowns, m.Evictions, m.BrakeEngaged, m.DrainsInFlight, m.ClusterUnhealthy, m.ReplacementBrakeEngaged, m.GateRefused)
-	reg.MustRegister(m.LoopDuration, m.PhaseDuration, m.LoopErrors, m.LastSuccessfulLoop, m.UnschedulablePods,
+	// Every trigger's series exists from the start, at zero.
+	for _, r := range trigger.Reasons {
+		m.Loops.WithLabelValues(r.String())
+	}
+	reg.MustRegister(m.LoopDuration, m.PhaseDuration, m.LoopErrors, m.Loops, m.LastSuccessfulLoop, m.UnschedulablePods,
 		m.PodsAwaitingNodes, m.Nodes, m.TargetSize, m.MinSize, m.MaxSize, m.ScaleUps, m.ScaledUpNodes,
 		m.FailedScaleUps, m.FailedRunning, m.Backoff, m.SizeUnknown, m.SnapshotRebuilt)
 	return m

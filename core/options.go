@@ -15,15 +15,33 @@ import (
 // Options are the autoscaler's settings. Flag names (in main) follow
 // cluster-autoscaler's where the meaning is the same.
 type Options struct {
-	// ScanInterval is the time between loops (--scan-interval).
+	// ScanInterval is the most time between loop starts (--scan-interval):
+	// the floor under the loops woken by events.
 	ScanInterval time.Duration
+	// FrequentLoops wakes the loop on events (--frequent-loops-enabled):
+	// new unschedulable pods, a node turning usable while nodes are
+	// queued, a failed scale-up, a configuration change (package trigger).
+	FrequentLoops bool
+	// MinLoopInterval is the least time between loop starts
+	// (--min-loop-interval); a shorter ScanInterval wins.
+	MinLoopInterval time.Duration
+	// PodBatchIdleDuration and PodBatchMaxDuration are the batching window
+	// of new unschedulable pods: a loop is woken once none came for the
+	// idle duration, or the max duration after the first, whichever comes
+	// first, so a Job's or a gang's pods are planned together
+	// (--pod-batch-idle-duration, --pod-batch-max-duration; Karpenter's
+	// batch idle and max durations).
+	PodBatchIdleDuration time.Duration
+	PodBatchMaxDuration  time.Duration
 	// MaxNodesTotal caps the cluster's node count, 0 for no cap (--max-nodes-total).
 	MaxNodesTotal int
 	// Expanders is the expander chain (--expander=priority,least-waste).
 	Expanders []string
 	// NewPodScaleUpDelay is how long a pod must have existed before it may
-	// trigger a scale-up (--new-pod-scale-up-delay): it lets a burst of pods
-	// (a gang, a Job) arrive so one scale-up covers them all.
+	// trigger a scale-up (--new-pod-scale-up-delay, cluster-autoscaler's
+	// meaning and default, 0). The pod batching window is what lets a
+	// burst (a gang, a Job) arrive whole: it waits for the burst to end,
+	// where an age filter delays every pod by the same amount.
 	NewPodScaleUpDelay time.Duration
 	// MaxNodeProvisionTime is how long a new machine may take to register
 	// before its scale-up counts as failed (--max-node-provision-time).
@@ -180,8 +198,12 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{
 		ScanInterval:                    10 * time.Second,
+		FrequentLoops:                   true,
+		MinLoopInterval:                 time.Second,
+		PodBatchIdleDuration:            time.Second,
+		PodBatchMaxDuration:             10 * time.Second,
 		Expanders:                       []string{"least-waste"},
-		NewPodScaleUpDelay:              5 * time.Second,
+		NewPodScaleUpDelay:              0,
 		MaxNodeProvisionTime:            15 * time.Minute,
 		MaxNodeStartupTime:              15 * time.Minute,
 		InitialNodeGroupBackoffDuration: 5 * time.Minute,
@@ -273,6 +295,9 @@ func (o Options) Validate() error {
 	}
 	if o.NewPodScaleUpDelay < 0 {
 		return fmt.Errorf("--new-pod-scale-up-delay: must not be negative, got %s", o.NewPodScaleUpDelay)
+	}
+	if o.PodBatchIdleDuration > o.PodBatchMaxDuration {
+		return fmt.Errorf("--pod-batch-idle-duration %s: longer than --pod-batch-max-duration %s", o.PodBatchIdleDuration, o.PodBatchMaxDuration)
 	}
 	if o.MaxNodeGroupBackoffDuration < o.InitialNodeGroupBackoffDuration {
 		return fmt.Errorf("--max-node-group-backoff-duration: %s is shorter than --initial-node-group-backoff-duration %s",
@@ -396,6 +421,13 @@ func (o Options) validateRanges() error {
 	ad := o.NodeAdditionAdaptiveOptions
 	return bounds.First(
 		func() error { return bounds.Duration("--scan-interval", o.ScanInterval, time.Millisecond, time.Hour) },
+		func() error { return bounds.Duration("--min-loop-interval", o.MinLoopInterval, 0, time.Hour) },
+		func() error {
+			return bounds.Duration("--pod-batch-idle-duration", o.PodBatchIdleDuration, 0, time.Hour)
+		},
+		func() error {
+			return bounds.Duration("--pod-batch-max-duration", o.PodBatchMaxDuration, 0, time.Hour)
+		},
 		func() error { return bounds.Int("--max-nodes-total", o.MaxNodesTotal, 0, maxCount) },
 		func() error { return bounds.Duration("--new-pod-scale-up-delay", o.NewPodScaleUpDelay, 0, time.Hour) },
 		func() error {

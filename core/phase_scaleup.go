@@ -17,6 +17,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/capacitybuffer"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/trigger"
 )
 
 // scaleUp finds the unschedulable pods that fit neither on usable nodes
@@ -278,6 +279,9 @@ func (in increaser) IncreaseSize(ctx context.Context, group string, delta int) e
 			// may not write, is not the group's fault.
 		default:
 			in.a.registry.RegisterFailedScaleUp(group, class, err.Error(), in.l.now)
+			// The group is backed off: a loop soon plans what this one
+			// could not place again (gangs whole) on the other groups.
+			in.a.Wake(trigger.CloudFailure)
 		}
 		in.a.metrics.FailedScaleUps.WithLabelValues(group, reason).Inc()
 		logger.Error(err, "Scale-up failed", "nodeGroup", group, "delta", delta, "class", reason)

@@ -1,0 +1,144 @@
+package core
+
+import (
+	"time"
+
+	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/trigger"
+	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
+)
+
+// Loops woken by events (package trigger): the informers' handlers below
+// and the loop's own failures call Wake; Run's driver decides when the
+// next loop starts.
+
+// Wake asks for a loop soon for reason r (see package trigger: after the
+// minimum gap; pods after their batching window). It never blocks and may
+// be called from any goroutine. A node turning usable wakes a loop only
+// when the last loop left nodes queued: otherwise the queue has nothing to
+// release and the periodic loop is soon enough.
+func (a *Autoscaler) Wake(r trigger.Reason) {
+	if r == trigger.NodeReady && !a.additionQueued.Load() {
+		return
+	}
+	a.driver.Wake(r)
+}
+
+// triggerTiming is the driver's view of the options in force. Called on
+// the loop's goroutine only (the driver runs the loop on its own), where
+// a.opts is read without the lock.
+func (a *Autoscaler) triggerTiming() trigger.Timing {
+	o := a.opts
+	return trigger.Timing{Interval: o.ScanInterval, Events: o.FrequentLoops, MinGap: o.MinLoopInterval,
+		BatchIdle: o.PodBatchIdleDuration, BatchMax: o.PodBatchMaxDuration}
+}
+
+// nodeRules are what the node handler needs of the options: swapped whole
+// on a reload, read with one atomic load per event.
+type nodeRules struct {
+	preflight preflight.Options
+	startup   clusterstate.StartupOptions
+}
+
+func (o Options) nodeRules() *nodeRules {
+	return &nodeRules{preflight: o.Preflight, startup: o.startupOptions()}
+}
+
+// usable is the loop's rule for a node that can take pods (Autoscaler.usable):
+// ready (Ready condition, no not-ready, unreachable or uninitialized
+// taint), past preflight, no startup taint, GPUs advertised when its GPU
+// label says it has some. The node's group is not looked up here: a node
+// of a GPU group without the label counts as usable once the rest holds,
+// and again when its GPUs appear (turnedUsable).
+func (r *nodeRules) usable(n *apiv1.Node) bool {
+	if !clusterstate.IsReady(n) {
+		return false
+	}
+	// The time tells only a pending node from a timed-out one, neither
+	// of which has passed.
+	if st, _ := r.preflight.Classify(n, time.Time{}); st != preflight.Passed {
+		return false
+	}
+	return r.startup.Pending(n, false) == ""
+}
+
+func (r *nodeRules) hasGPUs(n *apiv1.Node) bool {
+	if r.startup.GPUResource == "" {
+		return false
+	}
+	q, ok := n.Status.Allocatable[r.startup.GPUResource]
+	return ok && !q.IsZero()
+}
+
+// turnedUsable says n is usable and old (nil: none) was not, or n's GPUs
+// just appeared.
+func (r *nodeRules) turnedUsable(old, n *apiv1.Node) bool {
+	if !r.usable(n) {
+		return false
+	}
+	return old == nil || !r.usable(old) || (!r.hasGPUs(old) && r.hasGPUs(n))
+}
+
+// turnedUnschedulable says p is unbound and marked unschedulable by the
+// scheduler, and old (nil: none) was not.
+func turnedUnschedulable(old, p *apiv1.Pod) bool {
+	if p.Spec.NodeName != "" || p.DeletionTimestamp != nil || !isUnschedulable(p) {
+		return false
+	}
+	return old == nil || !isUnschedulable(old)
+}
+
+// PodHandler is the pod informer's handler: a pod the scheduler just
+// marked unschedulable wakes a loop (after the batching window). O(1) per
+// event, never blocks, logs nothing; the initial list is skipped (the
+// first loop sees it).
+func (a *Autoscaler) PodHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initial bool) {
+			if p, ok := obj.(*apiv1.Pod); ok && !initial && turnedUnschedulable(nil, p) {
+				a.Wake(trigger.Pods)
+			}
+		},
+		UpdateFunc: func(oldObj, obj any) {
+			old, ok1 := oldObj.(*apiv1.Pod)
+			p, ok2 := obj.(*apiv1.Pod)
+			if ok1 && ok2 && turnedUnschedulable(old, p) {
+				a.Wake(trigger.Pods)
+			}
+		},
+	}
+}
+
+// NodeHandler is the node informer's handler: a node turning usable wakes
+// a loop (when nodes wait in the queue). O(1) per event, never blocks,
+// logs nothing; the initial list is skipped.
+func (a *Autoscaler) NodeHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initial bool) {
+			if n, ok := obj.(*apiv1.Node); ok && !initial && a.nodeRules.Load().turnedUsable(nil, n) {
+				a.Wake(trigger.NodeReady)
+			}
+		},
+		UpdateFunc: func(oldObj, obj any) {
+			old, ok1 := oldObj.(*apiv1.Node)
+			n, ok2 := obj.(*apiv1.Node)
+			if ok1 && ok2 && a.nodeRules.Load().turnedUsable(old, n) {
+				a.Wake(trigger.NodeReady)
+			}
+		},
+	}
+}
+
+// queuedNodes counts the nodes the queue held back in a loop.
+func queuedNodes(r additionReport) int {
+	n := 0
+	for _, byClass := range r.Queued {
+		for _, c := range byClass {
+			n += c
+		}
+	}
+	return n
+}

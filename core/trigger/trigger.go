@@ -1,0 +1,226 @@
+// Package trigger decides when the autoscaler's loop runs: at the scan
+// interval (the floor), and sooner when something happens that a loop
+// should act on — new unschedulable pods (after a batching window), a node
+// turning usable, a failed cloud operation, a configuration change.
+//
+// It guarantees, whatever arrives and however fast:
+//   - at most one loop in flight (the loop runs on Run's goroutine);
+//   - at least the minimum gap between loop starts (--min-loop-interval,
+//     or the scan interval when that is shorter);
+//   - at most the scan interval between loop starts, while loops take less;
+//   - triggers arriving during a loop or during the gap coalesce into one
+//     next loop, counted under the first of them.
+//
+// Wake never blocks and does O(1) work (atomics and a non-blocking send):
+// it is called from informer event handlers.
+package trigger
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// Reason says why a loop ran.
+type Reason int32
+
+// The reasons, in the order of Reasons.
+const (
+	// None is no reason: no loop is due but the periodic one.
+	None Reason = iota
+	// Periodic: the scan interval passed (the floor), or the first loop.
+	Periodic
+	// Pods: new unschedulable pods, after the batching window.
+	Pods
+	// NodeReady: a node turned usable (Ready, past preflight and startup
+	// taints): the node-addition queue may release more.
+	NodeReady
+	// CloudFailure: a cloud operation failed (a scale-up was refused):
+	// its pods are planned again on the other groups.
+	CloudFailure
+	// Config: a live reload of the flags was accepted.
+	Config
+)
+
+// Reasons are every reason, for metrics created at zero.
+var Reasons = []Reason{Periodic, Pods, NodeReady, CloudFailure, Config}
+
+// String is the reason's metric label.
+func (r Reason) String() string {
+	switch r {
+	case Periodic:
+		return "periodic"
+	case Pods:
+		return "pods"
+	case NodeReady:
+		return "node-ready"
+	case CloudFailure:
+		return "cloud-failure"
+	case Config:
+		return "config"
+	default:
+		return "none"
+	}
+}
+
+// Timing is the driver's configuration, read again after every loop (a
+// live reload changes it).
+type Timing struct {
+	// Interval is the floor: a loop starts at most this long after the
+	// previous one started (--scan-interval). Must be positive.
+	Interval time.Duration
+	// Events turns the event triggers on (--frequent-loops-enabled); off,
+	// loops run at Interval only and Wake does nothing.
+	Events bool
+	// MinGap is the least time between two loop starts
+	// (--min-loop-interval); an Interval shorter than it wins.
+	MinGap time.Duration
+	// BatchIdle and BatchMax are the pods' batching window: a batch
+	// closes once no new pod came for BatchIdle, or BatchMax after its
+	// first pod, whichever comes first (--pod-batch-idle-duration,
+	// --pod-batch-max-duration).
+	BatchIdle, BatchMax time.Duration
+}
+
+func (t Timing) gap() time.Duration { return min(t.MinGap, t.Interval) }
+
+// Driver runs the loop. Wake may be called from any goroutine, before,
+// during or after Run.
+type Driver struct {
+	clock  clock.Clock
+	timing func() Timing
+	// signal tells Run that something changed; one token is enough.
+	signal chan struct{}
+	// pending is the first reason since the last loop started (None: no
+	// loop is due but the periodic one).
+	pending atomic.Int32
+	// podFirst and podLast are the batch's first and latest pod, in Unix
+	// nanoseconds on the driver's clock; podFirst 0: no batch open.
+	podFirst, podLast atomic.Int64
+	// events mirrors Timing.Events for Wake.
+	events atomic.Bool
+}
+
+// New returns a driver reading its timing from timing (called on Run's
+// goroutine only, and once here) and the time from c.
+func New(c clock.Clock, timing func() Timing) *Driver {
+	d := &Driver{clock: c, timing: timing, signal: make(chan struct{}, 1)}
+	d.events.Store(timing().Events)
+	return d
+}
+
+// Wake asks for a loop for reason r: at once (after the minimum gap) for
+// every reason but Pods, which opens or extends the batching window.
+// It never blocks; with events off it does nothing.
+func (d *Driver) Wake(r Reason) {
+	if !d.events.Load() || r <= None || r > Config {
+		return
+	}
+	if r == Pods {
+		now := d.clock.Now().UnixNano()
+		d.podLast.Store(now)
+		// Only the pod that opens a batch wakes Run: the others move the
+		// batch's end, which Run reads when its timer fires.
+		if d.podFirst.CompareAndSwap(0, now) {
+			d.poke()
+		}
+		return
+	}
+	if d.pending.CompareAndSwap(int32(None), int32(r)) {
+		d.poke()
+	}
+}
+
+// Pending says what the next loop would be counted under now (None: only
+// the periodic loop is due) and whether a batch of pods is open.
+func (d *Driver) Pending() (r Reason, podsBatched bool) {
+	return Reason(d.pending.Load()), d.podFirst.Load() != 0
+}
+
+func (d *Driver) poke() {
+	select {
+	case d.signal <- struct{}{}:
+	default:
+	}
+}
+
+// batchDue says when the open pod batch closes; ok false: none is open.
+func (d *Driver) batchDue(t Timing) (due time.Time, ok bool) {
+	first := d.podFirst.Load()
+	if first == 0 {
+		return time.Time{}, false
+	}
+	// The latest pod may have been stored by a Wake whose batch is not
+	// this one yet: a batch ends no sooner than idle after its first pod.
+	last := max(d.podLast.Load(), first)
+	return time.Unix(0, min(last+int64(t.BatchIdle), first+int64(t.BatchMax))), true
+}
+
+// Run calls loop, on this goroutine, whenever a loop is due, until ctx
+// ends: at once (Periodic), then as Timing and the triggers say. A loop
+// in progress is never interrupted; Run returns after it when ctx ends.
+func (d *Driver) Run(ctx context.Context, loop func(context.Context, Reason)) {
+	// What came before the first loop is in the first loop.
+	d.pending.Store(int32(Periodic))
+	d.podFirst.Store(0)
+	var last time.Time // start of the previous loop; zero before the first
+	for ctx.Err() == nil {
+		t := d.timing()
+		d.events.Store(t.Events)
+		now := d.clock.Now()
+		var wake time.Time // when to look again; zero: only on a signal
+		earliest := func(at time.Time) {
+			if wake.IsZero() || at.Before(wake) {
+				wake = at
+			}
+		}
+		if !last.IsZero() {
+			if due, open := d.batchDue(t); open && !t.Events {
+				d.podFirst.Store(0) // turned off live: the batch is dropped
+			} else if open && now.Before(due) {
+				earliest(due)
+			} else if open {
+				d.podFirst.Store(0)
+				d.pending.CompareAndSwap(int32(None), int32(Pods))
+			}
+			if floor := last.Add(t.Interval); now.Before(floor) {
+				earliest(floor)
+			} else {
+				d.pending.CompareAndSwap(int32(None), int32(Periodic))
+			}
+		}
+		if Reason(d.pending.Load()) != None {
+			if gapEnd := last.Add(t.gap()); !last.IsZero() && now.Before(gapEnd) {
+				wake = gapEnd // nothing else matters until then
+			} else {
+				r := Reason(d.pending.Swap(int32(None)))
+				// The loop sees the batch's pods: later ones open another.
+				d.podFirst.Store(0)
+				last = now
+				loop(ctx, r)
+				continue
+			}
+		}
+		d.wait(ctx, now, wake)
+	}
+}
+
+// wait returns at until, on a signal, or when ctx ends. A timer of its
+// own each time: a fake clock's timer whose fire was not read would block
+// the next fire.
+func (d *Driver) wait(ctx context.Context, now, until time.Time) {
+	timer := d.clock.NewTimer(until.Sub(now))
+	defer timer.Stop()
+	// A fake clock stepped to until or past it since now was read would
+	// have armed the timer from the new time: look again at once.
+	if !d.clock.Now().Before(until) {
+		return
+	}
+	select {
+	case <-ctx.Done():
+	case <-timer.C():
+	case <-d.signal:
+	}
+}

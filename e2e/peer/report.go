@@ -1,0 +1,303 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The runs of a size.
+const (
+	runOurs      = "ours"
+	runKarpenter = "karpenter"
+	runFloor     = "floor"
+)
+
+var runNames = []string{runOurs, runKarpenter, runFloor}
+
+// The goal the report is held against: ours at most goalVsKarpenter times
+// Karpenter's time to all Running and goalVsFloor times the floor's.
+const (
+	goalVsKarpenter = 0.6
+	goalVsFloor     = 1.3
+)
+
+// point is one sample, At seconds after the workload was submitted.
+type point struct {
+	At      float64 `json:"t"`
+	Running int     `json:"running"`
+	Nodes   int     `json:"nodes"`
+}
+
+// result is one run: one autoscaler (or none, the floor) at one size on
+// a fresh control plane.
+type result struct {
+	Run  string `json:"run"`
+	Pods int    `json:"pods"`
+	// PodsPerNode is how many pods a node holds (the floor's nodes are
+	// the pods over this, rounded up; ours from the simulator's node).
+	PodsPerNode int `json:"podsPerNode,omitempty"`
+	// FirstNodeRequest is seconds from submission to the first node asked
+	// for: ours, the first scale-set update (ARM PUT) that raised
+	// capacity; Karpenter, the first NodeClaim seen. Nil for the floor, or
+	// when no node was asked for.
+	FirstNodeRequest *float64 `json:"firstNodeRequestSeconds,omitempty"`
+	// AllRunning is seconds from submission to every pod Running; nil
+	// when they did not all run within the timeout.
+	AllRunning *float64 `json:"allRunningSeconds,omitempty"`
+	// Nodes is the nodes bought: ours, the scale set's capacity; Karpenter,
+	// its NodeClaims; the floor, the nodes made beforehand. Registered is
+	// the Node objects at the end.
+	Nodes      int `json:"nodes"`
+	Registered int `json:"registeredNodes"`
+
+	// Autoscaler is its process's figures; nil for the floor.
+	Autoscaler *autoscalerFigures `json:"autoscaler,omitempty"`
+	// AllRequests is the API server's apiserver_request_total from
+	// submission to all Running (or the timeout): every client.
+	AllRequests float64 `json:"allRequests"`
+	// Components are the control plane's processes over the whole run
+	// (peak RSS, CPU since start), and "harness", this process (etcd,
+	// the ARM simulator and its node hook; CPU from submission).
+	Components map[string]usage `json:"components,omitempty"`
+
+	Series   []point  `json:"series"`
+	LogDir   string   `json:"logDir"`
+	Duration string   `json:"duration"`
+	Failures []string `json:"failures,omitempty"`
+}
+
+// autoscalerFigures are one autoscaler process's.
+type autoscalerFigures struct {
+	// Command is the exact command line and Env what was added to the
+	// environment.
+	Command []string `json:"command"`
+	Env     []string `json:"env,omitempty"`
+	// CPUSeconds is CPU time (user+system) from submission to all
+	// Running; CPUSecondsTotal since the process started.
+	CPUSeconds      float64 `json:"cpuSeconds"`
+	CPUSecondsTotal float64 `json:"cpuSecondsTotal"`
+	PeakRSSMiB      float64 `json:"peakRSSMiB"`
+	// Requests is its rest_client_requests_total from submission to all
+	// Running; RequestsTotal since it started.
+	Requests      float64 `json:"requests"`
+	RequestsTotal float64 `json:"requestsTotal"`
+}
+
+func (r *result) fail(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	r.Failures = append(r.Failures, msg)
+	say("  FAILED: %s", msg)
+}
+
+// report is report.json; report.md is its markdown.
+type report struct {
+	Machine    string    `json:"machine"`
+	Started    time.Time `json:"started"`
+	Finished   time.Time `json:"finished"`
+	BootDelay  string    `json:"bootDelay"`
+	PodCPU     string    `json:"podCPU"`
+	PodMemory  string    `json:"podMemory"`
+	OurSKU     string    `json:"ourSKU"`
+	KarpenterT string    `json:"karpenterInstanceType"`
+	Karpenter  string    `json:"karpenter"`
+	Sizes      []int     `json:"sizes"`
+	Results    []*result `json:"results"`
+}
+
+// find returns the run at size pods, or nil.
+func (rep *report) find(run string, pods int) *result {
+	for _, r := range rep.Results {
+		if r.Run == run && r.Pods == pods {
+			return r
+		}
+	}
+	return nil
+}
+
+// ratio is r's time to all Running over other's at the same size, or 0
+// when either is missing.
+func (rep *report) ratio(r *result, other string) float64 {
+	o := rep.find(other, r.Pods)
+	if o == nil || r.AllRunning == nil || o.AllRunning == nil || *o.AllRunning <= 0 {
+		return 0
+	}
+	return *r.AllRunning / *o.AllRunning
+}
+
+// verdict says, per size, whether ours met the goal, or why it cannot
+// be told.
+func (rep *report) verdict() []string {
+	var out []string
+	for _, n := range rep.Sizes {
+		ours := rep.find(runOurs, n)
+		if ours == nil {
+			continue
+		}
+		for _, g := range []struct {
+			other string
+			limit float64
+		}{{runKarpenter, goalVsKarpenter}, {runFloor, goalVsFloor}} {
+			line := fmt.Sprintf("%s pods, ours ≤ %.1f× %s: ", fmtInt(n), g.limit, g.other)
+			switch q := rep.ratio(ours, g.other); {
+			case rep.find(g.other, n) == nil:
+				line += "not run"
+			case q == 0:
+				line += "cannot tell (a run did not get every pod Running)"
+			case q <= g.limit:
+				line += fmt.Sprintf("met (%.2f×)", q)
+			default:
+				line += fmt.Sprintf("NOT met (%.2f×)", q)
+			}
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+func (rep *report) markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# vmss-autoscaler against Karpenter (make peer)\n\n")
+	fmt.Fprintf(&b, "%s; %s to %s. Each run on a fresh control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok). "+
+		"Pods: a Deployment of pause pods of %s CPU / %s each. Nodes of 64 cores: ours %s from the ARM simulator, Karpenter's kwok provider (%s) %s. "+
+		"Node registration delay %s on both sides.\n\n",
+		rep.Machine, rep.Started.Format(time.RFC3339), rep.Finished.Format(time.RFC3339), rep.PodCPU, rep.PodMemory, rep.OurSKU, rep.Karpenter, rep.KarpenterT, rep.BootDelay)
+	b.WriteString("| run | first node request | all Running | ratio to Karpenter | ratio to floor | nodes | CPU s | peak RSS | API requests |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, r := range rep.sorted() {
+		first, all := "–", "not all"
+		if r.FirstNodeRequest != nil {
+			first = fmt.Sprintf("%.1f s", *r.FirstNodeRequest)
+		}
+		if r.AllRunning != nil {
+			all = fmt.Sprintf("%.1f s", *r.AllRunning)
+		}
+		vsK, vsF := "–", "–"
+		if r.Run != runKarpenter {
+			if q := rep.ratio(r, runKarpenter); q > 0 {
+				vsK = fmt.Sprintf("%.2f×", q)
+			}
+		}
+		if r.Run != runFloor {
+			if q := rep.ratio(r, runFloor); q > 0 {
+				vsF = fmt.Sprintf("%.2f×", q)
+			}
+		}
+		cpu, rss, req := "–", "–", fmt.Sprintf("– / %s", fmtInt(int(r.AllRequests)))
+		if a := r.Autoscaler; a != nil {
+			cpu = fmt.Sprintf("%.1f", a.CPUSeconds)
+			rss = fmt.Sprintf("%.0f MiB", a.PeakRSSMiB)
+			req = fmt.Sprintf("%s / %s", fmtInt(int(a.Requests)), fmtInt(int(r.AllRequests)))
+		}
+		fmt.Fprintf(&b, "| %s %s | %s | %s | %s | %s | %d | %s | %s | %s |\n",
+			r.Run, fmtInt(r.Pods), first, all, vsK, vsF, r.Nodes, cpu, rss, req)
+	}
+	b.WriteString(`
+- **first node request**: seconds from the Deployment's creation to the first node asked for: ours, the first ARM scale-set update (PUT) raising capacity, as the simulator logged it; Karpenter, the first NodeClaim, as the harness's watch saw it.
+- **all Running**: seconds from the Deployment's creation until the harness's pod informer saw every pod Running. The floor is the same pods on nodes that already exist: what the control plane alone costs.
+- **nodes**: bought. Ours, the scale set's capacity; Karpenter, its NodeClaims; the floor, the nodes made beforehand (the pods over the pods a node holds).
+- **CPU s**: the autoscaler process's CPU time (user + system, /proc/<pid>/stat) from submission to all Running. **peak RSS**: its VmHWM (/proc/<pid>/status) at the end, over its whole life.
+- **API requests**: the autoscaler's own Kubernetes requests (client-go's request counter, which ours exports as rest_client_requests_total and Karpenter as client_go_request_total; a watch counts once) / all clients' (the API server's apiserver_request_total: controllers, scheduler, kwok, the harness's informers and scrapes), both from submission to all Running. The API server has no per-user-agent request metric; its audit log would, and the harness does not turn it on.
+`)
+	b.WriteString(`
+What differs between the two sides, beyond the autoscalers:
+
+- **Who registers nodes.** Ours: the ARM simulator creates the VMs at the scale-set PUT and its hook, in the harness process, creates each Node as AKS registers it (allocatable less kube-reserved and the eviction threshold). Karpenter: its kwok provider creates the Node itself, from Karpenter's process, so Karpenter's CPU and API requests include that "cloud" work and ours do not (the harness's CPU is in report.json, components.harness).
+- **The cloud's limits.** The ARM simulator throttles at ARM's subscription limits (200 reads and 20 writes a minute) and its long-running operations take 10 s (VMs boot from the PUT, not from the operation's end); Karpenter's kwok provider has no limits.
+- **Each autoscaler's own defaults.** Ours: client QPS 20 (burst 40), smoothing on. Karpenter: client QPS 200 (burst 300), batching 1 s idle / 10 s max. Karpenter's NodePool consolidates after 10 minutes (our --scale-down-unneeded-time default), so neither removes nodes during the run.
+- **Noise.** One run each on a shared machine; at a few hundred pods a second either way is noise.
+`)
+	if v := rep.verdict(); len(v) > 0 {
+		b.WriteString("\n## Goal: ours ≤ 0.6× Karpenter's time to all Running, and within 1.3× of the floor\n\n")
+		for _, l := range v {
+			b.WriteString("- " + l + "\n")
+		}
+	}
+	b.WriteString("\n## Command lines\n\n")
+	for _, r := range rep.sorted() {
+		if r.Autoscaler == nil {
+			continue
+		}
+		fmt.Fprintf(&b, "- %s %s: `%s`", r.Run, fmtInt(r.Pods), strings.Join(r.Autoscaler.Command, " "))
+		if len(r.Autoscaler.Env) > 0 {
+			fmt.Fprintf(&b, " with `%s`", strings.Join(r.Autoscaler.Env, " "))
+		}
+		b.WriteString("\n")
+	}
+	var fails []string
+	for _, r := range rep.sorted() {
+		for _, f := range r.Failures {
+			fails = append(fails, fmt.Sprintf("%s %s: %s", r.Run, fmtInt(r.Pods), f))
+		}
+	}
+	if len(fails) > 0 {
+		b.WriteString("\n## Failures\n\n")
+		for _, f := range fails {
+			b.WriteString("- " + f + "\n")
+		}
+	}
+	return b.String()
+}
+
+// sorted returns the results by size, then ours, Karpenter, floor.
+func (rep *report) sorted() []*result {
+	out := slices.Clone(rep.Results)
+	slices.SortStableFunc(out, func(a, b *result) int {
+		if a.Pods != b.Pods {
+			return a.Pods - b.Pods
+		}
+		return slices.Index(runNames, a.Run) - slices.Index(runNames, b.Run)
+	})
+	return out
+}
+
+// fmtInt writes n with thousands separators.
+func fmtInt(n int) string {
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
+}
+
+// write writes report.json, report.md and the plots to dir.
+func (rep *report) write(dir string) error {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(rep.markdown()), 0o644); err != nil {
+		return err
+	}
+	return writePlots(dir, rep)
+}
+
+func machine() string {
+	model := ""
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	s := fmt.Sprintf("%d cores", runtime.NumCPU())
+	if model != "" {
+		s += " (" + model + ")"
+	}
+	return s + ", " + runtime.Version()
+}
