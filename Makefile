@@ -1,6 +1,7 @@
 # The two commands of the README:
 #   make demo   run the autoscaler on a local control plane with the ARM simulator
 #   make test   run the whole test suite (what CI runs)
+#   make peer   this autoscaler against Karpenter's kwok provider, side by side (PEER_SIZES, PEER_RUNS)
 # and the image, built without Docker (cmd/image, go-containerregistry):
 #   make image                          OCI layout + archive under $(IMAGE_DIR), linux/amd64 and linux/arm64
 #   make push IMAGE=registry/name:tag   push it with the standard keychain (docker login, az acr login)
@@ -23,7 +24,7 @@ IMAGE ?=
 PREFLIGHT_BASE ?=
 PREFLIGHT_IMAGE ?=
 
-.PHONY: test deps lint unit fuzz e2e scale scale-ci bench build demo image push dashboards
+.PHONY: test deps lint unit fuzz e2e scale scale-ci peer bench build demo image push dashboards
 
 # make test runs these stages in order, timing each (.ci/stages prints a
 # line per stage and a one-line summary at the end) and stopping at the
@@ -104,14 +105,30 @@ e2e:
 # The scale harness (e2e/scale): the autoscaler with default flags on a
 # real control plane, kwok and the ARM simulator, from 0 to thousands of
 # nodes; a table (markdown, JSON) and plots under .cache/scale. make scale
-# is the full size (2,000 nodes, 62,000 pods, gangs of 400: about 45
-# minutes); make test runs the CI size (60 nodes) so the harness cannot rot.
+# is the full size (2,000 nodes, 8,000 pods, gangs of 400: about an hour);
+# SCALE_SIZE=xl the seeds' size (7,500 nodes, one pod each, 5,500 of them
+# running before the autoscaler starts, kwok's Leases renewed every 60 s
+# with the node lifecycle grace at 300 s: about 30 minutes); make test runs
+# the CI size (60 nodes) so the harness cannot rot. ARGS adds flags
+# (go run ./e2e/scale --help), e.g. ARGS="--nodes=4000 --seed-nodes=2000".
 SCALE_SIZE ?= full
 scale:
 	$(GO) run ./e2e/scale --size=$(SCALE_SIZE) $(ARGS)
 
 scale-ci:
 	$(GO) run ./e2e/scale --size=ci
+
+# The peer benchmark (e2e/peer): the same control plane, kwok and pods
+# (2 CPU / 2 Gi pause pods, 64-core nodes) scaled by this autoscaler with
+# its default flags, by Karpenter's kwok provider (built once from the
+# module proxy into .cache/karpenter) and on nodes that already exist (the
+# floor), each on a fresh control plane; report.md, report.json and plots
+# of pods Running under PEER_DIR.
+PEER_SIZES ?= 1000,5000
+PEER_RUNS ?= ours,karpenter,floor
+PEER_DIR ?= .cache/peer
+peer:
+	$(GO) run ./e2e/peer --sizes=$(PEER_SIZES) --runs=$(PEER_RUNS) --report-dir=$(PEER_DIR) $(ARGS)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 20x -timeout 60m ./core/...

@@ -45,9 +45,10 @@ const (
 	// kwokPodCIDR is where kwok draws pod IPs from. They are only written
 	// into pod status, never used; the range just avoids the Service CIDR.
 	kwokPodCIDR = "10.244.0.0/16"
-	// kwokNodeLeaseSeconds makes kwok hold and renew a Lease per node, the
-	// heartbeat that keeps node-lifecycle from marking nodes unreachable.
-	kwokNodeLeaseSeconds = 40
+	// DefaultKwokNodeLeaseSeconds makes kwok hold and renew a Lease per
+	// node (every quarter of it, as a kubelet does: 10 s), the heartbeat
+	// that keeps node-lifecycle from marking nodes unreachable.
+	DefaultKwokNodeLeaseSeconds = 40
 
 	componentStartTimeout = 2 * time.Minute
 	namespaceReadyTimeout = time.Minute
@@ -71,6 +72,27 @@ type Options struct {
 	// KwokAnnotationSelector: kwok manages only nodes with this annotation;
 	// default DefaultKwokAnnotationSelector.
 	KwokAnnotationSelector string
+
+	// The node heartbeats below are a kubelet's by default. A large kwok
+	// cluster on a small machine may slow them (the scale harness at
+	// thousands of nodes): each Lease renewal and status update is an API
+	// write, and 7,500 nodes renewing every 10 s are 750 writes a second.
+	// Raise NodeMonitorGracePeriod with them, or the node lifecycle
+	// controller marks the nodes unreachable.
+
+	// KwokNodeLeaseSeconds is the Lease duration kwok sets; it renews every
+	// quarter of it. Default DefaultKwokNodeLeaseSeconds (renewed every 10 s).
+	KwokNodeLeaseSeconds int
+	// KwokNodeStatusInterval is how often kwok updates a Ready node's
+	// status (its conditions' heartbeat), plus up to 10 s of jitter;
+	// default kwok's heartbeat stage's, 10 minutes (the Lease is the
+	// heartbeat node-lifecycle reads in between, as with kubelets).
+	KwokNodeStatusInterval time.Duration
+	// NodeMonitorGracePeriod is kube-controller-manager's
+	// --node-monitor-grace-period: how long a node may go without a
+	// heartbeat (Lease renewal or status update) before it is marked
+	// Unknown; default the controller manager's own (50 s).
+	NodeMonitorGracePeriod time.Duration
 }
 
 // ControlPlane is a running control plane. Stop it with Stop.
@@ -123,6 +145,18 @@ func Start(ctx context.Context, bins Binaries, opts Options) (_ *ControlPlane, r
 	}
 	if opts.KwokAnnotationSelector == "" {
 		opts.KwokAnnotationSelector = DefaultKwokAnnotationSelector
+	}
+	if opts.KwokNodeLeaseSeconds == 0 {
+		opts.KwokNodeLeaseSeconds = DefaultKwokNodeLeaseSeconds
+	}
+	switch {
+	case opts.KwokNodeLeaseSeconds < 4:
+		// kwok renews every quarter of the duration: at least a second.
+		return nil, fmt.Errorf("starting control plane: KwokNodeLeaseSeconds %d is below 4", opts.KwokNodeLeaseSeconds)
+	case opts.KwokNodeStatusInterval < 0:
+		return nil, fmt.Errorf("starting control plane: KwokNodeStatusInterval %s is negative", opts.KwokNodeStatusInterval)
+	case opts.NodeMonitorGracePeriod < 0:
+		return nil, fmt.Errorf("starting control plane: NodeMonitorGracePeriod %s is negative", opts.NodeMonitorGracePeriod)
 	}
 	for name, path := range map[string]string{
 		"kube-apiserver": bins.APIServer, "kube-controller-manager": bins.ControllerManager,
@@ -198,7 +232,7 @@ func Start(ctx context.Context, bins Binaries, opts Options) (_ *ControlPlane, r
 
 	// The rest need only the apiserver: start them together, then wait.
 	kwokConfig := filepath.Join(dir, "kwok-stages.yaml")
-	if err := writeKwokConfig(kwokConfig); err != nil {
+	if err := writeKwokConfig(kwokConfig, opts.KwokNodeStatusInterval); err != nil {
 		return nil, err
 	}
 	if err := cp.startCore(ctx, "kube-controller-manager", bins.ControllerManager, controllerManagerArgs(cp.pki, cp.Kubeconfig, p, opts)...); err != nil {
@@ -338,7 +372,7 @@ func apiServerArgs(p *pki, pt ports, opts Options) []string {
 }
 
 func controllerManagerArgs(p *pki, kubeconfig string, pt ports, opts Options) []string {
-	return []string{
+	args := []string{
 		"--kubeconfig=" + kubeconfig,
 		"--authentication-kubeconfig=" + kubeconfig,
 		"--authorization-kubeconfig=" + kubeconfig,
@@ -360,6 +394,10 @@ func controllerManagerArgs(p *pki, kubeconfig string, pt ports, opts Options) []
 		// GenericWorkload also turns on the PodGroup protection controller.
 		"--feature-gates=" + opts.FeatureGates,
 	}
+	if opts.NodeMonitorGracePeriod > 0 {
+		args = append(args, "--node-monitor-grace-period="+opts.NodeMonitorGracePeriod.String())
+	}
+	return args
 }
 
 func schedulerArgs(p *pki, kubeconfig string, pt ports, opts Options) []string {
@@ -388,7 +426,7 @@ func kwokArgs(kubeconfig, stagesFile string, pt ports, opts Options) []string {
 		"--config=" + stagesFile,
 		fmt.Sprintf("--server-address=127.0.0.1:%d", pt.kwok),
 		"--node-ip=127.0.0.1",
-		fmt.Sprintf("--node-lease-duration-seconds=%d", kwokNodeLeaseSeconds),
+		fmt.Sprintf("--node-lease-duration-seconds=%d", opts.KwokNodeLeaseSeconds),
 		"--cidr=" + kwokPodCIDR,
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	nodefast "sigs.k8s.io/kwok/kustomize/stage/node/fast"
 	nodeheartbeat "sigs.k8s.io/kwok/kustomize/stage/node/heartbeat-with-lease"
@@ -124,17 +125,42 @@ func podCompleteStage() string {
 `, 1)
 }
 
+// nodeHeartbeatDelay is the delay of kwok's stock heartbeat stage (a node's
+// status every 600 s, up to 10 s later).
+const nodeHeartbeatDelay = `  delay:
+    durationMilliseconds: 600000
+    jitterDurationMilliseconds: 610000
+`
+
+// nodeHeartbeatStage is kwok's stock heartbeat-with-lease stage, updating a
+// Ready node's status every interval (up to 10 s later); 0 keeps the
+// stock 600 s.
+func nodeHeartbeatStage(interval time.Duration) string {
+	if !strings.Contains(nodeheartbeat.DefaultNodeHeartbeatWithLease, nodeHeartbeatDelay) {
+		panic("kwok's node heartbeat stage changed: update nodeHeartbeatStage")
+	}
+	if interval <= 0 {
+		return nodeheartbeat.DefaultNodeHeartbeatWithLease
+	}
+	ms := interval.Milliseconds()
+	return strings.Replace(nodeheartbeat.DefaultNodeHeartbeatWithLease, nodeHeartbeatDelay, fmt.Sprintf(`  delay:
+    durationMilliseconds: %d
+    jitterDurationMilliseconds: %d
+`, ms, ms+10000), 1)
+}
+
 // kwokStages returns kwok's options and stages as one multi-document YAML:
 // its stock "fast" stages, by which nodes become Ready at once and keep a
-// heartbeat (kwok renews their Leases, see --node-lease-duration-seconds),
+// heartbeat (kwok renews their Leases, see --node-lease-duration-seconds,
+// and updates their status every statusInterval, 0 for the stock 600 s),
 // pods become Running as soon as they are bound and Jobs' pods complete
 // (but those with KeepRunningAnnotation), and podDeleteStages, by which
 // deleted pods go away when their process would have exited.
-func kwokStages() string {
+func kwokStages(statusInterval time.Duration) string {
 	docs := []string{
 		kwokOptions,
 		nodefast.DefaultNodeInit,
-		nodeheartbeat.DefaultNodeHeartbeatWithLease,
+		nodeHeartbeatStage(statusInterval),
 		podfast.DefaultPodReady,
 		podCompleteStage(),
 		podDeleteStages,
@@ -146,8 +172,8 @@ func kwokStages() string {
 }
 
 // writeKwokConfig writes the stage configuration that kwok's --config reads.
-func writeKwokConfig(path string) error {
-	if err := os.WriteFile(path, []byte(kwokStages()), 0o644); err != nil {
+func writeKwokConfig(path string, statusInterval time.Duration) error {
+	if err := os.WriteFile(path, []byte(kwokStages(statusInterval)), 0o644); err != nil {
 		return fmt.Errorf("writing kwok stages: %w", err)
 	}
 	return nil

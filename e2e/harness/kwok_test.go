@@ -18,7 +18,7 @@ import (
 func podLifecycle(t *testing.T) lifecycle.Lifecycle {
 	t.Helper()
 	var stages []*internalversion.Stage
-	for _, doc := range strings.Split(kwokStages(), "\n---\n") {
+	for _, doc := range strings.Split(kwokStages(0), "\n---\n") {
 		obj, err := config.Unmarshal(doc)
 		if err != nil {
 			t.Fatalf("kwok cannot read a document of its configuration: %v\n%s", err, doc)
@@ -131,5 +131,38 @@ func TestKwokJobPodsComplete(t *testing.T) {
 				t.Fatalf("stage %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestKwokNodeHeartbeatInterval checks the node heartbeat stage kwok reads:
+// its stock 600–610 s by default, the interval given otherwise.
+func TestKwokNodeHeartbeatInterval(t *testing.T) {
+	for _, tc := range []struct {
+		interval     time.Duration
+		want, jitter int64
+	}{
+		{0, 600_000, 610_000},
+		{20 * time.Minute, 1_200_000, 1_210_000},
+	} {
+		found := false
+		for _, doc := range strings.Split(kwokStages(tc.interval), "\n---\n") {
+			obj, err := config.Unmarshal(doc)
+			if err != nil {
+				t.Fatalf("kwok cannot read a document of its configuration: %v\n%s", err, doc)
+			}
+			st, ok := obj.(*internalversion.Stage)
+			if !ok || st.Name != "node-heartbeat-with-lease" {
+				continue
+			}
+			found = true
+			d := st.Spec.Delay
+			if d == nil || d.DurationMilliseconds == nil || d.JitterDurationMilliseconds == nil ||
+				*d.DurationMilliseconds != tc.want || *d.JitterDurationMilliseconds != tc.jitter {
+				t.Errorf("interval %s: delay %+v, want %d ms up to %d ms", tc.interval, d, tc.want, tc.jitter)
+			}
+		}
+		if !found {
+			t.Errorf("interval %s: no node-heartbeat-with-lease stage", tc.interval)
+		}
 	}
 }

@@ -18,8 +18,18 @@
 // or the brake exceeded, more nodes than the pods need, the autoscaler
 // exiting). It stops everything it started, also on Ctrl-C.
 //
+// The xl size is the seeds' size: 7,500 nodes, one pod each. A run from 0
+// under the default smoothing (at most 200 nodes a minute) would take 40
+// minutes, so the scale sets start with --seed-nodes VMs (5,500), their
+// nodes Ready and their pods Running before the autoscaler starts; the
+// Deployment is then scaled to the full size and the autoscaler adds the
+// rest (2,000) with its defaults, scale-down timings included. To fit 2 cores, kwok's
+// Lease heartbeat is slowed (a 240 s Lease renewed every 60 s, not every
+// 10 s) and the node lifecycle controller's grace raised to match (300 s).
+//
 //	go run ./e2e/scale --size=ci     # 60 nodes per scenario, about 7 minutes (CI)
 //	go run ./e2e/scale --size=full   # 2,000 nodes / 8,000 pods, gangs of 400: about 45 minutes
+//	go run ./e2e/scale --size=xl     # 5,500 seeded + 2,000 added = 7,500 nodes, one pod each: about 25 minutes
 package main
 
 import (
@@ -57,11 +67,29 @@ type size struct {
 	bootDelay time.Duration
 	// podCPU is what a burst pod requests: the pods a node holds.
 	podCPU resource.Quantity
+	// seed is how many of the burst's nodes exist (VMs running, nodes
+	// Ready) before the autoscaler starts and the workload is submitted.
+	seed int
+	// hold is how long the run stays at full size once every pod runs,
+	// capacity checked and the autoscaler measured (loops, requests, CPU).
+	hold time.Duration
+	// scenarios run by default.
+	scenarios []string
+	// The control plane's node heartbeats (harness.Options); 0 for the
+	// harness's defaults, a kubelet's.
+	kwokLeaseSeconds       int
+	kwokStatusInterval     time.Duration
+	nodeMonitorGracePeriod time.Duration
 }
 
+var allScenarios = []string{"burst", "burst-unsmoothed", "gangs"}
+
 var sizes = map[string]size{
-	"ci":   {nodes: 60, gangs: 2, gangSize: 20, scaleDownFor: 2 * time.Minute, timeout: 8 * time.Minute, bootDelay: 20 * time.Second, podCPU: resource.MustParse("500m")},
-	"full": {nodes: 2000, gangs: 4, gangSize: 400, scaleDownFor: 8 * time.Minute, timeout: 40 * time.Minute, bootDelay: time.Minute, podCPU: resource.MustParse("3500m")},
+	"ci":   {nodes: 60, gangs: 2, gangSize: 20, scaleDownFor: 2 * time.Minute, timeout: 8 * time.Minute, bootDelay: 20 * time.Second, podCPU: resource.MustParse("500m"), hold: settle, scenarios: allScenarios},
+	"full": {nodes: 2000, gangs: 4, gangSize: 400, scaleDownFor: 8 * time.Minute, timeout: 40 * time.Minute, bootDelay: time.Minute, podCPU: resource.MustParse("3500m"), hold: settle, scenarios: allScenarios},
+	// The seeds' size: one 10-core pod a node (the next would not fit).
+	"xl": {nodes: 7500, seed: 5500, timeout: 20 * time.Minute, bootDelay: time.Minute, podCPU: resource.MustParse("10"), hold: 3 * time.Minute, scenarios: []string{"burst"},
+		kwokLeaseSeconds: 240, nodeMonitorGracePeriod: 300 * time.Second},
 }
 
 type options struct {
@@ -75,12 +103,19 @@ type options struct {
 func main() {
 	var o options
 	fs := pflag.NewFlagSet("scale", pflag.ContinueOnError)
-	fs.StringVar(&o.size, "size", "ci", "run size: ci (60 nodes, 1,860 pods, gangs of 20: about 7 minutes) or full (2,000 nodes, 8,000 pods, gangs of 400)")
+	fs.StringVar(&o.size, "size", "ci", "run size: ci (60 nodes, 1,860 pods, gangs of 20: about 7 minutes), full (2,000 nodes, 8,000 pods, gangs of 400) or xl (7,500 nodes, 5,500 of them seeded, one pod a node, burst only, slowed kwok heartbeats)")
 	nodes := fs.Int("nodes", 0, "the burst's nodes (default: the size's)")
 	gangs := fs.Int("gangs", 0, "number of gangs (default: the size's)")
 	gangSize := fs.Int("gang-size", 0, "whole nodes per gang (default: the size's)")
 	podCPU := fs.String("pod-cpu", "", "CPU a burst pod requests, which sets the pods per node (default: the size's, 500m for ci: 31 a node; 3500m for full: 4 a node)")
-	fs.StringSliceVar(&o.scenarios, "scenarios", []string{"burst", "burst-unsmoothed", "gangs"}, "scenarios to run, in order")
+	fs.StringSliceVar(&o.scenarios, "scenarios", nil, "scenarios to run, in order (default: the size's; burst, burst-unsmoothed, gangs for ci and full)")
+	seed := fs.Int("seed-nodes", 0, "of the burst's nodes, how many exist (VMs running, nodes Ready) before the autoscaler starts and the workload is submitted; the autoscaler adds the rest (default: the size's, 0 but for xl: 5,500)")
+	hold := fs.Duration("hold", 0, "how long to stay at full size once every pod runs, measuring the autoscaler there (default: the size's, 30s; 3m for xl)")
+	scaleDownFor := fs.Duration("scale-down-for", 0, "how long the burst's scale-down is watched; 0: not at all, and the autoscaler keeps its default scale-down timings (default: the size's, 2m for ci, 8m for full, 0 for xl)")
+	timeout := fs.Duration("timeout", 0, "bound on each scale-up (default: the size's)")
+	leaseSeconds := fs.Int("kwok-node-lease-seconds", 0, "the Lease duration kwok sets on each node, renewed every quarter of it (default: the size's; 0 a kubelet's 40 s, renewed every 10 s; 240 for xl)")
+	statusInterval := fs.Duration("kwok-node-status-interval", 0, "how often kwok updates each Ready node's status, plus up to 10s (default: the size's; kwok's 10m)")
+	grace := fs.Duration("node-monitor-grace-period", 0, "kube-controller-manager's --node-monitor-grace-period: how long a node may miss its heartbeat before it is Unknown; raise it with --kwok-node-lease-seconds (default: the size's; 0 the controller manager's 50s; 300s for xl)")
 	fs.StringVar(&o.out, "out", "", "where the report, plots and logs go (default: a new folder under .cache/scale)")
 	replot := fs.String("replot", "", "only redraw the plots of this report.json, beside it, and exit")
 	fs.DurationVar(&o.bootDelay, "boot-delay", 0, "time a simulated VM takes from creation to a registered node, ±half of it as jitter (default: the size's, 20s for ci, 1m for full)")
@@ -99,7 +134,7 @@ func main() {
 	}
 	sz, ok := sizes[o.size]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "scale: --size: %q is not one of ci, full\n", o.size)
+		fmt.Fprintf(os.Stderr, "scale: --size: %q is not one of ci, full, xl\n", o.size)
 		os.Exit(2)
 	}
 	for flag, v := range map[string]*int{"--nodes": nodes, "--gangs": gangs, "--gang-size": gangSize} {
@@ -125,6 +160,41 @@ func main() {
 		}
 		sz.podCPU = q
 	}
+	if fs.Changed("seed-nodes") {
+		sz.seed = *seed
+	}
+	if *hold > 0 {
+		sz.hold = *hold
+	}
+	if fs.Changed("scale-down-for") {
+		sz.scaleDownFor = *scaleDownFor
+	}
+	if *timeout > 0 {
+		sz.timeout = *timeout
+	}
+	if *leaseSeconds > 0 {
+		sz.kwokLeaseSeconds = *leaseSeconds
+	}
+	if *statusInterval > 0 {
+		sz.kwokStatusInterval = *statusInterval
+	}
+	if *grace > 0 {
+		sz.nodeMonitorGracePeriod = *grace
+	}
+	switch {
+	case sz.seed >= sz.nodes:
+		fmt.Fprintf(os.Stderr, "scale: --seed-nodes: %d leaves nothing for the autoscaler to add to the burst's %d nodes\n", sz.seed, sz.nodes)
+		os.Exit(2)
+	case *leaseSeconds != 0 && *leaseSeconds < 4:
+		fmt.Fprintf(os.Stderr, "scale: --kwok-node-lease-seconds: must be at least 4, got %d\n", *leaseSeconds)
+		os.Exit(2)
+	case *seed < 0 || *statusInterval < 0 || *grace < 0 || *hold < 0 || *timeout < 0 || *scaleDownFor < 0:
+		fmt.Fprintln(os.Stderr, "scale: counts and durations must not be negative")
+		os.Exit(2)
+	}
+	if len(o.scenarios) == 0 {
+		o.scenarios = sz.scenarios
+	}
 	switch {
 	case o.bootDelay < 0:
 		fmt.Fprintf(os.Stderr, "scale: --boot-delay: must not be negative, got %s\n", o.bootDelay)
@@ -137,6 +207,10 @@ func main() {
 		os.Exit(2)
 	}
 	for _, s := range o.scenarios {
+		if s == "gangs" && sz.gangs*sz.gangSize == 0 {
+			fmt.Fprintf(os.Stderr, "scale: --scenarios: gangs needs --gangs and --gang-size (size %s has none)\n", o.size)
+			os.Exit(2)
+		}
 		if !slices.Contains(scenarioNames, s) {
 			fmt.Fprintf(os.Stderr, "scale: --scenarios: %q is not one of %s\n", s, strings.Join(scenarioNames, ", "))
 			os.Exit(2)
@@ -168,6 +242,27 @@ func redraw(path string) error {
 	return writePlots(filepath.Dir(path), rep.Scenarios)
 }
 
+// heartbeats describes the control plane's node heartbeats in a run.
+func heartbeats(sz size) string {
+	lease := sz.kwokLeaseSeconds
+	if lease == 0 {
+		lease = harness.DefaultKwokNodeLeaseSeconds
+	}
+	status := "every 10m"
+	if sz.kwokStatusInterval > 0 {
+		status = "every " + sz.kwokStatusInterval.String()
+	}
+	grace := "the default 50s"
+	if sz.nodeMonitorGracePeriod > 0 {
+		grace = sz.nodeMonitorGracePeriod.String()
+	}
+	s := fmt.Sprintf("kwok renews each node's %d s Lease every %d s and updates its status %s; node-monitor-grace-period %s", lease, lease/4, status, grace)
+	if lease != harness.DefaultKwokNodeLeaseSeconds || sz.kwokStatusInterval > 0 || sz.nodeMonitorGracePeriod > 0 {
+		s += " (slowed from a kubelet's 10 s Lease renewal to fit the machine)"
+	}
+	return s
+}
+
 func say(format string, args ...any) {
 	fmt.Printf("%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 }
@@ -183,7 +278,7 @@ func run(ctx context.Context, o options) error {
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", o.out, err)
 	}
-	say("scale harness, size %s: burst of %d nodes, %d gangs of %d GPU nodes; output in %s", o.size, o.sz.nodes, o.sz.gangs, o.sz.gangSize, o.out)
+	say("scale harness, size %s: burst of %d nodes (%d seeded), %d gangs of %d GPU nodes; %s; output in %s", o.size, o.sz.nodes, o.sz.seed, o.sz.gangs, o.sz.gangSize, heartbeats(o.sz), o.out)
 	say("building the control plane and the autoscaler (the first build takes ~10 minutes on 2 cores) ...")
 	bins, err := harness.BuildBinaries(ctx)
 	if err != nil {
@@ -193,7 +288,8 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	rep := &report{Size: o.size, Machine: machine(), Started: time.Now().UTC(), BootDelay: o.bootDelay.String()}
+	rep := &report{Size: o.size, Machine: machine(), Started: time.Now().UTC(), BootDelay: o.bootDelay.String(), Heartbeats: heartbeats(o.sz), SeedNodes: o.sz.seed}
+	rep.ScaleDownCompressed = o.sz.scaleDownFor > 0
 	for _, name := range o.scenarios {
 		sc := newScenario(name, o, bins, autoscalerBin)
 		say("scenario %s: %s", name, sc.describe())

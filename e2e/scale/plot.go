@@ -12,7 +12,7 @@ import (
 )
 
 // plotFiles are the plots writePlots makes (each also as PNG).
-var plotFiles = []string{"joins.svg", "pending.svg", "loops.svg", "nodes.svg"}
+var plotFiles = []string{"joins.svg", "pending.svg", "loops.svg", "nodes.svg", "apiserver.svg"}
 
 // line is one named series of a plot.
 type line struct {
@@ -23,8 +23,21 @@ type line struct {
 }
 
 func writePlots(dir string, scenarios []*result) error {
-	var joins, pending, loops, nodes []line
+	var joins, pending, loops, nodes, api []line
 	for i, r := range scenarios {
+		var p99, rejected plotter.XYs
+		for j, a := range r.APISeries {
+			p99 = append(p99, plotter.XY{X: a.At / 60, Y: a.P99})
+			if j > 0 {
+				prev := r.APISeries[j-1]
+				if dt := a.At - prev.At; dt > 0 {
+					rejected = append(rejected, plotter.XY{X: a.At / 60, Y: 60 * (a.Rejected - prev.Rejected + a.Throttled - prev.Throttled) / dt})
+				}
+			}
+		}
+		api = append(api, line{name: r.Name + ": nodes joined in the last 60 s", xy: joinedPerMinute(r), color: i},
+			line{name: r.Name + ": API server p99 latency (ms, 10 s intervals)", xy: p99, color: i, dashed: true},
+			line{name: r.Name + ": APF rejections and 429s a minute", xy: rejected, color: i + len(scenarios)})
 		joins = append(joins, line{name: r.Name + ": joined in the last 60 s", xy: joinedPerMinute(r), color: i})
 		if r.Smoothing {
 			joins = append(joins, line{name: r.Name + ": node-addition rate", xy: rate(r), dashed: true, color: i})
@@ -51,6 +64,7 @@ func writePlots(dir string, scenarios []*result) error {
 		{"pending.svg", "Pending pods, and those the scheduler has marked unschedulable", "pods", pending},
 		{"loops.svg", "Autoscaler loop duration", "seconds", loops},
 		{"nodes.svg", "Nodes (scale-up, then scale-down under the brake)", "nodes", nodes},
+		{"apiserver.svg", "Joins per minute against API-server latency and flow-control rejections", "nodes / minute; ms; rejections / minute", api},
 	}
 	for _, p := range plots {
 		if err := savePlot(filepath.Join(dir, p.file), p.title, p.y, p.lines); err != nil {

@@ -12,12 +12,21 @@ import (
 
 // report is a whole run: report.json is this, report.md its table.
 type report struct {
-	Size      string    `json:"size"`
-	Machine   string    `json:"machine"`
-	BootDelay string    `json:"bootDelay"`
-	Started   time.Time `json:"started"`
-	Finished  time.Time `json:"finished"`
-	Scenarios []*result `json:"scenarios"`
+	Size      string `json:"size"`
+	Machine   string `json:"machine"`
+	BootDelay string `json:"bootDelay"`
+	// Heartbeats are the control plane's node heartbeats (kwok's Lease
+	// and status intervals, the node lifecycle controller's grace).
+	Heartbeats string `json:"heartbeats"`
+	// SeedNodes of the burst ran before the autoscaler started.
+	SeedNodes int `json:"seedNodes,omitempty"`
+	// ScaleDownCompressed: the autoscaler ran with the compressed
+	// scale-down timings (the run watched a scale-down); else every flag
+	// but the ARM and cluster wiring was its default.
+	ScaleDownCompressed bool      `json:"scaleDownCompressed"`
+	Started             time.Time `json:"started"`
+	Finished            time.Time `json:"finished"`
+	Scenarios           []*result `json:"scenarios"`
 	// Failures are the checks across scenarios that failed.
 	Failures []string `json:"failures,omitempty"`
 }
@@ -100,8 +109,16 @@ func machine() string {
 func (rep *report) markdown() string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	p("Scale run, size `%s`, on %s; %s → %s. Simulated VMs boot in %s ±50%%; ARM allows %d reads and %d writes a minute; the autoscaler runs with its default flags but the scale-down timings (see README).\n\n",
-		rep.Size, rep.Machine, rep.Started.Format("2006-01-02 15:04"), rep.Finished.Format("15:04 MST"), rep.BootDelay, armReadsPerMinute, armWritesPerMinute)
+	flags := "with its default flags, scale-down timings included"
+	if rep.ScaleDownCompressed {
+		flags = "with its default flags but the scale-down timings (see README)"
+	}
+	seed := ""
+	if rep.SeedNodes > 0 {
+		seed = fmt.Sprintf(" %d of the burst's nodes were Ready, with their pods Running, before the autoscaler started and the rest of the pods were submitted; it added the nodes for those.", rep.SeedNodes)
+	}
+	p("Scale run, size `%s`, on %s; %s → %s. Simulated VMs boot in %s ±50%%; ARM allows %d reads and %d writes a minute; the autoscaler runs %s. Heartbeats: %s.%s\n\n",
+		rep.Size, rep.Machine, rep.Started.Format("2006-01-02 15:04"), rep.Finished.Format("15:04 MST"), rep.BootDelay, armReadsPerMinute, armWritesPerMinute, flags, rep.Heartbeats, seed)
 	p("|  |")
 	for _, r := range rep.Scenarios {
 		p(" %s |", r.Name)
@@ -120,17 +137,43 @@ func (rep *report) markdown() string {
 	}
 	row("smoothing", func(r *result) string { return map[bool]string{true: "on (defaults)", false: "off"}[r.Smoothing] })
 	row("pods / nodes needed", func(r *result) string { return fmt.Sprintf("%d / %d", r.Pods, r.NodesNeeded) })
-	row("time to all pods Running", func(r *result) string {
-		if r.TimeToAllRunning == 0 {
-			return "**never**"
+	if rep.SeedNodes > 0 {
+		row("seeded nodes (Ready after)", func(r *result) string {
+			if r.SeedNodes == 0 {
+				return "–"
+			}
+			return fmt.Sprintf("%d (%.0f s)", r.SeedNodes, r.SeedSeconds)
+		})
+	}
+	row("time to all nodes / all pods Running", func(r *result) string {
+		nodes, pods := "**never**", "**never**"
+		if r.TimeToAllNodes > 0 {
+			nodes = fmt.Sprintf("%.0f s", r.TimeToAllNodes)
 		}
-		return fmt.Sprintf("%.0f s", r.TimeToAllRunning)
+		if r.TimeToAllRunning > 0 {
+			pods = fmt.Sprintf("%.0f s", r.TimeToAllRunning)
+		}
+		return nodes + " / " + pods
 	})
 	row("nodes at the end (ARM capacity)", func(r *result) string { return fmt.Sprintf("%d (%d)", r.NodesAtEnd, r.CapacityAtEnd) })
 	row("most nodes requested in 60 s", func(r *result) string {
 		return fmt.Sprintf("%d (%d writes)", r.ScaleUpWrites.MaxPerMinute, r.ScaleUpWrites.Writes)
 	})
 	row("most nodes joined in 60 s", func(r *result) string { return fmt.Sprint(r.MaxJoinedIn60s) })
+	row("API server during joins: p99 latency median / worst 10 s", func(r *result) string {
+		a := r.APIDuringJoins
+		if a.Intervals == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.0f / %.0f ms (%.0f req/s)", a.MedianP99, a.WorstP99, a.RequestsPerSecond)
+	})
+	row("API server during joins: APF rejections / 429s", func(r *result) string {
+		a := r.APIDuringJoins
+		if a.Intervals == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.0f / %.0f", a.Rejected, a.Throttled)
+	})
 	row("loop p50 / p99 / max", func(r *result) string {
 		return fmt.Sprintf("%.2f / %.2f / %.2f s (%d loops)", r.Loops.P50, r.Loops.P99, r.Loops.Max, r.Loops.Count)
 	})
@@ -142,7 +185,38 @@ func (rep *report) markdown() string {
 		if r.APIServerRequestsTotal > 0 {
 			share = 100 * r.AutoscalerRequestsTotal / r.APIServerRequestsTotal
 		}
-		return fmt.Sprintf("%.0f / %.0f (%.2f%%)", r.AutoscalerRequestsTotal, r.APIServerRequestsTotal, share)
+		perMin := ""
+		if r.AutoscalerMinutes > 0 {
+			perMin = fmt.Sprintf("; %.0f/min", r.AutoscalerRequestsTotal/r.AutoscalerMinutes)
+		}
+		return fmt.Sprintf("%.0f / %.0f (%.2f%%%s)", r.AutoscalerRequestsTotal, r.APIServerRequestsTotal, share, perMin)
+	})
+	row("status ConfigMap writes", func(r *result) string {
+		if r.AutoscalerMinutes <= 0 {
+			return fmt.Sprintf("%.0f", r.StatusWrites)
+		}
+		return fmt.Sprintf("%.0f (%.1f/min)", r.StatusWrites, r.StatusWrites/r.AutoscalerMinutes)
+	})
+	row("at full size: nodes, loop p50 / p99 / max", func(r *result) string {
+		st := r.Steady
+		if st == nil {
+			return "–"
+		}
+		return fmt.Sprintf("%d nodes for %.0f s: %.2f / %.2f / %.2f s (%d loops)", st.Nodes, st.To-st.From, st.Loops.P50, st.Loops.P99, st.Loops.Max, st.Loops.Count)
+	})
+	row("at full size: autoscaler RSS / CPU", func(r *result) string {
+		st := r.Steady
+		if st == nil || st.RSSMiB == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.0f MiB / %.3f cores", st.RSSMiB, st.CPUCores)
+	})
+	row("at full size: API requests / status writes a minute", func(r *result) string {
+		st := r.Steady
+		if st == nil || st.RSSMiB == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.0f / %.1f", st.RequestsPerMinute, st.StatusWritesPerMinute)
 	})
 	row("ARM calls / refreshes (per refresh)", func(r *result) string {
 		return fmt.Sprintf("%.0f / %.0f (%.1f)", r.ARMCallsTotal, r.Refreshes, r.ARMCallsPerRefresh)

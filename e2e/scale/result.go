@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -24,8 +25,14 @@ type result struct {
 
 	Pods        int `json:"pods"`
 	NodesNeeded int `json:"nodesNeeded"`
-	// TimeToAllRunning is seconds from submission to every pod Running; 0
-	// when they never all ran.
+	// SeedNodes were Ready, and their pods Running, SeedSeconds after the
+	// control plane started, before the autoscaler started and the burst
+	// (the rest of the pods) was submitted.
+	SeedNodes   int     `json:"seedNodes,omitempty"`
+	SeedSeconds float64 `json:"seedSeconds,omitempty"`
+	// TimeToAllNodes is seconds from submission to NodesNeeded nodes
+	// registered, TimeToAllRunning to every pod Running; 0 when never.
+	TimeToAllNodes   float64 `json:"timeToAllNodesSeconds"`
 	TimeToAllRunning float64 `json:"timeToAllRunningSeconds"`
 	NodesAtEnd       int     `json:"nodesAtEnd"`
 	CapacityAtEnd    int     `json:"capacityAtEnd"`
@@ -36,6 +43,8 @@ type result struct {
 
 	Loops      loopStats `json:"loops"`
 	Autoscaler usage     `json:"autoscaler"`
+	// Steady is the autoscaler at full size, every pod Running.
+	Steady *steadyResult `json:"steady,omitempty"`
 	// Components are the control plane's processes; "harness" is this
 	// process (etcd, the ARM simulator, the observers run in it).
 	Components map[string]usage `json:"components"`
@@ -44,6 +53,15 @@ type result struct {
 	// by "verb resource".
 	AutoscalerRequests      map[string]float64 `json:"autoscalerRequests"`
 	AutoscalerRequestsTotal float64            `json:"autoscalerRequestsTotal"`
+	// AutoscalerMinutes is how long the autoscaler ran when they were
+	// read.
+	AutoscalerMinutes float64 `json:"autoscalerMinutes"`
+	// StatusWrites are its writes of the status ConfigMap (the only
+	// ConfigMap it writes).
+	StatusWrites float64 `json:"statusWrites"`
+	// APIDuringJoins is the API server from submission until every pod
+	// ran (or the timeout).
+	APIDuringJoins apiSummary `json:"apiDuringJoins"`
 	// APIServerRequestsTotal is every request the API server served
 	// (apiserver_request_total): kwok, the controllers, the scheduler, the
 	// harness's observers and the autoscaler.
@@ -59,6 +77,7 @@ type result struct {
 
 	Series     []point     `json:"series"`
 	LoopSeries []loopPoint `json:"loopSeries"`
+	APISeries  []apiPoint  `json:"apiSeries"`
 	Joins      []float64   `json:"joins"` // seconds after submission
 	Failures   []string    `json:"failures,omitempty"`
 }
@@ -77,10 +96,29 @@ type requested struct {
 	MaxPerMinute int `json:"maxPerMinute"`
 }
 
+// steadyResult is the autoscaler at full size, between From and To
+// seconds after submission.
+type steadyResult struct {
+	Nodes    int       `json:"nodes"`
+	From     float64   `json:"from"`
+	To       float64   `json:"to"`
+	Loops    loopStats `json:"loops"`
+	RSSMiB   float64   `json:"rssMiB"`
+	CPUCores float64   `json:"cpuCores"`
+	// Its Kubernetes API requests and status ConfigMap writes.
+	RequestsPerMinute     float64 `json:"requestsPerMinute"`
+	StatusWritesPerMinute float64 `json:"statusWritesPerMinute"`
+}
+
 // requestedPerWindow adds up the capacity accepted scale-set updates added
-// after t0, and the most added within any window.
-func requestedPerWindow(writes []armsim.Write, t0 time.Time, window time.Duration) requested {
-	last := map[string]int{}
+// after t0 to the scale sets' base (their capacity at creation, by
+// lower-cased "resource group/name"), and the most added within any
+// window.
+func requestedPerWindow(writes []armsim.Write, base map[string]int, t0 time.Time, window time.Duration) requested {
+	last := maps.Clone(base)
+	if last == nil {
+		last = map[string]int{}
+	}
 	var at []time.Time
 	var adds []int
 	var r requested
@@ -258,6 +296,22 @@ func mostSent(series []point, t0 float64, window time.Duration, share float64) (
 func (r *result) measure(ctx context.Context, e *env, w *watcher, s *sampler, t0, scaleUpEnd time.Time) {
 	r.Series, r.LoopSeries = s.series()
 	r.Loops = summarise(r.LoopSeries)
+	r.APISeries = s.apiSeries()
+	upEnd := seconds(scaleUpEnd.Sub(t0))
+	if r.TimeToAllRunning > 0 {
+		upEnd = r.TimeToAllRunning
+	}
+	r.APIDuringJoins = summariseAPI(r.APISeries, 0, upEnd)
+	if st := r.Steady; st != nil {
+		var in []loopPoint
+		for _, l := range r.LoopSeries {
+			if l.At > st.From && l.At <= st.To {
+				in = append(in, l)
+			}
+		}
+		st.Loops = summarise(in)
+	}
+	r.AutoscalerMinutes = time.Since(e.asStarted).Minutes()
 	var upJoins []time.Time
 	for _, j := range w.joinTimes() {
 		if !j.Before(t0) {
@@ -293,6 +347,7 @@ func (r *result) measure(ctx context.Context, e *env, w *watcher, s *sampler, t0
 		for _, v := range r.AutoscalerRequests {
 			r.AutoscalerRequestsTotal += v
 		}
+		r.StatusWrites = statusWrites(r.AutoscalerRequests)
 		r.ARMCalls = byLabels(fams, "vmss_autoscaler_arm_requests_total", "operation")
 		for _, v := range r.ARMCalls {
 			r.ARMCallsTotal += v

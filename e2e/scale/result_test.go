@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -45,7 +47,7 @@ func TestRequestedPerWindow(t *testing.T) {
 		}, requested{Nodes: 5, Writes: 1, MaxPerMinute: 5}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := requestedPerWindow(tc.writes, t0, time.Minute); got != tc.want {
+			if got := requestedPerWindow(tc.writes, nil, t0, time.Minute); got != tc.want {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
 		})
@@ -190,5 +192,88 @@ func TestMostSent(t *testing.T) {
 				t.Errorf("got %d sent against %d allowed, want %d against %d", sent, limit, tc.wantSent, tc.wantOK)
 			}
 		})
+	}
+}
+
+func TestRequestedPerWindowFromSeed(t *testing.T) {
+	writes := []armsim.Write{update("a", 1, 700, 200), update("b", 2, 720, 200)}
+	base := map[string]int{"rg/a": 687, "rg/b": 687}
+	want := requested{Nodes: 46, Writes: 2, MaxPerMinute: 46}
+	if got := requestedPerWindow(writes, base, t0, time.Minute); got != want {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	if base["rg/a"] != 687 {
+		t.Errorf("the base was changed: %v", base)
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	inf := math.Inf(1)
+	bounds := []float64{0.1, 0.2, 0.4, inf}
+	for _, tc := range []struct {
+		name       string
+		cumulative []float64
+		q, want    float64
+	}{
+		{"in the first bucket", []float64{100, 100, 100, 100}, 0.5, 0.05},
+		{"interpolated in a bucket", []float64{50, 50, 100, 100}, 0.99, 0.396},
+		{"in +Inf: the largest finite bound", []float64{0, 0, 0, 10}, 0.99, 0.4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := tc.cumulative[len(tc.cumulative)-1]
+			if got := quantile(tc.q, bounds, tc.cumulative, n); math.Abs(got-tc.want) > 1e-9 {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestAPIIntervals(t *testing.T) {
+	text := func(fast, slow, watch, rejected, throttled int) string {
+		return fmt.Sprintf(`# TYPE apiserver_request_duration_seconds histogram
+apiserver_request_duration_seconds_bucket{verb="GET",resource="nodes",le="0.1"} %d
+apiserver_request_duration_seconds_bucket{verb="GET",resource="nodes",le="1"} %d
+apiserver_request_duration_seconds_bucket{verb="GET",resource="nodes",le="+Inf"} %d
+apiserver_request_duration_seconds_sum{verb="GET",resource="nodes"} 1
+apiserver_request_duration_seconds_count{verb="GET",resource="nodes"} %d
+apiserver_request_duration_seconds_bucket{verb="WATCH",resource="nodes",le="0.1"} 0
+apiserver_request_duration_seconds_bucket{verb="WATCH",resource="nodes",le="1"} 0
+apiserver_request_duration_seconds_bucket{verb="WATCH",resource="nodes",le="+Inf"} %d
+apiserver_request_duration_seconds_sum{verb="WATCH",resource="nodes"} 1000
+apiserver_request_duration_seconds_count{verb="WATCH",resource="nodes"} %d
+# TYPE apiserver_flowcontrol_rejected_requests_total counter
+apiserver_flowcontrol_rejected_requests_total{flow_schema="a",priority_level="b",reason="queue-full"} %d
+# TYPE apiserver_request_total counter
+apiserver_request_total{verb="GET",resource="nodes",code="200"} 5
+apiserver_request_total{verb="GET",resource="nodes",code="429"} %d
+`, fast, fast+slow, fast+slow, fast+slow, watch, watch, rejected, throttled)
+	}
+	read := func(s string) apiCounters {
+		fams, err := parseMetricsBytes([]byte(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return apiCountersOf(fams)
+	}
+	a, b := read(text(100, 0, 3, 1, 2)), read(text(190, 10, 50, 4, 2))
+	p := interval(a, b, 10)
+	if p.RequestsPerSecond != 10 {
+		t.Errorf("requests a second: got %v, want 10 (watches left out)", p.RequestsPerSecond)
+	}
+	if math.Abs(p.P50-50*100/90.0) > 1e-6 {
+		t.Errorf("p50: got %v ms", p.P50)
+	}
+	if want := 100 + 900*(99-90)/10.0; math.Abs(p.P99-want) > 1e-6 {
+		t.Errorf("p99: got %v ms, want %v", p.P99, want)
+	}
+	if p.Rejected != 4 || p.Throttled != 2 {
+		t.Errorf("rejected, throttled: got %v, %v", p.Rejected, p.Throttled)
+	}
+	s := summariseAPI([]apiPoint{
+		{At: -5, Rejected: 1}, {At: 10, P99: 30, Rejected: 1, RequestsPerSecond: 10}, {At: 20, P99: 90, Rejected: 4, Throttled: 2, RequestsPerSecond: 30}, {At: 30, P99: 500, Rejected: 9},
+	}, 0, 25)
+	want := apiSummary{Intervals: 2, MedianP99: 30, WorstP99: 90, RequestsPerSecond: 20, Rejected: 3, Throttled: 2}
+	if s != want {
+		t.Errorf("summary: got %+v, want %+v", s, want)
 	}
 }

@@ -58,6 +58,10 @@ type sampler struct {
 	loops   []loopPoint
 	lastSum float64
 	lastN   uint64
+	// The API server's intervals, and the last read they start from.
+	api     []apiPoint
+	lastAPI apiCounters
+	apiAt   time.Time
 }
 
 func newSampler(e *env, w *watcher) *sampler {
@@ -91,6 +95,7 @@ func (s *sampler) sample(ctx context.Context) {
 	running, pending := s.w.pods()
 	p := point{Nodes: s.w.nodeCount(), Capacity: s.e.capacity(), Pending: pending, Running: running}
 	fams, err := scrape(ctx, http.DefaultClient, s.metricsURL)
+	s.sampleAPI(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.t0.IsZero() {
@@ -115,6 +120,31 @@ func (s *sampler) sample(ctx context.Context) {
 	s.lastSum, s.lastN = sum, n
 }
 
+// sampleAPI reads the API server's /metrics when apiEvery has passed since
+// the last read, and records the interval. A failed read is skipped (the
+// next interval is longer).
+func (s *sampler) sampleAPI(ctx context.Context) {
+	s.mu.Lock()
+	due := time.Since(s.apiAt) >= apiEvery
+	s.mu.Unlock()
+	if !due {
+		return
+	}
+	c, err := s.e.readAPI(ctx)
+	if err != nil {
+		return
+	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.apiAt.IsZero() && !s.t0.IsZero() {
+		p := interval(s.lastAPI, c, now.Sub(s.apiAt).Seconds())
+		p.At = now.Sub(s.t0).Seconds()
+		s.api = append(s.api, p)
+	}
+	s.lastAPI, s.apiAt = c, now
+}
+
 // start is the time points are measured from.
 func (s *sampler) start() time.Time {
 	s.mu.Lock()
@@ -126,6 +156,12 @@ func (s *sampler) series() ([]point, []loopPoint) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]point(nil), s.points...), append([]loopPoint(nil), s.loops...)
+}
+
+func (s *sampler) apiSeries() []apiPoint {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]apiPoint(nil), s.api...)
 }
 
 // scrape reads a Prometheus text endpoint.
@@ -229,9 +265,10 @@ func byLabels(fams map[string]*dto.MetricFamily, name string, labels ...string) 
 	return out
 }
 
-// usage is a process's peak resident memory and CPU time.
+// usage is a process's peak and current resident memory and CPU time.
 type usage struct {
 	PeakRSSMiB float64 `json:"peakRSSMiB"`
+	RSSMiB     float64 `json:"rssMiB,omitempty"`
 	CPUSeconds float64 `json:"cpuSeconds"`
 }
 
@@ -266,6 +303,12 @@ func parseProc(status, stat string) (usage, error) {
 				return u, fmt.Errorf("/proc status: VmHWM: %w", err)
 			}
 			u.PeakRSSMiB, found = kb/1024, true
+		}
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kb float64
+			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%f kB", &kb); err == nil {
+				u.RSSMiB = kb / 1024
+			}
 		}
 	}
 	if !found {

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -77,7 +79,7 @@ func newScenario(name string, o options, bins harness.Binaries, autoscalerBin st
 	sc := &scenario{name: name, o: o, bins: bins, autoscalerBin: autoscalerBin, dir: filepath.Join(o.out, name), smoothing: true}
 	switch name {
 	case "burst":
-		sc.scaleDown = true
+		sc.scaleDown = o.sz.scaleDownFor > 0
 	case "burst-unsmoothed":
 		sc.smoothing = false
 	case "gangs":
@@ -94,6 +96,9 @@ func (sc *scenario) describe() string {
 		parts = append(parts, fmt.Sprintf("%d gangs of %d pods x 8 GPUs (%s, one pod per node)", sc.o.sz.gangs, sc.o.sz.gangSize, gpuSKU))
 	} else {
 		parts = append(parts, fmt.Sprintf("a Deployment for %d nodes of %s", sc.o.sz.nodes, cpuSKU))
+	}
+	if sc.o.sz.seed > 0 && !sc.gangs {
+		parts = append(parts, fmt.Sprintf("%d of them running before the autoscaler starts", sc.o.sz.seed))
 	}
 	if sc.smoothing {
 		parts = append(parts, "default smoothing")
@@ -178,12 +183,19 @@ func scaleSets(prefix, sku string, n int, zones []string) []armsim.ScaleSetSpec 
 
 // env is one scenario's running stack.
 type env struct {
-	cp     *harness.ControlPlane
-	sim    *armsim.Server
-	as     *harness.Process
-	addr   string
-	sets   []armsim.ScaleSetSpec
-	client kubernetes.Interface
+	cp  *harness.ControlPlane
+	sim *armsim.Server
+	as  *harness.Process
+	// asStarted is when the autoscaler started.
+	asStarted time.Time
+	addr      string
+	sets      []armsim.ScaleSetSpec
+	client    kubernetes.Interface
+	// caFile and tokenFile are the autoscaler's ARM credentials.
+	caFile, tokenFile string
+	// seeded is each scale set's capacity before the autoscaler started,
+	// by lower-cased "resource group/name".
+	seeded map[string]int
 }
 
 // start brings up the control plane, the simulator and the autoscaler. The
@@ -203,12 +215,14 @@ func (sc *scenario) start(ctx context.Context) (_ *env, stop func(), err error) 
 	if err := os.MkdirAll(sc.dir, 0o755); err != nil {
 		return nil, stop, err
 	}
-	cp, err := harness.Start(ctx, sc.bins, harness.Options{Dir: sc.dir})
+	cp, err := harness.Start(ctx, sc.bins, harness.Options{Dir: sc.dir,
+		KwokNodeLeaseSeconds: sc.o.sz.kwokLeaseSeconds, KwokNodeStatusInterval: sc.o.sz.kwokStatusInterval,
+		NodeMonitorGracePeriod: sc.o.sz.nodeMonitorGracePeriod})
 	if err != nil {
 		return nil, stop, err
 	}
 	stops = append(stops, cp.Stop)
-	e := &env{cp: cp, client: cp.Client}
+	e := &env{cp: cp, client: cp.Client, seeded: map[string]int{}}
 
 	hook := armsim.NewKubeNodeHook(cp.Client)
 	hook.Annotations = map[string]string{"kwok.x-k8s.io/node": "fake"}
@@ -227,6 +241,16 @@ func (sc *scenario) start(ctx context.Context) (_ *env, stop func(), err error) 
 		e.sets = scaleSets("gpu", gpuSKU, (sc.o.sz.gangs+perSet-1)/perSet, []string{"1"})
 	} else {
 		e.sets = scaleSets("cpu", cpuSKU, sc.o.sz.nodes/scaleSetLimit+1, []string{"1", "2", "3"})
+		// The seed, spread evenly: running VMs whose nodes the hook
+		// registers at the simulator's first ticks.
+		for i := range e.sets {
+			n := sc.o.sz.seed / len(e.sets)
+			if i < sc.o.sz.seed%len(e.sets) {
+				n++
+			}
+			e.sets[i].Capacity = n
+			e.seeded[strings.ToLower(resourceGroup+"/"+e.sets[i].Name)] = n
+		}
 	}
 	for _, s := range e.sets {
 		if err := sim.AddScaleSet(s); err != nil {
@@ -242,12 +266,12 @@ func (sc *scenario) start(ctx context.Context) (_ *env, stop func(), err error) 
 	stops = append(stops, cancelSim)
 	e.sim = sim
 
-	caFile := filepath.Join(sc.dir, "armsim-ca.pem")
-	tokenFile := filepath.Join(sc.dir, "arm-token")
-	if err := os.WriteFile(caFile, sim.CACertPEM(), 0o600); err != nil {
+	e.caFile = filepath.Join(sc.dir, "armsim-ca.pem")
+	e.tokenFile = filepath.Join(sc.dir, "arm-token")
+	if err := os.WriteFile(e.caFile, sim.CACertPEM(), 0o600); err != nil {
 		return nil, stop, err
 	}
-	if err := os.WriteFile(tokenFile, []byte("scale-token"), 0o600); err != nil {
+	if err := os.WriteFile(e.tokenFile, []byte("scale-token"), 0o600); err != nil {
 		return nil, stop, err
 	}
 	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, &apiv1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
@@ -260,12 +284,21 @@ func (sc *scenario) start(ctx context.Context) (_ *env, stop func(), err error) 
 	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, balloonNS, metav1.CreateOptions{}); err != nil {
 		return nil, stop, fmt.Errorf("creating namespace %s: %w", balloonNS.Name, err)
 	}
+	return e, stop, nil
+}
+
+// startAutoscaler starts the autoscaler binary; the control plane's Stop
+// stops it.
+func (sc *scenario) startAutoscaler(ctx context.Context, e *env) error {
+	var err error
 	if e.addr, err = harness.FreeAddr(); err != nil {
-		return nil, stop, err
+		return err
 	}
+	cp, sim, caFile, tokenFile := e.cp, e.sim, e.caFile, e.tokenFile
 	// Every flag not named here is the autoscaler's default: scan
 	// interval, cache TTL, smoothing (rate, burst, adaptive mode, in-flight
-	// cap), client QPS, protobuf, leader election.
+	// cap), client QPS, protobuf, leader election; and, when the run
+	// watches no scale-down, the scale-down timings too.
 	args := []string{
 		"--kubeconfig=" + cp.Kubeconfig,
 		"--namespace=kube-system",
@@ -277,19 +310,22 @@ func (sc *scenario) start(ctx context.Context) (_ *env, stop func(), err error) 
 		"--azure-ca-file=" + caFile,
 		"--azure-auth=token-file",
 		"--azure-token-file=" + tokenFile,
-		"--scale-down-unneeded-time=" + scaleDownUnneeded.String(),
-		"--scale-down-delay-after-add=" + scaleDownUnneeded.String(),
-		"--scale-down-brake-window=" + sc.brakeWindow.String(),
-		fmt.Sprintf("--max-empty-bulk-delete=%d", emptyBulkDelete),
 		fmt.Sprintf("--node-addition-smoothing=%t", sc.smoothing),
 		"--v=2",
 	}
+	if sc.o.sz.scaleDownFor > 0 {
+		args = append(args,
+			"--scale-down-unneeded-time="+scaleDownUnneeded.String(),
+			"--scale-down-delay-after-add="+scaleDownUnneeded.String(),
+			"--scale-down-brake-window="+sc.brakeWindow.String(),
+			fmt.Sprintf("--max-empty-bulk-delete=%d", emptyBulkDelete))
+	}
 	as, err := cp.StartProcess(ctx, "vmss-autoscaler", sc.autoscalerBin, args...)
 	if err != nil {
-		return nil, stop, err
+		return err
 	}
-	e.as = as
-	return e, stop, nil
+	e.as, e.asStarted = as, time.Now()
+	return nil
 }
 
 // submit creates the scenario's workload and returns the number of pods
@@ -302,6 +338,13 @@ func (sc *scenario) submit(ctx context.Context, e *env, hook *armsim.KubeNodeHoo
 			return 0, 0, err
 		}
 		replicas := int32(sc.o.sz.nodes * per)
+		if sc.o.sz.seed > 0 {
+			// The seed's pods run already: the burst is the rest.
+			if err := scaleDeployment(ctx, c, replicas); err != nil {
+				return 0, 0, err
+			}
+			return int(replicas), sc.o.sz.nodes, nil
+		}
 		d := &appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Name: "burst", Namespace: namespace},
 			Spec: appsv1.DeploymentSpec{
@@ -379,6 +422,12 @@ func (sc *scenario) run(ctx context.Context) (*result, error) {
 		return nil, err
 	}
 	defer w.stop()
+	if err := sc.awaitSeed(ctx, e, w, res); err != nil {
+		return nil, err
+	}
+	if err := sc.startAutoscaler(ctx, e); err != nil {
+		return nil, err
+	}
 	s := newSampler(e, w)
 	samplerCtx, stopSampler := context.WithCancel(ctx)
 	defer stopSampler()
@@ -399,6 +448,9 @@ func (sc *scenario) run(ctx context.Context) (*result, error) {
 	lastSay := time.Now()
 	for {
 		running, pending := w.pods()
+		if res.TimeToAllNodes == 0 && w.nodeCount() >= need {
+			res.TimeToAllNodes = seconds(time.Since(t0))
+		}
 		if running >= pods {
 			res.TimeToAllRunning = seconds(time.Since(t0))
 			break
@@ -417,9 +469,12 @@ func (sc *scenario) run(ctx context.Context) (*result, error) {
 		}
 	}
 	if res.TimeToAllRunning > 0 {
-		say("  all %d pods Running after %.0f s on %d nodes", pods, res.TimeToAllRunning, w.nodeCount())
-		// Capacity must be what the pods need, and stay so.
-		for end := time.Now().Add(settle); time.Now().Before(end); {
+		say("  all %d pods Running after %.0f s on %d nodes; holding %s", pods, res.TimeToAllRunning, w.nodeCount(), sc.o.sz.hold)
+		// Capacity must be what the pods need, and stay so; the
+		// autoscaler is measured at that size meanwhile.
+		before := sc.readAutoscaler(ctx, e)
+		holdStart := time.Now()
+		for end := holdStart.Add(sc.o.sz.hold); time.Now().Before(end); {
 			if c := e.capacity(); c != need {
 				res.fail("capacity %d with all pods Running, want the %d nodes they need", c, need)
 				break
@@ -429,10 +484,11 @@ func (sc *scenario) run(ctx context.Context) (*result, error) {
 				break
 			}
 		}
+		res.Steady = steadyOf(before, sc.readAutoscaler(ctx, e), w.nodeCount(), holdStart.Sub(t0).Seconds(), time.Since(t0).Seconds())
 	}
 	res.NodesAtEnd = w.nodeCount()
 	res.CapacityAtEnd = e.capacity()
-	res.ScaleUpWrites = requestedPerWindow(e.sim.Writes(), t0, time.Minute)
+	res.ScaleUpWrites = requestedPerWindow(e.sim.Writes(), e.seeded, t0, time.Minute)
 	// A gang larger than the burst is released whole and paid back, so
 	// only the burst's requests are bounded per minute: a token bucket
 	// releases at most its rate plus its size in any 60 s.
@@ -448,7 +504,10 @@ func (sc *scenario) run(ctx context.Context) (*result, error) {
 	}
 	stopSampler()
 	s.wait()
-	res.measure(ctx, e, w, s, t0, scaleUpEnd)
+	// Measured also when interrupted (Ctrl-C): what ran until then.
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	res.measure(mctx, e, w, s, t0, scaleUpEnd)
 	select {
 	case <-e.as.Exited():
 		res.fail("the autoscaler exited: %v (log %s)", e.as.ExitErr(), e.as.LogFile)
@@ -498,6 +557,147 @@ func (sc *scenario) shrink(ctx context.Context, e *env, w *watcher, s *sampler, 
 	}
 	say("  %d -> %d nodes in %.0f s", start, sd.EndNodes, sd.WatchedFor)
 	return nil
+}
+
+// scaleDeployment sets the burst Deployment's replicas.
+func scaleDeployment(ctx context.Context, c kubernetes.Interface, replicas int32) error {
+	d, err := c.AppsV1().Deployments(namespace).Get(ctx, "burst", metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading deployment burst: %w", err)
+	}
+	d.Spec.Replicas = &replicas
+	if _, err := c.AppsV1().Deployments(namespace).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("scaling deployment burst to %d: %w", replicas, err)
+	}
+	return nil
+}
+
+// seedTimeout bounds the seed's registration.
+const seedTimeout = 15 * time.Minute
+
+// awaitSeed waits until the seeded VMs' nodes are Ready, before the
+// autoscaler starts: a cluster of that size that it finds, not one it
+// grows.
+func (sc *scenario) awaitSeed(ctx context.Context, e *env, w *watcher, res *result) error {
+	want := 0
+	for _, n := range e.seeded {
+		want += n
+	}
+	if want == 0 {
+		return nil
+	}
+	begin := time.Now()
+	lastSay := begin
+	for w.readyCount() < want {
+		if time.Since(begin) > seedTimeout {
+			return fmt.Errorf("the %d seeded nodes not Ready after %s: %d nodes, %d Ready", want, seedTimeout, w.nodeCount(), w.readyCount())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(sampleEvery):
+		}
+		if time.Since(lastSay) >= time.Minute {
+			say("  seeding: %d nodes, %d Ready of %d", w.nodeCount(), w.readyCount(), want)
+			lastSay = time.Now()
+		}
+	}
+	say("  %d seeded nodes Ready after %.0f s; their pods next", want, time.Since(begin).Seconds())
+	// The seed's pods, as the cluster had them before the burst: the
+	// burst Deployment at the seed's size.
+	per, err := podsPerNode(armsim.NewKubeNodeHook(e.client), cpuSKU, burstPod(sc.o.sz.podCPU))
+	if err != nil {
+		return err
+	}
+	zero := int32(0)
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "burst", Namespace: namespace},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &zero,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "burst"}},
+			Template: apiv1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "burst"}},
+				Spec:       apiv1.PodSpec{Containers: []apiv1.Container{{Name: "web", Image: "registry.k8s.io/pause:3.10", Resources: burstPod(sc.o.sz.podCPU)}}},
+			},
+		},
+	}
+	if _, err := e.client.AppsV1().Deployments(namespace).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating deployment burst: %w", err)
+	}
+	pods := want * per
+	if err := scaleDeployment(ctx, e.client, int32(pods)); err != nil {
+		return err
+	}
+	for {
+		running, pending := w.pods()
+		if running >= pods {
+			break
+		}
+		if time.Since(begin) > seedTimeout {
+			return fmt.Errorf("the seed's %d pods not Running after %s: %d running, %d pending", pods, seedTimeout, running, pending)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(sampleEvery):
+		}
+		if time.Since(lastSay) >= time.Minute {
+			say("  seeding: %d of %d pods Running", running, pods)
+			lastSay = time.Now()
+		}
+	}
+	res.SeedNodes, res.SeedSeconds = want, seconds(time.Since(begin))
+	say("  %d seeded nodes Ready and their %d pods Running after %.0f s; starting the autoscaler", want, pods, res.SeedSeconds)
+	return nil
+}
+
+// autoscalerReading is the autoscaler's counters at one time.
+type autoscalerReading struct {
+	at           time.Time
+	requests     float64
+	statusWrites float64
+	usage        usage
+	ok           bool
+}
+
+// readAutoscaler reads the autoscaler's API request counters and /proc.
+func (sc *scenario) readAutoscaler(ctx context.Context, e *env) autoscalerReading {
+	r := autoscalerReading{at: time.Now()}
+	fams, err := scrape(ctx, http.DefaultClient, "http://"+e.addr+"/metrics")
+	if err != nil {
+		return r
+	}
+	u, err := procUsage(strconv.Itoa(e.as.Pid()))
+	if err != nil {
+		return r
+	}
+	reqs := byLabels(fams, "rest_client_request_duration_seconds", "verb", "resource")
+	for _, v := range reqs {
+		r.requests += v
+	}
+	r.statusWrites = statusWrites(reqs)
+	r.usage, r.ok = u, true
+	return r
+}
+
+// steadyOf is the autoscaler at full size, between two readings.
+func steadyOf(a, b autoscalerReading, nodes int, from, to float64) *steadyResult {
+	st := &steadyResult{Nodes: nodes, From: from, To: to}
+	mins := b.at.Sub(a.at).Minutes()
+	if !a.ok || !b.ok || mins <= 0 {
+		return st
+	}
+	st.RequestsPerMinute = (b.requests - a.requests) / mins
+	st.StatusWritesPerMinute = (b.statusWrites - a.statusWrites) / mins
+	st.CPUCores = (b.usage.CPUSeconds - a.usage.CPUSeconds) / (60 * mins)
+	st.RSSMiB = b.usage.RSSMiB
+	return st
+}
+
+// statusWrites are the autoscaler's writes of ConfigMaps: its status
+// ConfigMap is the only one it writes.
+func statusWrites(reqs map[string]float64) float64 {
+	return reqs["PUT configmaps"] + reqs["POST configmaps"] + reqs["PATCH configmaps"]
 }
 
 // wait sleeps for d, or says why not to go on.

@@ -30,6 +30,7 @@ type watcher struct {
 	phase    map[types.UID]apiv1.PodPhase
 	count    map[apiv1.PodPhase]int
 	nodes    map[string]bool
+	ready    map[string]bool
 	series   []nodePoint
 	joins    []time.Time
 	removals []time.Time
@@ -43,13 +44,14 @@ func watch(ctx context.Context, cfg *rest.Config, ns string) (*watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the harness's client: %w", err)
 	}
-	w := &watcher{stopCh: make(chan struct{}), phase: map[types.UID]apiv1.PodPhase{}, count: map[apiv1.PodPhase]int{}, nodes: map[string]bool{}}
+	w := &watcher{stopCh: make(chan struct{}), phase: map[types.UID]apiv1.PodPhase{}, count: map[apiv1.PodPhase]int{}, nodes: map[string]bool{}, ready: map[string]bool{}}
 	all := informers.NewSharedInformerFactory(c, 0)
 	inNS := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithNamespace(ns))
 	nodes := all.Core().V1().Nodes().Informer()
 	pods := inNS.Core().V1().Pods().Informer()
 	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { w.node(obj, true) },
+		UpdateFunc: func(_, obj any) { w.nodeReady(obj) },
 		DeleteFunc: func(obj any) { w.node(obj, false) },
 	}); err != nil {
 		return nil, err
@@ -82,9 +84,15 @@ func (w *watcher) node(obj any, added bool) {
 	case cache.DeletedFinalStateUnknown:
 		name = o.Key
 	}
+	if added {
+		w.nodeReady(obj)
+	}
 	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if !added {
+		delete(w.ready, name)
+	}
 	if w.nodes[name] == added {
 		return
 	}
@@ -96,6 +104,34 @@ func (w *watcher) node(obj any, added bool) {
 		w.removals = append(w.removals, now)
 	}
 	w.series = append(w.series, nodePoint{At: now, N: len(w.nodes)})
+}
+
+// nodeReady records whether a node is Ready.
+func (w *watcher) nodeReady(obj any) {
+	n, ok := obj.(*apiv1.Node)
+	if !ok {
+		return
+	}
+	ready := false
+	for _, c := range n.Status.Conditions {
+		if c.Type == apiv1.NodeReady {
+			ready = c.Status == apiv1.ConditionTrue
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ready {
+		w.ready[n.Name] = true
+	} else {
+		delete(w.ready, n.Name)
+	}
+}
+
+// readyCount is the nodes whose Ready condition is True.
+func (w *watcher) readyCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.ready)
 }
 
 func (w *watcher) pod(obj any) {
