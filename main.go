@@ -84,6 +84,13 @@ func main() {
 }
 
 // run configures and runs the autoscaler until ctx ends or leadership is lost.
+// The leader election client's rate: a renewal every few seconds, never
+// behind the loop's requests.
+const (
+	leaderElectionQPS   = 5
+	leaderElectionBurst = 10
+)
+
 func run(ctx context.Context, args []string) error {
 	ctx, stopInformers := context.WithCancel(ctx)
 	defer stopInformers()
@@ -403,9 +410,20 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("reading hostname for the leader election identity: %w", err)
 	}
 	id = fmt.Sprintf("%s_%d", id, os.Getpid())
+	// The lease has a client of its own, as kube-scheduler's and
+	// kube-controller-manager's do: on the loop's client, a burst of
+	// events and taints (thousands of empty nodes at once) spent its rate
+	// and the renewal waited past --leader-elect-renew-deadline: the
+	// leader lost its lease and exited (the scale harness, 6,500 nodes).
+	leCfg := rest.CopyConfig(restCfg)
+	leCfg.QPS, leCfg.Burst = leaderElectionQPS, leaderElectionBurst
+	leClient, err := kubernetes.NewForConfig(leCfg)
+	if err != nil {
+		return fmt.Errorf("building the leader election client: %w", err)
+	}
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: c.core.Namespace, Name: c.leaderElectResource},
-		Client:     client.CoordinationV1(),
+		Client:     leClient.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: id, EventRecorder: recorder},
 	}
 	lostLease := make(chan struct{})

@@ -172,17 +172,26 @@ func TestNodeRulesFollowReload(t *testing.T) {
 	}
 }
 
-// TestAdditionQueuedAfterLoop: a loop that leaves nodes in the queue lets
-// nodes turning usable wake the next; one that leaves none does not.
+// TestAdditionQueuedAfterLoop: a loop that leaves nodes queued by the
+// in-flight cap lets nodes turning usable wake the next; one that leaves
+// none, or leaves them to the rate (tokens, not nodes, free them), does not.
 func TestAdditionQueuedAfterLoop(t *testing.T) {
-	e := newEnv(t, smoothing(60, 10, 1000))
+	rate := newEnv(t, smoothing(60, 10, 1000))
+	rate.provider.AddGroup("gpu", 0, 100, gpuTemplate("gpu"))
+	rate.start()
+	rate.add(pendingPods(30, "train", wholeGPU()...))
+	rate.run()
+	if rate.a.additionQueued.Load() {
+		t.Fatal("20 nodes held by the rate: a node turning usable frees no token, yet told queued")
+	}
+	e := newEnv(t, smoothing(6000, 100, 10))
 	e.provider.AddGroup("gpu", 0, 100, gpuTemplate("gpu"))
 	e.start()
 	pods := pendingPods(30, "train", wholeGPU()...)
 	e.add(pods)
 	e.run()
 	if !e.a.additionQueued.Load() {
-		t.Fatal("20 nodes queued, not told")
+		t.Fatal("20 nodes queued by the in-flight cap, not told")
 	}
 	for _, p := range pods {
 		if err := e.pods.Delete(p); err != nil {
