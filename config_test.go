@@ -227,8 +227,10 @@ func TestLoopTriggerFlags(t *testing.T) {
 	want := map[string]string{
 		"frequent-loops-enabled":  "true",
 		"min-loop-interval":       "1s",
-		"pod-batch-idle-duration": "1s",
-		"pod-batch-max-duration":  "10s",
+		"pod-batch-idle-duration": "500ms",
+		"pod-batch-max-duration":  "1s",
+		// Pods a ReplicaSet is about to create are planned with its first.
+		"scale-up-for-expected-pods": "true",
 		// cluster-autoscaler's default: the batching window waits for a
 		// burst to end instead.
 		"new-pod-scale-up-delay": "0s",
@@ -247,8 +249,8 @@ func TestLoopTriggerFlags(t *testing.T) {
 		}
 	}
 	o := c.core
-	if !o.FrequentLoops || o.MinLoopInterval != time.Second || o.PodBatchIdleDuration != time.Second ||
-		o.PodBatchMaxDuration != 10*time.Second || o.NewPodScaleUpDelay != 0 {
+	if !o.FrequentLoops || o.MinLoopInterval != time.Second || o.PodBatchIdleDuration != 500*time.Millisecond ||
+		o.PodBatchMaxDuration != time.Second || o.NewPodScaleUpDelay != 0 || !o.ScaleUpForExpectedPods {
 		t.Fatalf("defaults in core.Options: %+v", []any{o.FrequentLoops, o.MinLoopInterval, o.PodBatchIdleDuration, o.PodBatchMaxDuration, o.NewPodScaleUpDelay})
 	}
 	c, err = parseConfig([]string{"--nodes=0:10:gpu", "--frequent-loops-enabled=false", "--min-loop-interval=3s",
@@ -269,7 +271,7 @@ func TestLoopTriggerFlags(t *testing.T) {
 		{[]string{"--min-loop-interval=2h"}, "--min-loop-interval=2h0m0s: must be between 0s and 1h0m0s"},
 		{[]string{"--pod-batch-idle-duration=-1s"}, "--pod-batch-idle-duration=-1s: must be between 0s and 1h0m0s"},
 		{[]string{"--pod-batch-max-duration=2h", "--pod-batch-idle-duration=2h"}, "--pod-batch-idle-duration=2h0m0s: must be between 0s and 1h0m0s"},
-		{[]string{"--pod-batch-idle-duration=20s"}, "--pod-batch-idle-duration 20s: longer than --pod-batch-max-duration 10s"},
+		{[]string{"--pod-batch-idle-duration=20s"}, "--pod-batch-idle-duration 20s: longer than --pod-batch-max-duration 1s"},
 	} {
 		_, err := parseConfig(append([]string{"--nodes=0:10:gpu"}, tc.args...), withProvider)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

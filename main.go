@@ -177,6 +177,8 @@ func run(ctx context.Context, args []string) error {
 		DaemonSets: factory.Apps().V1().DaemonSets().Lister(),
 		ConfigMaps: configMaps.Lister(),
 		PDBs:       factory.Policy().V1().PodDisruptionBudgets().Lister(),
+		// The scheduler framework's PodTopologySpread watches them already.
+		ReplicaSets: factory.Apps().V1().ReplicaSets().Lister(),
 	}
 	// The balloon Deployments this process manages, in their namespace.
 	bo := c.core.Balloons

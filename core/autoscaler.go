@@ -47,6 +47,9 @@ type Listers struct {
 	// PDBs lists PodDisruptionBudgets for scale-down; nil disables PDB checks
 	// only in tests that have no budgets.
 	PDBs policylisters.PodDisruptionBudgetLister
+	// ReplicaSets finds the pods a ReplicaSet is about to create
+	// (expected.go); nil: none are expected.
+	ReplicaSets appslisters.ReplicaSetLister
 }
 
 // Deps are what the autoscaler is built from.
@@ -152,6 +155,15 @@ type Autoscaler struct {
 	// by the in-flight cap.
 	nodeRules      atomic.Pointer[nodeRules]
 	additionQueued atomic.Bool
+	// expecting says the last loop left pending pods to nodes that are
+	// usable or coming (it bought nothing for them): a pod the scheduler
+	// marks unschedulable again then wakes a loop (PodHandler).
+	expecting atomic.Bool
+	// lastRelease is the start of the last loop that released nodes to
+	// the cloud, in Unix nanoseconds on the autoscaler's clock (followUp).
+	lastRelease atomic.Int64
+	// lastStart is the start of the last loop, the same way (remarked).
+	lastStart atomic.Int64
 }
 
 // New builds an autoscaler.
@@ -287,10 +299,13 @@ type loop struct {
 	// results for status and metrics
 	unschedulable int
 	awaiting      int
-	scaleUp       scaleup.Result
-	addition      additionReport
-	warm          map[string]*warmPool
-	scaleDown     scaleDownReport
+	// expected counts the copies planned for pods ReplicaSets are about
+	// to create (expected.go).
+	expected  int
+	scaleUp   scaleup.Result
+	addition  additionReport
+	warm      map[string]*warmPool
+	scaleDown scaleDownReport
 }
 
 // phases are the loop's steps, in order.
@@ -330,6 +345,7 @@ func (a *Autoscaler) RunOnce(ctx context.Context) error {
 		return fmt.Errorf("not acting: %w", err)
 	}
 	start := a.clock.Now()
+	a.lastStart.Store(start.UnixNano())
 	a.epoch++
 	l := &loop{now: start, epoch: a.epoch}
 	phases := a.phases()
@@ -339,19 +355,43 @@ func (a *Autoscaler) RunOnce(ctx context.Context) error {
 		a.metrics.PhaseDuration.WithLabelValues(p.name).Observe(a.clock.Since(t).Seconds())
 		if err != nil {
 			a.metrics.LoopErrors.WithLabelValues(p.name).Inc()
+			// What the phases before it did (a release) still paces and
+			// wakes the next loops.
+			a.afterLoop(l)
 			a.recordRun(start, false)
 			return fmt.Errorf("phase %s: %w", p.name, err)
 		}
 	}
 	a.metrics.LoopDuration.Observe(a.clock.Since(start).Seconds())
+	a.afterLoop(l)
+	a.recordRun(start, true)
+	return nil
+}
+
+// afterLoop tells the event triggers what loop l left: nodes queued, pods
+// left to coming nodes, a release (the follow-up pace), and asks for the
+// loop that releases what the rate or the pace held.
+func (a *Autoscaler) afterLoop(l *loop) {
 	// A node turning usable frees a place under the in-flight cap: worth
 	// a loop only when that cap held nodes back. Nodes the rate holds wait
 	// for tokens, not nodes; waking on every ready node then sent a write
 	// per loop of a few nodes each and ran into ARM's 20 writes a minute
 	// (the scale harness at 7,500 nodes: 104 refused with 429).
 	a.additionQueued.Store(queuedNodes(l.addition) > 0 && l.addition.Limit == ratelimit.LimitInFlight)
-	a.recordRun(start, true)
-	return nil
+	a.expecting.Store(l.awaiting > 0 || len(l.claimed) > 0)
+	// Nodes the rate held wait for tokens: a loop when the bucket holds
+	// them (or the burst's worth), no sooner than a follow-up may come
+	// and at most half a scan interval later — not the next periodic
+	// loop, nor a write per token.
+	if releasedNodes(l.addition) > 0 {
+		a.lastRelease.Store(l.now.UnixNano())
+	}
+	switch held := queuedNodes(l.addition); {
+	case held > 0 && l.addition.Limit == ratelimit.LimitRate:
+		a.driver.WakeAfter(trigger.Queue, min(max(a.nodeAdd.refillWait(held), a.followUp()), a.opts.ScanInterval/2))
+	case held > 0 && l.addition.Limit == ratelimit.LimitPaced:
+		a.driver.WakeAfter(trigger.Queue, a.followUp())
+	}
 }
 
 func (a *Autoscaler) recordRun(t time.Time, ok bool) {

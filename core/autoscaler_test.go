@@ -43,6 +43,7 @@ type env struct {
 	pods     cache.Indexer
 	dss      cache.Indexer
 	cms      cache.Indexer
+	rss      cache.Indexer
 	rec      *record.FakeRecorder
 	status   *memStatus
 	reg      *prometheus.Registry
@@ -113,6 +114,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		pods:     cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
 		dss:      cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
 		cms:      cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
+		rss:      cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
 		rec:      record.NewFakeRecorder(100000),
 		status:   &memStatus{},
 		reg:      prometheus.NewRegistry(),
@@ -142,10 +144,11 @@ func (e *env) start() *env {
 		Options:  e.opts,
 		Provider: e.provider,
 		Listers: Listers{
-			Nodes:      corelisters.NewNodeLister(e.nodes),
-			Pods:       corelisters.NewPodLister(e.pods),
-			DaemonSets: appslisters.NewDaemonSetLister(e.dss),
-			ConfigMaps: corelisters.NewConfigMapLister(e.cms).ConfigMaps(e.opts.Namespace),
+			Nodes:       corelisters.NewNodeLister(e.nodes),
+			Pods:        corelisters.NewPodLister(e.pods),
+			DaemonSets:  appslisters.NewDaemonSetLister(e.dss),
+			ConfigMaps:  corelisters.NewConfigMapLister(e.cms).ConfigMaps(e.opts.Namespace),
+			ReplicaSets: appslisters.NewReplicaSetLister(e.rss),
 		},
 		Simulator: sim,
 		Recorder:  e.rec,

@@ -15,6 +15,7 @@ type Metrics struct {
 	LoopErrors         *prometheus.CounterVec
 	LastSuccessfulLoop prometheus.Gauge
 	UnschedulablePods  prometheus.Gauge
+	ExpectedPods       prometheus.Gauge
 	PodsAwaitingNodes  prometheus.Gauge
 	Nodes              *prometheus.GaugeVec
 	TargetSize         *prometheus.GaugeVec
@@ -100,8 +101,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Unix time of the last loop that completed without error."}),
 		UnschedulablePods: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "unschedulable_pods",
 			Help: "Pods the scheduler marked unschedulable, past the scale-up delay."}),
+		ExpectedPods: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "expected_pods",
+			Help: "Pods ReplicaSets are about to create that the last loop planned, copies of their unschedulable pods (--scale-up-for-expected-pods)."}),
 		PodsAwaitingNodes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "pods_awaiting_upcoming_nodes",
-			Help: "Unschedulable pods that fit on nodes already requested."}),
+			Help: "Unschedulable pods that fit on nodes already requested (with the copies standing for expected pods that do)."}),
 		Nodes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "nodes",
 			Help: "Nodes and machines per node group by state (ready, unready, not_started, unregistered, long_unregistered, in_error, deleting, upcoming)."},
 			[]string{"node_group", "state"}),
@@ -210,10 +213,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.QueueDepth, m.NodesReleased, m.NodesCancelled, m.NodesInFlight, m.AdditionRate, m.AdditionRateReason, m.RateChanges, m.AdditionTokens)
 	reg.MustRegister(m.UnneededNodes, m.KeptNodes, m.ScaledDownNodes, m.FailedScaleDowns, m.Evictions, m.BrakeEngaged, m.DrainsInFlight, m.ClusterUnhealthy, m.ReplacementBrakeEngaged, m.GateRefused)
 	// Every trigger's series exists from the start, at zero.
-	for _, r := range trigger.Reasons {
+	for _, r := range trigger.Reasons() {
 		m.Loops.WithLabelValues(r.String())
 	}
-	reg.MustRegister(m.LoopDuration, m.PhaseDuration, m.LoopErrors, m.Loops, m.LastSuccessfulLoop, m.UnschedulablePods,
+	reg.MustRegister(m.LoopDuration, m.PhaseDuration, m.LoopErrors, m.Loops, m.LastSuccessfulLoop, m.UnschedulablePods, m.ExpectedPods,
 		m.PodsAwaitingNodes, m.Nodes, m.TargetSize, m.MinSize, m.MaxSize, m.ScaleUps, m.ScaledUpNodes,
 		m.FailedScaleUps, m.FailedRunning, m.Backoff, m.SizeUnknown, m.SnapshotRebuilt)
 	return m

@@ -34,6 +34,9 @@ type nodeAddition struct {
 	// lastQueued is the previous loop's queue, to count cancellations.
 	lastQueued map[string]map[ratelimit.Class]int
 	reason     string
+	// lastRelease is, per group, when the queue last released nodes to
+	// it (decidePaced).
+	lastRelease map[string]time.Time
 }
 
 func newNodeAddition(o Options, health HealthSource) (*nodeAddition, error) {
@@ -53,6 +56,12 @@ func newNodeAddition(o Options, health HealthSource) (*nodeAddition, error) {
 	return na, nil
 }
 
+// refillWait is how long until the queue's bucket holds held nodes, or a
+// burst's worth when that is fewer.
+func (na *nodeAddition) refillWait(held int) time.Duration {
+	return na.queue.RefillTime(min(held, na.queue.Options().Burst))
+}
+
 // additionReport is what the loop tells the status and the pods.
 type additionReport struct {
 	InFlight  int
@@ -66,7 +75,7 @@ type additionReport struct {
 // smoothing is off (scaleup.Queue).
 func (na *nodeAddition) Decide(now time.Time, demands []ratelimit.Demand, inFlight int) ratelimit.Decision {
 	if na.enabled {
-		return na.queue.Decide(now, demands, inFlight)
+		return na.decidePaced(now, demands, inFlight)
 	}
 	d := ratelimit.Decision{ReleaseClass: map[string]map[ratelimit.Class]int{}, Queued: map[string]map[ratelimit.Class]int{}}
 	for _, x := range demands {
@@ -77,6 +86,67 @@ func (na *nodeAddition) Decide(now time.Time, demands []ratelimit.Demand, inFlig
 			d.ReleaseClass[x.Group] = map[ratelimit.Class]int{}
 		}
 		d.ReleaseClass[x.Group][x.Class] += x.Count
+	}
+	return d
+}
+
+// decidePaced is the queue's decision, with single-node demand for a
+// group released to less than followUpGap ago (in an earlier loop) held
+// back whole, as queued with the limit LimitPaced: each release is a
+// scale-set write, and a loop a second releasing the tokens of a second
+// each ran into ARM's 20 writes a minute per subscription (the peer
+// benchmark at 5,000 pods: 1 to 4 nodes a write, then 429s). A gang's
+// demand is never held for it (a gang goes whole, across groups), and a
+// release with a gang in it starts no pace: a stream of gangs must not
+// hold a group's other demand back for good. While workload is paced,
+// balloons wait too: they must not take the tokens and room it waits for.
+func (na *nodeAddition) decidePaced(now time.Time, demands []ratelimit.Demand, inFlight int) ratelimit.Decision {
+	pacedGroup := func(g string) bool {
+		last, ok := na.lastRelease[g]
+		return ok && last.Before(now) && now.Sub(last) < followUpGap
+	}
+	held := make([]bool, len(demands))
+	workloadPaced := false
+	for i, x := range demands {
+		if x.Gang == "" && x.Count > 0 && pacedGroup(x.Group) {
+			held[i] = true
+			workloadPaced = workloadPaced || x.Class == ratelimit.Workload
+		}
+	}
+	var kept, paced []ratelimit.Demand
+	gangIn := map[string]bool{}
+	for i, x := range demands {
+		if held[i] || (workloadPaced && x.Gang == "" && x.Count > 0 && x.Class == ratelimit.Balloon) {
+			paced = append(paced, x)
+			continue
+		}
+		if x.Gang != "" {
+			gangIn[x.Group] = true
+		}
+		kept = append(kept, x)
+	}
+	if len(paced) == 0 {
+		kept = demands
+	}
+	d := na.queue.Decide(now, kept, inFlight)
+	for g, byClass := range d.ReleaseClass {
+		for _, n := range byClass {
+			if n > 0 && !gangIn[g] {
+				if na.lastRelease == nil {
+					na.lastRelease = map[string]time.Time{}
+				}
+				na.lastRelease[g] = now
+			}
+		}
+	}
+	for _, x := range paced {
+		if d.Queued[x.Group] == nil {
+			d.Queued[x.Group] = map[ratelimit.Class]int{}
+		}
+		d.Queued[x.Group][x.Class] += x.Count
+		if d.Limit == ratelimit.NotLimited {
+			d.Limit = ratelimit.LimitPaced
+		}
 	}
 	return d
 }
@@ -175,8 +245,11 @@ func (o Options) queueOptions() ratelimit.Options {
 // nodes trickle out.
 func queuedMessage(group string, limit ratelimit.Limit, gang string, held ratelimit.HeldGang, heldOK bool) string {
 	why := func(l ratelimit.Limit) string {
-		if l == ratelimit.LimitInFlight {
+		switch l {
+		case ratelimit.LimitInFlight:
 			return "the cap on nodes in flight (--max-nodes-in-flight)"
+		case ratelimit.LimitPaced:
+			return "the pace of scale-set writes (one per group every 5 s)"
 		}
 		return "the node-addition rate"
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/trigger"
 	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
 	"github.com/vmss-autoscaler/vmss-autoscaler/ratelimit"
 )
@@ -200,5 +201,42 @@ func TestInFlightCapCountsGroupsOfUnknownSize(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(e.a.metrics.NodesInFlight); got != 8 {
 		t.Fatalf("nodes_in_flight %v, want gpu-a's 8", got)
+	}
+}
+
+// TestReleasesPaced: a group released to in an earlier loop less than
+// followUpGap ago gets no single-node release (its demand waits, queued,
+// "paced", with a follow-up loop asked for when the gap ends); a gang's
+// nodes are never held for it; past the gap the demand goes.
+func TestReleasesPaced(t *testing.T) {
+	e := newEnv(t, smoothing(6000, 100, 1000), withGangs(mins{"train": 13}))
+	gpu := e.provider.AddGroup("gpu", 0, 100, gpuTemplate("gpu"))
+	e.start()
+	e.add(pendingPods(10, "web", wholeGPU()...))
+	e.run()
+	// A gang of 13 a second later is planned first: on the 10 coming
+	// nodes and 3 new ones, released whole at once, pace or not; the 10
+	// web pods need 10 new nodes again, which wait for the gap.
+	e.clock.Step(time.Second)
+	e.add(gangMembers(13, "train"))
+	freshDriver(e)
+	e.run()
+	released := e.clock.Now()
+	if got := gpu.Increases(); len(got) != 2 || got[1] != 3 {
+		t.Fatalf("increases %v, want [10 3]: the gang goes whole, the rest waits", got)
+	}
+	if q := testutil.ToFloat64(e.a.metrics.QueueDepth.WithLabelValues("gpu", "workload")); q != 10 {
+		t.Fatalf("queued %v, want 10", q)
+	}
+	if last := e.status.writes[len(e.status.writes)-1]; !strings.Contains(last, "heldBy: paced") {
+		t.Fatalf("status does not say paced:\n%s", last)
+	}
+	if r, at := e.a.driver.Timed(); r != trigger.Queue || !at.Equal(released.Add(followUpGap)) {
+		t.Fatalf("timed wake %v at +%v, want queue at +%v", r, at.Sub(released), followUpGap)
+	}
+	e.clock.Step(followUpGap)
+	e.run()
+	if got := gpu.Increases(); len(got) != 3 || got[2] != 10 {
+		t.Fatalf("increases %v, want [10 3 10]: past the gap the 10 go", got)
 	}
 }

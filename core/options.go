@@ -29,10 +29,17 @@ type Options struct {
 	// of new unschedulable pods: a loop is woken once none came for the
 	// idle duration, or the max duration after the first, whichever comes
 	// first, so a Job's or a gang's pods are planned together
-	// (--pod-batch-idle-duration, --pod-batch-max-duration; Karpenter's
-	// batch idle and max durations).
+	// (--pod-batch-idle-duration, --pod-batch-max-duration; shorter than
+	// Karpenter's 1 s and 10 s: a ReplicaSet's pods still to come or not
+	// yet tried are planned with its first (expected.go), a gang is
+	// bought whole once its members exist, and follow-up releases are
+	// paced (followUpGap)).
 	PodBatchIdleDuration time.Duration
 	PodBatchMaxDuration  time.Duration
+	// ScaleUpForExpectedPods plans the pods a ReplicaSet is about to
+	// create, once some of its pods are unschedulable (expected.go;
+	// --scale-up-for-expected-pods).
+	ScaleUpForExpectedPods bool
 	// MaxNodesTotal caps the cluster's node count, 0 for no cap (--max-nodes-total).
 	MaxNodesTotal int
 	// Expanders is the expander chain (--expander=priority,least-waste).
@@ -200,8 +207,9 @@ func DefaultOptions() Options {
 		ScanInterval:                    10 * time.Second,
 		FrequentLoops:                   true,
 		MinLoopInterval:                 time.Second,
-		PodBatchIdleDuration:            time.Second,
-		PodBatchMaxDuration:             10 * time.Second,
+		PodBatchIdleDuration:            500 * time.Millisecond,
+		PodBatchMaxDuration:             time.Second,
+		ScaleUpForExpectedPods:          true,
 		Expanders:                       []string{"least-waste"},
 		NewPodScaleUpDelay:              0,
 		MaxNodeProvisionTime:            15 * time.Minute,
@@ -248,13 +256,13 @@ func DefaultOptions() Options {
 		PreflightIncidentWindow:          10 * time.Minute,
 		PreflightFailureSettle:           5 * time.Minute,
 
-		// About 1.7 joins a second: each join costs the API server a Node,
-		// a Lease, DaemonSet pods and the kubelet's first LISTs. 2,000
-		// nodes take 20 minutes, with the adaptive mode raising the rate to
-		// 200 per minute while the API server stays healthy.
+		// About 1.7 joins a second to start: each join costs the API
+		// server a Node, a Lease, DaemonSet pods and the kubelet's first
+		// LISTs. Slow start doubles it every 10 s while the API server
+		// stays healthy, up to 600 a minute (README, "Smoothing").
 		NodeAdditionSmoothing:       true,
 		NodeAdditionRate:            100,
-		NodeAdditionBurst:           20,
+		NodeAdditionBurst:           50,
 		MaxNodesInFlight:            300,
 		NodeAdditionAdaptive:        true,
 		NodeAdditionAdaptiveOptions: ratelimit.DefaultAdaptiveOptions(),

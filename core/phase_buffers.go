@@ -114,7 +114,9 @@ func (l *loop) bufferNode(name string) bool { return l.buffers != nil && l.buffe
 
 // isVirtual says a pod stands for a ProvisioningRequest's or a buffer's
 // capacity, not for a pod of the cluster.
-func isVirtual(p *apiv1.Pod) bool { return provreq.IsBooked(p) || capacitybuffer.IsBufferPod(p) }
+func isVirtual(p *apiv1.Pod) bool {
+	return provreq.IsBooked(p) || capacitybuffer.IsBufferPod(p) || isExpected(p)
+}
 
 // capacityBuffers is the capacity-buffers phase: it turns each buffer of
 // the active-capacity strategy into its chunks and books on ready nodes

@@ -9,6 +9,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/trigger"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
+	"github.com/vmss-autoscaler/vmss-autoscaler/ratelimit"
 )
 
 // Loops woken by events (package trigger): the informers' handlers below
@@ -19,12 +20,50 @@ import (
 // minimum gap; pods after their batching window). It never blocks and may
 // be called from any goroutine. A node turning usable wakes a loop only
 // when the last loop left nodes queued: otherwise the queue has nothing to
-// release and the periodic loop is soon enough.
+// release and the periodic loop is soon enough; and that loop is a
+// follow-up (followUp).
 func (a *Autoscaler) Wake(r trigger.Reason) {
-	if r == trigger.NodeReady && !a.additionQueued.Load() {
+	if r == trigger.NodeReady {
+		if a.additionQueued.Load() {
+			a.driver.WakeAfter(r, a.followUp())
+		}
 		return
 	}
 	a.driver.Wake(r)
+}
+
+// followUpGap is the least time between a loop that asked the cloud for
+// nodes and a follow-up loop: one woken by a node turning usable, the
+// node-addition bucket refilling, or the scheduler's new verdict on a pod
+// a loop left to coming nodes. Each follow-up that releases nodes is a
+// scale-set write per group it releases to, and ARM allows a subscription
+// 20 writes a minute, shared with everything else in it: at a loop a
+// second, a cap freeing nodes one by one sent 91 writes a minute (the
+// 2,000-node scale run, 140 of them refused with 429).
+const followUpGap = 5 * time.Second
+
+// followUp is how long a follow-up loop waits: what is left of
+// followUpGap since the last loop that asked for nodes.
+func (a *Autoscaler) followUp() time.Duration {
+	last := a.lastRelease.Load()
+	if last == 0 {
+		return 0
+	}
+	return max(0, time.Unix(0, last).Add(followUpGap).Sub(a.clock.Now()))
+}
+
+// remarked is how long a loop for a pod the scheduler marked
+// unschedulable again waits: a follow-up, and at least followUpGap after
+// the last loop's start. While pods wait for coming nodes the scheduler
+// re-marks every pending pod on each join (its verdict names the node
+// count), those no node can help included: at most a loop every
+// followUpGap for all of them.
+func (a *Autoscaler) remarked() time.Duration {
+	since := a.followUp()
+	if last := a.lastStart.Load(); last != 0 {
+		since = max(since, time.Unix(0, last).Add(followUpGap).Sub(a.clock.Now()))
+	}
+	return since
 }
 
 // triggerTiming is the driver's view of the options in force. Called on
@@ -91,8 +130,34 @@ func turnedUnschedulable(old, p *apiv1.Pod) bool {
 	return old == nil || !isUnschedulable(old)
 }
 
+// markedAgain says p and old are both unbound and unschedulable and the
+// scheduler wrote its verdict again with another message: it tried p
+// against a changed cluster ("0/33 nodes are available: ...") and p still
+// fits nowhere.
+func markedAgain(old, p *apiv1.Pod) bool {
+	if p.Spec.NodeName != "" || p.DeletionTimestamp != nil || !isUnschedulable(p) || old == nil || !isUnschedulable(old) {
+		return false
+	}
+	oc, nc := scheduledCondition(old), scheduledCondition(p)
+	return oc.Message != nc.Message || !oc.LastTransitionTime.Equal(&nc.LastTransitionTime)
+}
+
+func scheduledCondition(p *apiv1.Pod) *apiv1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == apiv1.PodScheduled {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return &apiv1.PodCondition{}
+}
+
 // PodHandler is the pod informer's handler: a pod the scheduler just
-// marked unschedulable wakes a loop (after the batching window). O(1) per
+// marked unschedulable wakes a loop (after the batching window), and so
+// does a pod it marked so again while the last loop left pending pods to
+// usable or coming nodes: that loop's bet that the scheduler would place
+// them failed for this one (it came up short by a node, or raced a
+// binding), and the periodic loop is up to a scan interval away; such a
+// loop comes at least followUpGap after the last (remarked). O(1) per
 // event, never blocks, logs nothing; the initial list is skipped (the
 // first loop sees it).
 func (a *Autoscaler) PodHandler() cache.ResourceEventHandler {
@@ -105,8 +170,14 @@ func (a *Autoscaler) PodHandler() cache.ResourceEventHandler {
 		UpdateFunc: func(oldObj, obj any) {
 			old, ok1 := oldObj.(*apiv1.Pod)
 			p, ok2 := obj.(*apiv1.Pod)
-			if ok1 && ok2 && turnedUnschedulable(old, p) {
+			if !ok1 || !ok2 {
+				return
+			}
+			switch {
+			case turnedUnschedulable(old, p):
 				a.Wake(trigger.Pods)
+			case a.expecting.Load() && markedAgain(old, p):
+				a.driver.WakeAfter(trigger.Pods, a.remarked())
 			}
 		},
 	}
@@ -132,10 +203,15 @@ func (a *Autoscaler) NodeHandler() cache.ResourceEventHandler {
 	}
 }
 
+// releasedNodes counts the nodes the queue released in a loop.
+func releasedNodes(r additionReport) int { return nodeCount(r.Released) }
+
 // queuedNodes counts the nodes the queue held back in a loop.
-func queuedNodes(r additionReport) int {
+func queuedNodes(r additionReport) int { return nodeCount(r.Queued) }
+
+func nodeCount(byGroup map[string]map[ratelimit.Class]int) int {
 	n := 0
-	for _, byClass := range r.Queued {
+	for _, byClass := range byGroup {
 		for _, c := range byClass {
 			n += c
 		}

@@ -22,11 +22,21 @@ func freshDriver(e *env) {
 	e.a.driver = trigger.New(e.clock, e.a.triggerTiming)
 }
 
-func pending(e *env) (trigger.Reason, bool) { return e.a.driver.Pending() }
+// pending is the reason of the next loop asked for — at once, or the
+// timed wake's (a follow-up) — and whether a batch of pods is open.
+func pending(e *env) (trigger.Reason, bool) {
+	r, batched := e.a.driver.Pending()
+	if r == trigger.None {
+		r, _ = e.a.driver.Timed()
+	}
+	return r, batched
+}
 
 // TestPodHandler: a pod wakes a loop (opens the batch) when it turns
 // unbound and unschedulable: added so (not in the initial list), or
-// updated from anything else; never again while it stays so.
+// updated from anything else; while it stays so, only when the scheduler
+// writes a new verdict and the last loop expected pods to be placed on
+// usable or coming nodes.
 func TestPodHandler(t *testing.T) {
 	fresh := func() *apiv1.Pod { return to.Pod("p", to.Requests("1", "1Gi")) }
 	unsched := func() *apiv1.Pod { return to.Pod("p", to.Requests("1", "1Gi"), to.Unschedulable()) }
@@ -43,24 +53,29 @@ func TestPodHandler(t *testing.T) {
 		return p
 	}
 	for _, tc := range []struct {
-		name     string
-		old, new *apiv1.Pod // old nil: an add
-		initial  bool
-		want     bool
+		name      string
+		old, new  *apiv1.Pod // old nil: an add
+		initial   bool
+		expecting bool // the last loop left pods to usable or coming nodes
+		want      bool
 	}{
-		{"added unschedulable", nil, unsched(), false, true},
-		{"added unschedulable in the initial list", nil, unsched(), true, false},
-		{"added not yet tried", nil, fresh(), false, false},
-		{"turned unschedulable", fresh(), unsched(), false, true},
-		{"from gated to unschedulable", gated(), unsched(), false, true},
-		{"turned gated", fresh(), gated(), false, false},
-		{"still unschedulable, new message", unsched(), newMessage(), false, false},
-		{"bound", unsched(), bound(), false, false},
-		{"being deleted", fresh(), deleting(), false, false},
+		{"added unschedulable", nil, unsched(), false, false, true},
+		{"added unschedulable in the initial list", nil, unsched(), true, false, false},
+		{"added not yet tried", nil, fresh(), false, false, false},
+		{"turned unschedulable", fresh(), unsched(), false, false, true},
+		{"from gated to unschedulable", gated(), unsched(), false, false, true},
+		{"turned gated", fresh(), gated(), false, false, false},
+		{"still unschedulable, new message", unsched(), newMessage(), false, false, false},
+		{"still unschedulable, new message, pods expected to fit", unsched(), newMessage(), false, true, true},
+		{"still unschedulable, same verdict, pods expected to fit", unsched(), unsched(), false, true, false},
+		{"re-marked but bound", newMessage(), bound(), false, true, false},
+		{"bound", unsched(), bound(), false, false, false},
+		{"being deleted", fresh(), deleting(), false, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t).start()
 			freshDriver(e)
+			e.a.expecting.Store(tc.expecting)
 			h := e.a.PodHandler()
 			if tc.old == nil {
 				h.OnAdd(tc.new, tc.initial)
@@ -68,8 +83,11 @@ func TestPodHandler(t *testing.T) {
 				h.OnUpdate(tc.old, tc.new)
 			}
 			h.OnDelete(tc.new) // never a trigger
-			if r, batched := pending(e); batched != tc.want || r != trigger.None {
-				t.Fatalf("pending %v, batch open %v; want no reason and batch open %v", r, batched, tc.want)
+			// A new pod opens the batch; a new verdict is a follow-up (a
+			// timed wake for pods).
+			r, batched := pending(e)
+			if woke := batched || r == trigger.Pods; woke != tc.want || (r != trigger.None && r != trigger.Pods) {
+				t.Fatalf("pending %v, batch open %v; want a wake for pods %v", r, batched, tc.want)
 			}
 		})
 	}
@@ -205,6 +223,120 @@ func TestAdditionQueuedAfterLoop(t *testing.T) {
 	}
 }
 
+// TestRateHeldNodesWake: a loop that leaves nodes to the rate asks for a
+// loop when the bucket holds them (or a burst's worth), no sooner than a
+// follow-up may come after its release and at most half a scan interval
+// later; one that leaves them to the in-flight cap, or leaves nothing,
+// asks for none.
+func TestRateHeldNodesWake(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opt  envOption
+		pods int
+		want time.Duration // 0: no timed wake
+	}{
+		// 10 released, 20 held: a burst of 10 at 1 a second is 10 s.
+		{"the burst's worth at the rate", smoothing(60, 10, 1000), 30, 10 * time.Second},
+		// 3 held at 1 a second: 3 s, but the follow-up gap is 5 s.
+		{"no sooner than the follow-up gap", smoothing(60, 10, 1000), 13, followUpGap},
+		// 10 at 0.1 a second is 100 s: half the scan interval instead.
+		{"at most half the scan interval", smoothing(6, 10, 1000), 30, 15 * time.Second},
+		{"held by the in-flight cap", smoothing(6000, 100, 10), 30, 0},
+		{"nothing held", smoothing(600, 10, 1000), 5, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, tc.opt, withOptions(func(o *Options) { o.ScanInterval = 30 * time.Second }))
+			e.provider.AddGroup("gpu", 0, 100, gpuTemplate("gpu"))
+			e.start()
+			e.add(pendingPods(tc.pods, "train", wholeGPU()...))
+			freshDriver(e)
+			start := e.clock.Now()
+			if err := e.a.RunOnce(e.ctx); err != nil {
+				t.Fatal(err)
+			}
+			r, at := e.a.driver.Timed()
+			switch {
+			case tc.want == 0 && !at.IsZero():
+				t.Fatalf("timed wake %v at +%v, want none", r, at.Sub(start))
+			case tc.want != 0 && (r != trigger.Queue || at.Sub(start) != tc.want):
+				t.Fatalf("timed wake %v at +%v, want queue at +%v", r, at.Sub(start), tc.want)
+			}
+		})
+	}
+}
+
+// TestFollowUpGap: a follow-up loop (a node turning usable, a new verdict
+// on a pod left to coming nodes, the bucket refilling) comes no sooner
+// than followUpGap after the last loop that released nodes; at once when
+// that loop is older.
+func TestFollowUpGap(t *testing.T) {
+	e := newEnv(t, smoothing(6000, 100, 10))
+	e.provider.AddGroup("gpu", 0, 100, gpuTemplate("gpu"))
+	e.start()
+	e.add(pendingPods(30, "train", wholeGPU()...))
+	e.run() // releases 10, the cap holds 20
+	released := e.clock.Now()
+	if !e.a.additionQueued.Load() {
+		t.Fatal("the in-flight cap held 20 nodes: not told queued")
+	}
+	e.clock.Step(time.Second)
+	freshDriver(e)
+	ready := to.Node("gpu-0", "96", "900Gi")
+	notReady := ready.DeepCopy()
+	notReady.Status.Conditions[0].Status = apiv1.ConditionFalse
+	e.a.NodeHandler().OnUpdate(notReady, ready)
+	if r, at := e.a.driver.Timed(); r != trigger.NodeReady || !at.Equal(released.Add(followUpGap)) {
+		t.Fatalf("timed wake %v at %v, want node-ready %v after the release", r, at.Sub(released), followUpGap)
+	}
+	e.clock.Step(followUpGap)
+	freshDriver(e)
+	e.a.NodeHandler().OnUpdate(notReady, ready)
+	if r, at := e.a.driver.Timed(); r != trigger.NodeReady || !at.Equal(e.clock.Now()) {
+		t.Fatalf("timed wake %v at %v, want node-ready at once (%v)", r, at, e.clock.Now())
+	}
+	// A new verdict on a pod left to coming nodes: at least the gap after
+	// the last loop's start, released or not.
+	e.run()
+	loopStart := e.clock.Now()
+	e.clock.Step(time.Second)
+	freshDriver(e)
+	e.a.expecting.Store(true)
+	unsched := to.Pod("p", to.Requests("1", "1Gi"), to.Unschedulable())
+	again := unsched.DeepCopy()
+	again.Status.Conditions[0].Message = "0/7500 nodes are available"
+	e.a.PodHandler().OnUpdate(unsched, again)
+	if r, at := e.a.driver.Timed(); r != trigger.Pods || !at.Equal(loopStart.Add(followUpGap)) {
+		t.Fatalf("timed wake %v at %v after the loop, want pods %v after", r, at.Sub(loopStart), followUpGap)
+	}
+}
+
+// TestExpectingAfterLoop: a loop that leaves pending pods to coming nodes
+// lets the scheduler's new verdicts on them wake the next; one that leaves
+// no pod to any node does not.
+func TestExpectingAfterLoop(t *testing.T) {
+	e := newEnv(t)
+	e.provider.AddGroup("gpu", 0, 100, gpuTemplate("gpu"))
+	e.start()
+	pods := pendingPods(2, "train", wholeGPU()...)
+	e.add(pods)
+	e.run()
+	e.clock.Step(10 * time.Second)
+	e.run() // the nodes bought are coming: the pods await them
+	if !e.a.expecting.Load() {
+		t.Fatal("2 pods left to 2 coming nodes: not expecting")
+	}
+	for _, p := range pods {
+		if err := e.pods.Delete(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.clock.Step(10 * time.Second)
+	e.run()
+	if e.a.expecting.Load() {
+		t.Fatal("no pending pod: still expecting")
+	}
+}
+
 // TestScaleUpFailureWakes: a scale-up the cloud refuses for the group's
 // sake (quota, capacity: the group is backed off) wakes a loop, which
 // plans its pods on the other groups; a throttled, busy or fenced cloud
@@ -239,10 +371,10 @@ func TestScaleUpFailureWakes(t *testing.T) {
 func TestLoopsTotalAtZero(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
-	if n := testutil.CollectAndCount(m.Loops); n != len(trigger.Reasons) {
-		t.Fatalf("%d series of loops_total, want %d", n, len(trigger.Reasons))
+	if n := testutil.CollectAndCount(m.Loops); n != len(trigger.Reasons()) {
+		t.Fatalf("%d series of loops_total, want %d", n, len(trigger.Reasons()))
 	}
-	for _, r := range []string{"periodic", "pods", "node-ready", "cloud-failure", "config"} {
+	for _, r := range []string{"periodic", "pods", "node-ready", "cloud-failure", "config", "queue"} {
 		if v := testutil.ToFloat64(m.Loops.WithLabelValues(r)); v != 0 {
 			t.Fatalf("loops_total{trigger=%q} = %v at start", r, v)
 		}
@@ -286,7 +418,7 @@ func TestRunWokenByEvents(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
-		for _, x := range trigger.Reasons {
+		for _, x := range trigger.Reasons() {
 			if got := loops(x); got != want[x] {
 				t.Fatalf("after the %v loop, loops_total{%v} = %v, want %v", r, x, got, want[x])
 			}

@@ -42,7 +42,7 @@ type AdaptiveOptions struct {
 // DefaultAdaptiveOptions are safe for a 7,500-node cluster.
 func DefaultAdaptiveOptions() AdaptiveOptions {
 	return AdaptiveOptions{
-		Min: 10, Max: 200, DecreaseFactor: 0.5, IncreaseStep: 10, Interval: 30 * time.Second,
+		Min: 10, Max: 600, DecreaseFactor: 0.5, IncreaseStep: 10, Interval: 30 * time.Second,
 		LatencyThreshold: time.Second, SlowShare: 0.1, MinRequests: 5,
 	}
 }
@@ -94,7 +94,7 @@ type Change struct {
 // It starts in slow start, as TCP does: while the API server is healthy
 // and the rate is what holds demand back, the rate doubles every third of
 // an Interval, so a burst on a healthy control plane reaches the upper
-// bound within the first minute (100 → 200 nodes a minute in 10 s with the
+// bound within the first minute (100 → 600 nodes a minute in 30 s with the
 // defaults), not after minutes of additive steps. The first sign of
 // trouble ends slow start for good; from then on the rate rises by
 // IncreaseStep once per Interval. Trouble the API server states outright

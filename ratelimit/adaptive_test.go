@@ -172,7 +172,7 @@ func TestAdaptiveOptionsValidation(t *testing.T) {
 	}{
 		{"--node-addition-rate-min", func(o *AdaptiveOptions) { o.Min = 0 }, 100},
 		{"--node-addition-rate-max", func(o *AdaptiveOptions) { o.Max = 5 }, 100},
-		{"--node-addition-rate:", func(*AdaptiveOptions) {}, 500},
+		{"--node-addition-rate:", func(*AdaptiveOptions) {}, 5000},
 		{"--node-addition-rate-decrease-factor", func(o *AdaptiveOptions) { o.DecreaseFactor = 1 }, 100},
 		{"--node-addition-rate-increase-step", func(o *AdaptiveOptions) { o.IncreaseStep = 0 }, 100},
 		{"--node-addition-adaptive-interval", func(o *AdaptiveOptions) { o.Interval = 0 }, 100},

@@ -201,6 +201,9 @@ const (
 	LimitRate Limit = "rate"
 	// LimitInFlight: the cap on nodes in flight was reached.
 	LimitInFlight Limit = "in-flight"
+	// LimitPaced: the group was released to a few seconds ago; the next
+	// release to it waits (the core paces scale-set writes).
+	LimitPaced Limit = "paced"
 )
 
 // Decision is what the queue answers for one loop.
@@ -461,6 +464,16 @@ func (q *Queue) line(now time.Time, ds []Demand) []*gangLine {
 // failed request does not cost the rate.
 func (q *Queue) Refund(n int) {
 	q.tokens = math.Min(q.Capacity(), q.tokens+float64(n))
+}
+
+// RefillTime is how long after the last Decide the bucket holds n tokens
+// (at most its capacity) at the current rate: 0 when it already does.
+func (q *Queue) RefillTime(n int) time.Duration {
+	target := math.Min(float64(n), q.Capacity())
+	if q.tokens >= target {
+		return 0
+	}
+	return time.Duration((target - q.tokens) / q.opts.NodesPerMinute * float64(time.Minute))
 }
 
 // Tokens is the bucket's fill as of the last Decide.

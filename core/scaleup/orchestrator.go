@@ -102,7 +102,8 @@ type Outcome struct {
 	// Result has the requested (Delta) and queued nodes per scale-up, the
 	// refused requests and the pods no group was asked for.
 	Result Result
-	// Awaiting is the number of real pods that fit on upcoming nodes.
+	// Awaiting is the number of pods that fit on upcoming nodes (real
+	// pods, and the core's copies of pods to come).
 	Awaiting int
 	// Claimed are the usable nodes pending pods fit on: the scheduler has
 	// not placed them yet (a gang waiting for all its members, a pod in

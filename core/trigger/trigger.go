@@ -1,7 +1,9 @@
 // Package trigger decides when the autoscaler's loop runs: at the scan
 // interval (the floor), and sooner when something happens that a loop
 // should act on — new unschedulable pods (after a batching window), a node
-// turning usable, a failed cloud operation, a configuration change.
+// turning usable, a failed cloud operation, a configuration change — or
+// when a loop asked to run again at a time of its choosing (the
+// node-addition queue's bucket refilled).
 //
 // It guarantees, whatever arrives and however fast:
 //   - at most one loop in flight (the loop runs on Run's goroutine);
@@ -17,6 +19,7 @@ package trigger
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,10 +45,13 @@ const (
 	CloudFailure
 	// Config: a live reload of the flags was accepted.
 	Config
+	// Queue: the node-addition queue held nodes for its rate, and its
+	// bucket has refilled (WakeAfter).
+	Queue
 )
 
 // Reasons are every reason, for metrics created at zero.
-var Reasons = []Reason{Periodic, Pods, NodeReady, CloudFailure, Config}
+func Reasons() []Reason { return []Reason{Periodic, Pods, NodeReady, CloudFailure, Config, Queue} }
 
 // String is the reason's metric label.
 func (r Reason) String() string {
@@ -60,6 +66,8 @@ func (r Reason) String() string {
 		return "cloud-failure"
 	case Config:
 		return "config"
+	case Queue:
+		return "queue"
 	default:
 		return "none"
 	}
@@ -101,6 +109,14 @@ type Driver struct {
 	podFirst, podLast atomic.Int64
 	// events mirrors Timing.Events for Wake.
 	events atomic.Bool
+	// timed is the wake asked for by WakeAfter (zero at: none).
+	timedMu sync.Mutex
+	timed   timedWake
+}
+
+type timedWake struct {
+	at time.Time
+	r  Reason
 }
 
 // New returns a driver reading its timing from timing (called on Run's
@@ -115,7 +131,7 @@ func New(c clock.Clock, timing func() Timing) *Driver {
 // every reason but Pods, which opens or extends the batching window.
 // It never blocks; with events off it does nothing.
 func (d *Driver) Wake(r Reason) {
-	if !d.events.Load() || r <= None || r > Config {
+	if !d.events.Load() || r <= None || r > Queue {
 		return
 	}
 	if r == Pods {
@@ -131,6 +147,48 @@ func (d *Driver) Wake(r Reason) {
 	if d.pending.CompareAndSwap(int32(None), int32(r)) {
 		d.poke()
 	}
+}
+
+// WakeAfter asks for a loop for reason r after delay (still no sooner
+// than the minimum gap after the previous loop's start): a loop's own
+// request to run again, or an event's that must not come sooner (a
+// follow-up). A loop that starts for any reason takes it — it sees what
+// the wake was for, and a loop asks again if it still needs to. The
+// earliest of several wins. It never blocks; with events off it does
+// nothing (the periodic loop remains).
+func (d *Driver) WakeAfter(r Reason, delay time.Duration) {
+	if !d.events.Load() || r <= None || r > Queue {
+		return
+	}
+	at := d.clock.Now().Add(max(delay, 0))
+	d.timedMu.Lock()
+	if d.timed.at.IsZero() || at.Before(d.timed.at) {
+		d.timed = timedWake{at: at, r: r}
+	}
+	d.timedMu.Unlock()
+	d.poke()
+}
+
+// Timed is the timed wake asked for and not yet taken (a zero at: none).
+func (d *Driver) Timed() (r Reason, at time.Time) {
+	d.timedMu.Lock()
+	defer d.timedMu.Unlock()
+	return d.timed.r, d.timed.at
+}
+
+// takeTimed returns the timed wake, clearing it when it is due at now or
+// when clear is set; ok false: none.
+func (d *Driver) takeTimed(now time.Time, clear bool) (w timedWake, ok bool) {
+	d.timedMu.Lock()
+	defer d.timedMu.Unlock()
+	w = d.timed
+	if w.at.IsZero() {
+		return w, false
+	}
+	if clear || !now.Before(w.at) {
+		d.timed = timedWake{}
+	}
+	return w, true
 }
 
 // Pending says what the next loop would be counted under now (None: only
@@ -185,6 +243,13 @@ func (d *Driver) Run(ctx context.Context, loop func(context.Context, Reason)) {
 				d.podFirst.Store(0)
 				d.pending.CompareAndSwap(int32(None), int32(Pods))
 			}
+			if w, ok := d.takeTimed(now, !t.Events); ok && t.Events {
+				if now.Before(w.at) {
+					earliest(w.at)
+				} else {
+					d.pending.CompareAndSwap(int32(None), int32(w.r))
+				}
+			}
 			if floor := last.Add(t.Interval); now.Before(floor) {
 				earliest(floor)
 			} else {
@@ -197,7 +262,9 @@ func (d *Driver) Run(ctx context.Context, loop func(context.Context, Reason)) {
 			} else {
 				r := Reason(d.pending.Swap(int32(None)))
 				// The loop sees the batch's pods: later ones open another.
+				// It also decides afresh whether to ask for a timed wake.
 				d.podFirst.Store(0)
+				d.takeTimed(now, true)
 				last = now
 				loop(ctx, r)
 				continue

@@ -270,6 +270,88 @@ func TestStorm(t *testing.T) {
 	}
 }
 
+// TestWakeAfter: a loop's own request to run again starts a loop at the
+// time asked (no sooner than the gap), the earliest of several wins, and
+// a loop that starts for another reason drops it (that loop asks again if
+// it needs to).
+func TestWakeAfter(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		onLoop func(h *harness, i int, r Reason)
+		events []run // Wake(r) at
+		until  time.Duration
+		want   []run
+	}{
+		{
+			name: "at the time asked",
+			onLoop: func(h *harness, i int, _ Reason) {
+				if i == 0 {
+					h.d.WakeAfter(Queue, 3*time.Second)
+				}
+			},
+			until: ms(14000),
+			want:  []run{{0, Periodic}, {ms(3000), Queue}, {ms(13000), Periodic}},
+		},
+		{
+			name: "no sooner than the gap",
+			onLoop: func(h *harness, i int, _ Reason) {
+				if i == 0 {
+					h.d.WakeAfter(Queue, ms(100))
+				}
+			},
+			until: ms(5000),
+			want:  []run{{0, Periodic}, {ms(1000), Queue}},
+		},
+		{
+			name: "the earliest wins",
+			onLoop: func(h *harness, i int, _ Reason) {
+				if i == 0 {
+					h.d.WakeAfter(Queue, 6*time.Second)
+					h.d.WakeAfter(Queue, 4*time.Second)
+					h.d.WakeAfter(Queue, 5*time.Second)
+				}
+			},
+			until: ms(9000),
+			want:  []run{{0, Periodic}, {ms(4000), Queue}},
+		},
+		{
+			name: "a loop for another reason drops it",
+			onLoop: func(h *harness, i int, _ Reason) {
+				if i == 0 {
+					h.d.WakeAfter(Queue, 5*time.Second)
+				}
+			},
+			events: []run{{ms(2000), Config}},
+			until:  ms(11000),
+			want:   []run{{0, Periodic}, {ms(2000), Config}},
+		},
+		{
+			name: "asked again by each loop until done",
+			onLoop: func(h *harness, i int, _ Reason) {
+				if i < 3 {
+					h.d.WakeAfter(Queue, 2*time.Second)
+				}
+			},
+			until: ms(17000),
+			want:  []run{{0, Periodic}, {ms(2000), Queue}, {ms(4000), Queue}, {ms(6000), Queue}, {ms(16000), Periodic}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(t, defaultTiming())
+				h.onLoop = func(i int, r Reason) { tc.onLoop(h, i, r) }
+				h.start()
+				for _, e := range tc.events {
+					h.until(e.at)
+					h.d.Wake(e.r)
+				}
+				h.until(tc.until)
+				sameRuns(t, h.stop(), tc.want)
+			})
+		})
+	}
+}
+
 // TestCoalescing: triggers arriving during a loop and during the gap make
 // one next loop, counted under the first of them; a trigger during the
 // gap waits for its end.
@@ -331,8 +413,9 @@ func TestEventsOff(t *testing.T) {
 		}
 		h.start()
 		h.until(ms(2000))
-		for _, r := range Reasons {
+		for _, r := range Reasons() {
 			h.d.Wake(r)
+			h.d.WakeAfter(r, ms(500))
 		}
 		h.until(ms(12000))
 		h.d.Wake(Pods)
@@ -397,8 +480,8 @@ func TestStop(t *testing.T) {
 }
 
 func TestReasonLabels(t *testing.T) {
-	want := []string{"periodic", "pods", "node-ready", "cloud-failure", "config"}
-	for i, r := range Reasons {
+	want := []string{"periodic", "pods", "node-ready", "cloud-failure", "config", "queue"}
+	for i, r := range Reasons() {
 		if r.String() != want[i] {
 			t.Fatalf("Reasons[%d] = %q, want %q", i, r, want[i])
 		}

@@ -77,6 +77,12 @@ type options struct {
 	reportDir string
 	bootDelay time.Duration
 	timeout   time.Duration
+	// ourArgs are flags added to ours (to split a gap: smoothing off, say);
+	// the report's command lines show them.
+	ourArgs []string
+	// armLimits: the simulator throttles at ARM's subscription limits and
+	// its long-running operations take armLRODuration; off, neither.
+	armLimits bool
 }
 
 func main() {
@@ -87,6 +93,8 @@ func main() {
 	fs.StringVar(&o.reportDir, "report-dir", "", "where report.md, report.json, the plots and each run's logs go (default .cache/peer)")
 	fs.DurationVar(&o.bootDelay, "boot-delay", 0, "time from a node's request to its registration, the same on both sides (ARM simulator boot delay, no jitter; KWOKNodeClass nodeRegistrationDelay)")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "how long a run may take to get every pod Running")
+	fs.StringArrayVar(&o.ourArgs, "ours-flag", nil, "a flag added to this autoscaler's command line, e.g. --ours-flag=--node-addition-smoothing=false (repeatable; default none: its defaults)")
+	fs.BoolVar(&o.armLimits, "arm-limits", true, "the ARM simulator throttles at ARM's subscription limits (200 reads, 20 writes a minute) and its long-running operations take 10 s; false: neither (Karpenter's kwok provider has no such limits)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			os.Exit(0)
@@ -165,7 +173,7 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	rep := &report{
-		Machine: machine(), Started: time.Now().UTC(), BootDelay: o.bootDelay.String(),
+		Machine: machine(), Started: time.Now().UTC(), BootDelay: o.bootDelay.String(), ARMLimits: o.armLimits,
 		PodCPU: podCPU.String(), PodMemory: podMemory.String(), OurSKU: ourSKU,
 		KarpenterT: karpenterInstanceType, Karpenter: karpenterMain + "@" + karpenterVersion, Sizes: o.sizes,
 	}
@@ -208,6 +216,7 @@ func run(ctx context.Context, o options) error {
 
 // stack is one run's running parts.
 type stack struct {
+	opts   options
 	cp     *harness.ControlPlane
 	sim    *armsim.Server
 	as     *harness.Process
@@ -230,7 +239,7 @@ func runOne(ctx context.Context, o options, t tools, name string, pods int, dir 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	s := &stack{}
+	s := &stack{opts: o}
 	defer s.stop()
 	cp, err := harness.Start(ctx, t.bins, harness.Options{Dir: dir})
 	if err != nil {
@@ -459,13 +468,16 @@ func podsPerNode(cp *harness.ControlPlane) (int, error) {
 func (s *stack) startSim(ctx context.Context, dir string, bootDelay time.Duration, capacity int) error {
 	hook := armsim.NewKubeNodeHook(s.cp.Client)
 	hook.Annotations = map[string]string{"kwok.x-k8s.io/node": "fake"}
-	sim, err := armsim.New(armsim.Options{
+	simOpts := armsim.Options{
 		SubscriptionID: subscription, Location: "eastus",
 		BootDelay: bootDelay, Seed: 1,
-		LRODuration:    armLRODuration,
-		ReadsPerWindow: armReadsPerMinute, WritesPerWindow: armWritesPerMinute, Window: time.Minute,
 		Hook: hook,
-	})
+	}
+	if s.opts.armLimits {
+		simOpts.LRODuration = armLRODuration
+		simOpts.ReadsPerWindow, simOpts.WritesPerWindow, simOpts.Window = armReadsPerMinute, armWritesPerMinute, time.Minute
+	}
+	sim, err := armsim.New(simOpts)
 	if err != nil {
 		return err
 	}
@@ -523,6 +535,7 @@ func (s *stack) startOurs(ctx context.Context, dir string, bootDelay time.Durati
 		"--azure-auth=token-file",
 		"--azure-token-file=" + tokenFile,
 	}
+	args = append(args, s.opts.ourArgs...)
 	as, err := s.cp.StartProcess(ctx, "vmss-autoscaler", bin, args...)
 	if err != nil {
 		return err

@@ -97,10 +97,13 @@ func (r *result) fail(format string, args ...any) {
 
 // report is report.json; report.md is its markdown.
 type report struct {
-	Machine    string    `json:"machine"`
-	Started    time.Time `json:"started"`
-	Finished   time.Time `json:"finished"`
-	BootDelay  string    `json:"bootDelay"`
+	Machine   string    `json:"machine"`
+	Started   time.Time `json:"started"`
+	Finished  time.Time `json:"finished"`
+	BootDelay string    `json:"bootDelay"`
+	// ARMLimits: the simulator throttled at ARM's limits with 10 s
+	// long-running operations (the default).
+	ARMLimits  bool      `json:"armLimits"`
 	PodCPU     string    `json:"podCPU"`
 	PodMemory  string    `json:"podMemory"`
 	OurSKU     string    `json:"ourSKU"`
@@ -165,8 +168,12 @@ func (rep *report) markdown() string {
 	fmt.Fprintf(&b, "# vmss-autoscaler against Karpenter (make peer)\n\n")
 	fmt.Fprintf(&b, "%s; %s to %s. Each run on a fresh control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok). "+
 		"Pods: a Deployment of pause pods of %s CPU / %s each. Nodes of 64 cores: ours %s from the ARM simulator, Karpenter's kwok provider (%s) %s. "+
-		"Node registration delay %s on both sides.\n\n",
+		"Node registration delay %s on both sides.",
 		rep.Machine, rep.Started.Format(time.RFC3339), rep.Finished.Format(time.RFC3339), rep.PodCPU, rep.PodMemory, rep.OurSKU, rep.Karpenter, rep.KarpenterT, rep.BootDelay)
+	if !rep.ARMLimits {
+		b.WriteString(" **The ARM simulator ran without ARM's limits** (--arm-limits=false): no throttling, long-running operations done at once.")
+	}
+	b.WriteString("\n\n")
 	b.WriteString("| run | first node request | all Running | ratio to Karpenter | ratio to floor | nodes | CPU s | peak RSS | API requests |\n")
 	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range rep.sorted() {

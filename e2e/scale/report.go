@@ -43,7 +43,7 @@ func (rep *report) check() {
 			off = r
 		}
 	}
-	if on == nil || off == nil || on.NodesNeeded <= adaptiveMaxRate+bucketMax {
+	if adaptiveMaxRate, bucketMax := smoothingBounds(); on == nil || off == nil || on.NodesNeeded <= adaptiveMaxRate+bucketMax {
 		return
 	}
 	if on.ScaleUpWrites.MaxPerMinute >= off.ScaleUpWrites.MaxPerMinute {

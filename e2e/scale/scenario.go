@@ -19,6 +19,7 @@ import (
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/balloon"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core"
 	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
 )
 
@@ -48,19 +49,22 @@ const (
 	emptyBulkDelete   = 100
 	brakeShare        = 0.5 // --scale-down-brake-cluster-share's default
 
-	// The autoscaler's defaults the checks compare against.
-	adaptiveMaxRate = 200              // --node-addition-rate-max
-	additionBurst   = 20               // --node-addition-burst
-	scanInterval    = 10 * time.Second // --scan-interval
-	// bucketMax is the most the node-addition bucket holds: the burst, or
-	// the rate over two loop periods when that is more.
-	bucketMax = max(additionBurst, adaptiveMaxRate*int(2*scanInterval/time.Second)/60)
-
 	sampleEvery = 2 * time.Second
 	// settle is how long capacity must stay what the pods need once they
 	// all run.
 	settle = 30 * time.Second
 )
+
+// smoothingBounds are the autoscaler's defaults the checks compare
+// against: the adaptive rate's upper bound (--node-addition-rate-max),
+// and the most the node-addition bucket holds, the burst
+// (--node-addition-burst) or the rate over two loop periods
+// (--scan-interval) when that is more.
+func smoothingBounds() (maxRate, bucketMax int) {
+	d := core.DefaultOptions()
+	maxRate = int(d.NodeAdditionAdaptiveOptions.Max)
+	return maxRate, max(d.NodeAdditionBurst, maxRate*int(2*d.ScanInterval/time.Second)/60)
+}
 
 var scenarioNames = []string{"burst", "burst-unsmoothed", "gangs"}
 
@@ -492,7 +496,7 @@ func (sc *scenario) run(ctx context.Context) (*result, error) {
 	// A gang larger than the burst is released whole and paid back, so
 	// only the burst's requests are bounded per minute: a token bucket
 	// releases at most its rate plus its size in any 60 s.
-	if sc.smoothing && !sc.gangs && res.ScaleUpWrites.MaxPerMinute > adaptiveMaxRate+bucketMax {
+	if adaptiveMaxRate, bucketMax := smoothingBounds(); sc.smoothing && !sc.gangs && res.ScaleUpWrites.MaxPerMinute > adaptiveMaxRate+bucketMax {
 		res.fail("%d nodes requested within 60 s with smoothing on, above the adaptive maximum %d/min plus the bucket's %d", res.ScaleUpWrites.MaxPerMinute, adaptiveMaxRate, bucketMax)
 	}
 	scaleUpEnd := time.Now()

@@ -154,6 +154,8 @@ func summary(v *View, now time.Time) []string {
 			queue += ", held by the rate"
 		case q.Queued > 0 && q.HeldBy == "in-flight":
 			queue += ", held by the in-flight cap"
+		case q.Queued > 0 && q.HeldBy == "paced":
+			queue += ", paced (a group's scale-set writes at least 5 s apart)"
 		case q.Queued > 0 && q.Smoothing == nil:
 			queue += " (what holds them is in the status ConfigMap, not /metrics)"
 		}

@@ -87,8 +87,9 @@ type QueueView struct {
 	InFlight    int      `json:"inFlight"`
 	MaxInFlight *int     `json:"maxInFlight,omitempty"`
 	// HeldBy is what held queued nodes back in the last loop: "rate" (the
-	// token bucket) or "in-flight" (the cap on nodes requested and not yet
-	// ready); empty when nothing was held, or unknown (metrics).
+	// token bucket), "in-flight" (the cap on nodes requested and not yet
+	// ready) or "paced" (the group's last scale-set write was seconds
+	// ago); empty when nothing was held, or unknown (metrics).
 	HeldBy string `json:"heldBy,omitempty"`
 	Queued int    `json:"queued"`
 }

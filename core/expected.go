@@ -1,0 +1,214 @@
+package core
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apiv1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/provreq"
+)
+
+// Pods a ReplicaSet is about to have scheduled (--scale-up-for-expected-pods).
+//
+// A Deployment scaled to 1,000 replicas has its pods created within a
+// second or two, but the scheduler gives a few hundred verdicts a second,
+// and a 5,000-replica one has its pods created over half a minute (the
+// controller manager's client is rate-limited). A pod is planned only once
+// the scheduler has failed it. When some of a ReplicaSet's pods are
+// already unschedulable, its twins will not fit either: the loop plans
+// them now — its pods the scheduler has not tried yet, and the replicas
+// it has yet to create — as copies, so their nodes are bought with the
+// first ones' instead of behind the scheduler's verdicts.
+//
+// Copies are virtual (like a ProvisioningRequest's booked pods): no
+// event, no count of real pods, no gang membership; planned with their
+// twins in the same pass (packed onto the same new nodes), as created
+// now; a usable node one fits on is kept from scale-down that loop, as
+// for any pending pod. They are restated every loop: an untried pod is copied while it
+// is untried, and the replicas to come are the ReplicaSet's spec.replicas
+// less the pods it has in the informer's cache (every pod of it that is
+// not terminal or terminating, bound or not), counted only while its
+// controller reports fewer than it wants (a ReplicaSet that has them all
+// costs the loop no listing of its namespace's pods). A ReplicaSet whose
+// controller reports a ReplicaFailure (quota, an admission webhook) gets
+// none: its pods may never come. Nor does a gang member (a gang is bought whole
+// once its members exist) nor a balloon.
+
+// expectedUIDPrefix starts an expected pod's UID.
+const expectedUIDPrefix = "expected/"
+
+// maxExpectedPods bounds the expected pods of a loop, all ReplicaSets
+// together: beyond it, the next loops plan the rest.
+const maxExpectedPods = 10000
+
+// isExpected says p is a copy standing for a pod a ReplicaSet is about to
+// create, not a pod of the cluster.
+func isExpected(p *apiv1.Pod) bool { return strings.HasPrefix(string(p.UID), expectedUIDPrefix) }
+
+// replicaSetOf is the UID and name of p's controller when it is a
+// ReplicaSet.
+func replicaSetOf(p *apiv1.Pod) (types.UID, string, bool) {
+	for _, ref := range p.OwnerReferences {
+		if ref.Controller != nil && *ref.Controller && ref.Kind == "ReplicaSet" && ref.APIVersion == "apps/v1" {
+			return ref.UID, ref.Name, true
+		}
+	}
+	return "", "", false
+}
+
+// expectedPods are the copies standing for the pods the ReplicaSets of
+// pending are about to have scheduled (see above). pending are the loop's
+// unschedulable pods outside gangs, past the scale-up delay and not
+// consuming a ProvisioningRequest.
+func (a *Autoscaler) expectedPods(l *loop, pending []*apiv1.Pod) []*apiv1.Pod {
+	if !a.opts.ScaleUpForExpectedPods || a.listers.ReplicaSets == nil {
+		return nil
+	}
+	type owner struct {
+		rs     *appsv1.ReplicaSet
+		sample *apiv1.Pod
+	}
+	var owners map[types.UID]*owner
+	var order []types.UID
+	for _, p := range pending {
+		if !a.mayExpect(l, p) {
+			continue
+		}
+		uid, name, _ := replicaSetOf(p)
+		if o, seen := owners[uid]; seen {
+			if o != nil && p.CreationTimestamp.After(o.sample.CreationTimestamp.Time) {
+				o.sample = p // the newest: the one most like those to come
+			}
+			continue
+		}
+		if owners == nil {
+			owners = map[types.UID]*owner{}
+		}
+		rs, err := a.listers.ReplicaSets.ReplicaSets(p.Namespace).Get(name)
+		if err != nil || rs.UID != uid || !expectsPods(rs) {
+			owners[uid] = nil
+			continue
+		}
+		owners[uid] = &owner{rs: rs, sample: p}
+		order = append(order, uid)
+	}
+	if len(order) == 0 {
+		return nil
+	}
+	var out []*apiv1.Pod
+	add := func(p *apiv1.Pod, i int) bool {
+		if len(out) >= maxExpectedPods {
+			return false
+		}
+		out = append(out, expectedCopy(p, i, l.now))
+		return true
+	}
+	// Its pods the scheduler has not tried yet are its unschedulable
+	// ones' twins: planned now, not after the scheduler's verdict on
+	// each (it gives a few hundred a second).
+	for _, p := range l.unbound {
+		uid, _, ok := replicaSetOf(p)
+		if !ok || owners[uid] == nil || !counts(p) || !untried(p) || !a.mayExpect(l, p) {
+			continue
+		}
+		if !add(p, 0) {
+			return out
+		}
+	}
+	// The pods it has yet to create, while its controller reports fewer
+	// than it wants: spec.replicas less every pod of it in the cache,
+	// bound or not (its namespace's pods, from the informer's index; a
+	// ReplicaSet that has them all costs no listing).
+	for _, uid := range order {
+		o := owners[uid]
+		if o.rs.Status.Replicas >= *o.rs.Spec.Replicas {
+			continue
+		}
+		pods, err := a.listers.Pods.Pods(o.rs.Namespace).List(labels.Everything())
+		if err != nil {
+			continue
+		}
+		missing := int(*o.rs.Spec.Replicas)
+		for _, p := range pods {
+			if owner, _, ok := replicaSetOf(p); ok && owner == uid && counts(p) {
+				missing--
+			}
+		}
+		for i := 0; i < missing; i++ {
+			if !add(o.sample, i+1) {
+				return out
+			}
+		}
+	}
+	return out
+}
+
+// mayExpect says p, a pod of a ReplicaSet, may stand for its twins or be
+// copied: not a balloon, a virtual pod, a gang member, a pod younger than
+// the scale-up delay, nor one consuming a ProvisioningRequest.
+func (a *Autoscaler) mayExpect(l *loop, p *apiv1.Pod) bool {
+	if _, _, ok := replicaSetOf(p); !ok || a.opts.isBalloon(p) || isVirtual(p) {
+		return false
+	}
+	if _, ok := gang.KeyOf(p); ok {
+		return false
+	}
+	if _, ok := provreq.Consumes(p); ok {
+		return false
+	}
+	return l.now.Sub(p.CreationTimestamp.Time) >= a.opts.NewPodScaleUpDelay
+}
+
+// counts says p is one of its ReplicaSet's replicas: neither terminal nor
+// terminating.
+func counts(p *apiv1.Pod) bool {
+	return p.DeletionTimestamp == nil && p.Status.Phase != apiv1.PodSucceeded && p.Status.Phase != apiv1.PodFailed
+}
+
+// untried says the scheduler has given p no verdict yet: unbound, no
+// PodScheduled condition (a gated pod has one).
+func untried(p *apiv1.Pod) bool {
+	if p.Spec.NodeName != "" || len(p.Spec.SchedulingGates) > 0 {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == apiv1.PodScheduled {
+			return false
+		}
+	}
+	return true
+}
+
+// expectsPods says rs's controller wants pods and reports no failure to
+// create them.
+func expectsPods(rs *appsv1.ReplicaSet) bool {
+	if rs.DeletionTimestamp != nil || rs.Spec.Replicas == nil || *rs.Spec.Replicas <= 0 {
+		return false
+	}
+	for _, c := range rs.Status.Conditions {
+		if c.Type == appsv1.ReplicaSetReplicaFailure && c.Status == apiv1.ConditionTrue {
+			return false
+		}
+	}
+	return true
+}
+
+// expectedCopy is the i-th copy of sample standing for a pod to come (or
+// for an untried pod itself), created now: it queues behind real pods.
+func expectedCopy(sample *apiv1.Pod, i int, now time.Time) *apiv1.Pod {
+	// A shallow copy: the loop only reads pods, and a copy shares the
+	// sample's spec (and its equivalence group) as the real pods will.
+	p := *sample
+	p.CreationTimestamp = metav1.NewTime(now)
+	p.Name = sample.Name + "-expected-" + strconv.Itoa(i)
+	p.UID = types.UID(expectedUIDPrefix + string(sample.UID) + "/" + strconv.Itoa(i))
+	p.Status.NominatedNodeName = ""
+	return &p
+}

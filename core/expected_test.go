@@ -1,0 +1,204 @@
+package core
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	appsv1 "k8s.io/api/apps/v1"
+	apiv1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
+)
+
+func replicaSet(name string, replicas int32, conds ...appsv1.ReplicaSetCondition) *appsv1.ReplicaSet {
+	return &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("rs-" + name)},
+		Spec:       appsv1.ReplicaSetSpec{Replicas: &replicas},
+		Status:     appsv1.ReplicaSetStatus{Conditions: conds},
+	}
+}
+
+// rsPods are n pods of ReplicaSet rs, from index from, each taking a whole
+// GPU node; unschedulable when marked.
+func rsPods(rs string, from, n int, unschedulable bool, opts ...to.PodOption) []*apiv1.Pod {
+	out := make([]*apiv1.Pod, n)
+	for i := range out {
+		o := append([]to.PodOption{to.ControlledBy("ReplicaSet", rs, types.UID("rs-"+rs))}, wholeGPU()...)
+		if unschedulable {
+			o = append(o, to.Unschedulable())
+		}
+		out[i] = to.Pod(fmt.Sprintf("%s-%d", rs, from+i), append(o, opts...)...)
+	}
+	return out
+}
+
+// TestExpectedPods: once some of a ReplicaSet's pods are unschedulable,
+// the loop buys nodes for the replicas it has yet to create too: its
+// spec.replicas less every pod of it in the cache that is not terminal or
+// terminating (bound, pending, not yet tried). None for a ReplicaSet that
+// reports a ReplicaFailure, one with no unschedulable pod, a gang's
+// pods, or with the option off. Expected pods get no event and are not
+// counted as unschedulable.
+func TestExpectedPods(t *testing.T) {
+	deleting := func(p *apiv1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: time.Unix(1, 0)} }
+	failed := func(p *apiv1.Pod) { p.Status.Phase = apiv1.PodFailed }
+	running := func(p *apiv1.Pod) { p.Spec.NodeName = "gone-node"; p.Status.Phase = apiv1.PodRunning }
+	gated := func(p *apiv1.Pod) {
+		p.Spec.SchedulingGates = []apiv1.PodSchedulingGate{{Name: "g"}}
+	}
+	gangMember := func(p *apiv1.Pod) { p.Labels = map[string]string{"scheduling.x-k8s.io/pod-group": "g"} }
+	for _, tc := range []struct {
+		name     string
+		rs       *appsv1.ReplicaSet
+		pods     []*apiv1.Pod
+		off      bool
+		want     int // nodes bought
+		expected int // expected_pods
+	}{
+		{"the replicas to come", replicaSet("web", 40), rsPods("web", 0, 10, true), false, 40, 30},
+		{"option off", replicaSet("web", 40), rsPods("web", 0, 10, true), true, 10, 0},
+		{
+			// 10 unschedulable, 20 not yet tried (planned now), 10 to
+			// come; the 5 terminating and 5 failed ones are not the
+			// ReplicaSet's any more.
+			"pods not yet tried, and the rest to come", replicaSet("web", 40),
+			concat(rsPods("web", 0, 10, true), rsPods("web", 10, 20, false), rsPods("web", 30, 5, false, deleting), rsPods("web", 35, 5, true, failed)),
+			false, 40, 30,
+		},
+		{
+			// All 40 made (its controller says so): the 30 the scheduler
+			// has not tried are planned with the 10 it failed.
+			"all made, 30 not yet tried", func() *appsv1.ReplicaSet { rs := replicaSet("web", 40); rs.Status.Replicas = 40; return rs }(),
+			concat(rsPods("web", 0, 10, true), rsPods("web", 10, 30, false)), false, 40, 30,
+		},
+		{
+			"a gated pod is not untried", func() *appsv1.ReplicaSet { rs := replicaSet("web", 40); rs.Status.Replicas = 40; return rs }(),
+			concat(rsPods("web", 0, 10, true), rsPods("web", 10, 30, false, gated)), false, 10, 0,
+		},
+		{
+			"a ReplicaSet failing to create pods", replicaSet("web", 40, appsv1.ReplicaSetCondition{Type: appsv1.ReplicaSetReplicaFailure, Status: apiv1.ConditionTrue}),
+			rsPods("web", 0, 10, true), false, 10, 0,
+		},
+		{"no unschedulable pod", replicaSet("web", 40), rsPods("web", 0, 10, false), false, 0, 0},
+		{
+			// Scaled from 20 to 40: 10 of the 20 run (bound, on a node the
+			// cache may not have yet), 10 are unschedulable, 20 to come.
+			"scaled up: running pods count", func() *appsv1.ReplicaSet { rs := replicaSet("web", 40); rs.Status.Replicas = 20; return rs }(),
+			concat(rsPods("web", 0, 10, false, running), rsPods("web", 10, 10, true)), false, 30, 20,
+		},
+		{"as many as it wants", replicaSet("web", 10), rsPods("web", 0, 10, true), false, 10, 0},
+		{
+			// Its controller reports all 40 made: the cache lags, not it.
+			"its controller has them all", func() *appsv1.ReplicaSet { rs := replicaSet("web", 40); rs.Status.Replicas = 40; return rs }(),
+			rsPods("web", 0, 10, true), false, 10, 0,
+		},
+		{"scaled down below its pods", replicaSet("web", 4), rsPods("web", 0, 10, true), false, 10, 0},
+		{"gang members", replicaSet("web", 40), rsPods("web", 0, 10, true, gangMember), false, 10, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, withOptions(func(o *Options) { o.ScaleUpForExpectedPods = !tc.off }))
+			gpu := e.provider.AddGroup("gpu", 0, 100, gpuTemplate("gpu"))
+			e.start()
+			if err := e.rss.Add(tc.rs); err != nil {
+				t.Fatal(err)
+			}
+			e.add(tc.pods)
+			e.run()
+			got := 0
+			for _, n := range gpu.Increases() {
+				got += n
+			}
+			if got != tc.want {
+				t.Fatalf("bought %d nodes (increases %v), want %d", got, gpu.Increases(), tc.want)
+			}
+			if v := testutil.ToFloat64(e.a.metrics.ExpectedPods); v != float64(tc.expected) {
+				t.Fatalf("expected_pods = %v, want %d", v, tc.expected)
+			}
+			real := 0
+			for _, p := range tc.pods {
+				if isUnschedulable(p) && p.DeletionTimestamp == nil && p.Status.Phase != apiv1.PodFailed {
+					real++
+				}
+			}
+			if v := testutil.ToFloat64(e.a.metrics.UnschedulablePods); v != float64(real) {
+				t.Fatalf("unschedulable_pods = %v, want the %d real ones", v, real)
+			}
+			if n := len(e.events(EventTriggeredScaleUp)); tc.want > 0 && n != real {
+				t.Fatalf("%d TriggeredScaleUp events, want one per real pod (%d)", n, real)
+			}
+		})
+	}
+}
+
+// TestExpectedPodsReplacedByRealOnes: as the ReplicaSet's pods arrive,
+// each replaces an expected one: the next loops buy nothing more.
+func TestExpectedPodsReplacedByRealOnes(t *testing.T) {
+	e := newEnv(t)
+	gpu := e.provider.AddGroup("gpu", 0, 100, gpuTemplate("gpu"))
+	e.start()
+	if err := e.rss.Add(replicaSet("web", 40)); err != nil {
+		t.Fatal(err)
+	}
+	e.add(rsPods("web", 0, 10, true))
+	e.run()
+	for from := 10; from < 40; from += 10 {
+		e.add(rsPods("web", from, 10, true))
+		e.clock.Step(10 * time.Second)
+		e.run()
+	}
+	if got := gpu.Increases(); len(got) != 1 || got[0] != 40 {
+		t.Fatalf("increases %v, want [40]: the real pods took the expected ones' nodes", got)
+	}
+}
+
+func concat(pods ...[]*apiv1.Pod) []*apiv1.Pod {
+	var out []*apiv1.Pod
+	for _, p := range pods {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// TestExpectedPodsPackLikeRealOnes: copies buy what the real pods they
+// stand for would, packed onto the same new nodes: 40 pods of 3 CPUs
+// need as many nodes whether 13 are unschedulable and 27 untried, or all
+// 40 unschedulable (planned in a pass of their own, the copies once left
+// the real pods' half-filled new nodes unused: 9 nodes for 8).
+func TestExpectedPodsPackLikeRealOnes(t *testing.T) {
+	bought := func(t *testing.T, unschedulable int) int {
+		e := newEnv(t)
+		cpu := e.provider.AddGroup("cpu", 0, 100, cpuTemplate("cpu"))
+		e.start()
+		rs := replicaSet("web", 40)
+		rs.Status.Replicas = 40
+		if err := e.rss.Add(rs); err != nil {
+			t.Fatal(err)
+		}
+		pods := func(from, n int, unsched bool) []*apiv1.Pod {
+			out := make([]*apiv1.Pod, n)
+			for i := range out {
+				o := []to.PodOption{to.ControlledBy("ReplicaSet", "web", types.UID("rs-web")), to.Requests("3", "4Gi")}
+				if unsched {
+					o = append(o, to.Unschedulable())
+				}
+				out[i] = to.Pod(fmt.Sprintf("web-%d", from+i), o...)
+			}
+			return out
+		}
+		e.add(pods(0, unschedulable, true), pods(unschedulable, 40-unschedulable, false))
+		e.run()
+		n := 0
+		for _, d := range cpu.Increases() {
+			n += d
+		}
+		return n
+	}
+	want := bought(t, 40)
+	if got := bought(t, 13); got != want {
+		t.Fatalf("13 unschedulable and 27 untried bought %d nodes, 40 unschedulable %d", got, want)
+	}
+}
