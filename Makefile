@@ -1,7 +1,7 @@
 # The two commands of the README:
 #   make demo   run the autoscaler on a local control plane with the ARM simulator
 #   make test   run the whole test suite (what CI runs)
-#   make peer   this autoscaler against Karpenter's kwok provider, side by side (PEER_SIZES, PEER_RUNS)
+#   make peer   this autoscaler against Karpenter's kwok provider, side by side (PEER_SIZES, PEER_RUNS, PEER_REPEAT)
 # and the image, built without Docker (cmd/image, go-containerregistry):
 #   make image                          OCI layout + archive under $(IMAGE_DIR), linux/amd64 and linux/arm64
 #   make push IMAGE=registry/name:tag   push it with the standard keychain (docker login, az acr login)
@@ -122,13 +122,16 @@ scale-ci:
 # (2 CPU / 2 Gi pause pods, 64-core nodes) scaled by this autoscaler with
 # its default flags, by Karpenter's kwok provider (built once from the
 # module proxy into .cache/karpenter) and on nodes that already exist (the
-# floor), each on a fresh control plane; report.md, report.json and plots
-# of pods Running under PEER_DIR.
+# floor), each on a fresh control plane, PEER_REPEAT rounds of each
+# (interleaved; the table shows medians: one round's time to all Running
+# varies by a tenth on this machine); report.md, report.json and plots
+# of pods Running under PEER_DIR. About 6 minutes a round.
 PEER_SIZES ?= 1000,5000
 PEER_RUNS ?= ours,karpenter,floor
+PEER_REPEAT ?= 3
 PEER_DIR ?= .cache/peer
 peer:
-	$(GO) run ./e2e/peer --sizes=$(PEER_SIZES) --runs=$(PEER_RUNS) --report-dir=$(PEER_DIR) $(ARGS)
+	$(GO) run ./e2e/peer --sizes=$(PEER_SIZES) --runs=$(PEER_RUNS) --repeat=$(PEER_REPEAT) --report-dir=$(PEER_DIR) $(ARGS)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 20x -timeout 60m ./core/...

@@ -109,6 +109,7 @@ YAML, except those marked "command line only"):
 	live.DurationVar(&c.core.MinLoopInterval, "min-loop-interval", d.MinLoopInterval, "least time between loop starts, whatever wakes them (a shorter --scan-interval wins)")
 	live.DurationVar(&c.core.PodBatchIdleDuration, "pod-batch-idle-duration", d.PodBatchIdleDuration, "new unschedulable pods wake a loop once none came for this long (so a Job's or a gang's pods are planned together)...")
 	live.DurationVar(&c.core.PodBatchMaxDuration, "pod-batch-max-duration", d.PodBatchMaxDuration, "...or this long after the first of them, whichever comes first")
+	live.DurationVar(&c.core.NodeGroupWriteInterval, "node-group-write-interval", d.NodeGroupWriteInterval, "least time between two releases of single-node demand to one node group (each a scale-set write; ARM allows a subscription 20 a minute) and between a loop that asked for nodes and a follow-up loop; 0 for no pacing")
 	live.BoolVar(&c.core.ScaleUpForExpectedPods, "scale-up-for-expected-pods", d.ScaleUpForExpectedPods, "once some of a ReplicaSet's pods are unschedulable, plan nodes for the replicas it has yet to create too (copies of those pods)")
 	live.IntVar(&c.core.MaxNodesTotal, "max-nodes-total", d.MaxNodesTotal, "maximum number of nodes in the cluster, 0 for no limit")
 	live.StringVar(&c.expander, "expander", strings.Join(d.Expanders, ","), "expander chain, comma-separated: "+strings.Join(scaleup.ValidExpanders(), ", "))

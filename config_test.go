@@ -229,6 +229,8 @@ func TestLoopTriggerFlags(t *testing.T) {
 		"min-loop-interval":       "1s",
 		"pod-batch-idle-duration": "500ms",
 		"pod-batch-max-duration":  "1s",
+		// A group's scale-set writes at least 5 s apart (ARM's 20 a minute).
+		"node-group-write-interval": "5s",
 		// Pods a ReplicaSet is about to create are planned with its first.
 		"scale-up-for-expected-pods": "true",
 		// cluster-autoscaler's default: the batching window waits for a
@@ -250,17 +252,19 @@ func TestLoopTriggerFlags(t *testing.T) {
 	}
 	o := c.core
 	if !o.FrequentLoops || o.MinLoopInterval != time.Second || o.PodBatchIdleDuration != 500*time.Millisecond ||
-		o.PodBatchMaxDuration != time.Second || o.NewPodScaleUpDelay != 0 || !o.ScaleUpForExpectedPods {
+		o.PodBatchMaxDuration != time.Second || o.NewPodScaleUpDelay != 0 || !o.ScaleUpForExpectedPods ||
+		o.NodeGroupWriteInterval != 5*time.Second {
 		t.Fatalf("defaults in core.Options: %+v", []any{o.FrequentLoops, o.MinLoopInterval, o.PodBatchIdleDuration, o.PodBatchMaxDuration, o.NewPodScaleUpDelay})
 	}
 	c, err = parseConfig([]string{"--nodes=0:10:gpu", "--frequent-loops-enabled=false", "--min-loop-interval=3s",
-		"--pod-batch-idle-duration=2s", "--pod-batch-max-duration=30s", "--new-pod-scale-up-delay=5s"}, withProvider)
+		"--pod-batch-idle-duration=2s", "--pod-batch-max-duration=30s", "--new-pod-scale-up-delay=5s",
+		"--node-group-write-interval=0s"}, withProvider)
 	if err != nil {
 		t.Fatal(err)
 	}
 	o = c.core
 	if o.FrequentLoops || o.MinLoopInterval != 3*time.Second || o.PodBatchIdleDuration != 2*time.Second ||
-		o.PodBatchMaxDuration != 30*time.Second || o.NewPodScaleUpDelay != 5*time.Second {
+		o.PodBatchMaxDuration != 30*time.Second || o.NewPodScaleUpDelay != 5*time.Second || o.NodeGroupWriteInterval != 0 {
 		t.Fatalf("set values in core.Options: %+v", []any{o.FrequentLoops, o.MinLoopInterval, o.PodBatchIdleDuration, o.PodBatchMaxDuration, o.NewPodScaleUpDelay})
 	}
 	for _, tc := range []struct {
@@ -272,6 +276,8 @@ func TestLoopTriggerFlags(t *testing.T) {
 		{[]string{"--pod-batch-idle-duration=-1s"}, "--pod-batch-idle-duration=-1s: must be between 0s and 1h0m0s"},
 		{[]string{"--pod-batch-max-duration=2h", "--pod-batch-idle-duration=2h"}, "--pod-batch-idle-duration=2h0m0s: must be between 0s and 1h0m0s"},
 		{[]string{"--pod-batch-idle-duration=20s"}, "--pod-batch-idle-duration 20s: longer than --pod-batch-max-duration 1s"},
+		{[]string{"--node-group-write-interval=-1s"}, "--node-group-write-interval=-1s: must be between 0s and 10m0s"},
+		{[]string{"--node-group-write-interval=5h"}, "--node-group-write-interval=5h0m0s: must be between 0s and 10m0s"},
 	} {
 		_, err := parseConfig(append([]string{"--nodes=0:10:gpu"}, tc.args...), withProvider)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -164,6 +164,9 @@ type Autoscaler struct {
 	lastRelease atomic.Int64
 	// lastStart is the start of the last loop, the same way (remarked).
 	lastStart atomic.Int64
+	// writeGap is --node-group-write-interval in force, in nanoseconds
+	// (followUp).
+	writeGap atomic.Int64
 }
 
 // New builds an autoscaler.
@@ -231,6 +234,7 @@ func New(d Deps) (*Autoscaler, error) {
 		a.metrics.LoopErrors.WithLabelValues(p.name)
 	}
 	a.nodeRules.Store(d.Options.nodeRules())
+	a.writeGap.Store(int64(d.Options.NodeGroupWriteInterval))
 	a.driver = trigger.New(d.Clock, a.triggerTiming)
 	return a, nil
 }
@@ -341,6 +345,7 @@ func (a *Autoscaler) RunOnce(ctx context.Context) error {
 	}
 	a.applyPending(ctx)
 	a.nodeRules.Store(a.opts.nodeRules())
+	a.writeGap.Store(int64(a.opts.NodeGroupWriteInterval))
 	if err := a.restoreSafetyState(ctx); err != nil {
 		return fmt.Errorf("not acting: %w", err)
 	}

@@ -98,6 +98,18 @@ type envOption func(*env)
 
 func withOptions(f func(*Options)) envOption { return func(e *env) { f(&e.opts) } }
 
+// combine applies opts in order, as one option.
+func combine(opts ...envOption) envOption {
+	return func(e *env) {
+		for _, o := range opts {
+			o(e)
+		}
+	}
+}
+
+// writeGap is the follow-up pace in force (--node-group-write-interval).
+func (e *env) writeGap() time.Duration { return e.a.opts.NodeGroupWriteInterval }
+
 // actOnFailuresAtOnce sets --preflight-failure-settle to 0, for tests whose
 // subject is what is done to a failed node, not when.
 func actOnFailuresAtOnce() envOption {

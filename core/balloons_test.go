@@ -126,7 +126,7 @@ func TestDisplacedBalloonsComeBackAtTheLowestClass(t *testing.T) {
 	if got := testutil.ToFloat64(e.a.metrics.QueueDepth.WithLabelValues("gpu", "balloon")); got != 2 {
 		t.Fatalf("balloon nodes queued %v, want 2", got)
 	}
-	e.clock.Step(followUpGap) // past the pace of the group's writes: tokens for both
+	e.clock.Step(e.writeGap()) // past the pace of the group's writes: tokens for both
 	e.run()
 	if got := testutil.ToFloat64(e.a.metrics.NodesReleased.WithLabelValues("gpu", "balloon")); got != 2 {
 		t.Fatalf("balloon nodes released %v, want 2", got)

@@ -124,24 +124,31 @@ func (a *Autoscaler) expectedPods(l *loop, pending []*apiv1.Pod) []*apiv1.Pod {
 	}
 	// The pods it has yet to create, while its controller reports fewer
 	// than it wants: spec.replicas less every pod of it in the cache,
-	// bound or not (its namespace's pods, from the informer's index; a
-	// ReplicaSet that has them all costs no listing).
+	// bound or not (its namespace's pods, from the informer's index, once
+	// per namespace and loop; a ReplicaSet that has them all costs no
+	// listing).
+	have := map[types.UID]int{}
+	listed := map[string]bool{} // namespace: its pods counted (false: could not be listed)
 	for _, uid := range order {
 		o := owners[uid]
 		if o.rs.Status.Replicas >= *o.rs.Spec.Replicas {
 			continue
 		}
-		pods, err := a.listers.Pods.Pods(o.rs.Namespace).List(labels.Everything())
-		if err != nil {
-			continue
-		}
-		missing := int(*o.rs.Spec.Replicas)
-		for _, p := range pods {
-			if owner, _, ok := replicaSetOf(p); ok && owner == uid && counts(p) {
-				missing--
+		ok, seen := listed[o.rs.Namespace]
+		if !seen {
+			pods, err := a.listers.Pods.Pods(o.rs.Namespace).List(labels.Everything())
+			ok = err == nil
+			listed[o.rs.Namespace] = ok
+			for _, p := range pods {
+				if owner, _, isRS := replicaSetOf(p); isRS && owners[owner] != nil && counts(p) {
+					have[owner]++
+				}
 			}
 		}
-		for i := 0; i < missing; i++ {
+		if !ok {
+			continue // its pods unknown: none expected rather than too many
+		}
+		for i := 0; i < int(*o.rs.Spec.Replicas)-have[uid]; i++ {
 			if !add(o.sample, i+1) {
 				return out
 			}

@@ -155,6 +155,32 @@ func TestExpectedPodsReplacedByRealOnes(t *testing.T) {
 	}
 }
 
+// TestExpectedPodsTwoReplicaSetsInANamespace: each ReplicaSet's pods to
+// come are its own replicas less its own pods, with the namespace's pods
+// listed once for both: web wants 40 (10 unschedulable: 30 to come), api
+// 20 (5 running, 5 unschedulable: 10 to come).
+func TestExpectedPodsTwoReplicaSetsInANamespace(t *testing.T) {
+	running := func(p *apiv1.Pod) { p.Spec.NodeName = "gone-node"; p.Status.Phase = apiv1.PodRunning }
+	e := newEnv(t, smoothing(6000, 100, 1000))
+	gpu := e.provider.AddGroup("gpu", 0, 100, gpuTemplate("gpu"))
+	e.start()
+	api := replicaSet("api", 20)
+	api.Status.Replicas = 10
+	for _, rs := range []*appsv1.ReplicaSet{replicaSet("web", 40), api} {
+		if err := e.rss.Add(rs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.add(concat(rsPods("web", 0, 10, true), rsPods("api", 0, 5, false, running), rsPods("api", 5, 5, true)))
+	e.run()
+	if got := gpu.Increases(); len(got) != 1 || got[0] != 55 {
+		t.Fatalf("increases %v, want [55]: 40 for web, 15 for api", got)
+	}
+	if v := testutil.ToFloat64(e.a.metrics.ExpectedPods); v != 40 {
+		t.Fatalf("expected_pods = %v, want 40", v)
+	}
+}
+
 func concat(pods ...[]*apiv1.Pod) []*apiv1.Pod {
 	var out []*apiv1.Pod
 	for _, p := range pods {

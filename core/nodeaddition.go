@@ -37,10 +37,13 @@ type nodeAddition struct {
 	// lastRelease is, per group, when the queue last released nodes to
 	// it (decidePaced).
 	lastRelease map[string]time.Time
+	// gap is --node-group-write-interval: single-node demand of a group
+	// released to less than gap ago waits (decidePaced); 0 paces nothing.
+	gap time.Duration
 }
 
 func newNodeAddition(o Options, health HealthSource) (*nodeAddition, error) {
-	na := &nodeAddition{enabled: o.NodeAdditionSmoothing, health: health, reason: ratelimit.ReasonConfigured, baseRate: o.NodeAdditionRate}
+	na := &nodeAddition{enabled: o.NodeAdditionSmoothing, health: health, reason: ratelimit.ReasonConfigured, baseRate: o.NodeAdditionRate, gap: o.NodeGroupWriteInterval}
 	q, err := ratelimit.New(o.queueOptions())
 	if err != nil {
 		return nil, err
@@ -91,7 +94,8 @@ func (na *nodeAddition) Decide(now time.Time, demands []ratelimit.Demand, inFlig
 }
 
 // decidePaced is the queue's decision, with single-node demand for a
-// group released to less than followUpGap ago (in an earlier loop) held
+// group released to less than --node-group-write-interval ago (in an
+// earlier loop) held
 // back whole, as queued with the limit LimitPaced: each release is a
 // scale-set write, and a loop a second releasing the tokens of a second
 // each ran into ARM's 20 writes a minute per subscription (the peer
@@ -103,7 +107,12 @@ func (na *nodeAddition) Decide(now time.Time, demands []ratelimit.Demand, inFlig
 func (na *nodeAddition) decidePaced(now time.Time, demands []ratelimit.Demand, inFlight int) ratelimit.Decision {
 	pacedGroup := func(g string) bool {
 		last, ok := na.lastRelease[g]
-		return ok && last.Before(now) && now.Sub(last) < followUpGap
+		return ok && last.Before(now) && now.Sub(last) < na.gap
+	}
+	for g, last := range na.lastRelease { // a group's pace over: forget it
+		if now.Sub(last) >= na.gap {
+			delete(na.lastRelease, g)
+		}
 	}
 	held := make([]bool, len(demands))
 	workloadPaced := false
@@ -249,7 +258,7 @@ func queuedMessage(group string, limit ratelimit.Limit, gang string, held rateli
 		case ratelimit.LimitInFlight:
 			return "the cap on nodes in flight (--max-nodes-in-flight)"
 		case ratelimit.LimitPaced:
-			return "the pace of scale-set writes (one per group every 5 s)"
+			return "the pace of scale-set writes (--node-group-write-interval)"
 		}
 		return "the node-addition rate"
 	}

@@ -205,7 +205,7 @@ func TestInFlightCapCountsGroupsOfUnknownSize(t *testing.T) {
 }
 
 // TestReleasesPaced: a group released to in an earlier loop less than
-// followUpGap ago gets no single-node release (its demand waits, queued,
+// --node-group-write-interval ago gets no single-node release (its demand waits, queued,
 // "paced", with a follow-up loop asked for when the gap ends); a gang's
 // nodes are never held for it; past the gap the demand goes.
 func TestReleasesPaced(t *testing.T) {
@@ -231,12 +231,43 @@ func TestReleasesPaced(t *testing.T) {
 	if last := e.status.writes[len(e.status.writes)-1]; !strings.Contains(last, "heldBy: paced") {
 		t.Fatalf("status does not say paced:\n%s", last)
 	}
-	if r, at := e.a.driver.Timed(); r != trigger.Queue || !at.Equal(released.Add(followUpGap)) {
-		t.Fatalf("timed wake %v at +%v, want queue at +%v", r, at.Sub(released), followUpGap)
+	if r, at := e.a.driver.Timed(); r != trigger.Queue || !at.Equal(released.Add(e.writeGap())) {
+		t.Fatalf("timed wake %v at +%v, want queue at +%v", r, at.Sub(released), e.writeGap())
 	}
-	e.clock.Step(followUpGap)
+	e.clock.Step(e.writeGap())
 	e.run()
 	if got := gpu.Increases(); len(got) != 3 || got[2] != 10 {
 		t.Fatalf("increases %v, want [10 3 10]: past the gap the 10 go", got)
+	}
+}
+
+// TestWriteIntervalLive: --node-group-write-interval is what paces a
+// group's releases, read live: a group released to a second ago waits
+// under the default 5 s, and once a reload sets 0 its demand goes in the
+// next loop, with no follow-up held back.
+func TestWriteIntervalLive(t *testing.T) {
+	e := newEnv(t, smoothing(6000, 100, 1000))
+	gpu := e.provider.AddGroup("gpu", 0, 100, gpuTemplate("gpu"))
+	e.start()
+	e.add(pendingPods(10, "web", wholeGPU()...))
+	e.run()
+	e.clock.Step(time.Second)
+	e.add(pendingPods(4, "batch", wholeGPU()...))
+	e.run()
+	if got := gpu.Increases(); len(got) != 1 {
+		t.Fatalf("increases %v, want [10]: the batch pods wait for the pace", got)
+	}
+	o := e.a.opts
+	o.NodeGroupWriteInterval = 0
+	if err := e.a.Reconfigure(o); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Step(time.Second)
+	e.run()
+	if got := gpu.Increases(); len(got) != 2 || got[1] != 4 {
+		t.Fatalf("increases %v, want [10 4]: with no pace the batch pods' nodes go", got)
+	}
+	if e.a.followUp() != 0 || e.a.remarked() != 0 {
+		t.Fatalf("follow-up %v, re-marked %v after a release, want 0 with no pace", e.a.followUp(), e.a.remarked())
 	}
 }

@@ -33,9 +33,15 @@ type Options struct {
 	// Karpenter's 1 s and 10 s: a ReplicaSet's pods still to come or not
 	// yet tried are planned with its first (expected.go), a gang is
 	// bought whole once its members exist, and follow-up releases are
-	// paced (followUpGap)).
+	// paced (NodeGroupWriteInterval)).
 	PodBatchIdleDuration time.Duration
 	PodBatchMaxDuration  time.Duration
+	// NodeGroupWriteInterval paces follow-ups: the least time between two
+	// releases of single-node demand to one node group (each a scale-set
+	// write), and between a loop that asked the cloud for nodes and a
+	// follow-up loop (trigger.go); 0 turns pacing off
+	// (--node-group-write-interval).
+	NodeGroupWriteInterval time.Duration
 	// ScaleUpForExpectedPods plans the pods a ReplicaSet is about to
 	// create, once some of its pods are unschedulable (expected.go;
 	// --scale-up-for-expected-pods).
@@ -209,6 +215,7 @@ func DefaultOptions() Options {
 		MinLoopInterval:                 time.Second,
 		PodBatchIdleDuration:            500 * time.Millisecond,
 		PodBatchMaxDuration:             time.Second,
+		NodeGroupWriteInterval:          5 * time.Second,
 		ScaleUpForExpectedPods:          true,
 		Expanders:                       []string{"least-waste"},
 		NewPodScaleUpDelay:              0,
@@ -435,6 +442,9 @@ func (o Options) validateRanges() error {
 		},
 		func() error {
 			return bounds.Duration("--pod-batch-max-duration", o.PodBatchMaxDuration, 0, time.Hour)
+		},
+		func() error {
+			return bounds.Duration("--node-group-write-interval", o.NodeGroupWriteInterval, 0, 10*time.Minute)
 		},
 		func() error { return bounds.Int("--max-nodes-total", o.MaxNodesTotal, 0, maxCount) },
 		func() error { return bounds.Duration("--new-pod-scale-up-delay", o.NewPodScaleUpDelay, 0, time.Hour) },

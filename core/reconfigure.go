@@ -73,6 +73,7 @@ func (a *Autoscaler) applyPending(ctx context.Context) {
 // configured rate.
 func (na *nodeAddition) reconfigure(ctx context.Context, o Options) {
 	na.enabled = o.NodeAdditionSmoothing
+	na.gap = o.NodeGroupWriteInterval
 	q := o.queueOptions()
 	keep := na.adaptive != nil && o.NodeAdditionAdaptive && o.NodeAdditionAdaptiveOptions == na.adaptiveOpts && o.NodeAdditionRate == na.baseRate
 	if keep {

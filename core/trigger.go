@@ -32,36 +32,37 @@ func (a *Autoscaler) Wake(r trigger.Reason) {
 	a.driver.Wake(r)
 }
 
-// followUpGap is the least time between a loop that asked the cloud for
-// nodes and a follow-up loop: one woken by a node turning usable, the
-// node-addition bucket refilling, or the scheduler's new verdict on a pod
-// a loop left to coming nodes. Each follow-up that releases nodes is a
-// scale-set write per group it releases to, and ARM allows a subscription
-// 20 writes a minute, shared with everything else in it: at a loop a
-// second, a cap freeing nodes one by one sent 91 writes a minute (the
-// 2,000-node scale run, 140 of them refused with 429).
-const followUpGap = 5 * time.Second
+// The follow-up pace (--node-group-write-interval, 5 s by default) is
+// the least time between a loop that asked the cloud for nodes and a
+// follow-up loop: one woken by a node turning usable, the node-addition
+// bucket refilling, or the scheduler's new verdict on a pod a loop left to
+// coming nodes. Each follow-up that releases nodes is a scale-set write
+// per group it releases to, and ARM allows a subscription 20 writes a
+// minute, shared with everything else in it: at a loop a second, a cap
+// freeing nodes one by one sent 91 writes a minute (the 2,000-node scale
+// run, 140 of them refused with 429). It is read by the informers'
+// handlers, hence atomic (writeGap), set at each loop's start.
 
-// followUp is how long a follow-up loop waits: what is left of
-// followUpGap since the last loop that asked for nodes.
+// followUp is how long a follow-up loop waits: what is left of the pace
+// since the last loop that asked for nodes.
 func (a *Autoscaler) followUp() time.Duration {
 	last := a.lastRelease.Load()
 	if last == 0 {
 		return 0
 	}
-	return max(0, time.Unix(0, last).Add(followUpGap).Sub(a.clock.Now()))
+	return max(0, time.Unix(0, last).Add(time.Duration(a.writeGap.Load())).Sub(a.clock.Now()))
 }
 
 // remarked is how long a loop for a pod the scheduler marked
-// unschedulable again waits: a follow-up, and at least followUpGap after
+// unschedulable again waits: a follow-up, and at least the pace after
 // the last loop's start. While pods wait for coming nodes the scheduler
 // re-marks every pending pod on each join (its verdict names the node
-// count), those no node can help included: at most a loop every
-// followUpGap for all of them.
+// count), those no node can help included: at most a loop per pace for
+// all of them.
 func (a *Autoscaler) remarked() time.Duration {
 	since := a.followUp()
 	if last := a.lastStart.Load(); last != 0 {
-		since = max(since, time.Unix(0, last).Add(followUpGap).Sub(a.clock.Now()))
+		since = max(since, time.Unix(0, last).Add(time.Duration(a.writeGap.Load())).Sub(a.clock.Now()))
 	}
 	return since
 }
@@ -157,7 +158,7 @@ func scheduledCondition(p *apiv1.Pod) *apiv1.PodCondition {
 // usable or coming nodes: that loop's bet that the scheduler would place
 // them failed for this one (it came up short by a node, or raced a
 // binding), and the periodic loop is up to a scan interval away; such a
-// loop comes at least followUpGap after the last (remarked). O(1) per
+// loop comes at least the follow-up pace after the last (remarked). O(1) per
 // event, never blocks, logs nothing; the initial list is skipped (the
 // first loop sees it).
 func (a *Autoscaler) PodHandler() cache.ResourceEventHandler {

@@ -237,8 +237,12 @@ func TestRateHeldNodesWake(t *testing.T) {
 	}{
 		// 10 released, 20 held: a burst of 10 at 1 a second is 10 s.
 		{"the burst's worth at the rate", smoothing(60, 10, 1000), 30, 10 * time.Second},
-		// 3 held at 1 a second: 3 s, but the follow-up gap is 5 s.
-		{"no sooner than the follow-up gap", smoothing(60, 10, 1000), 13, followUpGap},
+		// 3 held at 1 a second: 3 s, but the follow-up pace
+		// (--node-group-write-interval) is 5 s by default...
+		{"no sooner than the follow-up pace", smoothing(60, 10, 1000), 13, 5 * time.Second},
+		// ...and what it is set to.
+		{"a shorter pace", combine(smoothing(60, 10, 1000), withOptions(func(o *Options) { o.NodeGroupWriteInterval = 4 * time.Second })), 13, 4 * time.Second},
+		{"no pace", combine(smoothing(60, 10, 1000), withOptions(func(o *Options) { o.NodeGroupWriteInterval = 0 })), 13, 3 * time.Second},
 		// 10 at 0.1 a second is 100 s: half the scan interval instead.
 		{"at most half the scan interval", smoothing(6, 10, 1000), 30, 15 * time.Second},
 		{"held by the in-flight cap", smoothing(6000, 100, 10), 30, 0},
@@ -267,7 +271,7 @@ func TestRateHeldNodesWake(t *testing.T) {
 
 // TestFollowUpGap: a follow-up loop (a node turning usable, a new verdict
 // on a pod left to coming nodes, the bucket refilling) comes no sooner
-// than followUpGap after the last loop that released nodes; at once when
+// than --node-group-write-interval after the last loop that released nodes; at once when
 // that loop is older.
 func TestFollowUpGap(t *testing.T) {
 	e := newEnv(t, smoothing(6000, 100, 10))
@@ -285,10 +289,10 @@ func TestFollowUpGap(t *testing.T) {
 	notReady := ready.DeepCopy()
 	notReady.Status.Conditions[0].Status = apiv1.ConditionFalse
 	e.a.NodeHandler().OnUpdate(notReady, ready)
-	if r, at := e.a.driver.Timed(); r != trigger.NodeReady || !at.Equal(released.Add(followUpGap)) {
-		t.Fatalf("timed wake %v at %v, want node-ready %v after the release", r, at.Sub(released), followUpGap)
+	if r, at := e.a.driver.Timed(); r != trigger.NodeReady || !at.Equal(released.Add(e.writeGap())) {
+		t.Fatalf("timed wake %v at %v, want node-ready %v after the release", r, at.Sub(released), e.writeGap())
 	}
-	e.clock.Step(followUpGap)
+	e.clock.Step(e.writeGap())
 	freshDriver(e)
 	e.a.NodeHandler().OnUpdate(notReady, ready)
 	if r, at := e.a.driver.Timed(); r != trigger.NodeReady || !at.Equal(e.clock.Now()) {
@@ -305,8 +309,8 @@ func TestFollowUpGap(t *testing.T) {
 	again := unsched.DeepCopy()
 	again.Status.Conditions[0].Message = "0/7500 nodes are available"
 	e.a.PodHandler().OnUpdate(unsched, again)
-	if r, at := e.a.driver.Timed(); r != trigger.Pods || !at.Equal(loopStart.Add(followUpGap)) {
-		t.Fatalf("timed wake %v at %v after the loop, want pods %v after", r, at.Sub(loopStart), followUpGap)
+	if r, at := e.a.driver.Timed(); r != trigger.Pods || !at.Equal(loopStart.Add(e.writeGap())) {
+		t.Fatalf("timed wake %v at %v after the loop, want pods %v after", r, at.Sub(loopStart), e.writeGap())
 	}
 }
 

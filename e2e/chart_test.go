@@ -321,6 +321,7 @@ func (sc *scenario) chartSimConfig(extra map[string]any) map[string]any {
 		"azure-cache-ttl":               "1s",
 		"azure-operation-poll-interval": "1s",
 		"scan-interval":                 "1s",
+		"node-group-write-interval":     "1s",
 		"new-pod-scale-up-delay":        "0s",
 	}
 	maps.Copy(cfg, extra)

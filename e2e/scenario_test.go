@@ -129,6 +129,10 @@ func (sc *scenario) startAutoscaler(name string, extra ...string) (*harness.Proc
 		"--azure-cache-ttl=1s",
 		"--azure-operation-poll-interval=1s",
 		"--scan-interval=1s",
+		// The follow-up pace compressed with the scan interval (5 s in
+		// production, against ARM's 20 writes a minute; the suite's
+		// simulator does not throttle unless a scenario says so).
+		"--node-group-write-interval=1s",
 		"--new-pod-scale-up-delay=0s",
 		"--kube-client-qps=100", "--kube-client-burst=200",
 		"-v=2",

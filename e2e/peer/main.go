@@ -80,6 +80,9 @@ type options struct {
 	// ourArgs are flags added to ours (to split a gap: smoothing off, say);
 	// the report's command lines show them.
 	ourArgs []string
+	// repeat is how many rounds of each run, interleaved; the report
+	// shows each run's median.
+	repeat int
 	// armLimits: the simulator throttles at ARM's subscription limits and
 	// its long-running operations take armLRODuration; off, neither.
 	armLimits bool
@@ -94,6 +97,7 @@ func main() {
 	fs.DurationVar(&o.bootDelay, "boot-delay", 0, "time from a node's request to its registration, the same on both sides (ARM simulator boot delay, no jitter; KWOKNodeClass nodeRegistrationDelay)")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "how long a run may take to get every pod Running")
 	fs.StringArrayVar(&o.ourArgs, "ours-flag", nil, "a flag added to this autoscaler's command line, e.g. --ours-flag=--node-addition-smoothing=false (repeatable; default none: its defaults)")
+	fs.IntVar(&o.repeat, "repeat", 1, "rounds of each run per size, interleaved (ours, karpenter, floor, then again); the report shows each run's median round and every round's time")
 	fs.BoolVar(&o.armLimits, "arm-limits", true, "the ARM simulator throttles at ARM's subscription limits (200 reads, 20 writes a minute) and its long-running operations take 10 s; false: neither (Karpenter's kwok provider has no such limits)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -112,6 +116,10 @@ func main() {
 			fmt.Fprintf(os.Stderr, "peer: --runs: %q is not one of %s\n", r, strings.Join(runNames, ", "))
 			os.Exit(2)
 		}
+	}
+	if o.repeat < 1 || o.repeat > 20 {
+		fmt.Fprintf(os.Stderr, "peer: --repeat: %d is not between 1 and 20\n", o.repeat)
+		os.Exit(2)
 	}
 	if o.bootDelay < 0 || o.timeout <= 0 {
 		fmt.Fprintln(os.Stderr, "peer: --boot-delay must not be negative and --timeout must be positive")
@@ -175,28 +183,18 @@ func run(ctx context.Context, o options) error {
 	rep := &report{
 		Machine: machine(), Started: time.Now().UTC(), BootDelay: o.bootDelay.String(), ARMLimits: o.armLimits,
 		PodCPU: podCPU.String(), PodMemory: podMemory.String(), OurSKU: ourSKU,
-		KarpenterT: karpenterInstanceType, Karpenter: karpenterMain + "@" + karpenterVersion, Sizes: o.sizes,
+		KarpenterT: karpenterInstanceType, Karpenter: karpenterMain + "@" + karpenterVersion, Sizes: o.sizes, Repeat: o.repeat,
 	}
 	var broke error
 	for _, n := range o.sizes {
-		for _, name := range o.runs {
-			if ctx.Err() != nil {
-				break
-			}
-			dir := filepath.Join(o.reportDir, fmt.Sprintf("%d-%s", n, name))
-			if err := os.RemoveAll(dir); err != nil {
-				return err
-			}
-			say("%s, %d pods (logs in %s)", name, n, dir)
-			res, err := runOne(ctx, o, t, name, n, dir)
-			if err != nil {
-				broke = errors.Join(broke, fmt.Errorf("%s %d: %w (logs in %s)", name, n, err, dir))
-				say("  BROKE: %v", err)
-				continue
-			}
-			rep.Results = append(rep.Results, res)
-			if res.AllRunning != nil {
-				say("  all %d pods Running after %.1f s on %d nodes", n, *res.AllRunning, res.Nodes)
+		for round := 1; round <= o.repeat; round++ {
+			for _, name := range o.runs {
+				if ctx.Err() != nil {
+					break
+				}
+				if err := runRound(ctx, o, t, rep, name, n, round); err != nil {
+					broke = errors.Join(broke, err)
+				}
 			}
 		}
 	}
@@ -212,6 +210,32 @@ func run(ctx context.Context, o options) error {
 		return errors.Join(broke, ctx.Err())
 	}
 	return broke
+}
+
+// runRound runs one round of run name at n pods into rep; an error is a
+// run that broke (its logs named), not a slow one.
+func runRound(ctx context.Context, o options, t tools, rep *report, name string, n, round int) error {
+	dir := filepath.Join(o.reportDir, fmt.Sprintf("%d-%s", n, name))
+	label := name
+	if o.repeat > 1 {
+		dir += fmt.Sprintf("-r%d", round)
+		label += fmt.Sprintf(" round %d/%d", round, o.repeat)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	say("%s, %d pods (logs in %s)", label, n, dir)
+	res, err := runOne(ctx, o, t, name, n, dir)
+	if err != nil {
+		say("  BROKE: %v", err)
+		return fmt.Errorf("%s %d: %w (logs in %s)", label, n, err, dir)
+	}
+	res.Round = round
+	rep.Results = append(rep.Results, res)
+	if res.AllRunning != nil {
+		say("  all %d pods Running after %.1f s on %d nodes", n, *res.AllRunning, res.Nodes)
+	}
+	return nil
 }
 
 // stack is one run's running parts.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -39,6 +40,8 @@ type point struct {
 type result struct {
 	Run  string `json:"run"`
 	Pods int    `json:"pods"`
+	// Round is which of the --repeat rounds this is, from 1.
+	Round int `json:"round,omitempty"`
 	// PodsPerNode is how many pods a node holds (the floor's nodes are
 	// the pods over this, rounded up; ours from the simulator's node).
 	PodsPerNode int `json:"podsPerNode,omitempty"`
@@ -103,24 +106,50 @@ type report struct {
 	BootDelay string    `json:"bootDelay"`
 	// ARMLimits: the simulator throttled at ARM's limits with 10 s
 	// long-running operations (the default).
-	ARMLimits  bool      `json:"armLimits"`
-	PodCPU     string    `json:"podCPU"`
-	PodMemory  string    `json:"podMemory"`
-	OurSKU     string    `json:"ourSKU"`
-	KarpenterT string    `json:"karpenterInstanceType"`
-	Karpenter  string    `json:"karpenter"`
-	Sizes      []int     `json:"sizes"`
-	Results    []*result `json:"results"`
+	ARMLimits  bool   `json:"armLimits"`
+	PodCPU     string `json:"podCPU"`
+	PodMemory  string `json:"podMemory"`
+	OurSKU     string `json:"ourSKU"`
+	KarpenterT string `json:"karpenterInstanceType"`
+	Karpenter  string `json:"karpenter"`
+	Sizes      []int  `json:"sizes"`
+	// Repeat is how many rounds each run had (--repeat): the table shows
+	// each run's median round.
+	Repeat  int       `json:"repeat,omitempty"`
+	Results []*result `json:"results"`
 }
 
-// find returns the run at size pods, or nil.
-func (rep *report) find(run string, pods int) *result {
+// rounds are every round of run at size pods, fastest first (a round
+// that did not get every pod Running last).
+func (rep *report) rounds(run string, pods int) []*result {
+	var out []*result
 	for _, r := range rep.Results {
 		if r.Run == run && r.Pods == pods {
-			return r
+			out = append(out, r)
 		}
 	}
-	return nil
+	slices.SortStableFunc(out, func(a, b *result) int {
+		switch {
+		case a.AllRunning == nil && b.AllRunning == nil:
+			return 0
+		case a.AllRunning == nil:
+			return 1
+		case b.AllRunning == nil:
+			return -1
+		}
+		return cmp.Compare(*a.AllRunning, *b.AllRunning)
+	})
+	return out
+}
+
+// find returns the median round of run at size pods (the lower one of an
+// even count; a round that did not finish counts as the slowest), or nil.
+func (rep *report) find(run string, pods int) *result {
+	rs := rep.rounds(run, pods)
+	if len(rs) == 0 {
+		return nil
+	}
+	return rs[(len(rs)-1)/2]
 }
 
 // ratio is r's time to all Running over other's at the same size, or 0
@@ -184,6 +213,9 @@ func (rep *report) markdown() string {
 		if r.AllRunning != nil {
 			all = fmt.Sprintf("%.1f s", *r.AllRunning)
 		}
+		if rs := rep.rounds(r.Run, r.Pods); len(rs) > 1 {
+			all += " (" + roundTimes(rs) + ")"
+		}
 		vsK, vsF := "–", "–"
 		if r.Run != runKarpenter {
 			if q := rep.ratio(r, runKarpenter); q > 0 {
@@ -206,7 +238,7 @@ func (rep *report) markdown() string {
 	}
 	b.WriteString(`
 - **first node request**: seconds from the Deployment's creation to the first node asked for: ours, the first ARM scale-set update (PUT) raising capacity, as the simulator logged it; Karpenter, the first NodeClaim, as the harness's watch saw it.
-- **all Running**: seconds from the Deployment's creation until the harness's pod informer saw every pod Running. The floor is the same pods on nodes that already exist: what the control plane alone costs.
+- **all Running**: seconds from the Deployment's creation until the harness's pod informer saw every pod Running. The floor is the same pods on nodes that already exist: what the control plane alone costs. With several rounds (--repeat) each row is the run's median round (every round's time in brackets, fastest first), and the ratios are of medians.
 - **nodes**: bought. Ours, the scale set's capacity; Karpenter, its NodeClaims; the floor, the nodes made beforehand (the pods over the pods a node holds).
 - **CPU s**: the autoscaler process's CPU time (user + system, /proc/<pid>/stat) from submission to all Running. **peak RSS**: its VmHWM (/proc/<pid>/status) at the end, over its whole life.
 - **API requests**: the autoscaler's own Kubernetes requests (client-go's request counter, which ours exports as rest_client_requests_total and Karpenter as client_go_request_total; a watch counts once) / all clients' (the API server's apiserver_request_total: controllers, scheduler, kwok, the harness's informers and scrapes), both from submission to all Running. The API server has no per-user-agent request metric; its audit log would, and the harness does not turn it on.
@@ -217,8 +249,12 @@ What differs between the two sides, beyond the autoscalers:
 - **Who registers nodes.** Ours: the ARM simulator creates the VMs at the scale-set PUT and its hook, in the harness process, creates each Node as AKS registers it (allocatable less kube-reserved and the eviction threshold). Karpenter: its kwok provider creates the Node itself, from Karpenter's process, so Karpenter's CPU and API requests include that "cloud" work and ours do not (the harness's CPU is in report.json, components.harness).
 - **The cloud's limits.** The ARM simulator throttles at ARM's subscription limits (200 reads and 20 writes a minute) and its long-running operations take 10 s (VMs boot from the PUT, not from the operation's end); Karpenter's kwok provider has no limits.
 - **Each autoscaler's own defaults.** Ours: client QPS 20 (burst 40), smoothing on. Karpenter: client QPS 200 (burst 300), batching 1 s idle / 10 s max. Karpenter's NodePool consolidates after 10 minutes (our --scale-down-unneeded-time default), so neither removes nodes during the run.
-- **Noise.** One run each on a shared machine; at a few hundred pods a second either way is noise.
 `)
+	if rep.Repeat > 1 {
+		fmt.Fprintf(&b, "- **Noise.** %d rounds of each run, interleaved (round 1 of ours, Karpenter and the floor, then round 2, ...), on a shared machine; the table shows medians.\n", rep.Repeat)
+	} else {
+		b.WriteString("- **Noise.** One run each on a shared machine; at a few hundred pods a second either way is noise (--repeat runs several rounds and reports medians).\n")
+	}
 	if v := rep.verdict(); len(v) > 0 {
 		b.WriteString("\n## Goal: ours ≤ 0.6× Karpenter's time to all Running, and within 1.3× of the floor\n\n")
 		for _, l := range v {
@@ -237,9 +273,13 @@ What differs between the two sides, beyond the autoscalers:
 		b.WriteString("\n")
 	}
 	var fails []string
-	for _, r := range rep.sorted() {
+	for _, r := range rep.Results {
 		for _, f := range r.Failures {
-			fails = append(fails, fmt.Sprintf("%s %s: %s", r.Run, fmtInt(r.Pods), f))
+			name := fmt.Sprintf("%s %s", r.Run, fmtInt(r.Pods))
+			if rep.Repeat > 1 {
+				name += fmt.Sprintf(" round %d", r.Round)
+			}
+			fails = append(fails, name+": "+f)
 		}
 	}
 	if len(fails) > 0 {
@@ -251,9 +291,31 @@ What differs between the two sides, beyond the autoscalers:
 	return b.String()
 }
 
-// sorted returns the results by size, then ours, Karpenter, floor.
+// roundTimes lists rounds' times to all Running, as the table shows them.
+func roundTimes(rs []*result) string {
+	var parts []string
+	for _, r := range rs {
+		if r.AllRunning == nil {
+			parts = append(parts, "not all")
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%.1f", *r.AllRunning))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// sorted returns the median round of each run (find) by size, then ours,
+// Karpenter, floor.
 func (rep *report) sorted() []*result {
-	out := slices.Clone(rep.Results)
+	var out []*result
+	seen := map[string]bool{}
+	for _, r := range rep.Results {
+		key := fmt.Sprint(r.Run, "/", r.Pods)
+		if !seen[key] {
+			seen[key] = true
+			out = append(out, rep.find(r.Run, r.Pods))
+		}
+	}
 	slices.SortStableFunc(out, func(a, b *result) int {
 		if a.Pods != b.Pods {
 			return a.Pods - b.Pods

@@ -211,3 +211,39 @@ func TestKarpenterObjects(t *testing.T) {
 		}
 	}
 }
+
+// TestMedianOfRounds: with several rounds a row is the run's median round
+// (a round that did not finish counts as the slowest), every round's time
+// in brackets, the ratios and the verdict of medians, and a failure names
+// its round.
+func TestMedianOfRounds(t *testing.T) {
+	rep := &report{Sizes: []int{1000}, Repeat: 3, Results: []*result{
+		{Run: runOurs, Pods: 1000, Round: 1, AllRunning: f(30), Nodes: 33},
+		{Run: runKarpenter, Pods: 1000, Round: 1, AllRunning: f(40), Nodes: 33},
+		{Run: runOurs, Pods: 1000, Round: 2, AllRunning: f(20), Nodes: 33},
+		{Run: runKarpenter, Pods: 1000, Round: 2, Nodes: 33, Failures: []string{"not all pods Running"}},
+		{Run: runOurs, Pods: 1000, Round: 3, AllRunning: f(24), Nodes: 34},
+		{Run: runKarpenter, Pods: 1000, Round: 3, AllRunning: f(60), Nodes: 33},
+	}}
+	if m := rep.find(runOurs, 1000); m.Round != 3 {
+		t.Fatalf("median of ours is round %d, want 3 (24 s of 20, 24, 30)", m.Round)
+	}
+	if m := rep.find(runKarpenter, 1000); m.Round != 3 {
+		t.Fatalf("median of karpenter is round %d, want 3 (60 s of 40, 60, not all)", m.Round)
+	}
+	md := rep.markdown()
+	for _, s := range []string{
+		"| ours 1,000 | – | 24.0 s (20.0, 24.0, 30.0) | 0.40× |",
+		"| karpenter 1,000 | – | 60.0 s (40.0, 60.0, not all) | – |",
+		"1,000 pods, ours ≤ 0.6× karpenter: met (0.40×)",
+		"karpenter 1,000 round 2: not all pods Running",
+		"3 rounds of each run",
+	} {
+		if !strings.Contains(md, s) {
+			t.Errorf("markdown lacks %q:\n%s", s, md)
+		}
+	}
+	if n := strings.Count(md, "| ours 1,000 |"); n != 1 {
+		t.Errorf("%d rows for ours 1,000, want 1 (the median)", n)
+	}
+}

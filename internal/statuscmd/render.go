@@ -155,7 +155,7 @@ func summary(v *View, now time.Time) []string {
 		case q.Queued > 0 && q.HeldBy == "in-flight":
 			queue += ", held by the in-flight cap"
 		case q.Queued > 0 && q.HeldBy == "paced":
-			queue += ", paced (a group's scale-set writes at least 5 s apart)"
+			queue += ", paced (a group's scale-set writes spaced by --node-group-write-interval)"
 		case q.Queued > 0 && q.Smoothing == nil:
 			queue += " (what holds them is in the status ConfigMap, not /metrics)"
 		}
