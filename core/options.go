@@ -265,7 +265,7 @@ func DefaultOptions() Options {
 
 		// About 1.7 joins a second to start: each join costs the API
 		// server a Node, a Lease, DaemonSet pods and the kubelet's first
-		// LISTs. Slow start doubles it every 10 s while the API server
+		// LISTs. Slow start doubles it every 5 s while the API server
 		// stays healthy, up to 600 a minute (README, "Smoothing").
 		NodeAdditionSmoothing:       true,
 		NodeAdditionRate:            100,

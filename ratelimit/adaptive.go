@@ -92,9 +92,9 @@ type Change struct {
 // Adaptive is the controller. Not safe for concurrent use: the loop owns it.
 //
 // It starts in slow start, as TCP does: while the API server is healthy
-// and the rate is what holds demand back, the rate doubles every third of
+// and the rate is what holds demand back, the rate doubles every sixth of
 // an Interval, so a burst on a healthy control plane reaches the upper
-// bound within the first minute (100 → 600 nodes a minute in 30 s with the
+// bound within seconds (100 → 600 nodes a minute in 15 s with the
 // defaults), not after minutes of additive steps. The first sign of
 // trouble ends slow start for good; from then on the rate rises by
 // IncreaseStep once per Interval. Trouble the API server states outright
@@ -128,10 +128,19 @@ func (a *Adaptive) Rate() (float64, string) { return a.rate, a.reason }
 // SlowStart says the rate still doubles while healthy (no trouble seen yet).
 func (a *Adaptive) SlowStart() bool { return a.slowStart }
 
+// slowStartPeriods is how many times the rate may double per Interval in
+// slow start: every 5 s with the default 30 s. Every third of an Interval
+// (10 s) took the peer benchmark's 162 nodes 38-48 s to release at 5,000
+// pods; every sixth, 22-45 s. Joins lag the rate by a VM's boot (a minute
+// or more on Azure), so a slower doubling would not see their cost
+// sooner; what bounds the burst is --node-addition-rate-max and the cut
+// on the first 429, flow-control rejection or 5xx.
+const slowStartPeriods = 6
+
 // Update is called every loop, with the signals since the last call
 // (take). limited says whether the rate held demand back in this loop.
 // It cuts the rate at once on 429s, flow-control rejections and 5xx (see
-// Adaptive); otherwise, once per period (a third of Interval in slow
+// Adaptive); otherwise, once per period (a sixth of Interval in slow
 // start, Interval after), it decides on the period's signals:
 // multiplicative decrease on trouble, increase while healthy and the rate
 // is what holds demand back (a rate raised while idle would only turn into
@@ -150,7 +159,7 @@ func (a *Adaptive) Update(now time.Time, limited bool, take func() Signals) (c C
 	}
 	period := a.opts.Interval
 	if a.slowStart {
-		period = a.opts.Interval / 3
+		period = a.opts.Interval / slowStartPeriods
 	}
 	if now.Sub(a.last) < period {
 		return Change{}, false

@@ -93,23 +93,27 @@ func TestAdaptiveOncePerIntervalAndSignalsAccumulate(t *testing.T) {
 }
 
 // A burst on a healthy API server: with 1 s loops, the rate held back all
-// along and no trouble, the rate reaches its upper bound within the first
-// minute (additive steps of 10 every 30 s would take 9 minutes from 20).
+// along and no trouble, the rate doubles every 5 s (a sixth of the 30 s
+// interval) from the first loop's period on, and reaches its upper bound
+// within the first 15 s (additive steps of 10 every 30 s would take 9
+// minutes from 20).
 func TestAdaptiveSlowStartReachesMaxWithinAMinute(t *testing.T) {
-	for _, start := range []float64{20, 100} {
-		a := newAdaptive(t, start)
-		reached := time.Duration(-1)
+	for _, tc := range []struct {
+		start float64
+		want  map[int]float64 // seconds after the first loop: the rate
+	}{
+		{20, map[int]float64{4: 20, 5: 40, 9: 40, 10: 80, 15: 160, 19: 160, 20: 200, 60: 200}},
+		{100, map[int]float64{4: 100, 5: 200, 9: 200, 10: 200, 60: 200}},
+	} {
+		a := newAdaptive(t, tc.start)
 		for s := 0; s <= 60; s++ {
 			a.Update(t0.Add(time.Duration(s)*time.Second), true, signals(Signals{Requests: 5}))
-			if r, _ := a.Rate(); r == 200 && reached < 0 {
-				reached = time.Duration(s) * time.Second
+			if want, ok := tc.want[s]; ok {
+				if r, _ := a.Rate(); r != want {
+					t.Fatalf("from %v: rate %v after %d s, want %v", tc.start, r, s, want)
+				}
 			}
 		}
-		if reached < 0 || reached > time.Minute {
-			r, _ := a.Rate()
-			t.Fatalf("from %v: rate %v after a minute, want the upper bound 200 within it", start, r)
-		}
-		t.Logf("from %v: the upper bound reached after %s", start, reached)
 	}
 }
 
