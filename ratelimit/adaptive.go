@@ -131,7 +131,7 @@ func (a *Adaptive) SlowStart() bool { return a.slowStart }
 // slowStartPeriods is how many times the rate may double per Interval in
 // slow start: every 5 s with the default 30 s. Every third of an Interval
 // (10 s) took the peer benchmark's 162 nodes 38-48 s to release at 5,000
-// pods; every sixth, 22-45 s. Joins lag the rate by a VM's boot (a minute
+// pods; every sixth, 29-46 s. Joins lag the rate by a VM's boot (a minute
 // or more on Azure), so a slower doubling would not see their cost
 // sooner; what bounds the burst is --node-addition-rate-max and the cut
 // on the first 429, flow-control rejection or 5xx.
