@@ -254,7 +254,7 @@ func TestLoopTriggerFlags(t *testing.T) {
 	if !o.FrequentLoops || o.MinLoopInterval != time.Second || o.PodBatchIdleDuration != 500*time.Millisecond ||
 		o.PodBatchMaxDuration != time.Second || o.NewPodScaleUpDelay != 0 || !o.ScaleUpForExpectedPods ||
 		o.NodeGroupWriteInterval != 5*time.Second {
-		t.Fatalf("defaults in core.Options: %+v", []any{o.FrequentLoops, o.MinLoopInterval, o.PodBatchIdleDuration, o.PodBatchMaxDuration, o.NewPodScaleUpDelay})
+		t.Fatalf("defaults in core.Options: %+v", []any{o.FrequentLoops, o.MinLoopInterval, o.PodBatchIdleDuration, o.PodBatchMaxDuration, o.NewPodScaleUpDelay, o.ScaleUpForExpectedPods, o.NodeGroupWriteInterval})
 	}
 	c, err = parseConfig([]string{"--nodes=0:10:gpu", "--frequent-loops-enabled=false", "--min-loop-interval=3s",
 		"--pod-batch-idle-duration=2s", "--pod-batch-max-duration=30s", "--new-pod-scale-up-delay=5s",
@@ -265,7 +265,7 @@ func TestLoopTriggerFlags(t *testing.T) {
 	o = c.core
 	if o.FrequentLoops || o.MinLoopInterval != 3*time.Second || o.PodBatchIdleDuration != 2*time.Second ||
 		o.PodBatchMaxDuration != 30*time.Second || o.NewPodScaleUpDelay != 5*time.Second || o.NodeGroupWriteInterval != 0 {
-		t.Fatalf("set values in core.Options: %+v", []any{o.FrequentLoops, o.MinLoopInterval, o.PodBatchIdleDuration, o.PodBatchMaxDuration, o.NewPodScaleUpDelay})
+		t.Fatalf("set values in core.Options: %+v", []any{o.FrequentLoops, o.MinLoopInterval, o.PodBatchIdleDuration, o.PodBatchMaxDuration, o.NewPodScaleUpDelay, o.NodeGroupWriteInterval})
 	}
 	for _, tc := range []struct {
 		args []string

@@ -395,7 +395,7 @@ func (a *Autoscaler) afterLoop(l *loop) {
 	case held > 0 && l.addition.Limit == ratelimit.LimitRate:
 		a.driver.WakeAfter(trigger.Queue, min(max(a.nodeAdd.refillWait(held), a.followUp()), a.opts.ScanInterval/2))
 	case held > 0 && l.addition.Limit == ratelimit.LimitPaced:
-		a.driver.WakeAfter(trigger.Queue, a.followUp())
+		a.driver.WakeAfter(trigger.Queue, max(a.followUp(), a.nodeAdd.paceWait(a.clock.Now())))
 	}
 }
 

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -9,7 +10,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	apiv1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
 
 	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
 )
@@ -155,29 +158,72 @@ func TestExpectedPodsReplacedByRealOnes(t *testing.T) {
 	}
 }
 
+// countingPods counts List calls per namespace, and fails those of the
+// namespaces in fail.
+type countingPods struct {
+	corelisters.PodLister
+	lists map[string]int
+	fail  map[string]bool
+}
+
+func (c *countingPods) Pods(ns string) corelisters.PodNamespaceLister {
+	return &countingNamespace{PodNamespaceLister: c.PodLister.Pods(ns), c: c, ns: ns}
+}
+
+type countingNamespace struct {
+	corelisters.PodNamespaceLister
+	c  *countingPods
+	ns string
+}
+
+func (n *countingNamespace) List(sel labels.Selector) ([]*apiv1.Pod, error) {
+	n.c.lists[n.ns]++
+	if n.c.fail[n.ns] {
+		return nil, errors.New("cache not synced")
+	}
+	return n.PodNamespaceLister.List(sel)
+}
+
 // TestExpectedPodsTwoReplicaSetsInANamespace: each ReplicaSet's pods to
 // come are its own replicas less its own pods, with the namespace's pods
-// listed once for both: web wants 40 (10 unschedulable: 30 to come), api
-// 20 (5 running, 5 unschedulable: 10 to come).
+// listed once a loop for both: web wants 40 (10 unschedulable: 30 to
+// come), api 20 (5 running, 5 unschedulable: 10 to come). A namespace
+// whose pods cannot be listed expects none (never all the replicas).
 func TestExpectedPodsTwoReplicaSetsInANamespace(t *testing.T) {
 	running := func(p *apiv1.Pod) { p.Spec.NodeName = "gone-node"; p.Status.Phase = apiv1.PodRunning }
-	e := newEnv(t, smoothing(6000, 100, 1000))
-	gpu := e.provider.AddGroup("gpu", 0, 100, gpuTemplate("gpu"))
-	e.start()
-	api := replicaSet("api", 20)
-	api.Status.Replicas = 10
-	for _, rs := range []*appsv1.ReplicaSet{replicaSet("web", 40), api} {
-		if err := e.rss.Add(rs); err != nil {
-			t.Fatal(err)
-		}
-	}
-	e.add(concat(rsPods("web", 0, 10, true), rsPods("api", 0, 5, false, running), rsPods("api", 5, 5, true)))
-	e.run()
-	if got := gpu.Increases(); len(got) != 1 || got[0] != 55 {
-		t.Fatalf("increases %v, want [55]: 40 for web, 15 for api", got)
-	}
-	if v := testutil.ToFloat64(e.a.metrics.ExpectedPods); v != 40 {
-		t.Fatalf("expected_pods = %v, want 40", v)
+	for _, tc := range []struct {
+		name           string
+		fail           bool
+		bought, expect int
+	}{
+		{"listed once", false, 55, 40},
+		{"not listed", true, 15, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, smoothing(6000, 100, 1000))
+			gpu := e.provider.AddGroup("gpu", 0, 100, gpuTemplate("gpu"))
+			e.start()
+			counter := &countingPods{PodLister: e.a.listers.Pods, lists: map[string]int{}, fail: map[string]bool{"default": tc.fail}}
+			e.a.listers.Pods = counter
+			api := replicaSet("api", 20)
+			api.Status.Replicas = 10
+			for _, rs := range []*appsv1.ReplicaSet{replicaSet("web", 40), api} {
+				if err := e.rss.Add(rs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.add(concat(rsPods("web", 0, 10, true), rsPods("api", 0, 5, false, running), rsPods("api", 5, 5, true)))
+			e.run()
+			if got := gpu.Increases(); len(got) != 1 || got[0] != tc.bought {
+				t.Fatalf("increases %v, want [%d]", got, tc.bought)
+			}
+			if v := testutil.ToFloat64(e.a.metrics.ExpectedPods); v != float64(tc.expect) {
+				t.Fatalf("expected_pods = %v, want %d", v, tc.expect)
+			}
+			if n := counter.lists["default"]; n != 1 {
+				t.Fatalf("the namespace's pods listed %d times in a loop, want once", n)
+			}
+		})
 	}
 }
 

@@ -40,6 +40,20 @@ type nodeAddition struct {
 	// gap is --node-group-write-interval: single-node demand of a group
 	// released to less than gap ago waits (decidePaced); 0 paces nothing.
 	gap time.Duration
+	// pacedUntil is when the first pace that held demand back in the
+	// decisions at pacedAt ends (zero: none held).
+	pacedAt, pacedUntil time.Time
+}
+
+// paceWait is how long until a group whose demand the last loop's
+// decisions held for the pace may be released to again: measured from
+// that group's last release, refused writes included (a write the cloud
+// throttled paces its group like one it took).
+func (na *nodeAddition) paceWait(now time.Time) time.Duration {
+	if na.pacedUntil.IsZero() {
+		return 0
+	}
+	return max(0, na.pacedUntil.Sub(now))
 }
 
 func newNodeAddition(o Options, health HealthSource) (*nodeAddition, error) {
@@ -114,12 +128,18 @@ func (na *nodeAddition) decidePaced(now time.Time, demands []ratelimit.Demand, i
 			delete(na.lastRelease, g)
 		}
 	}
+	if !na.pacedAt.Equal(now) { // a new loop's first decision
+		na.pacedAt, na.pacedUntil = now, time.Time{}
+	}
 	held := make([]bool, len(demands))
 	workloadPaced := false
 	for i, x := range demands {
 		if x.Gang == "" && x.Count > 0 && pacedGroup(x.Group) {
 			held[i] = true
 			workloadPaced = workloadPaced || x.Class == ratelimit.Workload
+			if end := na.lastRelease[x.Group].Add(na.gap); na.pacedUntil.IsZero() || end.Before(na.pacedUntil) {
+				na.pacedUntil = end
+			}
 		}
 	}
 	var kept, paced []ratelimit.Demand

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/trigger"
 	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
 	"github.com/vmss-autoscaler/vmss-autoscaler/ratelimit"
@@ -269,5 +270,43 @@ func TestWriteIntervalLive(t *testing.T) {
 	}
 	if e.a.followUp() != 0 || e.a.remarked() != 0 {
 		t.Fatalf("follow-up %v, re-marked %v after a release, want 0 with no pace", e.a.followUp(), e.a.remarked())
+	}
+}
+
+// TestPacedAfterARefusedWrite: a write the cloud refused (throttled) still
+// paces its group — the same request would meet the same answer — and
+// the loop that finds the group paced asks for the next one when the pace
+// ends, not at once: the last loop that asked for nodes successfully is
+// older than the pace, and waking on it gave a loop a second of nothing.
+func TestPacedAfterARefusedWrite(t *testing.T) {
+	e := newEnv(t, smoothing(6000, 100, 1000))
+	gpu := e.provider.AddGroup("gpu", 0, 100, gpuTemplate("gpu"))
+	e.start()
+	e.add(pendingPods(10, "web", wholeGPU()...))
+	e.run()
+	e.clock.Step(2 * e.writeGap())
+	gpu.SetIncreaseError(cloudprovider.NewError(cloudprovider.ClassThrottled, "TooManyRequests", "throttled", nil))
+	e.add(pendingPods(4, "batch", wholeGPU()...))
+	freshDriver(e)
+	if err := e.a.RunOnce(e.ctx); err != nil {
+		t.Logf("refused loop: %v", err)
+	}
+	refused := e.clock.Now()
+	gpu.SetIncreaseError(nil)
+	e.clock.Step(time.Second)
+	freshDriver(e)
+	if err := e.a.RunOnce(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := gpu.Increases(); len(got) != 1 {
+		t.Fatalf("increases %v, want [10]: the batch pods wait for the pace after the refused write", got)
+	}
+	if r, at := e.a.driver.Timed(); r != trigger.Queue || !at.Equal(refused.Add(e.writeGap())) {
+		t.Fatalf("timed wake %v at %v after the refused write, want queue at %v", r, at.Sub(refused), e.writeGap())
+	}
+	e.clock.Step(e.writeGap() - time.Second)
+	e.run()
+	if got := gpu.Increases(); len(got) != 2 || got[1] != 4 {
+		t.Fatalf("increases %v, want [10 4] once the pace ended", got)
 	}
 }

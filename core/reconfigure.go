@@ -64,7 +64,7 @@ func (a *Autoscaler) applyPending(ctx context.Context) {
 	}
 	a.nodeAdd.reconfigure(ctx, *o)
 	klog.FromContext(ctx).Info("New options in force", "scanInterval", o.ScanInterval, "nodeAdditionRate", o.NodeAdditionRate,
-		"nodeAdditionBurst", o.NodeAdditionBurst, "maxNodesInFlight", o.MaxNodesInFlight, "expander", o.Expanders)
+		"nodeAdditionBurst", o.NodeAdditionBurst, "maxNodesInFlight", o.MaxNodesInFlight, "nodeGroupWriteInterval", o.NodeGroupWriteInterval, "expander", o.Expanders)
 }
 
 // reconfigure moves the queue to new bounds, keeping the bucket's fill. In

@@ -101,7 +101,8 @@ type Change struct {
 // (429s, API Priority and Fairness rejections, 5xx) cuts the rate in the
 // loop that sees it, not at the end of the interval, at most once per
 // third of an Interval (one burst of errors is one cut); a latency share
-// above SlowShare is judged over a whole interval.
+// above SlowShare is judged over a whole period (an Interval; a sixth of
+// one in slow start), with at least MinRequests requests in it.
 type Adaptive struct {
 	opts    AdaptiveOptions
 	rate    float64
@@ -130,8 +131,8 @@ func (a *Adaptive) SlowStart() bool { return a.slowStart }
 
 // slowStartPeriods is how many times the rate may double per Interval in
 // slow start: every 5 s with the default 30 s. Every third of an Interval
-// (10 s) took the peer benchmark's 162 nodes 38-48 s to release at 5,000
-// pods; every sixth, 29-46 s. Joins lag the rate by a VM's boot (a minute
+// (10 s), the peer benchmark's 162 nodes had all registered 38-48 s in at
+// 5,000 pods; every sixth, 29-46 s. Joins lag the rate by a VM's boot (a minute
 // or more on Azure), so a slower doubling would not see their cost
 // sooner; what bounds the burst is --node-addition-rate-max and the cut
 // on the first 429, flow-control rejection or 5xx.

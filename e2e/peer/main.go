@@ -228,7 +228,9 @@ func runRound(ctx context.Context, o options, t tools, rep *report, name string,
 	res, err := runOne(ctx, o, t, name, n, dir)
 	if err != nil {
 		say("  BROKE: %v", err)
-		return fmt.Errorf("%s %d: %w (logs in %s)", label, n, err, dir)
+		err = fmt.Errorf("%s %d: %w (logs in %s)", label, n, err, dir)
+		rep.Broken = append(rep.Broken, err.Error())
+		return err
 	}
 	res.Round = round
 	rep.Results = append(rep.Results, res)

@@ -117,6 +117,9 @@ type report struct {
 	// each run's median round.
 	Repeat  int       `json:"repeat,omitempty"`
 	Results []*result `json:"results"`
+	// Broken are the rounds that broke (a component failed, not a slow
+	// run): not in Results, so not in any median.
+	Broken []string `json:"broken,omitempty"`
 }
 
 // rounds are every round of run at size pods, fastest first (a round
@@ -280,6 +283,12 @@ What differs between the two sides, beyond the autoscalers:
 				name += fmt.Sprintf(" round %d", r.Round)
 			}
 			fails = append(fails, name+": "+f)
+		}
+	}
+	if len(rep.Broken) > 0 {
+		b.WriteString("\n## Rounds that broke (in no median: a row's brackets show the rounds it has)\n\n")
+		for _, f := range rep.Broken {
+			b.WriteString("- " + f + "\n")
 		}
 	}
 	if len(fails) > 0 {

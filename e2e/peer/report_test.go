@@ -224,7 +224,7 @@ func TestMedianOfRounds(t *testing.T) {
 		{Run: runKarpenter, Pods: 1000, Round: 2, Nodes: 33, Failures: []string{"not all pods Running"}},
 		{Run: runOurs, Pods: 1000, Round: 3, AllRunning: f(24), Nodes: 34},
 		{Run: runKarpenter, Pods: 1000, Round: 3, AllRunning: f(60), Nodes: 33},
-	}}
+	}, Broken: []string{"floor round 1/3 1000: kwok exited"}}
 	if m := rep.find(runOurs, 1000); m.Round != 3 {
 		t.Fatalf("median of ours is round %d, want 3 (24 s of 20, 24, 30)", m.Round)
 	}
@@ -238,6 +238,8 @@ func TestMedianOfRounds(t *testing.T) {
 		"1,000 pods, ours ≤ 0.6× karpenter: met (0.40×)",
 		"karpenter 1,000 round 2: not all pods Running",
 		"3 rounds of each run",
+		"## Rounds that broke",
+		"- floor round 1/3 1000: kwok exited",
 	} {
 		if !strings.Contains(md, s) {
 			t.Errorf("markdown lacks %q:\n%s", s, md)
