@@ -55,12 +55,11 @@ func isExpected(p *apiv1.Pod) bool { return strings.HasPrefix(string(p.UID), exp
 // replicaSetOf is the UID and name of p's controller when it is a
 // ReplicaSet.
 func replicaSetOf(p *apiv1.Pod) (types.UID, string, bool) {
-	for _, ref := range p.OwnerReferences {
-		if ref.Controller != nil && *ref.Controller && ref.Kind == "ReplicaSet" && ref.APIVersion == "apps/v1" {
-			return ref.UID, ref.Name, true
-		}
+	ref := metav1.GetControllerOfNoCopy(p)
+	if ref == nil || ref.Kind != "ReplicaSet" || ref.APIVersion != "apps/v1" {
+		return "", "", false
 	}
-	return "", "", false
+	return ref.UID, ref.Name, true
 }
 
 // expectedPods are the copies standing for the pods the ReplicaSets of
