@@ -229,7 +229,7 @@ func TestLoopTriggerFlags(t *testing.T) {
 		"min-loop-interval":       "1s",
 		"pod-batch-idle-duration": "500ms",
 		"pod-batch-max-duration":  "1s",
-		// A group's scale-set writes at least 5 s apart (ARM's 20 a minute).
+		// A group's scale-set writes at least 5 s apart (its Update policy refills 4 a minute, 12 at most).
 		"node-group-write-interval": "5s",
 		// Pods a ReplicaSet is about to create are planned with its first.
 		"scale-up-for-expected-pods": "true",

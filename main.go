@@ -649,7 +649,12 @@ func (p *providerFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&p.cfg.ClientSecretFile, "azure-client-secret-file", "", "file holding the client secret (client-secret auth)")
 	fs.StringVar(&p.cfg.TokenFile, "azure-token-file", "", "file holding a bearer token (token-file auth)")
 	fs.StringVar(&p.cfg.CAFile, "azure-ca-file", "", "extra CA certificate (PEM) to trust for the ARM endpoint")
-	fs.DurationVar(&p.cfg.CacheTTL, "azure-cache-ttl", time.Minute, "scale-set cache lifetime (jittered ±10%); one List per resource group and one VM List per scale set per refresh")
+	fs.DurationVar(&p.cfg.CacheTTL, "azure-cache-ttl", time.Minute, "scale-set cache lifetime (jittered ±10%): one List of scale sets per resource group per refresh (sizes, tags, SKUs); VM lists follow --azure-vm-list-interval")
+	fs.DurationVar(&p.cfg.VMListInterval, "azure-vm-list-interval", 5*time.Minute, "how often a quiet scale set's VMs are listed (jittered ±10%; cluster-autoscaler's 5 minutes); a list that fails keeps the last instances")
+	fs.DurationVar(&p.cfg.VMListActiveInterval, "azure-vm-list-active-interval", time.Minute, "how often a scale set's VMs are listed while something happens to it (a write, machines coming, going or failed, a size its VMs do not match, Spot)")
+	fs.IntVar(&p.cfg.VMListBudget, "azure-vm-list-budget", 300, "most VM lists of all scale sets per 30 minutes (a third of the 900 Microsoft's example of HighCostGetVMScaleSet30Min allows a whole subscription); a scale set's first list is never refused")
+	fs.IntVar(&p.cfg.VMListParallelism, "azure-vm-list-parallelism", 8, "most VM lists in flight at once")
+	fs.BoolVar(&p.cfg.AllowAKSManaged, "azure-allow-aks-managed-scale-sets", false, "manage scale sets of AKS node pools (aks-managed-* tags, MC_ resource groups), which AKS does not support writing directly; off: such scale sets are refused")
 	fs.BoolVar(&p.cfg.ForceDelete, "azure-force-delete", false, "force-delete instances on scale-down")
 	fs.DurationVar(&p.cfg.LROPollInterval, "azure-operation-poll-interval", 10*time.Second, "how often long-running ARM operations are polled in the background")
 }

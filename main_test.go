@@ -140,10 +140,15 @@ func TestHealth(t *testing.T) {
 // classified.
 func TestCommandLineOnlyFlagsClassified(t *testing.T) {
 	notPrivileged := map[string]string{
-		"azure-resource-groups":         "which scale sets are managed, within what the identity's role assignment allows: cost and disruption",
-		"azure-cache-ttl":               "how often ARM is read",
-		"azure-force-delete":            "how instances are deleted",
-		"azure-operation-poll-interval": "how often ARM operations are polled",
+		"azure-resource-groups":              "which scale sets are managed, within what the identity's role assignment allows: cost and disruption",
+		"azure-cache-ttl":                    "how often ARM is read",
+		"azure-vm-list-interval":             "how often ARM is read",
+		"azure-vm-list-active-interval":      "how often ARM is read",
+		"azure-vm-list-budget":               "how often ARM is read",
+		"azure-vm-list-parallelism":          "how many ARM reads are in flight",
+		"azure-allow-aks-managed-scale-sets": "which scale sets are managed, within what the identity's role assignment allows: cost and disruption",
+		"azure-force-delete":                 "how instances are deleted",
+		"azure-operation-poll-interval":      "how often ARM operations are polled",
 	}
 	looksPrivileged := func(name string) bool {
 		for _, s := range []string{"azure-", "image", "kubeconfig", "token", "endpoint", "secret", "ca-file", "authority", "tenant", "client-id"} {

@@ -68,6 +68,15 @@ type SizeLimited interface {
 	SizeLimit() (configuredMax, limit int, reason string)
 }
 
+// InstancesAged is implemented by node groups whose machines are listed
+// less often than their size is read (a scale set's VM list): when the
+// last list failed, Instances is an older list's.
+type InstancesAged interface {
+	// InstancesAge returns how old the group's machine list is at now and
+	// why the last list failed ("" when it did not).
+	InstancesAge(now time.Time) (time.Duration, string)
+}
+
 // InstanceState is the life-cycle stage of a machine.
 type InstanceState int
 

@@ -380,8 +380,10 @@ func (a *Autoscaler) afterLoop(l *loop) {
 	// A node turning usable frees a place under the in-flight cap: worth
 	// a loop only when that cap held nodes back. Nodes the rate holds wait
 	// for tokens, not nodes; waking on every ready node then sent a write
-	// per loop of a few nodes each and ran into ARM's 20 writes a minute
-	// (the scale harness at 7,500 nodes: 104 refused with 429).
+	// per loop of a few nodes each, more writes than a scale set's Update
+	// policy refills (4 a minute, 12 at most: Microsoft, "Compute
+	// throttling limits"; the scale harness at 7,500 nodes: 104 refused
+	// with 429).
 	a.additionQueued.Store(queuedNodes(l.addition) > 0 && l.addition.Limit == ratelimit.LimitInFlight)
 	a.expecting.Store(l.awaiting > 0 || len(l.claimed) > 0)
 	// Nodes the rate held wait for tokens: a loop when the bucket holds

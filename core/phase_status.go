@@ -71,6 +71,7 @@ func groupStatus(gs *clusterstate.GroupState) GroupStatus {
 		Ready: r.Ready, Unready: r.Unready, NotStarted: r.NotStarted, Unregistered: r.Unregistered,
 		LongUnregistered: r.LongUnregistered, InError: r.InError, Deleting: r.Deleting, Upcoming: r.Upcoming,
 		Preflight: r.Preflight, PreflightFailed: r.PreflightFailed, MaxWarning: gs.MaxWarning, FailedRunning: r.FailedRunning,
+		InstancesStale: gs.InstancesStale,
 	}
 	if r.TargetKnown {
 		t := r.Target

@@ -127,6 +127,10 @@ type GroupStatus struct {
 	// MaxWarning says the configured max is more than the group's cloud
 	// lets it hold (a scale set's platform limit); Max is that limit.
 	MaxWarning string `json:"maxWarning,omitempty"`
+	// InstancesStale says the group's machines are an older list's: the
+	// cloud's last list of them failed (a throttled VM list); its size is
+	// still read fresh.
+	InstancesStale string `json:"instancesStale,omitempty"`
 	// TemplateSource is where the group's template node comes from:
 	// "node/<name>", a live node of the group, or "sku", the VM size less
 	// the reserved-resource estimate (a group with no usable node).

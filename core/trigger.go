@@ -37,8 +37,9 @@ func (a *Autoscaler) Wake(r trigger.Reason) {
 // follow-up loop: one woken by a node turning usable, the node-addition
 // bucket refilling, or the scheduler's new verdict on a pod a loop left to
 // coming nodes. Each follow-up that releases nodes is a scale-set write
-// per group it releases to, and ARM allows a subscription 20 writes a
-// minute, shared with everything else in it: at a loop a second, a cap
+// per group it releases to, charged to the scale set's Update policy
+// (12 writes refilled 4 a minute per scale set, beside the
+// subscription's 1,500: "Compute throttling limits"): at a loop a second, a cap
 // freeing nodes one by one sent 91 writes a minute (the 2,000-node scale
 // run, 140 of them refused with 429). It is read by the informers'
 // handlers, hence atomic (writeGap), set at each loop's start.

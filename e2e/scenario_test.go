@@ -127,6 +127,9 @@ func (sc *scenario) startAutoscaler(name string, extra ...string) (*harness.Proc
 		"--azure-auth=token-file",
 		"--azure-token-file=" + sc.s.tokenFile,
 		"--azure-cache-ttl=1s",
+		// VM lists compressed as the cache is (5 min and 1 min in
+		// production, 300 per 30 minutes).
+		"--azure-vm-list-interval=5s", "--azure-vm-list-active-interval=1s", "--azure-vm-list-budget=10000",
 		"--azure-operation-poll-interval=1s",
 		"--scan-interval=1s",
 		// The follow-up pace compressed with the scan interval (5 s in

@@ -17,12 +17,21 @@ func arm() *dashboard.DashboardBuilder {
 		WithPanel(series("Request duration (p99)", "s", 12,
 			q(`histogram_quantile(0.99, sum by (le, operation) (rate(vmss_autoscaler_arm_request_duration_seconds_bucket{job=~"$job"}[$__rate_interval])))`, "{{operation}}"),
 		)).
-		WithPanel(series("Throttled for (seconds left)", "s", 12,
+		WithPanel(series("ARM's own buckets: held for (seconds left)", "s", 12,
 			q(`clamp_min(max by (kind) (vmss_autoscaler_arm_throttled_until_seconds{job=~"$job"}) - time(), 0)`, "{{kind}}"),
 		).
-			Description("After a 429 every call of that kind (read, write) waits for Retry-After; while reads wait, group sizes are unknown.")).
-		WithPanel(series("Scale-set cache age", "s", 8,
-			q(`max(vmss_autoscaler_cloud_cache_age_seconds{job=~"$job"})`, "age"),
+			Description("Only when ARM's own subscription bucket (per principal, or global) is empty, or a 429 names no policy, does every call of that kind (read, write, delete) wait for Retry-After; while reads wait, group sizes are unknown.")).
+		WithPanel(series("Compute policies: held for (seconds left)", "s", 12,
+			q(`clamp_min(max by (policy, scope) (vmss_autoscaler_arm_policy_held_until_seconds{job=~"$job"}) - time(), 0)`, "{{policy}} {{scope}}"),
+		).
+			Description("A Compute resource provider 429 holds back only the calls its policy covers, for one scale set (scope resource) or all (subscription), until Retry-After.")).
+		WithPanel(series("Compute policies: calls left", "short", 12,
+			q(`min by (policy, scope) (vmss_autoscaler_arm_ratelimit_remaining{job=~"$job"})`, "{{policy}} {{scope}}"),
+		).
+			Description("x-ms-ratelimit-remaining-resource of the last answer charged to each policy; near 10 % of its most the provider paces itself to one call per 15 s.")).
+		WithPanel(series("Scale-set cache and VM list age", "s", 8,
+			q(`max(vmss_autoscaler_cloud_cache_age_seconds{job=~"$job"})`, "scale-set list"),
+			q(`max(vmss_autoscaler_cloud_vm_list_age_seconds{job=~"$job"})`, "oldest VM list"),
 		)).
 		WithPanel(series("Groups skipped, size unknown", "short", 8,
 			q(`sum by (node_group) (increase(vmss_autoscaler_node_group_size_unknown_total{job=~"$job", node_group=~"$node_group"}[$__rate_interval]))`, "{{node_group}}"),

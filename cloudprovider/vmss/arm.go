@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -20,93 +19,58 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 )
 
-// Request kinds throttled together: ARM's subscription limits are counted
-// for reads and writes separately.
-const (
-	kindRead  = "read"
-	kindWrite = "write"
-)
-
-func kindOf(method string) string {
-	if method == http.MethodGet || method == http.MethodHead {
-		return kindRead
-	}
-	return kindWrite
-}
-
 // armMetrics are the provider's ARM metrics.
 type armMetrics struct {
-	requests       *prometheus.CounterVec
-	duration       *prometheus.HistogramVec
-	throttledUntil *prometheus.GaugeVec
-	cacheAge       prometheus.Gauge
-	lroFailures    *prometheus.CounterVec
+	requests        *prometheus.CounterVec
+	duration        *prometheus.HistogramVec
+	throttledUntil  *prometheus.GaugeVec
+	policyHeldUntil *prometheus.GaugeVec
+	remaining       *prometheus.GaugeVec
+	cacheAge        prometheus.Gauge
+	vmListAge       prometheus.Gauge
+	lroFailures     *prometheus.CounterVec
 }
 
 func newARMMetrics(reg prometheus.Registerer) *armMetrics {
 	const ns = "vmss_autoscaler"
 	m := &armMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "arm_requests_total",
-			Help: "ARM requests sent, by SDK operation and HTTP status code (\"error\" when no response)."}, []string{"operation", "code"}),
+			Help: "ARM requests sent, by SDK operation and HTTP status code (\"error\" when no response, \"held-back\" when a throttle hold kept it)."}, []string{"operation", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "arm_request_duration_seconds",
 			Help: "Duration of ARM requests by SDK operation.", Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}}, []string{"operation"}),
 		throttledUntil: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "arm_throttled_until_seconds",
-			Help: "Unix time until which ARM calls of a kind (read, write) are held back after a 429; 0 when not throttled."}, []string{"kind"}),
+			Help: "Unix time until which every ARM call of a kind (read, write, delete) is held back because ARM's own subscription bucket is empty; 0 when not."}, []string{"kind"}),
+		policyHeldUntil: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "arm_policy_held_until_seconds",
+			Help: "Unix time until which the calls a Compute throttling policy covers are held back after its 429, for one scale set at least (scope resource) or all (scope subscription); 0 when not."}, []string{"policy", "scope"}),
+		remaining: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "arm_ratelimit_remaining",
+			Help: "Calls left in a Compute throttling policy's bucket as the last answer charged to it said (x-ms-ratelimit-remaining-resource), by scope."}, []string{"policy", "scope"}),
 		cacheAge: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "cloud_cache_age_seconds",
-			Help: "Age of the scale-set cache at the last loop."}),
+			Help: "Age of the scale-set cache (the scale-set lists) at the last loop."}),
+		vmListAge: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "cloud_vm_list_age_seconds",
+			Help: "Age of the oldest scale set's VM list at the last refresh."}),
 		lroFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "arm_operation_failures_total",
 			Help: "Long-running ARM operations that ended in failure, by scale set and error code."}, []string{"node_group", "code"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.duration, m.throttledUntil, m.cacheAge, m.lroFailures)
+		reg.MustRegister(m.requests, m.duration, m.throttledUntil, m.policyHeldUntil, m.remaining, m.cacheAge, m.vmListAge, m.lroFailures)
 	}
 	return m
 }
 
-// throttle remembers, per kind, until when ARM asked us to stay away.
-type throttle struct {
-	clock   clock.Clock
-	metrics *armMetrics
-	mu      sync.Mutex
-	until   map[string]time.Time
-}
-
-func newThrottle(c clock.Clock, m *armMetrics) *throttle {
-	return &throttle{clock: c, metrics: m, until: map[string]time.Time{}}
-}
-
-// blockedUntil returns when the kind may be called again, or zero.
-func (t *throttle) blockedUntil(kind string) time.Time {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	u := t.until[kind]
-	if !u.IsZero() && !t.clock.Now().Before(u) {
-		delete(t.until, kind)
-		t.metrics.throttledUntil.WithLabelValues(kind).Set(0)
-		return time.Time{}
-	}
-	return u
-}
-
-func (t *throttle) set(kind string, d time.Duration) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	u := t.clock.Now().Add(d)
-	if u.After(t.until[kind]) {
-		t.until[kind] = u
-		t.metrics.throttledUntil.WithLabelValues(kind).Set(float64(u.Unix()))
-	}
-}
-
-// errThrottled is returned without sending a request while ARM's
-// Retry-After for the request's kind has not passed.
+// errThrottled is returned without sending a request while a throttle
+// hold covers it (ARM's Retry-After, or a policy below its floor).
 type errThrottled struct {
 	kind  string
 	until time.Time
+	why   string
 }
 
 func (e *errThrottled) Error() string {
-	return fmt.Sprintf("ARM %s calls are throttled until %s (Retry-After)", e.kind, e.until.UTC().Format(time.RFC3339))
+	why := e.why
+	if why == "" {
+		why = "ARM " + e.kind + "s"
+	}
+	return fmt.Sprintf("ARM call held back until %s: %s throttled (Retry-After)", e.until.UTC().Format(time.RFC3339), why)
 }
 
 // NonRetriable tells the SDK's retry policy not to retry a request held
@@ -114,8 +78,9 @@ func (e *errThrottled) Error() string {
 // background operation watcher would keep Close waiting for them).
 func (e *errThrottled) NonRetriable() {}
 
-// armPolicy runs on every attempt: it holds requests back while their
-// kind is throttled, records metrics, and learns Retry-After from 429s.
+// armPolicy runs on every attempt: it holds requests back while a
+// throttle hold covers them, records metrics, and learns the policies and
+// Retry-After from the answers.
 type armPolicy struct {
 	throttle *throttle
 	metrics  *armMetrics
@@ -129,9 +94,10 @@ func (p *armPolicy) Do(req *policy.Request) (*http.Response, error) {
 	if op == "" {
 		op = "poll"
 	}
-	if u := p.throttle.blockedUntil(kind); !u.IsZero() {
+	resource := resourceOf(raw)
+	if u, why := p.throttle.blocked(kind, op, resource); !u.IsZero() {
 		p.metrics.requests.WithLabelValues(op, "held-back").Inc()
-		return nil, &errThrottled{kind: kind, until: u}
+		return nil, &errThrottled{kind: kind, until: u, why: why}
 	}
 	start := p.clock.Now()
 	resp, err := req.Next()
@@ -141,9 +107,11 @@ func (p *armPolicy) Do(req *policy.Request) (*http.Response, error) {
 		return resp, err
 	}
 	p.metrics.requests.WithLabelValues(op, strconv.Itoa(resp.StatusCode)).Inc()
+	var body []byte
 	if resp.StatusCode == http.StatusTooManyRequests {
-		p.throttle.set(kind, retryAfter(resp.Header.Get("Retry-After")))
+		body = readBody(resp)
 	}
+	p.throttle.observe(kind, op, resource, resp, body)
 	return resp, nil
 }
 

@@ -3,6 +3,7 @@ package vmss
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	apiv1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -82,4 +83,59 @@ func benchFleet(b *testing.B, flexible bool) (*fixture, []*apiv1.Node) {
 		}
 	}
 	return f, nodes
+}
+
+// BenchmarkARMCallsPerHour: the ARM calls of an hour of refreshes of
+// the seeds' GPU layout (ibFleetHour). Reported per hour and, for the VM
+// lists, per 30 minutes (the window of HighCostGetVMScaleSet30Min).
+func BenchmarkARMCallsPerHour(b *testing.B) {
+	var perHour map[string]int
+	for i := 0; i < b.N; i++ {
+		perHour = ibFleetHour(b)
+	}
+	total := 0
+	for _, c := range perHour {
+		total += c
+	}
+	b.ReportMetric(float64(total), "arm-calls/hour")
+	b.ReportMetric(float64(perHour[armsim.OpListScaleSets]), "scale-set-lists/hour")
+	b.ReportMetric(float64(perHour[armsim.OpListVMs])/2, "vm-lists/30min")
+	b.ReportMetric(float64(perHour[armsim.OpThrottled]), "429s/hour")
+}
+
+// TestVMListsWithinBudgetAtTheSeedsSize: 75 quiet scale sets list their
+// VMs at most 300 times per 30 minutes (a third of what Microsoft's
+// example of HighCostGetVMScaleSet30Min allows the whole subscription),
+// and every set is listed within the hour. Before, each was listed every
+// minute: 2,250 per 30 minutes.
+func TestVMListsWithinBudgetAtTheSeedsSize(t *testing.T) {
+	calls := ibFleetHour(t)
+	if n := calls[armsim.OpListVMs]; n > 600 || n < 75 {
+		t.Fatalf("%d VM lists in an hour of 75 quiet scale sets, want 75 to 600 (at most 300 per 30 minutes)", n)
+	}
+	if calls[armsim.OpThrottled] != 0 {
+		t.Fatalf("%d 429s in steady state", calls[armsim.OpThrottled])
+	}
+}
+
+// ibFleetHour refreshes 75 InfiniBand scale sets of 100 VMs
+// (singlePlacementGroup: the seeds' layout) every 10 s (the loop's scan
+// interval) for an hour of a fake clock, after their first lists, and
+// returns the simulator's calls of that hour.
+func ibFleetHour(tb testing.TB) map[string]int {
+	tb.Helper()
+	var sets []armsim.ScaleSetSpec
+	for i := 0; i < 75; i++ {
+		s := gpuSet(fmt.Sprintf("ib-%02d", i), 100, discoveredTags(0, 100))
+		s.SinglePlacementGroup = true
+		sets = append(sets, s)
+	}
+	f := newFixture(tb, sets, withDiscovery(discoverySpec))
+	f.refresh()
+	f.sim.ResetCalls()
+	for t := time.Duration(0); t < time.Hour; t += 10 * time.Second {
+		f.clock.Step(10 * time.Second)
+		f.refresh()
+	}
+	return f.sim.Calls()
 }

@@ -58,13 +58,39 @@ type Config struct {
 	NodeGroups []cloudprovider.NodeGroupSpec
 	// AutoDiscovery specs in CA's form, "label:tag1,tag2=value".
 	AutoDiscovery []string
-	// CacheTTL is how long the scale-set cache is used before one List per
-	// resource group and one VM List per scale set refresh it (±10% jitter).
+	// CacheTTL is how long the scale-set cache is used before one List of
+	// scale sets per resource group refreshes it (±10% jitter), and the VM
+	// lists that are due run.
 	CacheTTL time.Duration
+	// VMListInterval is how often a quiet scale set's VMs are listed
+	// (±10% jitter): cluster-autoscaler's 5 minutes. VMListActiveInterval
+	// is how often while something is happening to it (a write, machines
+	// coming, going or failed, a capacity its VMs do not match, Spot).
+	VMListInterval       time.Duration
+	VMListActiveInterval time.Duration
+	// VMListBudget bounds the VM lists of all scale sets per 30 minutes
+	// (a third of the 900 the subscription's HighCostGetVMScaleSet30Min
+	// allows in Microsoft's example, which every client shares); a first
+	// list is never refused.
+	VMListBudget int
+	// VMListParallelism bounds the VM lists in flight at once.
+	VMListParallelism int
+	// AllowAKSManaged manages scale sets of AKS node pools, which AKS does
+	// not support writing directly.
+	AllowAKSManaged bool
 	// SKUCacheTTL is how long the resource SKU list of a location is kept.
 	SKUCacheTTL time.Duration
 	// ForceDelete asks ARM to force-delete instances on scale-down.
 	ForceDelete bool
+	// ConcurrentScaleUps lets IncreaseSize send a capacity write while
+	// this process's previous scale-up of the scale set is still running
+	// (ARM supersedes the earlier operation: OperationPreempted). False,
+	// the default: at most one capacity write in flight per scale set; a
+	// scale-up asked for meanwhile is refused unsent as throttled, and the
+	// core sends the absolute target once the operation ends, which delays
+	// it by up to one operation (minutes for GPU VMs: operations last
+	// until the VMs are provisioned). See nodegroup.go's IncreaseSize.
+	ConcurrentScaleUps bool
 	// LROPollInterval is how often a background watcher polls a long-running operation.
 	LROPollInterval time.Duration
 	// GPUResourceName is the resource GPUs are advertised as on template nodes.
@@ -94,6 +120,18 @@ func (c *Config) defaults() {
 	}
 	if c.CacheTTL == 0 {
 		c.CacheTTL = time.Minute
+	}
+	if c.VMListInterval == 0 {
+		c.VMListInterval = 5 * time.Minute
+	}
+	if c.VMListActiveInterval == 0 {
+		c.VMListActiveInterval = time.Minute
+	}
+	if c.VMListBudget == 0 {
+		c.VMListBudget = 300
+	}
+	if c.VMListParallelism == 0 {
+		c.VMListParallelism = 8
 	}
 	if c.SKUCacheTTL == 0 {
 		c.SKUCacheTTL = 12 * time.Hour
@@ -145,6 +183,18 @@ func (c *Config) Validate() error {
 	}
 	if err := bounds.Duration("--azure-operation-poll-interval", c.LROPollInterval, time.Second, time.Hour); err != nil {
 		return err
+	}
+	if err := bounds.Duration("--azure-vm-list-interval", c.VMListInterval, time.Second, 2*time.Hour); err != nil {
+		return err
+	}
+	if err := bounds.Duration("--azure-vm-list-active-interval", c.VMListActiveInterval, time.Second, c.VMListInterval); err != nil {
+		return err
+	}
+	if c.VMListBudget < 1 || c.VMListBudget > 10000 {
+		return fmt.Errorf("--azure-vm-list-budget=%d: must be between 1 and 10000 VM lists per 30 minutes", c.VMListBudget)
+	}
+	if c.VMListParallelism < 1 || c.VMListParallelism > 64 {
+		return fmt.Errorf("--azure-vm-list-parallelism=%d: must be between 1 and 64", c.VMListParallelism)
 	}
 	if err := bounds.Duration("sku cache TTL", c.SKUCacheTTL, time.Minute, 7*24*time.Hour); err != nil {
 		return err

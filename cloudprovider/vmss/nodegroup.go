@@ -76,8 +76,24 @@ type scaleSet struct {
 	failedOps []failedOp
 	dropped   map[string]bool
 	opSeq     int
+	// scaleUp is this process's capacity write whose operation is still
+	// watched (nil when none): while it runs, IncreaseSize sends no other
+	// (operations.go), unless Config.ConcurrentScaleUps.
+	scaleUp *runningOp
+	// redelete are deletions whose operation ARM preempted or partly
+	// refused, waiting for the next VM list to send again what it still
+	// shows (operations.go).
+	redelete []*deletion
+	// noForce: ARM refused a force deletion of this scale set's VMs
+	// (isolated VM sizes, maintenance control): its deletions are sent
+	// without force from then on.
+	noForce bool
 	// maxInstanceID is the highest numeric instance ID seen (Uniform).
 	maxInstanceID int
+	// list is the VM-list bookkeeping (vmlist.go).
+	list listState
+	// warnedOverprovision: the overprovisioning warning was logged.
+	warnedOverprovision bool
 	// optionsProblem is the last invalid autoscaling-options tags logged
 	// (each is logged once, when it first appears).
 	optionsProblem string
@@ -131,64 +147,18 @@ type scaleSetView struct {
 	capacity int
 	skuName  string
 	spot     bool
+	// overprovision: Azure makes extra VMs on scale-out and deletes them
+	// (vmlist.go).
+	overprovision bool
 }
 
-// update applies a refresh and returns the evictions it noticed (a Spot
-// scale set's; their Group is left for the caller). Called without locks
-// held.
+// update applies a refresh of the scale set and its VM list (vmlist.go)
+// and returns the evictions it noticed. Called without locks held.
 func (g *scaleSet) update(s *armcompute.VirtualMachineScaleSet, vms []vmStatus, skus map[string]skuInfo, now time.Time) []cloudprovider.Eviction {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	v := scaleSetView{name: g.name, location: deref(s.Location), tags: tagMap(s.Tags)}
-	for _, z := range s.Zones {
-		v.zones = append(v.zones, deref(z))
-	}
-	if s.SKU != nil {
-		v.skuName = deref(s.SKU.Name)
-		if s.SKU.Capacity != nil {
-			v.capacity = int(*s.SKU.Capacity)
-		}
-	}
-	g.spot, g.evictionPolicy = spotOf(s)
-	v.spot = g.spot
-	g.view = v
-	g.limit, g.limitWhy = platformLimit(s)
-	g.known = s.SKU != nil && s.SKU.Capacity != nil
-	g.stale = ""
-	g.etag = deref(s.Etag)
-	if info, ok := skus[strings.ToLower(v.skuName)]; ok {
-		g.sku, g.skuKnown = info, true
-	} else if skus != nil {
-		g.skuKnown = false
-	}
-	listed := map[string]bool{}
-	g.instances = g.instances[:0]
-	ev := g.newEvictionWatch()
-	for _, vm := range vms {
-		in := instanceOf(vm)
-		if g.spot && g.evictionPolicy == armcompute.VirtualMachineEvictionPolicyTypesDeallocate {
-			deallocatedSpot(&in, vm)
-		}
-		key := cloudprovider.ProviderIDKey(in.ProviderID)
-		listed[key] = true
-		if id, ok := numericInstanceID(in.ProviderID); ok && !g.flexible && id > g.maxInstanceID {
-			g.maxInstanceID = id
-		}
-		if g.deleting[key] {
-			in.State = cloudprovider.InstanceDeleting
-			in.Error, in.FailedRunning = nil, nil
-		}
-		ev.listed(key, in, vm)
-		g.instances = append(g.instances, in)
-	}
-	evictions := ev.done(listed)
-	for k := range g.deleting {
-		if !listed[k] {
-			delete(g.deleting, k)
-		}
-	}
-	g.instances = append(g.instances, g.placeholdersLocked()...)
-	return evictions
+	g.updateSetLocked(s, skus)
+	return g.updateVMsLocked(vms, now)
 }
 
 // placeholdersLocked returns a failed instance for each machine a failed
@@ -200,7 +170,12 @@ func (g *scaleSet) update(s *armcompute.VirtualMachineScaleSet, vms []vmStatus, 
 // .../virtualMachineScaleSets/<set>/virtualMachines/failed-op<op>-<i>. It
 // is no VM's ID, and that form names the scale set, so DeleteNodes knows
 // it as this group's without a lookup.
+//
+// It is called once per VM list, after the list is applied: the
+// deletions waiting for a list to be sent again are settled first
+// (settleRedeletesLocked, operations.go).
 func (g *scaleSet) placeholdersLocked() []cloudprovider.Instance {
+	g.settleRedeletesLocked()
 	var out []cloudprovider.Instance
 	kept := g.failedOps[:0]
 	for _, f := range g.failedOps {
@@ -265,9 +240,13 @@ type vmStatus struct {
 }
 
 // statusOfScaleSetVM reads a Uniform scale set's VM; ok is false without
-// an ID.
+// an ID. ARM lists a VM with an empty ID while it is being deleted
+// (cluster-autoscaler's buildScaleSetCacheForUniform skips those: "The
+// resource ID is empty string, which indicates the instance may be in
+// deleting state"): it is no machine to act on, and an empty instance ID
+// in a deletion would have ARM refuse the whole batch.
 func statusOfScaleSetVM(vm *armcompute.VirtualMachineScaleSetVM) (vmStatus, bool) {
-	if vm == nil || vm.ID == nil {
+	if vm == nil || vm.ID == nil || *vm.ID == "" {
 		return vmStatus{}, false
 	}
 	st := vmStatus{id: *vm.ID}
@@ -283,7 +262,7 @@ func statusOfScaleSetVM(vm *armcompute.VirtualMachineScaleSetVM) (vmStatus, bool
 // statusOfVirtualMachine reads a Flexible scale set's VM; ok is false
 // without an ID.
 func statusOfVirtualMachine(vm *armcompute.VirtualMachine) (vmStatus, bool) {
-	if vm == nil || vm.ID == nil {
+	if vm == nil || vm.ID == nil || *vm.ID == "" {
 		return vmStatus{}, false
 	}
 	st := vmStatus{id: *vm.ID}
@@ -561,6 +540,21 @@ const maxScaleUpWrites = 3
 // committed, or another writer raised it); below, the same target is
 // written again with the fresh ETag. Each write is sent only if the write
 // guards (cloudprovider.CheckWrite) pass just before it.
+//
+// At most one capacity write is in flight per scale set (unless
+// Config.ConcurrentScaleUps): while this process's previous scale-up
+// operation of the scale set runs, IncreaseSize sends nothing and fails
+// with a throttled error that wraps cloudprovider.ErrNotSent; the core
+// keeps the demand queued and sends one write of the absolute target
+// after the operation ended. A later write would supersede the running
+// operation anyway (ARM preempts it), and every capacity write is charged
+// to the scale set's own Update bucket (a few a minute, throttle.go).
+// The price is latency: demand that arrives while an operation runs
+// waits for it to end (the operation lasts until its VMs are
+// provisioned: minutes for GPU VMs). cluster-autoscaler tried refusing
+// scale-ups while the scale set was Updating (its PR 3023) and took it
+// back (PR 3037) because scaling got much slower; this provider's core
+// queues the demand rather than losing it, and the knob stays.
 func (g *scaleSet) IncreaseSize(ctx context.Context, delta int) error {
 	if delta <= 0 {
 		return fmt.Errorf("increase of scale set %s must be positive, got %d", g.ID(), delta)
@@ -571,6 +565,10 @@ func (g *scaleSet) IncreaseSize(ctx context.Context, delta int) error {
 	g.mu.Lock()
 	size, err := g.sizeLocked()
 	etag, maxSize := g.etag, g.maxLocked()
+	var busy error
+	if g.scaleUp != nil && !g.p.cfg.ConcurrentScaleUps {
+		busy = g.scaleUpInProgressLocked()
+	}
 	g.mu.Unlock()
 	if err != nil {
 		return err
@@ -578,6 +576,14 @@ func (g *scaleSet) IncreaseSize(ctx context.Context, delta int) error {
 	target := size + delta
 	if target > maxSize {
 		return fmt.Errorf("increase of scale set %s to %d exceeds its max %d", g.ID(), target, maxSize)
+	}
+	if busy != nil {
+		// A guard that refuses says more (this process may not write at
+		// all) than the operation in flight.
+		if err := cloudprovider.CheckWrite(ctx); err != nil {
+			return err
+		}
+		return busy
 	}
 
 	logger := klog.FromContext(ctx)
@@ -634,8 +640,10 @@ func (g *scaleSet) IncreaseSize(ctx context.Context, delta int) error {
 	g.view.capacity = target
 	g.opSeq++
 	op, before := g.opSeq, g.baseLocked()
+	g.scaleUp = &runningOp{op: op, target: target, sent: g.p.cfg.Clock.Now()}
 	g.mu.Unlock()
-	watch(g, poller, "scale-up", op, target-base, before, nil)
+	delta = target - base
+	watch(g, poller, "scale-up", op, func(r opResult) { g.scaleUpEnded(op, delta, before, r) })
 	return nil
 }
 
@@ -703,49 +711,26 @@ func isPreconditionFailed(err error) bool {
 	return errors.As(err, &re) && re.StatusCode == http.StatusPreconditionFailed
 }
 
-// watch polls a long-running operation in the background. A failed
-// scale-up is recorded so the machines it never created show up as failed
-// instances (VMs it created in a failed state are reported by the VM list).
-//
-// onFail, if set, runs (under no lock) when the operation failed.
-func watch[T any](g *scaleSet, poller *runtime.Poller[T], kind string, op, count int, before opBase, onFail func()) {
-	p := g.p
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		_, err := poller.PollUntilDone(p.bg, &runtime.PollUntilDoneOptions{Frequency: p.cfg.LROPollInterval})
-		if err == nil || p.bg.Err() != nil {
-			return
-		}
-		cerr := classify(err)
-		code := "OperationFailed"
-		var re *azcore.ResponseError
-		if errors.As(err, &re) && re.ErrorCode != "" {
-			code = re.ErrorCode
-		}
-		klog.ErrorS(err, "Scale set operation failed", "scaleSet", g.ID(), "operation", kind, "class", cloudprovider.ClassOf(cerr).String())
-		if kind == "scale-up" {
-			g.mu.Lock()
-			g.failedOps = append(g.failedOps, failedOp{op: op, delta: count, before: before,
-				err: cloudprovider.InstanceError{Class: cloudprovider.ClassOf(cerr), Code: code, Message: err.Error()}})
-			g.mu.Unlock()
-		}
-		if onFail != nil {
-			onFail()
-		}
-		// Counted last: whoever sees the failure counted (a test, an
-		// operator) also sees what it left behind.
-		p.metrics.lroFailures.WithLabelValues(g.ID(), code).Inc()
-	}()
-}
-
 // DeleteNodes implements cloudprovider.NodeGroup: one batched
 // DeleteInstances call for the scale set, with the instance IDs of a
 // Uniform scale set's VMs or the names of a Flexible one's; the instances
-// are marked deleting at once. Placeholders of failed operations are
-// dropped without a call. A Flexible VM belongs to the group only if the
-// group's last VM list has it (its provider ID does not name the scale
-// set).
+// are marked deleting at once. A Flexible VM belongs to the group only if
+// the group's last VM list has it (its provider ID does not name the
+// scale set).
+//
+// Only machines the latest VM list shows are sent: ARM answers 400 for
+// the whole batch when one ID is not an active instance. A Uniform VM
+// the list no longer shows (its ID is at most the highest listed: IDs
+// are never reused) is gone already and dropped; one newer than the list
+// refuses the call unsent (the next list shows it). Machines listed
+// deleting are not sent again.
+//
+// Placeholders of failed scale-ups are dropped, and the capacity they
+// hold is written down first by their number, to at least the VMs that
+// exist (lowerForPlaceholders): the failed operation left sku.capacity at
+// its target. The deletion's operation is watched: preempted or partly
+// refused, what the next VM list still shows is sent again
+// (operations.go).
 func (g *scaleSet) DeleteNodes(ctx context.Context, providerIDs []string) error {
 	if err := g.freshen(ctx); err != nil {
 		return err
@@ -757,12 +742,17 @@ func (g *scaleSet) DeleteNodes(ctx context.Context, providerIDs []string) error 
 		return err
 	}
 	byID := make(map[string]cloudprovider.Instance, len(g.instances))
+	live := 0
 	for _, in := range g.instances {
 		byID[cloudprovider.ProviderIDKey(in.ProviderID)] = in
+		if in.State != cloudprovider.InstanceDeleting && !isPlaceholder(in.ProviderID) {
+			live++
+		}
 	}
 	var ids []string
 	running := 0
 	dropFailed := map[string]bool{}
+	var gone []string
 	for _, pid := range providerIDs {
 		key := cloudprovider.ProviderIDKey(pid)
 		in, known := byID[key]
@@ -774,22 +764,37 @@ func (g *scaleSet) DeleteNodes(ctx context.Context, providerIDs []string) error 
 			dropFailed[key] = true
 			continue
 		}
-		if known && in.State == cloudprovider.InstanceDeleting {
+		if !known {
+			if id, ok := numericInstanceID(key); !ok || id > g.maxInstanceID {
+				g.mu.Unlock()
+				return fmt.Errorf("deleting from scale set %s: instance %s is not in its last VM list yet: %w", g.ID(), pid, cloudprovider.ErrNotSent)
+			}
+			gone = append(gone, pid)
 			continue
 		}
-		if !known || in.Error == nil {
-			running++ // unknown IDs count as running: the min size holds
+		if in.State == cloudprovider.InstanceDeleting {
+			continue
 		}
-		if known {
-			pid = in.ProviderID // a Flexible VM's name as ARM spells it
+		if in.Error == nil {
+			running++
 		}
-		ids = append(ids, lastSegment(pid))
+		ids = append(ids, lastSegment(in.ProviderID)) // a Flexible VM's name as ARM spells it
 	}
 	if size-running < g.min {
 		g.mu.Unlock()
 		return fmt.Errorf("deleting %d running instances from scale set %s would go below its min %d (size %d): %w", running, g.ID(), g.min, size, cloudprovider.ErrNotSent)
 	}
+	etag := g.etag
+	g.mu.Unlock()
+	if len(gone) > 0 {
+		klog.FromContext(ctx).V(2).Info("Not sending instances the scale set's last VM list no longer shows: they are gone",
+			"scaleSet", g.ID(), "instances", gone)
+	}
 	if len(dropFailed) > 0 {
+		if err := g.lowerForPlaceholders(ctx, len(dropFailed), size, live, etag); err != nil {
+			return err
+		}
+		g.mu.Lock()
 		if g.dropped == nil {
 			g.dropped = map[string]bool{}
 		}
@@ -797,58 +802,26 @@ func (g *scaleSet) DeleteNodes(ctx context.Context, providerIDs []string) error 
 			g.dropped[k] = true
 		}
 		g.dropInstancesLocked(dropFailed)
+		g.mu.Unlock()
 	}
-	g.mu.Unlock()
 	if len(ids) == 0 {
 		return nil
 	}
 	sort.Strings(ids)
-	if err := cloudprovider.CheckWrite(ctx); err != nil {
-		return err
-	}
-	dctx, cancel := withTimeout(ctx)
-	defer cancel()
-	poller, err := g.p.vmss.BeginDeleteInstances(dctx, g.rg, g.name,
-		armcompute.VirtualMachineScaleSetVMInstanceRequiredIDs{InstanceIDs: to.SliceOfPtrs(ids...)},
-		&armcompute.VirtualMachineScaleSetsClientBeginDeleteInstancesOptions{ForceDeletion: to.Ptr(g.p.cfg.ForceDelete)})
+	poller, forced, err := g.sendDelete(ctx, ids)
 	if err != nil {
+		if cloudprovider.NotSent(err) {
+			return err
+		}
 		return fmt.Errorf("deleting %d instances of scale set %s: %w", len(ids), g.ID(), classify(err))
 	}
 	g.mu.Lock()
-	if g.deleting == nil {
-		g.deleting = map[string]bool{}
-	}
-	want := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		want[strings.ToLower(id)] = true
-	}
-	var marked []string
-	for i, in := range g.instances {
-		if want[strings.ToLower(lastSegment(in.ProviderID))] && !isPlaceholder(in.ProviderID) {
-			key := cloudprovider.ProviderIDKey(in.ProviderID)
-			marked = append(marked, key)
-			g.deleting[key] = true
-			if g.view.capacity > 0 {
-				g.view.capacity-- // ARM lowers the capacity with each deleted instance
-			}
-			g.instances[i].State = cloudprovider.InstanceDeleting
-			g.instances[i].Error = nil
-		}
-	}
+	marked := g.markDeletingLocked(ids)
 	g.opSeq++
 	op := g.opSeq
 	g.mu.Unlock()
-	// A deletion whose operation failed leaves its VMs as ARM lists them
-	// (Running again, when Azure could not delete them): they are no longer
-	// reported deleting, so the core sees them alive and takes the
-	// deletion back.
-	watch(g, poller, "delete", op, len(ids), opBase{}, func() {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		for _, k := range marked {
-			delete(g.deleting, k) // the next refresh lists them as ARM has them
-		}
-	})
+	d := &deletion{keys: marked, guards: context.WithoutCancel(ctx), forced: forced}
+	watch(g, poller, "delete", op, func(r opResult) { g.deleteEnded(d, r) })
 	return nil
 }
 
@@ -913,7 +886,7 @@ func (g *scaleSet) DecreaseTargetSize(ctx context.Context, delta int) error {
 	g.opSeq++
 	op := g.opSeq
 	g.mu.Unlock()
-	watch(g, poller, "decrease", op, -delta, opBase{}, nil)
+	watch(g, poller, "decrease", op, nil)
 	return nil
 }
 

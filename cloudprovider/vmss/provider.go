@@ -50,7 +50,10 @@ type Provider struct {
 	skus      *armcompute.ResourceSKUsClient
 	metrics   *armMetrics
 	throttle  *throttle
+	rndMu     sync.Mutex
 	rnd       *rand.Rand
+	// vmLists is the budget of VM lists (vmlist.go).
+	vmLists *vmListBudget
 	// virtualMachines lists Flexible scale sets' VMs.
 	virtualMachines *armcompute.VirtualMachinesClient
 
@@ -73,6 +76,9 @@ type Provider struct {
 	// refused holds, by lower-case name, why a --nodes spec without a
 	// resource group is refused (its name is ambiguous), as last logged.
 	refused map[string]string
+	// refusedSets holds, by setKey, why a scale set is not managed
+	// (settings this provider does not model), as last logged.
+	refusedSets map[string]string
 	// evictions are the Spot evictions refreshes noticed and the core has
 	// not taken yet (Evictions).
 	evictions []cloudprovider.Eviction
@@ -124,6 +130,8 @@ func New(cfg Config) (*Provider, error) {
 		skuCache:     map[string]skuCacheEntry{},
 		namesIn:      map[string]map[string]bool{},
 		refused:      map[string]string{},
+		refusedSets:  map[string]string{},
+		vmLists:      newVMListBudget(cfg.VMListBudget, cfg.Clock.Now()),
 
 		virtualMachines: factory.NewVirtualMachinesClient(),
 	}
@@ -218,10 +226,12 @@ func parseProviderID(id string) (vmRef, bool) {
 }
 
 // Refresh implements cloudprovider.CloudProvider: when the cache is older
-// than its TTL, one List of scale sets per resource group and one List of
-// VMs per managed scale set. While reads are throttled it makes no call
-// and marks every group stale, so no size is acted on until a refresh
-// succeeds.
+// than its TTL, one List of scale sets per resource group (sizes, tags,
+// SKUs) and the VM lists that are due (vmlist.go), in parallel. While
+// ARM's own subscription reads are throttled it makes no call and marks
+// every group stale, so no size is acted on until a refresh succeeds; a
+// Compute policy's throttle holds back only what it covers, and a VM list
+// that fails keeps the last instances.
 func (p *Provider) Refresh(ctx context.Context) error {
 	now := p.cfg.Clock.Now()
 	p.mu.RLock()
@@ -235,17 +245,84 @@ func (p *Provider) Refresh(ctx context.Context) error {
 		return nil
 	}
 	logger := klog.FromContext(ctx)
-	if u := p.throttle.blockedUntil(kindRead); !u.IsZero() {
-		p.markAllStale("ARM reads throttled until " + u.UTC().Format(time.RFC3339))
-		logger.Info("Skipping cloud refresh: ARM reads are throttled", "until", u)
+	if u, why := p.throttle.blocked(kindRead, "", ""); !u.IsZero() {
+		p.markAllStale(why + " throttled until " + u.UTC().Format(time.RFC3339))
+		logger.Info("Skipping cloud refresh: ARM's subscription reads are throttled", "until", u)
 		return nil
 	}
-	var errs []error
-	type listed struct {
-		rg  string
-		set *armcompute.VirtualMachineScaleSet
+	errs, sets := p.listAllScaleSets(ctx)
+	p.refuseAmbiguous(logger)
+	seen := map[string]bool{}
+	var jobs []*vmListJob
+	for _, l := range sets {
+		s := l.set
+		minSize, maxSize, managed := p.managed(l.rg, s)
+		if managed {
+			why := p.refusal(l.rg, s)
+			p.noteRefusal(logger, l.rg, *s.Name, why)
+			managed = why == ""
+		}
+		if !managed {
+			continue
+		}
+		seen[setKey(l.rg, *s.Name)] = true
+		g := p.ensureGroup(l.rg, *s.Name, isFlexible(s), minSize, maxSize)
+		skus, err := p.skusFor(ctx, deref(s.Location))
+		if err != nil {
+			logger.Error(err, "Listing resource SKUs; templates use the previous list", "location", deref(s.Location))
+		}
+		g.mu.Lock()
+		g.updateSetLocked(s, skus)
+		warn := g.view.overprovision && !g.warnedOverprovision
+		g.warnedOverprovision = g.view.overprovision
+		g.mu.Unlock()
+		if warn {
+			logger.Info("Warning: scale set overprovisions (properties.overprovision is true or unset): Azure makes extra VMs on each scale-out and deletes them; they are not counted as this group's machines. Set overprovision to false on GPU scale sets",
+				"nodeGroup", g.ID())
+		}
+		g.warnLimit(logger)
+		jobs = append(jobs, &vmListJob{g: g, set: s, rg: l.rg})
 	}
-	var sets []listed
+	listed := p.pickVMLists(jobs, now)
+	p.runVMLists(ctx, listed)
+	var evicted []noticed
+	oldest := time.Duration(0)
+	for _, j := range listed {
+		if ev := p.applyVMList(j, now); len(ev) > 0 {
+			evicted = append(evicted, noticed{j.g, ev})
+		}
+		if j.err != nil {
+			logger.Error(j.err, "Listing VMs failed; the group keeps its last instances and its size from the scale-set list",
+				"nodeGroup", j.g.ID())
+		}
+	}
+	for _, j := range jobs {
+		if age, _ := j.g.InstancesAge(now); age > oldest {
+			oldest = age
+		}
+	}
+	p.metrics.vmListAge.Set(oldest.Seconds())
+	p.commitRefresh(logger, seen, evicted, len(errs) == 0, now)
+	for _, err := range errs {
+		logger.Error(err, "Cloud refresh incomplete; affected node groups have an unknown size until the next refresh")
+	}
+	if len(jobs) == 0 && len(errs) > 0 && !cloudprovider.IsThrottled(classify(errs[0])) {
+		return fmt.Errorf("no scale set could be read: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// listedSet is a scale set as its resource group's list gave it.
+type listedSet struct {
+	rg  string
+	set *armcompute.VirtualMachineScaleSet
+}
+
+// listAllScaleSets lists the scale sets of every resource group; a group
+// that cannot be listed has its node groups marked stale.
+func (p *Provider) listAllScaleSets(ctx context.Context) ([]error, []listedSet) {
+	var errs []error
+	var sets []listedSet
 	for _, rg := range p.cfg.ResourceGroups {
 		ss, err := p.listScaleSets(ctx, rg)
 		if err != nil {
@@ -256,41 +333,20 @@ func (p *Provider) Refresh(ctx context.Context) error {
 		names := make(map[string]bool, len(ss))
 		for _, s := range ss {
 			names[strings.ToLower(*s.Name)] = true
-			sets = append(sets, listed{rg, s})
+			sets = append(sets, listedSet{rg, s})
 		}
 		p.mu.Lock()
 		p.namesIn[strings.ToLower(rg)] = names
 		p.mu.Unlock()
 	}
-	p.refuseAmbiguous(logger)
-	seen := map[string]bool{}
-	refreshed := 0
-	var evicted []noticed
-	for _, l := range sets {
-		s := l.set
-		minSize, maxSize, managed := p.managed(l.rg, s)
-		if !managed {
-			continue
-		}
-		seen[setKey(l.rg, *s.Name)] = true
-		g := p.ensureGroup(l.rg, *s.Name, isFlexible(s), minSize, maxSize)
-		vms, err := p.listVMs(ctx, l.rg, s, g.flexible)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("listing VMs of scale set %s/%s: %w", l.rg, *s.Name, err))
-			g.markStale(err.Error())
-			continue
-		}
-		skus, err := p.skusFor(ctx, deref(s.Location))
-		if err != nil {
-			logger.Error(err, "Listing resource SKUs; templates use the previous list", "location", deref(s.Location))
-		}
-		if ev := g.update(s, vms, skus, now); len(ev) > 0 {
-			evicted = append(evicted, noticed{g, ev})
-		}
-		g.warnLimit(logger)
-		refreshed++
-	}
+	return errs, sets
+}
+
+// commitRefresh keeps the groups seen (and the stale ones), orders them,
+// rebuilds the provider ID index and schedules the next refresh.
+func (p *Provider) commitRefresh(logger klog.Logger, seen map[string]bool, evicted []noticed, complete bool, now time.Time) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	var order []string
 	for k := range p.groups {
 		if seen[k] || p.groupStale(k) {
@@ -311,24 +367,18 @@ func (p *Provider) Refresh(ctx context.Context) error {
 	p.byProviderID = make(map[string]*scaleSet, len(p.byProviderID))
 	for _, k := range order {
 		g := p.groups[k]
+		g.mu.Lock()
 		for _, in := range g.instances {
 			p.byProviderID[in.ProviderID] = g
 			p.byProviderID[cloudprovider.ProviderIDKey(in.ProviderID)] = g
 		}
+		g.mu.Unlock()
 	}
-	if len(errs) == 0 {
+	if complete {
 		p.lastRefresh = now
-		jitter := time.Duration((p.rnd.Float64()*0.2 - 0.1) * float64(p.cfg.CacheTTL))
+		jitter := time.Duration((p.jitter()*0.2 - 0.1) * float64(p.cfg.CacheTTL))
 		p.nextRefresh = now.Add(p.cfg.CacheTTL + jitter)
 	}
-	p.mu.Unlock()
-	for _, err := range errs {
-		logger.Error(err, "Cloud refresh incomplete; affected node groups have an unknown size until the next refresh")
-	}
-	if refreshed == 0 && len(errs) > 0 && !cloudprovider.IsThrottled(classify(errs[0])) {
-		return fmt.Errorf("no scale set could be read: %w", errors.Join(errs...))
-	}
-	return nil
 }
 
 // resourceGroupsNaming returns the resource groups (as configured) whose
@@ -511,6 +561,9 @@ func isFlexible(s *armcompute.VirtualMachineScaleSet) bool {
 func (p *Provider) listVMs(ctx context.Context, rg string, s *armcompute.VirtualMachineScaleSet, flexible bool) ([]vmStatus, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
+	// A Flexible set's list names no scale set in its URL: the throttle
+	// keys its policies by the set all the same.
+	ctx = withResource(ctx, scaleSetID(p.cfg.SubscriptionID, rg, s))
 	if flexible {
 		pager := p.virtualMachines.NewListPager(rg, &armcompute.VirtualMachinesClientListOptions{
 			Filter: to.Ptr("'virtualMachineScaleSet/id' eq '" + scaleSetID(p.cfg.SubscriptionID, rg, s) + "'"),

@@ -91,6 +91,9 @@ type GroupState struct {
 	// MaxWarning says the configured max is more than the cloud lets the
 	// group hold (Max is the cloud's limit then); empty otherwise.
 	MaxWarning string
+	// InstancesStale says the group's machines are an older list's (the
+	// cloud's last list of them failed): how old, and why.
+	InstancesStale string
 }
 
 // Failure is a scale-up failure found by Update.
@@ -231,7 +234,7 @@ func (r *Registry) Update(now time.Time, groups []cloudprovider.NodeGroup, nodes
 	r.order = r.order[:0]
 	for _, g := range groups {
 		gs := &GroupState{ID: g.ID(), Min: g.MinSize(), Max: g.MaxSize(), LastScaleUp: r.lastScaleUp[g.ID()],
-			GPU: r.opts.Startup.isGPUGroup(g), MaxWarning: maxWarning(g)}
+			GPU: r.opts.Startup.isGPUGroup(g), MaxWarning: maxWarning(g), InstancesStale: instancesStale(g, now)}
 		r.groups[g.ID()] = gs
 		r.order = append(r.order, g.ID())
 		r.countNodes(&u, gs)
@@ -538,6 +541,20 @@ func maxWarning(g cloudprovider.NodeGroup) string {
 		return ""
 	}
 	return fmt.Sprintf("configured max %d is more than the node group can hold (%d: %s); max is %d", configured, limit, why, limit)
+}
+
+// instancesStale says how old a group's machines are when the cloud's
+// last list of them failed ("" when it did not).
+func instancesStale(g cloudprovider.NodeGroup, now time.Time) string {
+	ia, ok := g.(cloudprovider.InstancesAged)
+	if !ok {
+		return ""
+	}
+	age, why := ia.InstancesAge(now)
+	if why == "" {
+		return ""
+	}
+	return fmt.Sprintf("machines as listed %s ago; the last list failed: %s", age.Truncate(time.Second), why)
 }
 
 func errorReason(c cloudprovider.ErrorClass) string {

@@ -190,6 +190,7 @@ func run(ctx context.Context, o options) error {
 		"--azure-auth=token-file",
 		"--azure-token-file=" + tokenFile,
 		"--azure-cache-ttl=2s",
+		"--azure-vm-list-interval=10s", "--azure-vm-list-active-interval=2s", "--azure-vm-list-budget=10000",
 		"--azure-operation-poll-interval=1s",
 		"--scan-interval=2s",
 		"--new-pod-scale-up-delay=1s",

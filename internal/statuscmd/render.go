@@ -65,6 +65,9 @@ func renderTable(w io.Writer, v *View, now time.Time) error {
 		if g.MaxWarning != "" {
 			notes = append(notes, fmt.Sprintf("WARNING: %s: %s", g.Name, g.MaxWarning))
 		}
+		if g.InstancesStale != "" {
+			notes = append(notes, fmt.Sprintf("%s: %s", g.Name, g.InstancesStale))
+		}
 		if g.FailedRunning > 0 {
 			notes = append(notes, fmt.Sprintf("WARNING: %s: %d VMs Failed in Azure but running: kept with their pods (FailedVMRunning events)", g.Name, g.FailedRunning))
 		}

@@ -1,0 +1,213 @@
+package vmss
+
+import (
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	testclock "k8s.io/utils/clock/testing"
+)
+
+const (
+	testSetA = "/subscriptions/s/resourcegroups/rg/providers/microsoft.compute/virtualmachinescalesets/a"
+	testSetB = "/subscriptions/s/resourcegroups/rg/providers/microsoft.compute/virtualmachinescalesets/b"
+	opList   = "VirtualMachineScaleSetVMsClient.NewListPager"
+	opGet    = "VirtualMachineScaleSetsClient.Get"
+	opUpdate = "VirtualMachineScaleSetsClient.BeginUpdate"
+)
+
+// answer builds an ARM answer with the given status, remaining-resource
+// values and extra headers.
+func answer(status int, remaining []string, extra ...string) *http.Response {
+	h := http.Header{}
+	for _, v := range remaining {
+		h.Add(headerRemainingResource, v)
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		h.Set(extra[i], extra[i+1])
+	}
+	return &http.Response{StatusCode: status, Header: h}
+}
+
+func computeBody(policy string) []byte {
+	return []byte(`{"error":{"code":"OperationNotAllowed","message":"The server rejected the request because too many requests have been received for this subscription.","details":[{"code":"TooManyRequests","target":"` +
+		policy + `","message":"{}"}]}}`)
+}
+
+// TestThrottleHoldsOnlyWhatThePolicyCovers: a 429 holds back the calls
+// its policy covers — the operation that named it, for the scale set or
+// for all when the policy is the subscription's — and nothing else; only
+// ARM's own empty bucket holds a whole kind. (Before, any 429 held every
+// call of its kind.)
+func TestThrottleHoldsOnlyWhatThePolicyCovers(t *testing.T) {
+	type call struct {
+		kind, op, resource string
+		held               bool
+	}
+	cases := []struct {
+		name string
+		// learn: answers of each operation that teach its policies.
+		learn map[string][]string
+		// the 429.
+		kind, op, resource string
+		resp               *http.Response
+		body               []byte
+		want               []call
+	}{{
+		name: "a VM list's 30-minute policy holds VM lists of every set, not GETs or polls",
+		learn: map[string][]string{
+			opList: {"Microsoft.Compute/HighCostGetVMScaleSet3Min;150,Microsoft.Compute/HighCostGetVMScaleSet30Min;10"},
+			opGet:  {"Microsoft.Compute/LowCostGetVMScaleSetResource;30", "Microsoft.Compute/LowCostGetVMScaleSetSubscription;2000"},
+			"poll": {"Microsoft.Compute/GetOperationResource;40"},
+		},
+		kind: kindRead, op: opList, resource: testSetA,
+		resp: answer(429, []string{"Microsoft.Compute/HighCostGetVMScaleSet30Min;0"}, "Retry-After", "1200"),
+		body: computeBody("HighCostGetVMScaleSet30Min"),
+		want: []call{
+			{kindRead, opList, testSetA, true},
+			{kindRead, opList, testSetB, true},
+			{kindRead, opGet, testSetA, false},
+			{kindRead, "poll", testSetA, false},
+			{kindRead, "VirtualMachineScaleSetsClient.NewListPager", "", false},
+			{kindWrite, opUpdate, testSetA, false},
+		},
+	}, {
+		name:  "a scale set's Update policy holds that scale set's writes only",
+		learn: map[string][]string{opUpdate: {"Microsoft.Compute/UpdateVMScaleSetResource;5", "Microsoft.Compute/UpdateVMScaleSetSubscription;1400"}},
+		kind:  kindWrite, op: opUpdate, resource: testSetA,
+		resp: answer(429, []string{"Microsoft.Compute/UpdateVMScaleSetResource;0"}, "Retry-After", "15"),
+		body: computeBody("UpdateVMScaleSetResource"),
+		want: []call{
+			{kindWrite, opUpdate, testSetA, true},
+			{kindWrite, opUpdate, testSetB, false},
+			{kindRead, opList, testSetA, false},
+		},
+	}, {
+		name: "ARM's own read bucket empty holds every read",
+		kind: kindRead, op: opGet, resource: testSetA,
+		resp: answer(429, nil, "Retry-After", "10", "x-ms-ratelimit-remaining-subscription-reads", "0"),
+		body: []byte(`{"error":{"code":"TooManyRequests","message":"Number of 'read' requests for subscription exceeded."}}`),
+		want: []call{
+			{kindRead, opGet, testSetB, true},
+			{kindRead, opList, testSetA, true},
+			{kindWrite, opUpdate, testSetA, false},
+		},
+	}, {
+		name: "a 429 that names no policy holds its kind",
+		kind: kindRead, op: opGet, resource: testSetA,
+		resp: answer(429, nil, "Retry-After", "10"),
+		want: []call{{kindRead, opList, testSetB, true}, {kindWrite, opUpdate, testSetA, false}},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := testclock.NewFakeClock(time.Unix(1_700_000_000, 0))
+			th := newThrottle(clk, newARMMetrics(nil))
+			for op, vals := range tc.learn {
+				th.observe(kindRead, op, testSetA, answer(200, vals), nil)
+			}
+			th.observe(tc.kind, tc.op, tc.resource, tc.resp, tc.body)
+			for _, c := range tc.want {
+				u, why := th.blocked(c.kind, c.op, c.resource)
+				if got := !u.IsZero(); got != c.held {
+					t.Errorf("%s %s of %s: held %v (%s), want %v", c.kind, c.op, c.resource, got, why, c.held)
+				}
+			}
+			// Retry-After passes: each call goes through (the first of a
+			// policy whose 429 said 0 is the one let through to read the
+			// count again; its answer, with tokens, lifts the pace).
+			ra, _ := strconv.Atoi(tc.resp.Header.Get("Retry-After"))
+			clk.Step(time.Duration(ra)*time.Second + time.Millisecond)
+			for _, c := range tc.want {
+				if u, why := th.blocked(c.kind, c.op, c.resource); !u.IsZero() {
+					t.Errorf("after Retry-After: %s %s of %s still held (%s)", c.kind, c.op, c.resource, why)
+				}
+				th.observe(c.kind, c.op, c.resource, answer(200, []string{"Microsoft.Compute/HighCostGetVMScaleSet30Min;800",
+					"Microsoft.Compute/UpdateVMScaleSetResource;10"}), nil)
+			}
+		})
+	}
+}
+
+// TestThrottleEscalatesAPolicyThrottledForTwoSets: a policy whose name
+// does not say its scope, throttled for two scale sets at once, is the
+// subscription's: a third set's calls are held too.
+func TestThrottleEscalatesAPolicyThrottledForTwoSets(t *testing.T) {
+	clk := testclock.NewFakeClock(time.Unix(1_700_000_000, 0))
+	th := newThrottle(clk, newARMMetrics(nil))
+	const testSetC = testSetA + "c"
+	for _, set := range []string{testSetA, testSetB} {
+		th.observe(kindWrite, opUpdate, set, answer(429, []string{"Microsoft.Compute/PutVMScaleSet;0"}, "Retry-After", "60"), computeBody("PutVMScaleSet"))
+	}
+	if u, _ := th.blocked(kindWrite, opUpdate, testSetC); u.IsZero() {
+		t.Fatal("a third scale set's write is not held after two sets' 429s of one policy")
+	}
+}
+
+// TestThrottlePacesAPolicyBelowItsFloor: once a policy's remaining count
+// is at its floor, one call goes through per lowPace (so steady state
+// meets no 429), and none is held above it.
+func TestThrottlePacesAPolicyBelowItsFloor(t *testing.T) {
+	clk := testclock.NewFakeClock(time.Unix(1_700_000_000, 0))
+	th := newThrottle(clk, newARMMetrics(nil))
+	obs := func(n int) {
+		th.observe(kindWrite, opUpdate, testSetA, answer(202, []string{"Microsoft.Compute/UpdateVMScaleSetResource;" + strconv.Itoa(n)}), nil)
+	}
+	obs(11)
+	if u, _ := th.blocked(kindWrite, opUpdate, testSetA); !u.IsZero() {
+		t.Fatal("held with 11 of 11 left")
+	}
+	obs(1)
+	if u, _ := th.blocked(kindWrite, opUpdate, testSetA); !u.IsZero() {
+		t.Fatal("the first call at the floor is held; want it let through")
+	}
+	u, why := th.blocked(kindWrite, opUpdate, testSetA)
+	if u.IsZero() {
+		t.Fatal("a second call at the floor within lowPace is let through")
+	}
+	if want := clk.Now().Add(lowPace); !u.Equal(want) {
+		t.Fatalf("held until %v (%s), want %v", u, why, want)
+	}
+	if u, _ := th.blocked(kindWrite, opUpdate, testSetB); !u.IsZero() {
+		t.Fatal("another scale set is paced by set a's floor")
+	}
+	clk.Step(lowPace)
+	if u, _ := th.blocked(kindWrite, opUpdate, testSetA); !u.IsZero() {
+		t.Fatal("held after lowPace")
+	}
+	obs(6)
+	if u, _ := th.blocked(kindWrite, opUpdate, testSetA); !u.IsZero() {
+		t.Fatal("held after the bucket refilled above its floor")
+	}
+}
+
+func TestRemainingCounts(t *testing.T) {
+	h := http.Header{}
+	h.Add(headerRemainingResource, "Microsoft.Compute/HighCostGetVMScaleSet3Min;107,Microsoft.Compute/HighCostGetVMScaleSet30Min;827")
+	h.Add(headerRemainingResource, "Microsoft.Compute/DeleteVMScaleSet;107")
+	h.Add(headerRemainingResource, "Microsoft.Compute/DeleteVMScaleSet;587")
+	h.Add(headerRemainingResource, "garbage,Microsoft.Compute/Bad;x,;3")
+	got := remainingCounts(h)
+	want := map[string]int{"highcostgetvmscaleset3min": 107, "highcostgetvmscaleset30min": 827, "deletevmscaleset": 107}
+	if len(got) != len(want) {
+		t.Fatalf("counts %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("counts %v, want %v", got, want)
+		}
+	}
+}
+
+func TestResourceOf(t *testing.T) {
+	for path, want := range map[string]string{
+		"/subscriptions/S/resourceGroups/RG/providers/Microsoft.Compute/virtualMachineScaleSets/A/virtualMachines": "/subscriptions/s/resourcegroups/rg/providers/microsoft.compute/virtualmachinescalesets/a",
+		"/subscriptions/S/resourceGroups/RG/providers/Microsoft.Compute/virtualMachineScaleSets/A":                 "/subscriptions/s/resourcegroups/rg/providers/microsoft.compute/virtualmachinescalesets/a",
+		"/subscriptions/S/providers/Microsoft.Compute/locations/eastus/operations/x":                               "",
+	} {
+		req, _ := http.NewRequest(http.MethodGet, "https://127.0.0.1"+path, nil)
+		if got := resourceOf(req); got != want {
+			t.Errorf("resourceOf(%s) = %q, want %q", path, got, want)
+		}
+	}
+}
