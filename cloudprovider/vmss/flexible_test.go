@@ -200,54 +200,40 @@ func TestFlexibleFailedStates(t *testing.T) {
 	})
 }
 
-// TestThrottledRefreshOfEitherMode: a 429 on a VM list holds back every
-// read until Retry-After and leaves the size unknown, whichever API the
-// scale set is listed by.
-func TestThrottledRefreshOfEitherMode(t *testing.T) {
+// TestThrottledVMListKeepsSizesOfEitherMode: a 429 on a VM list with a
+// 20-minute Retry-After (HighCostGetVMScaleSet30Min) holds back VM lists
+// only: the size stays known from the scale-set list, the instances are
+// the last list's (InstancesAge names why), and a scale-up goes out.
+// Before, any 429 held every read and left every size unknown.
+func TestThrottledVMListKeepsSizesOfEitherMode(t *testing.T) {
 	for _, mode := range []struct {
 		name string
 		spec armsim.ScaleSetSpec
-		list string
 	}{
-		{"uniform", gpuSet("gpu", 2, nil), armsim.OpListVMs},
-		{"flexible", flexSet("gpu", 2, nil), armsim.OpListVirtualMachines},
+		{"uniform", gpuSet("gpu", 2, nil)},
+		{"flexible", flexSet("gpu", 2, nil)},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
-			// Two reads a minute, one VM a page: the scale-set list and the
-			// VM list's first page pass, its second page is answered 429
-			// with Retry-After 30.
-			f := newFixture(t, []armsim.ScaleSetSpec{mode.spec}, withNodes("0:10:gpu"), func(o *armsim.Options, _ *Config) {
-				o.ReadsPerWindow, o.Window, o.PageSize = 2, time.Minute, 1
-			})
-			start := f.clock.Now()
-			if err := f.p.Refresh(f.ctx); err != nil {
-				t.Logf("refresh: %v", err)
-			}
-			if c := f.sim.Calls(); c[armsim.OpThrottled] != 1 || c[mode.list] != 1 {
-				t.Fatalf("calls %v, want the VM list's second page throttled", c)
-			}
-			g := f.group("gpu")
-			if _, err := g.TargetSize(); !cloudprovider.IsSizeUnknown(err) {
-				t.Fatalf("TargetSize after a throttled VM list: %v, want size unknown", err)
-			}
-			if got, want := testutil.ToFloat64(f.p.metrics.throttledUntil.WithLabelValues(kindRead)), float64(start.Add(30*time.Second).Unix()); got != want {
-				t.Fatalf("arm_throttled_until_seconds{kind=read} = %v, want %v (Retry-After 30)", got, want)
-			}
-			f.sim.ResetCalls()
-			f.clock.Step(29 * time.Second)
+			f := newFixture(t, []armsim.ScaleSetSpec{mode.spec}, withNodes("0:10:gpu"))
 			f.refresh()
-			if err := g.IncreaseSize(f.ctx, 1); !cloudprovider.IsSizeUnknown(err) {
-				t.Fatalf("scale-up on an unknown size: %v, want size unknown", err)
+			f.sim.ThrottlePolicy(armsim.PolicyHighCostGetVMScaleSet30Min, "", 20*time.Minute)
+			f.clock.Step(6 * time.Minute) // the VM list is due again
+			f.refresh()
+			f.clock.Step(6 * time.Minute)
+			f.refresh()
+			g := f.group("gpu")
+			size, err := g.TargetSize()
+			if err != nil || size != 2 {
+				t.Fatalf("TargetSize after a throttled VM list: %d, %v; want 2 from the scale-set list", size, err)
 			}
-			if c := nonZero(f.sim.Calls()); len(c) != 0 {
-				t.Fatalf("calls before Retry-After: %v", c)
+			if ins, _ := g.Instances(); len(ins) != 2 {
+				t.Fatalf("instances %v, want the last list's 2", ins)
 			}
-			f.clock.Step(2 * time.Second)
-			if err := f.p.Refresh(f.ctx); err != nil {
-				t.Logf("refresh: %v", err)
+			if _, why := g.(cloudprovider.InstancesAged).InstancesAge(f.clock.Now()); why == "" {
+				t.Fatal("InstancesAge names no failed list")
 			}
-			if c := f.sim.Calls(); c[armsim.OpListScaleSets] != 1 {
-				t.Fatalf("calls after Retry-After %v, want reads again", c)
+			if err := g.IncreaseSize(f.ctx, 1); err != nil {
+				t.Fatalf("scale-up while VM lists are throttled: %v", err)
 			}
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,23 +27,28 @@ import (
 
 // config is the parsed command line.
 type config struct {
-	listen          string
-	subscription    string
-	location        string
-	scaleSets       []string
-	bootDelay       time.Duration
-	bootJitter      time.Duration
-	seed            uint64
-	deleteDelay     time.Duration
-	lroDuration     time.Duration
-	readsPerWindow  int
-	writesPerWindow int
-	window          time.Duration
-	pageSize        int
-	caOut           string
-	kubeconfig      string
-	registerTaints  []string
-	annotations     []string
+	listen         string
+	subscription   string
+	location       string
+	scaleSets      []string
+	bootDelay      time.Duration
+	bootJitter     time.Duration
+	seed           uint64
+	deleteDelay    time.Duration
+	lroDuration    time.Duration
+	pageSize       int
+	caOut          string
+	kubeconfig     string
+	registerTaints []string
+	annotations    []string
+
+	// Throttling (armsim.Throttling).
+	throttling      bool
+	armReads        string
+	armWrites       string
+	armDeletes      string
+	armGlobalFactor int
+	computePolicies []string
 
 	// Per scale set options, each naming a --scale-set as rg/name.
 	flexible       []string
@@ -114,9 +120,17 @@ func bindFlags(fs *pflag.FlagSet) *config {
 	fs.Uint64Var(&cfg.seed, "seed", 1, "Seed of the boot jitter: the same seed and requests give the same boot times.")
 	fs.DurationVar(&cfg.deleteDelay, "delete-delay", 0, "How long deleted VMs stay Deleting.")
 	fs.DurationVar(&cfg.lroDuration, "lro-duration", 0, "How long asynchronous operations stay InProgress.")
-	fs.IntVar(&cfg.readsPerWindow, "reads-per-window", 0, "Subscription read requests allowed per window; 0 = unlimited.")
-	fs.IntVar(&cfg.writesPerWindow, "writes-per-window", 0, "Subscription write requests allowed per window; 0 = unlimited.")
-	fs.DurationVar(&cfg.window, "window", time.Minute, "Throttling window.")
+	arm := armsim.DefaultARMLimits()
+	fs.BoolVar(&cfg.throttling, "throttling", true,
+		"Throttle as Azure does: ARM's buckets per principal (--arm-*) and the Compute resource provider's policies per scale set and "+
+			"per subscription (--compute-policy); false: no bucket or window throttles.")
+	fs.StringVar(&cfg.armReads, "arm-reads", formatRate(arm.Reads, false), `ARM's read bucket per principal, "capacity+refill/period".`)
+	fs.StringVar(&cfg.armWrites, "arm-writes", formatRate(arm.Writes, false), `ARM's write bucket per principal, "capacity+refill/period".`)
+	fs.StringVar(&cfg.armDeletes, "arm-deletes", formatRate(arm.Deletes, false), `ARM's delete bucket per principal, "capacity+refill/period".`)
+	fs.IntVar(&cfg.armGlobalFactor, "arm-global-factor", arm.GlobalFactor, "ARM's global subscription limit across principals, in multiples of the principal's buckets.")
+	fs.StringArrayVar(&cfg.computePolicies, "compute-policy", nil,
+		`Override a Compute throttling policy: "Name=capacity+refill/period" (a token bucket), "Name=limit/period" (a fixed window: `+
+			`HighCostGetVMScaleSet3Min, HighCostGetVMScaleSet30Min) or "Name=off". Names and defaults: `+policyDefaults()+`. Repeatable.`)
 	fs.IntVar(&cfg.pageSize, "page-size", 1000, "VM list page size.")
 	fs.StringVar(&cfg.caOut, "ca-out", "", "File to write the PEM of the server's self-signed certificate to.")
 	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", "Kubeconfig of a cluster to register a Node in for each running VM.")
@@ -233,22 +247,24 @@ func run(ctx context.Context, cfg *config) error {
 		return err
 	}
 	opts := armsim.Options{
-		SubscriptionID:  cfg.subscription,
-		Location:        cfg.location,
-		BootDelay:       cfg.bootDelay,
-		BootJitter:      cfg.bootJitter,
-		Seed:            cfg.seed,
-		DeleteDelay:     cfg.deleteDelay,
-		LRODuration:     cfg.lroDuration,
-		ReadsPerWindow:  cfg.readsPerWindow,
-		WritesPerWindow: cfg.writesPerWindow,
-		Window:          cfg.window,
-		PageSize:        cfg.pageSize,
-		Addr:            cfg.listen,
+		SubscriptionID: cfg.subscription,
+		Location:       cfg.location,
+		BootDelay:      cfg.bootDelay,
+		BootJitter:     cfg.bootJitter,
+		Seed:           cfg.seed,
+		DeleteDelay:    cfg.deleteDelay,
+		LRODuration:    cfg.lroDuration,
+		PageSize:       cfg.pageSize,
+		Addr:           cfg.listen,
 	}
 	if cfg.bootJitter < 0 {
 		return fmt.Errorf("--boot-jitter %v: must not be negative", cfg.bootJitter)
 	}
+	throttling, err := cfg.throttlingOptions()
+	if err != nil {
+		return err
+	}
+	opts.Throttling = throttling
 	realism, err := cfg.realism()
 	if err != nil {
 		return err
@@ -386,4 +402,104 @@ func newKubeHook(cfg *config, realism armsim.Realism) (*armsim.KubeNodeHook, err
 		hook.Annotations[k] = v
 	}
 	return hook, nil
+}
+
+// throttlingOptions builds the simulator's throttling from the flags.
+func (cfg *config) throttlingOptions() (armsim.Throttling, error) {
+	t := armsim.Throttling{Disabled: !cfg.throttling, Compute: armsim.ComputePolicies(), ARM: armsim.ARMLimits{GlobalFactor: cfg.armGlobalFactor}}
+	if cfg.armGlobalFactor < 1 {
+		return t, fmt.Errorf("--arm-global-factor %d: must be at least 1", cfg.armGlobalFactor)
+	}
+	for _, f := range []struct {
+		flag, value string
+		rate        *armsim.Rate
+	}{{"--arm-reads", cfg.armReads, &t.ARM.Reads}, {"--arm-writes", cfg.armWrites, &t.ARM.Writes}, {"--arm-deletes", cfg.armDeletes, &t.ARM.Deletes}} {
+		r, err := parseRate(f.value, false)
+		if err != nil {
+			return t, fmt.Errorf("%s: %w", f.flag, err)
+		}
+		*f.rate = r
+	}
+	for _, v := range cfg.computePolicies {
+		name, value, ok := strings.Cut(v, "=")
+		p, known := armsim.ComputePolicy(name)
+		switch {
+		case !ok:
+			return t, fmt.Errorf("--compute-policy %q: want Name=rate or Name=off", v)
+		case !known:
+			return t, fmt.Errorf("--compute-policy %q: unknown policy %q", v, name)
+		case strings.EqualFold(strings.TrimSpace(value), "off"):
+			t.Compute = slices.DeleteFunc(t.Compute, func(q armsim.Policy) bool { return q.Name == p.Name })
+			continue
+		}
+		r, err := parseRate(value, p.FixedWindow)
+		if err != nil {
+			return t, fmt.Errorf("--compute-policy %q: %w", v, err)
+		}
+		p.Rate = r
+		t.Compute = armsim.WithPolicy(t.Compute, p)
+	}
+	return t, nil
+}
+
+// parseRate parses "capacity+refill/period" (a token bucket) or, fixed,
+// "limit/period" (a fixed window).
+func parseRate(s string, fixed bool) (armsim.Rate, error) {
+	var r armsim.Rate
+	counts, period, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return r, fmt.Errorf("rate %q: want %s", s, rateForm(fixed))
+	}
+	d, err := time.ParseDuration(period)
+	if err != nil {
+		return r, fmt.Errorf("rate %q: period: %w", s, err)
+	}
+	r.Period = d
+	capacity, refill, hasRefill := strings.Cut(counts, "+")
+	if hasRefill == fixed {
+		return r, fmt.Errorf("rate %q: want %s", s, rateForm(fixed))
+	}
+	if r.Capacity, err = strconv.Atoi(capacity); err != nil {
+		return r, fmt.Errorf("rate %q: capacity: %w", s, err)
+	}
+	if hasRefill {
+		if r.Refill, err = strconv.Atoi(refill); err != nil {
+			return r, fmt.Errorf("rate %q: refill: %w", s, err)
+		}
+	}
+	if r.Capacity <= 0 || r.Period <= 0 || (!fixed && r.Refill <= 0) {
+		return r, fmt.Errorf("rate %q: capacity, refill and period must be positive", s)
+	}
+	return r, nil
+}
+
+func rateForm(fixed bool) string {
+	if fixed {
+		return `"limit/period" (a fixed window), e.g. "900/30m"`
+	}
+	return `"capacity+refill/period" (a token bucket), e.g. "12+4/1m"`
+}
+
+// formatRate is parseRate's inverse.
+func formatRate(r armsim.Rate, fixed bool) string {
+	period := r.Period.String()
+	if strings.HasSuffix(period, "m0s") {
+		period = strings.TrimSuffix(period, "0s")
+	}
+	if strings.HasSuffix(period, "h0m") {
+		period = strings.TrimSuffix(period, "0m")
+	}
+	if fixed {
+		return fmt.Sprintf("%d/%s", r.Capacity, period)
+	}
+	return fmt.Sprintf("%d+%d/%s", r.Capacity, r.Refill, period)
+}
+
+// policyDefaults lists the default Compute policies for --help.
+func policyDefaults() string {
+	var parts []string
+	for _, p := range armsim.ComputePolicies() {
+		parts = append(parts, p.Name+"="+formatRate(p.Rate, p.FixedWindow))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -54,12 +54,8 @@ const (
 	namespace     = "peer"
 	// scaleSetLimit is what a Uniform scale set holds.
 	scaleSetLimit = 1000
-	// ARM's subscription limits as the scale harness sets them (12,000
-	// reads and 1,200 writes an hour, as per-minute buckets), and its
-	// long-running operations' duration.
-	armReadsPerMinute  = 200
-	armWritesPerMinute = 20
-	armLRODuration     = 10 * time.Second
+	// The simulator's long-running operations' duration with --arm-limits.
+	armLRODuration = 10 * time.Second
 
 	// sampleEvery is how often the series is sampled (the time to all
 	// Running is the informer's event's, not a sample's).
@@ -83,7 +79,7 @@ type options struct {
 	// repeat is how many rounds of each run, interleaved; the report
 	// shows each run's median.
 	repeat int
-	// armLimits: the simulator throttles at ARM's subscription limits and
+	// armLimits: the simulator throttles as Azure does (its default) and
 	// its long-running operations take armLRODuration; off, neither.
 	armLimits bool
 }
@@ -98,7 +94,7 @@ func main() {
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "how long a run may take to get every pod Running")
 	fs.StringArrayVar(&o.ourArgs, "ours-flag", nil, "a flag added to this autoscaler's command line, e.g. --ours-flag=--node-addition-smoothing=false (repeatable; default none: its defaults)")
 	fs.IntVar(&o.repeat, "repeat", 1, "rounds of each run per size, interleaved (ours, karpenter, floor, then again); the report shows each run's median round and every round's time")
-	fs.BoolVar(&o.armLimits, "arm-limits", true, "the ARM simulator throttles at ARM's subscription limits (200 reads, 20 writes a minute) and its long-running operations take 10 s; false: neither (Karpenter's kwok provider has no such limits)")
+	fs.BoolVar(&o.armLimits, "arm-limits", true, "the ARM simulator throttles as Azure does (its default: ARM's buckets per principal, the Compute policies per scale set and subscription) and its long-running operations take 10 s; false: neither (Karpenter's kwok provider has no such limits)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			os.Exit(0)
@@ -501,7 +497,8 @@ func (s *stack) startSim(ctx context.Context, dir string, bootDelay time.Duratio
 	}
 	if s.opts.armLimits {
 		simOpts.LRODuration = armLRODuration
-		simOpts.ReadsPerWindow, simOpts.WritesPerWindow, simOpts.Window = armReadsPerMinute, armWritesPerMinute, time.Minute
+	} else {
+		simOpts.Throttling.Disabled = true
 	}
 	sim, err := armsim.New(simOpts)
 	if err != nil {

@@ -33,10 +33,12 @@ const (
 	scaleSetLimit = 1000
 	cpuSKU        = "Standard_D16s_v5"
 	gpuSKU        = "Standard_ND96isr_H100_v5"
-	// ARM's subscription limits (12,000 reads and 1,200 writes an hour) as
-	// the simulator's per-minute token buckets.
-	armReadsPerMinute  = 200
-	armWritesPerMinute = 20
+	// ARM's per-principal refill a minute (armsim.DefaultARMLimits: 25
+	// reads and 10 writes a second), for the report. The simulator
+	// throttles as Azure does by default; the Compute policies bind first
+	// (a scale set's updates: 12, then 4 a minute: armsim.ComputePolicies).
+	armReadsPerMinute  = 25 * 60
+	armWritesPerMinute = 10 * 60
 	// The simulator's long-running operations and deletions take this long.
 	armLRODuration = 10 * time.Second
 	armDeleteDelay = 30 * time.Second
@@ -234,7 +236,6 @@ func (sc *scenario) start(ctx context.Context) (_ *env, stop func(), err error) 
 		SubscriptionID: subscription, Location: "eastus",
 		BootDelay: sc.o.bootDelay, BootJitter: sc.o.bootDelay / 2, Seed: 1,
 		LRODuration: armLRODuration, DeleteDelay: armDeleteDelay,
-		ReadsPerWindow: armReadsPerMinute, WritesPerWindow: armWritesPerMinute, Window: time.Minute,
 		Hook: hook,
 	})
 	if err != nil {

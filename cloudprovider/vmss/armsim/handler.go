@@ -40,11 +40,6 @@ const (
 	operationAPIVersion = "2025-04-01"
 	// maxBody bounds request bodies.
 	maxBody = 1 << 20
-	// highCostLimit and highCostWindow model the per-scale-set
-	// Microsoft.Compute/HighCostGetVMScaleSet30Min policy reported on VM
-	// lists (reported only, not enforced).
-	highCostLimit  = 900
-	highCostWindow = 30 * time.Minute
 )
 
 // response is an answer computed under the lock and written after it.
@@ -128,13 +123,6 @@ func parseRoute(escapedPath string) (route, bool) {
 	return rt, true
 }
 
-func kindOf(method string) string {
-	if method == http.MethodGet || method == http.MethodHead {
-		return kindRead
-	}
-	return kindWrite
-}
-
 // baseURL is the scheme and host the request was sent to, for URLs in
 // answers.
 func baseURL(r *http.Request) string {
@@ -191,6 +179,7 @@ func (s *Server) handle(r *http.Request) (response, []VM) {
 		}
 	}
 	kind := kindOf(r.Method)
+	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -198,20 +187,15 @@ func (s *Server) handle(r *http.Request) (response, []VM) {
 	s.recordDeleting, s.deleting = s.watcher != nil, nil
 	resp := s.route(r, kind, body, now)
 	deleting := s.startedDeleting()
-	if kind == kindWrite {
+	if kind != kindRead {
 		s.logWrite(r, body, resp.status, now)
 	}
-	header := "x-ms-ratelimit-remaining-subscription-reads"
-	if kind == kindWrite {
-		header = "x-ms-ratelimit-remaining-subscription-writes"
-	}
-	if resp.header.Get(header) == "" {
-		resp.set(header, strconv.Itoa(s.buckets[kind].peek(now)))
-	}
+	s.armHeaders(&resp, kind, CallerOf(token), now)
 	return resp, deleting
 }
 
-// route checks, throttles, counts and dispatches a request. Callers hold s.mu.
+// route checks, throttles (ARM's buckets, then the Compute policies:
+// throttle.go), counts and dispatches a request. Callers hold s.mu.
 func (s *Server) route(r *http.Request, kind string, body []byte, now time.Time) response {
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || strings.TrimSpace(token) == "" {
@@ -234,12 +218,23 @@ func (s *Server) route(r *http.Request, kind string, body []byte, now time.Time)
 	if !strings.EqualFold(rt.sub, s.opts.SubscriptionID) {
 		return errorResponse(http.StatusNotFound, "SubscriptionNotFound", "The subscription '%s' could not be found.", rt.sub)
 	}
-	if resp, throttled := s.admit(kind, CallerOf(token), now); throttled {
+	if resp, throttled := s.admitARM(kind, CallerOf(token), now); throttled {
+		s.calls[OpThrottled]++
+		return resp
+	}
+	charges := s.computeCharges(r, rt, op, body)
+	if resp, throttled := s.admitCompute(charges, now); throttled {
 		s.calls[OpThrottled]++
 		return resp
 	}
 	s.calls[op]++
+	resp := s.dispatch(r, rt, op, body, now)
+	s.computeHeaders(&resp, charges, now)
+	return resp
+}
 
+// dispatch answers an admitted request. Callers hold s.mu.
+func (s *Server) dispatch(r *http.Request, rt route, op string, body []byte, now time.Time) response {
 	switch op {
 	case OpListSKUs:
 		return s.listSKUs(r)
@@ -272,34 +267,6 @@ func (s *Server) route(r *http.Request, kind string, body []byte, now time.Time)
 		return s.getVM(r, set, rt.instance)
 	}
 	return errorResponse(http.StatusInternalServerError, "InternalServerError", "Unhandled operation %s.", op)
-}
-
-// admit takes a token from the kind's bucket, or answers 429 when there is
-// none or the kind is throttled, for everyone (Throttle) or for the caller
-// (ThrottleCaller). Callers hold s.mu.
-func (s *Server) admit(kind, caller string, now time.Time) (response, bool) {
-	policy := readPolicy
-	if kind == kindWrite {
-		policy = writePolicy
-	}
-	until, ok := s.blocked[kind]
-	if mine, isMine := s.blockedFor[caller][kind]; isMine && (!ok || mine.After(until)) {
-		until, ok = mine, true
-	}
-	var wait time.Duration
-	if ok && now.Before(until) {
-		wait = until.Sub(now)
-	} else if ok, _, w := s.buckets[kind].take(now); !ok {
-		wait = w
-	} else {
-		return response{}, false
-	}
-	secs := retryAfterSeconds(wait)
-	resp := errorResponse(http.StatusTooManyRequests, "TooManyRequests",
-		"The request is throttled by policy %s. Please retry after %d seconds.", policy, secs)
-	resp.set("Retry-After", strconv.Itoa(secs))
-	resp.set("x-ms-ratelimit-remaining-subscription-"+kind+"s", "0")
-	return resp, true
 }
 
 // resolveSet finds the scale set a request is about, lands the late
@@ -482,9 +449,7 @@ func (s *Server) listVMs(r *http.Request, set *scaleSet, now time.Time) response
 	for _, vm := range vms[start:end] {
 		page.Value = append(page.Value, s.vmModel(vm, expand))
 	}
-	resp := response{status: http.StatusOK, body: page}
-	s.chargeHighCost(&resp, set, "HighCostGetVMScaleSet30Min", now)
-	return resp
+	return response{status: http.StatusOK, body: page}
 }
 
 // pageOf returns the items [start, end) of n on the page the request asks
@@ -508,18 +473,6 @@ func (s *Server) pageOf(r *http.Request, n int) (start, end int, next *string, e
 	return start, end, next, nil
 }
 
-// chargeHighCost counts a high-cost VM list of the scale set in its
-// 30-minute window and reports what is left in
-// x-ms-ratelimit-remaining-resource under the policy's name. Callers hold
-// s.mu.
-func (s *Server) chargeHighCost(resp *response, set *scaleSet, policy string, now time.Time) {
-	if now.Sub(set.highCostStart) >= highCostWindow {
-		set.highCostStart, set.highCostCount = now, 0
-	}
-	set.highCostCount++
-	resp.set("x-ms-ratelimit-remaining-resource", "Microsoft.Compute/"+policy+";"+strconv.Itoa(max(0, highCostLimit-set.highCostCount)))
-}
-
 // scaleSetFilter matches the one filter the Virtual Machines List API
 // takes, with or without quotes around the property:
 // 'virtualMachineScaleSet/id' eq '<scale set resource ID>'.
@@ -531,7 +484,8 @@ var scaleSetFilter = regexp.MustCompile(`(?i)^\s*'?virtualMachineScaleSet/id'?\s
 // (none for a Uniform scale set, whose VMs are not virtual machines of
 // their own), and $expand=instanceView only together with that filter. A
 // filtered list is a request about the scale set (faults, late updates)
-// and a high-cost read of it, as the scale-set VM list is. Callers hold
+// and, with instance view, a high-cost read of it charged as the
+// scale-set VM list is (computeCharges). Callers hold
 // s.mu.
 func (s *Server) listVirtualMachines(r *http.Request, rt route, now time.Time) response {
 	q := r.URL.Query()
@@ -550,7 +504,6 @@ func (s *Server) listVirtualMachines(r *http.Request, rt route, now time.Time) r
 			"The parameter '$expand' with value 'instanceView' can only be specified together with a valid '$filter'.")
 	}
 	var vms []*vmRecord
-	var filtered *scaleSet
 	if filter != "" {
 		m := scaleSetFilter.FindStringSubmatch(filter)
 		if m == nil {
@@ -566,7 +519,6 @@ func (s *Server) listVirtualMachines(r *http.Request, rt route, now time.Time) r
 			if resp := s.aboutSet(set, now); resp != nil {
 				return *resp
 			}
-			filtered = set
 			if set.flexible {
 				vms = set.sortedVMs()
 			}
@@ -590,11 +542,7 @@ func (s *Server) listVirtualMachines(r *http.Request, rt route, now time.Time) r
 	for _, vm := range vms[start:end] {
 		page.Value = append(page.Value, s.virtualMachineModel(vm, expand != ""))
 	}
-	resp := response{status: http.StatusOK, body: page}
-	if filtered != nil && expand != "" {
-		s.chargeHighCost(&resp, filtered, "HighCostGet30Min", now)
-	}
-	return resp
+	return response{status: http.StatusOK, body: page}
 }
 
 // parseScaleSetID parses

@@ -9,7 +9,9 @@
 // The simulator speaks ARM's wire protocol over HTTPS, so the real
 // armcompute SDK client works against it unmodified. It models ARM's
 // semantics that matter to an autoscaler: ETags and If-Match, long-running
-// operations, subscription-wide request throttling with 429 and Retry-After,
+// operations, Azure's request throttling (ARM's buckets per principal and
+// the Compute resource provider's policies per resource and per
+// subscription: Options.Throttling, throttle.go) with 429 and Retry-After,
 // and injectable faults (quota, allocation failure, failed or slow
 // operations, server errors). Time-based transitions (VM boot, VM deletion,
 // operation completion) follow Options.Clock, so tests can drive them with a
@@ -57,7 +59,6 @@ import (
 
 const (
 	defaultLocation = "eastus"
-	defaultWindow   = time.Minute
 	defaultPageSize = 1000
 	defaultAddr     = "127.0.0.1:0"
 	// runTick is how often Run advances the fleet model (real time).
@@ -81,16 +82,17 @@ type Options struct {
 	BootJitter time.Duration
 	// Seed seeds the jitter's random source (math/rand/v2 PCG), so a run
 	// is repeatable: the same seed and requests give the same boot times.
-	Seed            uint64
-	DeleteDelay     time.Duration // Deleting -> gone (default 0: gone at the next Advance)
-	LRODuration     time.Duration // how long an async operation stays InProgress (default 0)
-	ReadsPerWindow  int           // subscription-wide token bucket for reads (GET); 0 = unlimited
-	WritesPerWindow int           // same for writes (PATCH/PUT/POST/DELETE); 0 = unlimited
-	Window          time.Duration // bucket refill window (tokens refill continuously: N per Window); default 1 minute
-	PageSize        int           // VM list page size, nextLink paging beyond it; default 1000
-	Clock           clock.Clock   // default real clock; tests pass a fake clock
-	Hook            NodeHook      // may be nil; may also be a DeletionWatcher
-	SKUs            []SKU         // default DefaultSKUs()
+	Seed        uint64
+	DeleteDelay time.Duration // Deleting -> gone (default 0: gone at the next Advance)
+	LRODuration time.Duration // how long an async operation stays InProgress (default 0)
+	// Throttling is ARM's and the Compute resource provider's
+	// throttling, on by default at Azure's limits (ComputePolicies,
+	// DefaultARMLimits); Throttling.Disabled turns it off.
+	Throttling Throttling
+	PageSize   int         // VM list page size, nextLink paging beyond it; default 1000
+	Clock      clock.Clock // default real clock; tests pass a fake clock
+	Hook       NodeHook    // may be nil; may also be a DeletionWatcher
+	SKUs       []SKU       // default DefaultSKUs()
 	// Addr is the address Start listens on; default "127.0.0.1:0". Only
 	// loopback addresses are accepted.
 	Addr string
@@ -110,17 +112,14 @@ type Server struct {
 	// Advance runs concurrently (Run and a test, say).
 	hookMu sync.Mutex
 
-	mu      sync.Mutex
-	rng     *rand.Rand            // boot jitter; seeded by Options.Seed
-	sets    map[string]*scaleSet  // by setKey
-	ops     map[string]*operation // by operation ID
-	gone    []*vmRecord           // removed VMs whose VMDeleted hook is pending
-	calls   map[string]int
-	buckets map[string]*bucket   // by request kind
-	blocked map[string]time.Time // request kind -> throttled until (Throttle)
-	// blockedFor is ThrottleCaller's: caller -> request kind -> until.
-	blockedFor map[string]map[string]time.Time
-	writes     []Write // every write request, in order
+	mu     sync.Mutex
+	rng    *rand.Rand            // boot jitter; seeded by Options.Seed
+	sets   map[string]*scaleSet  // by setKey
+	ops    map[string]*operation // by operation ID
+	gone   []*vmRecord           // removed VMs whose VMDeleted hook is pending
+	calls  map[string]int
+	thr    *throttler // ARM's buckets and the Compute policies'
+	writes []Write    // every write request, in order
 	// recordDeleting is set while a request is handled for the watcher:
 	// startDeleting then appends the VMs it moves to Deleting to deleting.
 	recordDeleting bool
@@ -141,9 +140,6 @@ func New(opts Options) (*Server, error) {
 	if opts.Location == "" {
 		opts.Location = defaultLocation
 	}
-	if opts.Window == 0 {
-		opts.Window = defaultWindow
-	}
 	if opts.PageSize == 0 {
 		opts.PageSize = defaultPageSize
 	}
@@ -157,15 +153,16 @@ func New(opts Options) (*Server, error) {
 		opts.SKUs = DefaultSKUs()
 	}
 	for name, d := range map[string]time.Duration{"boot delay": opts.BootDelay, "boot jitter": opts.BootJitter,
-		"delete delay": opts.DeleteDelay, "LRO duration": opts.LRODuration, "window": opts.Window} {
+		"delete delay": opts.DeleteDelay, "LRO duration": opts.LRODuration} {
 		if d < 0 {
 			return nil, fmt.Errorf("armsim: %s must not be negative, got %v", name, d)
 		}
 	}
-	if opts.ReadsPerWindow < 0 || opts.WritesPerWindow < 0 {
-		return nil, fmt.Errorf("armsim: requests per window must not be negative, got reads %d, writes %d",
-			opts.ReadsPerWindow, opts.WritesPerWindow)
+	throttling, err := opts.Throttling.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("armsim: %w", err)
 	}
+	opts.Throttling = throttling
 	if opts.PageSize < 0 {
 		return nil, fmt.Errorf("armsim: page size must not be negative, got %d", opts.PageSize)
 	}
@@ -183,7 +180,6 @@ func New(opts Options) (*Server, error) {
 		}
 		skus[key] = k
 	}
-	now := opts.Clock.Now()
 	watcher, _ := opts.Hook.(DeletionWatcher)
 	return &Server{
 		opts:    opts,
@@ -195,12 +191,7 @@ func New(opts Options) (*Server, error) {
 		sets:    map[string]*scaleSet{},
 		ops:     map[string]*operation{},
 		calls:   map[string]int{},
-		buckets: map[string]*bucket{
-			kindRead:  newBucket(opts.ReadsPerWindow, unlimitedReads, opts.Window, now),
-			kindWrite: newBucket(opts.WritesPerWindow, unlimitedWrites, opts.Window, now),
-		},
-		blocked:    map[string]time.Time{},
-		blockedFor: map[string]map[string]time.Time{},
+		thr:     newThrottler(throttling),
 	}, nil
 }
 
@@ -310,7 +301,7 @@ func (s *Server) Run(ctx context.Context) {
 // "ListVMs" (one per page), "GetVM", "ListVirtualMachines" (the Virtual
 // Machines API that lists Flexible scale sets' VMs, one per page),
 // "ListSKUs", "PollOperation", and "Throttled" for 429 answers (which are
-// not counted as their operation).
+// not counted as their operation; Throttled tells them apart by policy).
 func (s *Server) Calls() map[string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -327,6 +318,7 @@ func (s *Server) ResetCalls() {
 	defer s.mu.Unlock()
 	s.calls = map[string]int{}
 	s.writes = nil
+	s.thr.resetCounters()
 }
 
 // Write is one write request the simulator answered (PATCH, POST, PUT,
@@ -394,43 +386,4 @@ func (s *Server) logWrite(r *http.Request, body []byte, status int, now time.Tim
 		}
 	}
 	s.writes = append(s.writes, w)
-}
-
-// Throttle answers every request of the kind ("read" or "write") with 429
-// for d (by Options.Clock), as ARM does when a throttling policy trips. It
-// returns when the throttling ends (the zero time for an unknown kind), to
-// compare with Write.At.
-func (s *Server) Throttle(kind string, d time.Duration) time.Time {
-	if kind != kindRead && kind != kindWrite {
-		klog.ErrorS(nil, "Ignoring throttle of unknown request kind", "kind", kind)
-		return time.Time{}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	until := s.clock.Now().Add(d)
-	s.blocked[kind] = until
-	klog.V(2).InfoS("Throttling requests", "kind", kind, "duration", d)
-	return until
-}
-
-// ThrottleCaller is Throttle for one security principal: every request of
-// the kind sent with a bearer token whose CallerOf is caller is answered
-// 429 for d; other callers are served. ARM applies its subscription limits
-// per principal and subscription, so one client can be throttled while
-// another in the same subscription is not. It lets tests that share the
-// simulator throttle only their own autoscaler.
-func (s *Server) ThrottleCaller(caller, kind string, d time.Duration) time.Time {
-	if kind != kindRead && kind != kindWrite {
-		klog.ErrorS(nil, "Ignoring throttle of unknown request kind", "kind", kind, "caller", caller)
-		return time.Time{}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	until := s.clock.Now().Add(d)
-	if s.blockedFor[caller] == nil {
-		s.blockedFor[caller] = map[string]time.Time{}
-	}
-	s.blockedFor[caller][kind] = until
-	klog.V(2).InfoS("Throttling requests of one caller", "kind", kind, "caller", caller, "duration", d)
-	return until
 }
