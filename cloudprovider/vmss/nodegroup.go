@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
@@ -150,15 +149,6 @@ type scaleSetView struct {
 	// overprovision: Azure makes extra VMs on scale-out and deletes them
 	// (vmlist.go).
 	overprovision bool
-}
-
-// update applies a refresh of the scale set and its VM list (vmlist.go)
-// and returns the evictions it noticed. Called without locks held.
-func (g *scaleSet) update(s *armcompute.VirtualMachineScaleSet, vms []vmStatus, skus map[string]skuInfo, now time.Time) []cloudprovider.Eviction {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.updateSetLocked(s, skus)
-	return g.updateVMsLocked(vms, now)
 }
 
 // placeholdersLocked returns a failed instance for each machine a failed

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -281,26 +280,6 @@ func scopeLabel(k holdKey) string {
 		return "subscription"
 	}
 	return "resource"
-}
-
-// heldBack lists what is held back now, for the status: one line per
-// hold, soonest first not guaranteed.
-func (t *throttle) heldBack() []string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	now := t.clock.Now()
-	var out []string
-	for kind, u := range t.kinds {
-		if now.Before(u) {
-			out = append(out, fmt.Sprintf("ARM %ss until %s", kind, u.UTC().Format(time.RFC3339)))
-		}
-	}
-	for k, u := range t.holds {
-		if now.Before(u) {
-			out = append(out, fmt.Sprintf("policy %s%s until %s", k.policy, scopeText(k), u.UTC().Format(time.RFC3339)))
-		}
-	}
-	return out
 }
 
 // remainingCounts reads every Compute policy an answer names in

@@ -245,11 +245,6 @@ type scaleSet struct {
 	evictionPolicy string
 	// computerPrefix starts its VMs' computer names.
 	computerPrefix string
-
-	// ListVMs calls in the current 30-minute window, reported in
-	// x-ms-ratelimit-remaining-resource.
-	highCostCount int
-	highCostStart time.Time
 }
 
 // vmRecord is the simulator's record of a scale set VM. Guarded by Server.mu.
