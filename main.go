@@ -654,7 +654,7 @@ func (p *providerFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&p.cfg.VMListActiveInterval, "azure-vm-list-active-interval", time.Minute, "how often a scale set's VMs are listed while something happens to it (a write, machines coming, going or failed, a size its VMs do not match, Spot)")
 	fs.IntVar(&p.cfg.VMListBudget, "azure-vm-list-budget", 300, "most VM lists of all scale sets per 30 minutes (a third of the 900 Microsoft's example of HighCostGetVMScaleSet30Min allows a whole subscription); a scale set's first list is never refused")
 	fs.IntVar(&p.cfg.VMListParallelism, "azure-vm-list-parallelism", 8, "most VM lists in flight at once")
-	fs.BoolVar(&p.cfg.AllowAKSManaged, "azure-allow-aks-managed-scale-sets", false, "manage scale sets of AKS node pools (aks-managed-* tags, MC_ resource groups), which AKS does not support writing directly; off: such scale sets are refused")
+	fs.BoolVar(&p.cfg.AllowAKSManaged, "azure-allow-aks-managed-scale-sets", false, "manage scale sets of AKS node pools (aks-managed-* tags), which AKS does not support writing directly; off: such scale sets are refused")
 	fs.BoolVar(&p.cfg.ForceDelete, "azure-force-delete", false, "force-delete instances on scale-down")
 	fs.DurationVar(&p.cfg.LROPollInterval, "azure-operation-poll-interval", 10*time.Second, "how often long-running ARM operations are polled in the background")
 }

@@ -258,7 +258,7 @@ func (p *Provider) Refresh(ctx context.Context) error {
 		s := l.set
 		minSize, maxSize, managed := p.managed(l.rg, s)
 		if managed {
-			why := p.refusal(l.rg, s)
+			why := p.refusal(s)
 			p.noteRefusal(logger, l.rg, *s.Name, why)
 			managed = why == ""
 		}

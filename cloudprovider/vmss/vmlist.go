@@ -309,7 +309,7 @@ func (g *scaleSet) InstancesAge(now time.Time) (time.Duration, string) {
 // refusal says why a discovered or configured scale set is not managed
 // ("" when it is): settings whose behaviour this provider does not
 // model.
-func (p *Provider) refusal(rg string, s *armcompute.VirtualMachineScaleSet) string {
+func (p *Provider) refusal(s *armcompute.VirtualMachineScaleSet) string {
 	props := s.Properties
 	if props != nil && props.SpotRestorePolicy != nil && props.SpotRestorePolicy.Enabled != nil && *props.SpotRestorePolicy.Enabled {
 		// Azure restores evicted Spot VMs itself ("Spot Priority Mix" and
@@ -320,23 +320,28 @@ func (p *Provider) refusal(rg string, s *armcompute.VirtualMachineScaleSet) stri
 	if props != nil && props.PriorityMixPolicy != nil {
 		return "a Spot priority mix is set (properties.priorityMixPolicy): Azure chooses regular or Spot per VM, which this autoscaler does not model"
 	}
-	if !p.cfg.AllowAKSManaged && aksManaged(rg, s) {
+	if !p.cfg.AllowAKSManaged && aksManaged(s) {
 		// AKS owns its node pools' scale sets: writing them directly is
 		// unsupported, and with node resource group lockdown ARM answers
 		// 403 (AKS docs, "Node resource group lockdown").
-		return "an AKS-managed node pool's scale set (aks-managed-* tags or an MC_ resource group): AKS does not support writing it; scale the node pool through AKS, or pass --azure-allow-aks-managed-scale-sets if you know what you do"
+		return "an AKS-managed node pool's scale set (aks-managed-* tags): AKS does not support writing it; scale the node pool through AKS, or pass --azure-allow-aks-managed-scale-sets if you know what you do"
 	}
 	return ""
 }
 
-// aksManaged says the scale set is an AKS node pool's.
-func aksManaged(rg string, s *armcompute.VirtualMachineScaleSet) bool {
+// aksManaged says the scale set is an AKS node pool's: AKS tags the scale
+// sets it creates aks-managed-poolName, aks-managed-createOperationID and
+// the like (cloud-provider-azure reads aks-managed-poolName for the same
+// purpose). The resource group's name is no sign: MC_* is only AKS's
+// default node resource group (az aks create --node-resource-group names
+// any other), and self-managed clusters may use any name.
+func aksManaged(s *armcompute.VirtualMachineScaleSet) bool {
 	for k := range s.Tags {
 		if strings.HasPrefix(strings.ToLower(k), "aks-managed-") {
 			return true
 		}
 	}
-	return strings.HasPrefix(strings.ToLower(rg), "mc_")
+	return false
 }
 
 // noteRefusal logs, once per change, why a scale set is not managed.
