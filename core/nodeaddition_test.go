@@ -310,3 +310,37 @@ func TestPacedAfterARefusedWrite(t *testing.T) {
 		t.Fatalf("increases %v, want [10 4] once the pace ended", got)
 	}
 }
+
+// TestDeferredWriteIsNotAFailure: a scale-up the provider defers unsent
+// while its previous operation on the scale set runs (throttled, wrapping
+// ErrNotSent: the VMSS provider's one capacity write in flight per set)
+// is neither a warning event nor a failed scale-up — loops meet it every
+// scan for the minutes a GPU scale-up runs — and its demand is sent as
+// one write once the provider takes writes again.
+func TestDeferredWriteIsNotAFailure(t *testing.T) {
+	e := newEnv(t, smoothing(6000, 100, 1000))
+	gpu := e.provider.AddGroup("gpu", 0, 100, gpuTemplate("gpu"))
+	e.start()
+	e.add(pendingPods(10, "web", wholeGPU()...))
+	e.run()
+	e.clock.Step(2 * e.writeGap())
+	gpu.SetIncreaseError(cloudprovider.NewError(cloudprovider.ClassThrottled, "ScaleUpInProgress", "operation still running", cloudprovider.ErrNotSent))
+	e.add(pendingPods(4, "batch", wholeGPU()...))
+	for range 3 {
+		freshDriver(e)
+		_ = e.a.RunOnce(e.ctx)
+		e.clock.Step(2 * e.writeGap())
+	}
+	if got := testutil.ToFloat64(e.a.metrics.FailedScaleUps.WithLabelValues("gpu", "throttled")); got != 0 {
+		t.Errorf("%v failed scale-ups counted for deferred writes, want 0", got)
+	}
+	if got := e.events(EventFailedScaleUp); len(got) != 0 {
+		t.Errorf("warning events for deferred writes: %v", got)
+	}
+	gpu.SetIncreaseError(nil)
+	freshDriver(e)
+	e.run()
+	if got := gpu.Increases(); len(got) != 2 || got[1] != 4 {
+		t.Fatalf("increases %v, want [10 4]: the deferred demand sent in one write", got)
+	}
+}

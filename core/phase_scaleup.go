@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -281,6 +282,16 @@ func (in increaser) IncreaseSize(ctx context.Context, group string, delta int) e
 	if err := g.IncreaseSize(ctx, delta); err != nil {
 		class := cloudprovider.ClassOf(err)
 		reason := class.String()
+		if class == cloudprovider.ClassThrottled && errors.Is(err, cloudprovider.ErrNotSent) {
+			// Deferred, not failed: the provider sends one write per
+			// scale set at a time (its previous operation runs for the
+			// minutes its VMs take to boot) and the demand stays queued
+			// for the write of the absolute target after it. Loops see
+			// this every scan while a GPU scale-up runs: no warning
+			// event, no error log, no failure counted.
+			logger.V(2).Info("Scale-up deferred", "nodeGroup", group, "delta", delta, "why", err.Error())
+			return fmt.Errorf("increasing node group %s by %d: %w", group, delta, err)
+		}
 		switch class {
 		case cloudprovider.ClassThrottled, cloudprovider.ClassConflict, cloudprovider.ClassFenced:
 			// Retry next loop; a throttled or busy cloud, or a replica that

@@ -20,13 +20,21 @@ import (
 // `vmss-autoscaler status`, run as an operator runs it, during a scale-up
 // held back by the node-addition rate: what it prints (the table, -o json,
 // and from /metrics) matches the cluster at the same moment: the target is
-// the scale set's capacity in ARM, ready is the group's Ready nodes in the
-// API server, nodes are queued and held by the rate. At the end it shows
-// the group settled.
+// the scale set's capacity in ARM, ready is the group's nodes that are
+// ready as the README defines it ("Not ready yet": Ready, and no startup
+// taint), nodes are queued and held by the rate. At the end it shows the
+// group settled. The nodes carry Azure CNI powered by Cilium's startup
+// taint for 20 s, longer than the 10 s between two releases, as on AKS:
+// the API's Ready condition alone would never agree with the product.
 func TestStatusCommandDuringScaleUp(t *testing.T) {
 	t.Parallel()
 	sc := newScenario(t)
 	cpu := sc.scaleSet("cpu", "Standard_D16s_v5", 0, nil)
+	hook := realisticHook(sc.s.cp)
+	hook.Realism.StartupTaints = []apiv1.Taint{{Key: "node.cilium.io/agent-not-ready", Value: "true", Effect: apiv1.TaintEffectNoSchedule}}
+	hook.Realism.StartupTaintDelay = 20 * time.Second
+	sc.s.hook.use(cpu, hook)
+	t.Cleanup(func() { sc.s.hook.use(cpu, sc.s.hook.inner) })
 	as := sc.autoscaler("autoscaler", "--nodes=1:20:"+cpu,
 		"--node-addition-rate=6", "--node-addition-burst=1", "--node-addition-adaptive=false")
 	// One 9-CPU pod per 16-vCPU node: 6 nodes, released one per 10 s.
@@ -131,14 +139,32 @@ func group(v *statuscmd.View, name string) (statuscmd.GroupView, bool) {
 	return statuscmd.GroupView{}, false
 }
 
-// readyNodes counts the scale set's nodes whose Ready condition is True.
+// notReadyTaints are the taints that keep a Ready node from being ready
+// capacity as the README defines it ("Not ready yet"): the node lifecycle
+// controller's and the cloud provider's, and the default --startup-taint
+// keys.
+var notReadyTaints = map[string]bool{
+	apiv1.TaintNodeNotReady: true, apiv1.TaintNodeUnreachable: true,
+	"node.cloudprovider.kubernetes.io/uninitialized": true,
+	"node.cilium.io/agent-not-ready":                 true, "node.kubernetes.io/network-unavailable": true,
+}
+
+// readyNodes counts the scale set's nodes that are ready as the README
+// defines it: Ready condition True and no taint that says it is still
+// setting up (a startup taint, CA's startup-taint prefix, not-ready).
 func (sc *scenario) readyNodes(set string) int {
 	nodes, err := sc.s.cp.Client.CoreV1().Nodes().List(sc.ctx, metav1.ListOptions{LabelSelector: armsim.NodeGroupLabel + "=" + set})
 	if err != nil {
 		sc.t.Fatal(err)
 	}
 	n := 0
+nodes:
 	for _, node := range nodes.Items {
+		for _, t := range node.Spec.Taints {
+			if notReadyTaints[t.Key] || strings.HasPrefix(t.Key, "startup-taint.cluster-autoscaler.kubernetes.io/") {
+				continue nodes
+			}
+		}
 		for _, c := range node.Status.Conditions {
 			if c.Type == apiv1.NodeReady && c.Status == apiv1.ConditionTrue {
 				n++

@@ -389,10 +389,15 @@ func (g *scaleSet) beginDelete(ctx context.Context, ids []string, force bool) (*
 }
 
 // isForceRefused says ARM refused a force deletion: OperationNotAllowed
-// (cluster-autoscaler's isOperationNotAllowed).
+// (cluster-autoscaler's isOperationNotAllowed), answered as a refusal
+// and not as throttling: the Compute RP's 429 carries the same code
+// ("Troubleshooting API throttling errors": code OperationNotAllowed,
+// details[].code TooManyRequests), and a throttled force deletion says
+// nothing about whether the scale set takes one.
 func isForceRefused(err error) bool {
 	var re *azcore.ResponseError
-	return errors.As(err, &re) && strings.EqualFold(re.ErrorCode, "OperationNotAllowed")
+	return errors.As(err, &re) && re.StatusCode != http.StatusTooManyRequests &&
+		strings.EqualFold(re.ErrorCode, "OperationNotAllowed")
 }
 
 // markDeletingLocked marks the instances whose instance ID (or Flexible

@@ -206,6 +206,13 @@ func (t *throttle) observe(kind, op, resource string, resp *http.Response, body 
 		t.learnLocked(op, policy)
 		k := t.keyFor(policy, resource)
 		t.lefts[k] = left{n: n, at: now}
+		if _, seen := t.peak[policy]; !seen {
+			// A policy's hold gauges exist from its first answer (at 0,
+			// not held), so a dashboard shows every policy ARM charges
+			// and not only those that once throttled.
+			t.peak[policy] = n
+			t.setHoldMetric(policy)
+		}
 		if n > t.peak[policy] {
 			t.peak[policy] = n
 		}

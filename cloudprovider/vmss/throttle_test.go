@@ -1,11 +1,14 @@
 package vmss
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	testclock "k8s.io/utils/clock/testing"
 )
 
@@ -209,5 +212,54 @@ func TestResourceOf(t *testing.T) {
 		if got := resourceOf(req); got != want {
 			t.Errorf("resourceOf(%s) = %q, want %q", path, got, want)
 		}
+	}
+}
+
+// TestPolicyHoldGaugesExistFromTheFirstAnswer: a policy's hold gauges
+// are exported (at 0) from the first answer that names it, so the ARM
+// dashboard's "Compute policies: held for" panel has a series for every
+// policy ARM charges, not only for those that once throttled (CI's
+// dashboard test found the panel empty without a 429).
+func TestPolicyHoldGaugesExistFromTheFirstAnswer(t *testing.T) {
+	clk := testclock.NewFakeClock(time.Unix(1_700_000_000, 0))
+	m := newARMMetrics(nil)
+	th := newThrottle(clk, m)
+	if n := testutil.CollectAndCount(m.policyHeldUntil); n != 0 {
+		t.Fatalf("%d hold series before any answer, want 0", n)
+	}
+	th.observe(kindWrite, opUpdate, testSetA, answer(200, []string{"Microsoft.Compute/UpdateVMScaleSetResource;11"}), nil)
+	if n := testutil.CollectAndCount(m.policyHeldUntil); n != 2 {
+		t.Fatalf("%d hold series after one answer naming one policy, want 2 (its two scopes)", n)
+	}
+	for _, scope := range []string{"resource", "subscription"} {
+		g, err := m.policyHeldUntil.GetMetricWithLabelValues("updatevmscalesetresource", scope)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := testutil.ToFloat64(g); v != 0 {
+			t.Errorf("scope %s: held until %v, want 0 (not held)", scope, v)
+		}
+	}
+}
+
+// TestForceRefusalIsNotThrottling: ARM's refusal of a force deletion
+// (OperationNotAllowed, 409) turns force off for the scale set; the
+// Compute RP's 429, whose body has the same code, does not.
+func TestForceRefusalIsNotThrottling(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		status int
+		want   bool
+	}{
+		{"refused", http.StatusConflict, true},
+		{"refused with 400", http.StatusBadRequest, true},
+		{"throttled", http.StatusTooManyRequests, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := &azcore.ResponseError{StatusCode: c.status, ErrorCode: "OperationNotAllowed"}
+			if got := isForceRefused(fmt.Errorf("deleting: %w", err)); got != c.want {
+				t.Fatalf("isForceRefused(%d OperationNotAllowed) = %v, want %v", c.status, got, c.want)
+			}
+		})
 	}
 }
