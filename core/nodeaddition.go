@@ -184,6 +184,15 @@ func (na *nodeAddition) decidePaced(now time.Time, demands []ratelimit.Demand, i
 // Refund returns the tokens of nodes the cloud refused (scaleup.Queue).
 func (na *nodeAddition) Refund(n int) { na.queue.Refund(n) }
 
+// Defer keeps nodes the cloud deferred unsent for the group's next
+// release (scaleup.Queue); with smoothing off every demand is released
+// each loop anyway.
+func (na *nodeAddition) Defer(group string, n int, now time.Time) {
+	if na.enabled {
+		na.queue.Defer(group, n, now)
+	}
+}
+
 // reportQueue updates the queue's metrics, counts cancelled demand and lets
 // the adaptive controller move the rate.
 func (a *Autoscaler) reportQueue(ctx context.Context, l *loop, rep additionReport) {

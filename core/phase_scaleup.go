@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -282,7 +281,7 @@ func (in increaser) IncreaseSize(ctx context.Context, group string, delta int) e
 	if err := g.IncreaseSize(ctx, delta); err != nil {
 		class := cloudprovider.ClassOf(err)
 		reason := class.String()
-		if class == cloudprovider.ClassThrottled && errors.Is(err, cloudprovider.ErrNotSent) {
+		if scaleup.Deferred(err) {
 			// Deferred, not failed: the provider sends one write per
 			// scale set at a time (its previous operation runs for the
 			// minutes its VMs take to boot) and the demand stays queued

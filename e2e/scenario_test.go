@@ -133,8 +133,12 @@ func (sc *scenario) startAutoscaler(name string, extra ...string) (*harness.Proc
 		"--azure-operation-poll-interval=1s",
 		"--scan-interval=1s",
 		// The follow-up pace compressed with the scan interval (5 s in
-		// production, against ARM's 20 writes a minute; the suite's
-		// simulator does not throttle unless a scenario says so).
+		// production). The suite's simulator throttles as Azure does
+		// (the Compute RP's per-scale-set and subscription buckets,
+		// armsim.ComputePolicies), uncompressed: a scale set's 12
+		// Update tokens refilled 4 a minute bind a set written every
+		// second, and the provider's pacing near the floor and the
+		// queue's merged writes are exercised by every scale-up.
 		"--node-group-write-interval=1s",
 		"--new-pod-scale-up-delay=0s",
 		"--kube-client-qps=100", "--kube-client-burst=200",

@@ -32,6 +32,7 @@ package ratelimit
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"time"
 )
@@ -121,12 +122,27 @@ type Queue struct {
 	cursor string
 	// seen is, per gang, when the queue first and last saw its demand.
 	seen map[gangKey]gangSeen
+	// credit is, per group, nodes released and paid for whose request the
+	// cloud deferred unsent (Defer): they go in the group's next release
+	// without paying again.
+	credit map[string]credit
 	// head is the gang that held the order in the last Decide. Another
 	// Decide at the same time (a retry round of the same loop, which
 	// restates only the demand it plans again) keeps it held even when
 	// it is not restated.
 	head *gangLine
 }
+
+// credit is a group's deferred nodes and when they were last deferred.
+type credit struct {
+	n  int
+	at time.Time
+}
+
+// creditTTL is how long a group's deferred nodes wait for its demand to
+// be stated again (the group may be paced, or its pods planned
+// elsewhere for a loop) before their tokens go back to the bucket.
+const creditTTL = time.Minute
 
 // gangKey names a gang within its class (a gang is all or nothing per
 // class).
@@ -377,6 +393,22 @@ func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 			}
 			continue
 		}
+		// A group's deferred nodes first, already paid for: the request
+		// the cloud deferred goes again, merged with what the group gets
+		// now, as one write.
+		for _, i := range order {
+			c := q.credit[ds[i].Group]
+			n := min(c.n, left[i], room)
+			if n <= 0 {
+				continue
+			}
+			c.n -= n
+			q.credit[ds[i].Group] = c
+			room -= n
+			left[i] -= n
+			d.release(ds[i], n)
+		}
+		order = slices.DeleteFunc(order, func(i int) bool { return left[i] == 0 })
 		order = rotate(ds, order, q.cursor)
 		for len(order) > 0 {
 			if room == 0 {
@@ -414,8 +446,52 @@ func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 			d.Queued[x.Group][x.Class] += left[i]
 		}
 	}
+	q.settleCredit(now, ds, left)
 	d.Tokens = q.tokens
 	return d
+}
+
+// Defer takes back n released nodes of group that the cloud deferred
+// unsent (the scale set's previous write still runs, or its throttling
+// budget is held back): unlike a refund, their tokens stay spent and the
+// nodes go in the group's next release, beyond the burst, so a scale set
+// that takes one write at a time gets, in that write, what the rate
+// released for it meanwhile. The rate over time is unchanged: only nodes
+// already paid for are merged.
+func (q *Queue) Defer(group string, n int, now time.Time) {
+	if n <= 0 {
+		return
+	}
+	if q.credit == nil {
+		q.credit = map[string]credit{}
+	}
+	c := q.credit[group]
+	q.credit[group] = credit{n: c.n + n, at: now}
+}
+
+// Deferred is the number of deferred nodes the queue holds for group.
+func (q *Queue) Deferred(group string) int { return q.credit[group].n }
+
+// settleCredit drops the credit that cannot be spent, its tokens back to
+// the bucket (up to its capacity): a group whose single-node demand was
+// stated and is all released (its pods went elsewhere, or fit now), and
+// a group whose credit waited creditTTL without being spent. Credit of a
+// group whose demand is still queued (the in-flight cap held it) waits.
+func (q *Queue) settleCredit(now time.Time, ds []Demand, left []int) {
+	stated, queued := map[string]bool{}, map[string]bool{}
+	for i, x := range ds {
+		if x.Gang == "" {
+			stated[x.Group] = true
+			queued[x.Group] = queued[x.Group] || left[i] > 0
+		}
+	}
+	for g, c := range q.credit {
+		if c.n > 0 && (!stated[g] || queued[g]) && now.Sub(c.at) < creditTTL {
+			continue
+		}
+		q.Refund(c.n)
+		delete(q.credit, g)
+	}
 }
 
 // line records the gangs demanded now, forgets the ones a later loop did

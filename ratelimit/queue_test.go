@@ -345,3 +345,50 @@ func TestRateReachableWhateverTheLoopPeriod(t *testing.T) {
 		t.Fatalf("released %d after a quiet hour, want 33 (10 s of 200/min)", d.Released())
 	}
 }
+
+// TestDeferredNodesGoInTheGroupsNextRelease: nodes the cloud deferred
+// unsent (a scale set takes one capacity write at a time) keep their
+// tokens spent and go, beyond the burst, in the group's next release,
+// merged with what the rate gives it meanwhile: a scale set whose
+// operation lasts 10 s still gets the rate's 120 nodes a minute in
+// writes of 20, not the burst's 5 a write. Credit that its group's
+// demand no longer wants goes back to the bucket.
+func TestDeferredNodesGoInTheGroupsNextRelease(t *testing.T) {
+	q := newQueue(t, 120, 5, 1000)
+	demand := []Demand{{Group: "g", Count: 300}}
+	now := t0
+	d := q.Decide(now, demand, 0)
+	sent := d.Released()
+	// Operation in flight: each loop a second's release is deferred.
+	for range 10 {
+		now = now.Add(time.Second)
+		d = q.Decide(now, demand, 0)
+		q.Defer("g", d.Released(), now)
+	}
+	now = now.Add(time.Second)
+	d = q.Decide(now, demand, 0)
+	if got := d.Released(); got < 20 || got > 24 {
+		t.Fatalf("released %d once the write is taken again, want the 22 nodes of 11 s at 120/min (not the burst 5)", got)
+	}
+	sent += d.Released()
+	if total, most := sent, 5+int(120*now.Sub(t0).Minutes()); total > most {
+		t.Fatalf("%d nodes released in %v, over the burst plus the rate (%d)", total, now.Sub(t0), most)
+	}
+	// Credit a group no longer wants goes back to the bucket, capped.
+	q.Defer("g", 50, now)
+	now = now.Add(time.Second)
+	if d := q.Decide(now, []Demand{{Group: "g", Count: 3}}, 0); d.Released() != 3 {
+		t.Fatalf("released %d of a demand of 3", d.Released())
+	}
+	if q.Deferred("g") != 0 || q.Tokens() > 5 {
+		t.Fatalf("credit %d, tokens %v after the demand shrank: want 0 credit, tokens within the burst", q.Deferred("g"), q.Tokens())
+	}
+	// Credit of a group not stated waits, then expires.
+	q.Defer("h", 10, now)
+	if d := q.Decide(now.Add(30*time.Second), []Demand{{Group: "g", Count: 1}}, 0); d.Release()["h"] != 0 || q.Deferred("h") != 10 {
+		t.Fatalf("credit of an unstated group: released %d, kept %d; want 0 and 10", d.Release()["h"], q.Deferred("h"))
+	}
+	if q.Decide(now.Add(2*time.Minute), nil, 0); q.Deferred("h") != 0 {
+		t.Fatalf("credit %d after %v unstated, want 0", q.Deferred("h"), 2*time.Minute)
+	}
+}

@@ -73,6 +73,11 @@ func (e *errThrottled) Error() string {
 	return fmt.Sprintf("ARM call held back until %s: %s throttled (Retry-After)", e.until.UTC().Format(time.RFC3339), why)
 }
 
+// Is makes a held-back call cloudprovider.ErrNotSent: nothing reached
+// ARM, so a held-back write is deferred (the core merges its demand into
+// the scale set's next write), never a failure.
+func (e *errThrottled) Is(target error) bool { return target == cloudprovider.ErrNotSent }
+
 // NonRetriable tells the SDK's retry policy not to retry a request held
 // back: each retry would be held back too, only seconds later (and a
 // background operation watcher would keep Close waiting for them).

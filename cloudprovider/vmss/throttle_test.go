@@ -1,6 +1,7 @@
 package vmss
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -10,6 +11,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	testclock "k8s.io/utils/clock/testing"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 )
 
 const (
@@ -261,5 +264,19 @@ func TestForceRefusalIsNotThrottling(t *testing.T) {
 				t.Fatalf("isForceRefused(%d OperationNotAllowed) = %v, want %v", c.status, got, c.want)
 			}
 		})
+	}
+}
+
+// TestHeldBackCallIsNotSent: a call the provider held back never reached
+// ARM: classified throttled and ErrNotSent, so the core defers its demand
+// into the scale set's next write instead of counting a failure.
+func TestHeldBackCallIsNotSent(t *testing.T) {
+	err := classify(fmt.Errorf("updating: %w", &errThrottled{kind: kindWrite, until: time.Unix(1_700_000_000, 0), why: "policy updatevmscalesetresource"}))
+	if cloudprovider.ClassOf(err) != cloudprovider.ClassThrottled || !errors.Is(err, cloudprovider.ErrNotSent) {
+		t.Fatalf("held-back call classified %v, ErrNotSent %v: want throttled and not sent", cloudprovider.ClassOf(err), errors.Is(err, cloudprovider.ErrNotSent))
+	}
+	sent := classify(&azcore.ResponseError{StatusCode: http.StatusTooManyRequests, ErrorCode: "OperationNotAllowed"})
+	if errors.Is(sent, cloudprovider.ErrNotSent) {
+		t.Fatal("a 429 ARM answered was classified as not sent")
 	}
 }

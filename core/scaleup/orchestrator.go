@@ -2,6 +2,7 @@ package scaleup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -18,11 +19,13 @@ import (
 )
 
 // Queue decides which demand is requested now (ratelimit.Queue, or
-// everything at once when smoothing is off) and takes back the tokens of
-// nodes the cloud refused.
+// everything at once when smoothing is off), takes back the tokens of
+// nodes the cloud refused, and keeps the nodes it deferred unsent for
+// the group's next request.
 type Queue interface {
 	Decide(now time.Time, demands []ratelimit.Demand, inFlight int) ratelimit.Decision
 	Refund(n int)
+	Defer(group string, n int, now time.Time)
 }
 
 // Increaser asks a node group for more nodes: the only cloud write of a
@@ -323,7 +326,11 @@ func (o *Orchestrator) execute(ctx context.Context, req Request, d demand, q Que
 			released := dec.ReleaseClass[g]
 			if n := sum(released); n > 0 {
 				if err := inc.IncreaseSize(ctx, g, n); err != nil {
-					q.Refund(n)
+					if Deferred(err) {
+						q.Defer(g, n, req.Now)
+					} else {
+						q.Refund(n)
+					}
 					var pods []*apiv1.Pod
 					for _, su := range sus {
 						pods = append(pods, su.Pods...)
@@ -522,4 +529,11 @@ func sum[K comparable](m map[K]int) int {
 		n += v
 	}
 	return n
+}
+
+// Deferred says the cloud took no request and asks for it later: a
+// throttled answer that was never sent (the scale set's previous write
+// still runs, or its throttling budget is held back).
+func Deferred(err error) bool {
+	return cloudprovider.ClassOf(err) == cloudprovider.ClassThrottled && errors.Is(err, cloudprovider.ErrNotSent)
 }

@@ -214,6 +214,8 @@ func (q *releaseAll) Decide(_ time.Time, ds []ratelimit.Demand, _ int) ratelimit
 
 func (q *releaseAll) Refund(n int) { q.refunded += n }
 
+func (q *releaseAll) Defer(_ string, n int, _ time.Time) { q.refunded += n }
+
 func TestOrchestratorSplitsPodsAcrossGroupsAndFallsBack(t *testing.T) {
 	sim := newSim(t)
 	chain, _ := NewChain([]string{LeastWaste}, to.GPU, nil, nil)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
 	"k8s.io/klog/v2"
 )
@@ -53,7 +54,13 @@ func errorResponse(status int, code, format string, args ...any) response {
 	return response{status: status, body: envelope(code, fmt.Sprintf(format, args...))}
 }
 
-func (e *armError) response() response { return errorResponse(e.status, e.code, "%s", e.message) }
+func (e *armError) response() response {
+	resp := errorResponse(e.status, e.code, "%s", e.message)
+	if e.target != "" {
+		resp.body.(errorEnvelope).Error.Target = to.Ptr(e.target)
+	}
+	return resp
+}
 
 func (r *response) set(key, value string) {
 	if r.header == nil {
@@ -254,6 +261,12 @@ func (s *Server) dispatch(r *http.Request, rt route, op string, body []byte, now
 		return errorResponse(http.StatusBadRequest, "OperationNotAllowed",
 			"Operation 'VirtualMachineScaleSets.virtualMachines.GET' is not allowed on Virtual Machine Scale Set '%s'.", set.name)
 	}
+	if op == OpUpdateScaleSet || op == OpDeleteInstances {
+		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if resp := s.refuseWrite(set, op, CallerOf(token)); resp != nil {
+			return *resp
+		}
+	}
 	switch op {
 	case OpGetScaleSet:
 		return response{status: http.StatusOK, body: s.scaleSetModel(set, set.provisioningState(now))}
@@ -373,8 +386,10 @@ func (s *Server) updateScaleSet(r *http.Request, set *scaleSet, body []byte, now
 }
 
 func (s *Server) deleteScaleSetInstances(r *http.Request, set *scaleSet, body []byte, now time.Time) response {
+	force := false
 	if v := r.URL.Query().Get("forceDeletion"); v != "" {
-		if _, err := strconv.ParseBool(v); err != nil {
+		var err error
+		if force, err = strconv.ParseBool(v); err != nil {
 			return errorResponse(http.StatusBadRequest, "InvalidParameter", "The value '%s' of query parameter 'forceDeletion' is not a boolean.", v)
 		}
 	}
@@ -388,7 +403,7 @@ func (s *Server) deleteScaleSetInstances(r *http.Request, set *scaleSet, body []
 			ids = append(ids, *id)
 		}
 	}
-	op, aerr := s.deleteInstances(set, ids, now)
+	op, aerr := s.deleteInstances(set, ids, force, now)
 	if aerr != nil {
 		return aerr.response()
 	}
@@ -446,8 +461,13 @@ func (s *Server) listVMs(r *http.Request, set *scaleSet, now time.Time) response
 		return *errResp
 	}
 	page := armcompute.VirtualMachineScaleSetVMListResult{Value: make([]*armcompute.VirtualMachineScaleSetVM, 0, end-start), NextLink: next}
+	_, blank := set.takeFault(FaultDeletingWithoutIDs)
 	for _, vm := range vms[start:end] {
-		page.Value = append(page.Value, s.vmModel(vm, expand))
+		m := s.vmModel(vm, expand)
+		if blank && vm.state == StateDeleting {
+			m.ID, m.InstanceID = to.Ptr(""), to.Ptr("")
+		}
+		page.Value = append(page.Value, m)
 	}
 	return response{status: http.StatusOK, body: page}
 }
@@ -539,8 +559,18 @@ func (s *Server) listVirtualMachines(r *http.Request, rt route, now time.Time) r
 		return *errResp
 	}
 	page := armcompute.VirtualMachineListResult{Value: make([]*armcompute.VirtualMachine, 0, end-start), NextLink: next}
+	blank := map[*scaleSet]bool{}
 	for _, vm := range vms[start:end] {
-		page.Value = append(page.Value, s.virtualMachineModel(vm, expand != ""))
+		m := s.virtualMachineModel(vm, expand != "")
+		b, seen := blank[vm.set]
+		if !seen {
+			_, b = vm.set.takeFault(FaultDeletingWithoutIDs)
+			blank[vm.set] = b
+		}
+		if b && vm.state == StateDeleting {
+			m.ID = to.Ptr("")
+		}
+		page.Value = append(page.Value, m)
 	}
 	return response{status: http.StatusOK, body: page}
 }

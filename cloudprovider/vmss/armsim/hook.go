@@ -68,7 +68,9 @@ type NodeHook interface {
 // those already deleting), in instance ID order per scale set; some may never
 // have run (still Creating, or Failed to boot) and have no node. Calls for
 // concurrent requests may run concurrently. Changes made by Go calls
-// (SetCapacity) and by Advance are not reported.
+// (SetCapacity) and by Advance are not reported. A VM reported deleting
+// may come back: its deletion failed (FaultDeleteFails), or a later write
+// preempted it before the VM was gone (see operations.go).
 type DeletionWatcher interface {
 	VMsDeleting(ctx context.Context, vms []VM)
 }

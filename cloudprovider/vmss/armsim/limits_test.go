@@ -28,11 +28,15 @@ func TestCapacityLimits(t *testing.T) {
 		{"uniform, gallery image", ScaleSetSpec{Image: galleryImage}, 1000, http.StatusBadRequest, "InvalidParameter",
 			"The value 1001 of parameter 'sku.capacity' is out of range"},
 		{"managed custom image", ScaleSetSpec{Image: managedImage}, 600, http.StatusConflict, "OperationNotAllowed",
-			"Unable to create or update Virtual Machine Scale Set 'pool' as it exceeds the total limit of '600' Virtual Machine instances."},
+			"Unable to create or update VirtualMachineScaleSet 'pool' as it exceeds the total limit of '600' Virtual Machine instances."},
 		{"single placement group", ScaleSetSpec{SinglePlacementGroup: true}, 100, http.StatusConflict, "OperationNotAllowed",
-			"Unable to create or update Virtual Machine Scale Set 'pool' as it exceeds the total limit of '100' Virtual Machine instances."},
+			"Unable to create or update VirtualMachineScaleSet 'pool' as it exceeds the total limit of '100' Virtual Machine instances."},
 		{"single placement group and managed image", ScaleSetSpec{SinglePlacementGroup: true, Image: managedImage}, 100, http.StatusConflict, "OperationNotAllowed",
 			"exceeds the total limit of '100'"},
+		{"single placement group raised to 300 on request", ScaleSetSpec{SinglePlacementGroup: true, PlacementGroupLimit: 300}, 300, http.StatusConflict, "OperationNotAllowed",
+			"Unable to create or update VirtualMachineScaleSet 'pool' as it exceeds the total limit of '300' Virtual Machine instances."},
+		{"single placement group raised to 200", ScaleSetSpec{SinglePlacementGroup: true, PlacementGroupLimit: 200}, 200, http.StatusConflict, "OperationNotAllowed",
+			"exceeds the total limit of '200'"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -92,6 +96,8 @@ func TestAddScaleSetRefusesCapacityBeyondLimit(t *testing.T) {
 		{"600, managed image", ScaleSetSpec{Name: "c", Capacity: 600, Image: managedImage}, true},
 		{"601, managed image", ScaleSetSpec{Name: "d", Capacity: 601, Image: managedImage}, false},
 		{"101, single placement group", ScaleSetSpec{Name: "e", Capacity: 101, SinglePlacementGroup: true}, false},
+		{"300, single placement group raised to 300", ScaleSetSpec{Name: "f", Capacity: 300, SinglePlacementGroup: true, PlacementGroupLimit: 300}, true},
+		{"301, single placement group raised to 300", ScaleSetSpec{Name: "g", Capacity: 301, SinglePlacementGroup: true, PlacementGroupLimit: 300}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -105,5 +111,24 @@ func TestAddScaleSetRefusesCapacityBeyondLimit(t *testing.T) {
 				t.Errorf("error %q does not name the capacity", err)
 			}
 		})
+	}
+}
+
+// TestPlacementGroupLimitRefused: the cap is raised only for a single
+// placement group, and only up to 300.
+func TestPlacementGroupLimitRefused(t *testing.T) {
+	srv, err := New(Options{SubscriptionID: testSub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, spec := range []ScaleSetSpec{
+		{Name: "a", PlacementGroupLimit: 300},
+		{Name: "b", PlacementGroupLimit: 301, SinglePlacementGroup: true},
+		{Name: "c", PlacementGroupLimit: 99, SinglePlacementGroup: true},
+	} {
+		spec.ResourceGroup, spec.SKU = testRG, "Standard_D16s_v5"
+		if err := srv.AddScaleSet(spec); err == nil || !strings.Contains(err.Error(), "placement group limit") {
+			t.Errorf("AddScaleSet(%+v) = %v, want a refusal naming the placement group limit", spec, err)
+		}
 	}
 }

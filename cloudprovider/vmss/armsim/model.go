@@ -45,11 +45,16 @@ const (
 // may span several placement groups (singlePlacementGroup false) and
 // boots a platform or Azure Compute Gallery image; 600 when it boots a
 // managed custom image (Microsoft.Compute/images); 100 when it is a single
-// placement group.
+// placement group ("When set to the default value of true, a scale set is
+// composed of a single placement group, and has a range of 0-100 VMs"),
+// which Azure raises to 300 for a scale set on request
+// (ScaleSetSpec.PlacementGroupLimit; azure-cli issue 9630, "the limit is
+// now 300", for InfiniBand sizes whose VMs must share a placement group).
 const (
-	maxCapacity                = 1000
-	maxCapacityManagedImage    = 600
-	maxCapacitySinglePlacement = 100
+	maxCapacity                   = 1000
+	maxCapacityManagedImage       = 600
+	maxCapacitySinglePlacement    = 100
+	maxCapacitySinglePlacementMax = 300
 )
 
 // ErrNotFound is wrapped by errors about scale sets that do not exist.
@@ -96,7 +101,47 @@ const (
 	// count), or at the next Advance, whichever comes first. ClearFaults
 	// does not call back an update already accepted.
 	FaultCommitLate
+	// FaultDenyAssignment answers writes to the scale set (a PATCH, an
+	// instance deletion) 403 DenyAssignmentAuthorizationFailed, as ARM
+	// does when a deny assignment covers the scale set: AKS's node
+	// resource group lockdown ("Deploy a fully managed resource group
+	// using node resource group lockdown", restriction level ReadOnly:
+	// "a deny assignment blocks direct updates"). Reads go through;
+	// nothing changes. The body is ARM's (Azure/migAz issue 266 quotes
+	// one): "The client '…' with object id '…' has permission to perform
+	// action '…' on scope '…'; however, the access is denied because of
+	// the deny assignment with name '…' and Id '…' at scope '…'."
+	FaultDenyAssignment
+	// FaultScopeLocked answers writes to the scale set 409 ScopeLocked,
+	// as ARM does under a ReadOnly management lock on the scale set or
+	// its resource group ("Lock your resources to protect your
+	// infrastructure"). Nothing changes.
+	FaultScopeLocked
+	// FaultForceDeleteRefused answers an instance deletion with
+	// forceDeletion=true 409 OperationNotAllowed, synchronously, and
+	// changes nothing, as Azure refuses force deletion on a scale set of
+	// an isolated VM size or on a dedicated host (the error
+	// cluster-autoscaler quotes in azure_force_delete_scale_set.go, whose
+	// deleteInstances falls back to a normal delete when
+	// isOperationNotAllowed). A deletion without force is unaffected. A
+	// scale set of an isolated size (SKU.Isolated, or one of the sizes
+	// cluster-autoscaler lists in isolatedVMSizes) refuses force deletion
+	// without the fault.
+	FaultForceDeleteRefused
+	// FaultDeletingWithoutIDs makes VM lists (the scale-set VM list, and
+	// the Virtual Machines list of a Flexible scale set) show VMs that
+	// are Deleting with an empty resource ID, and in a Uniform scale set
+	// an empty instance ID, as ARM sometimes lists a VM late in its
+	// deletion: cluster-autoscaler skips such entries ("The resource ID
+	// is empty string, which indicates the instance may be in deleting
+	// state": updateInstanceCache in azure_scale_set.go, addVMToCache
+	// for Flexible). Count counts list pages. A Get of the VM is
+	// unaffected.
+	FaultDeletingWithoutIDs
 )
+
+// lastFaultKind is the highest FaultKind.
+const lastFaultKind = FaultDeletingWithoutIDs
 
 // String returns the fault kind's name.
 func (k FaultKind) String() string {
@@ -117,6 +162,14 @@ func (k FaultKind) String() string {
 		return "DeleteFails"
 	case FaultCommitLate:
 		return "CommitLate"
+	case FaultDenyAssignment:
+		return "DenyAssignment"
+	case FaultScopeLocked:
+		return "ScopeLocked"
+	case FaultForceDeleteRefused:
+		return "ForceDeleteRefused"
+	case FaultDeletingWithoutIDs:
+		return "DeletingWithoutIDs"
 	}
 	return "FaultKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -127,7 +180,10 @@ type Fault struct {
 	// Count is how many operations (for FaultServerError: requests) it
 	// applies to; 0 = until cleared. FaultQuota and FaultAllocation apply
 	// to capacity increases, FaultLROFail and FaultSlowLRO to every
-	// asynchronous operation (updates and instance deletions).
+	// asynchronous operation (updates and instance deletions),
+	// FaultDenyAssignment and FaultScopeLocked to write requests,
+	// FaultForceDeleteRefused to force deletions, FaultDeletingWithoutIDs
+	// to VM list pages.
 	Count int
 	// Duration is, for FaultSlowLRO, the extra time the operation stays
 	// InProgress.
@@ -150,6 +206,21 @@ type ScaleSetSpec struct {
 	// 100 VMs. Azure creates a Uniform scale set that way unless told
 	// otherwise; AKS node pools, and the simulator's default, span several.
 	SinglePlacementGroup bool
+	// PlacementGroupLimit raises a single placement group's cap from 100
+	// (0 means 100) up to 300, as Azure does for a scale set on request;
+	// only with SinglePlacementGroup.
+	PlacementGroupLimit int
+	// Overprovision is properties.overprovision. Azure overprovisions a
+	// Uniform scale set unless told not to ("Design considerations for
+	// scale sets", Overprovisioning): on each scale-out it creates extra
+	// VMs (Options.OverprovisionPercent of the new ones, rounded up) with
+	// instance IDs of their own, and deletes them once the requested VMs
+	// are provisioned; sku.capacity stays the requested number, and the
+	// extras are neither billed nor counted toward quota. The simulator's
+	// default is false (it reports overprovision false), as AKS creates its
+	// node pools' scale sets; a test opts in. Not for Flexible scale sets,
+	// which do not overprovision.
+	Overprovision bool
 	// Image is the resource ID of the image the VMs boot: empty for a
 	// platform (Marketplace) image; a managed custom image
 	// (.../providers/Microsoft.Compute/images/<name>) limits a Uniform
@@ -205,14 +276,19 @@ type VMState struct {
 	State        string // StateCreating, StateRunning, StateFailed or StateDeleting
 	ErrorCode    string // for StateFailed, e.g. "AllocationFailed"
 	// PowerState is the instance view's power state: "running" for a
-	// running VM, also one Failed while it runs (FailRunningVM); "starting"
-	// while it is created; "deallocated" for a Spot VM evicted under
+	// running VM, also one Failed while it runs (FailRunningVM) and one
+	// still Creating whose OS is up while its extensions are provisioned
+	// (Options.ExtensionDelay); "starting" while it boots; "deallocated" for a Spot VM evicted under
 	// eviction policy Deallocate; "" for a VM that failed to start or is
 	// deleting.
 	PowerState string
 	// EvictAt is when a Spot VM given notice of its eviction
 	// (EvictSpotVMs) is evicted; zero for others.
 	EvictAt time.Time
+	// Overprovisioned is an extra VM an overprovisioning scale set made
+	// beside the requested ones of a scale-out (ScaleSetSpec.Overprovision):
+	// not in Capacity, deleted once the requested VMs are provisioned.
+	Overprovisioned bool
 }
 
 // scaleSet is the simulator's record of a scale set. Guarded by Server.mu.
@@ -245,6 +321,13 @@ type scaleSet struct {
 	evictionPolicy string
 	// computerPrefix starts its VMs' computer names.
 	computerPrefix string
+	// placementGroupLimit is a single placement group's cap (100 to 300).
+	placementGroupLimit int
+	// overprovision: scale-outs create extra VMs (see ScaleSetSpec).
+	overprovision bool
+	// active are the operations that may still be in progress, oldest
+	// first (preemption ends them).
+	active []*operation
 }
 
 // vmRecord is the simulator's record of a scale set VM. Guarded by Server.mu.
@@ -277,6 +360,29 @@ type vmRecord struct {
 	evictAt time.Time
 	// wasDeallocated: the VM was deallocated when it started deleting.
 	wasDeallocated bool
+	// bootedAt is when its OS is up (PowerState/running); readyAt, later
+	// by its extensions' time, when it is provisioned.
+	bootedAt time.Time
+	// booted: its OS is up (bootedAt passed) while it is still Creating.
+	booted bool
+	// extra is an overprovisioned VM, made beside the requested ones of
+	// a scale-out (requested) and deleted once they are provisioned; it
+	// never runs as the scale set's VM.
+	extra     bool
+	requested []*vmRecord
+	// before is what a VM that an instance deletion started deleting was,
+	// for a preemption of that deletion to put back; deletedBy is that
+	// deletion's operation.
+	before    vmBefore
+	deletedBy *operation
+}
+
+// vmBefore is the part of a VM's state that starting its deletion
+// overwrites.
+type vmBefore struct {
+	state, errorCode string
+	failedRunning    bool
+	evictAt          time.Time
 }
 
 // powerState is the VM's power state as its instance view reports it.
@@ -284,6 +390,8 @@ func (vm *vmRecord) powerState() string {
 	switch {
 	case vm.state == StateRunning, vm.state == StateFailed && vm.failedRunning:
 		return "running"
+	case vm.state == StateCreating && vm.booted:
+		return "running" // provisioning its extensions
 	case vm.state == StateCreating:
 		return "starting"
 	case vm.state == StateDeallocated:
@@ -308,6 +416,11 @@ type operation struct {
 	start, end time.Time
 	errCode    string // "" if it succeeds
 	errMessage string
+	// canceled: a later write preempted it (status Canceled, errCode
+	// OperationPreempted); end is when.
+	canceled bool
+	// deleting are the VMs an instance deletion started deleting.
+	deleting []*vmRecord
 }
 
 func (o *operation) done(now time.Time) bool { return !now.Before(o.end) }
@@ -316,6 +429,8 @@ func (o *operation) status(now time.Time) string {
 	switch {
 	case !o.done(now):
 		return "InProgress"
+	case o.canceled:
+		return "Canceled"
 	case o.errCode != "":
 		return "Failed"
 	}
@@ -327,6 +442,7 @@ type armError struct {
 	status  int
 	code    string
 	message string
+	target  string // the error's target, if any
 }
 
 func (e *armError) Error() string { return fmt.Sprintf("%d %s: %s", e.status, e.code, e.message) }
@@ -361,7 +477,19 @@ func (s *Server) AddScaleSet(spec ScaleSetSpec) error {
 	if spec.Flexible && spec.SinglePlacementGroup {
 		return fmt.Errorf("adding scale set %s/%s: a Flexible scale set is never a single placement group", spec.ResourceGroup, spec.Name)
 	}
-	if limit, why := capacityLimit(spec.Flexible, spec.SinglePlacementGroup, spec.Image); spec.Capacity < 0 || spec.Capacity > limit {
+	if spec.Flexible && spec.Overprovision {
+		return fmt.Errorf("adding scale set %s/%s: a Flexible scale set does not overprovision", spec.ResourceGroup, spec.Name)
+	}
+	switch {
+	case spec.PlacementGroupLimit != 0 && !spec.SinglePlacementGroup:
+		return fmt.Errorf("adding scale set %s/%s: a placement group limit is for a single placement group", spec.ResourceGroup, spec.Name)
+	case spec.PlacementGroupLimit == 0:
+		spec.PlacementGroupLimit = maxCapacitySinglePlacement
+	case spec.PlacementGroupLimit < maxCapacitySinglePlacement || spec.PlacementGroupLimit > maxCapacitySinglePlacementMax:
+		return fmt.Errorf("adding scale set %s/%s: placement group limit %d is outside [%d, %d]", spec.ResourceGroup, spec.Name,
+			spec.PlacementGroupLimit, maxCapacitySinglePlacement, maxCapacitySinglePlacementMax)
+	}
+	if limit, why := capacityLimit(spec.Flexible, spec.SinglePlacementGroup, spec.PlacementGroupLimit, spec.Image); spec.Capacity < 0 || spec.Capacity > limit {
 		return fmt.Errorf("adding scale set %s/%s: capacity %d is outside [0, %d] (%s)", spec.ResourceGroup, spec.Name, spec.Capacity, limit, why)
 	}
 	for _, z := range spec.Zones {
@@ -393,13 +521,15 @@ func (s *Server) AddScaleSet(spec ScaleSetSpec) error {
 		spot:                 spec.Spot,
 		evictionPolicy:       spec.EvictionPolicy,
 		computerPrefix:       cmp.Or(spec.ComputerNamePrefix, spec.Name),
+		placementGroupLimit:  spec.PlacementGroupLimit,
+		overprovision:        spec.Overprovision,
 	}
 	if spec.Flexible {
 		set.byName, set.computers = map[string]*vmRecord{}, map[string]bool{}
 	}
 	for range spec.Capacity {
 		vm := s.newVM(set, now)
-		vm.state = StateRunning
+		vm.state, vm.readyAt, vm.bootedAt = StateRunning, now, now
 	}
 	s.sets[key] = set
 	klog.V(2).InfoS("Added scale set", "resourceGroup", set.rg, "name", set.name, "sku", sku.Name, "capacity", spec.Capacity,
@@ -420,7 +550,7 @@ func (s *Server) SetCapacity(rg, name string, n int) error {
 	if limit, why := set.capacityLimit(); n < 0 || n > limit {
 		return fmt.Errorf("setting capacity of scale set %s/%s: %d is outside [0, %d] (%s)", rg, name, n, limit, why)
 	}
-	s.resize(set, n, "", s.clock.Now())
+	_, _ = s.resize(set, n, "", s.clock.Now())
 	set.etag++
 	klog.V(2).InfoS("Set scale set capacity", "resourceGroup", set.rg, "name", set.name, "capacity", n)
 	return nil
@@ -445,6 +575,8 @@ func (s *Server) ScaleSet(rg, name string) (ScaleSetState, error) {
 			ErrorCode:    vm.errorCode,
 			PowerState:   vm.powerState(),
 			EvictAt:      vm.evictAt,
+
+			Overprovisioned: vm.extra,
 		})
 	}
 	return st, nil
@@ -563,7 +695,7 @@ func (s *Server) evict(vm *vmRecord, now time.Time) bool {
 // InjectFault makes the scale set suffer f. Faults of several kinds (and
 // several of one kind, applied in turn) can be active at once.
 func (s *Server) InjectFault(rg, name string, f Fault) error {
-	if f.Kind < FaultQuota || f.Kind > FaultCommitLate {
+	if f.Kind < FaultQuota || f.Kind > lastFaultKind {
 		return fmt.Errorf("injecting fault into scale set %s/%s: unknown kind %v", rg, name, f.Kind)
 	}
 	if f.Count < 0 || f.Duration < 0 || f.Lag < 0 {
@@ -634,12 +766,12 @@ func (set *scaleSet) takeFault(kind FaultKind) (Fault, bool) {
 
 // capacityLimit is the most VMs a scale set with these properties holds,
 // and why.
-func capacityLimit(flexible, singlePlacementGroup bool, image string) (int, string) {
+func capacityLimit(flexible, singlePlacementGroup bool, placementGroupLimit int, image string) (int, string) {
 	switch {
 	case flexible:
 		return maxCapacity, "Flexible scale set"
 	case singlePlacementGroup:
-		return maxCapacitySinglePlacement, "single placement group"
+		return placementGroupLimit, "single placement group"
 	case isManagedImage(image):
 		return maxCapacityManagedImage, "managed custom image"
 	}
@@ -653,34 +785,38 @@ func isManagedImage(id string) bool {
 }
 
 func (set *scaleSet) capacityLimit() (int, string) {
-	return capacityLimit(set.flexible, set.singlePlacementGroup, set.image)
+	return capacityLimit(set.flexible, set.singlePlacementGroup, set.placementGroupLimit, set.image)
 }
 
 // checkCapacity answers as ARM does for a capacity the scale set cannot
 // hold: outside the range of sku.capacity, 400 InvalidParameter; above
 // what a single placement group or a managed image allows, 409
-// OperationNotAllowed naming the limit.
+// OperationNotAllowed naming the limit in ARM's words (quoted in
+// hashicorp/terraform-azurerm-nomad issue 6: "Unable to create or update
+// VirtualMachineScaleSet '…' as it exceeds the total limit of '100'
+// Virtual Machine instances.").
 func (set *scaleSet) checkCapacity(n int) *armError {
 	if n < 0 || n > maxCapacity {
 		return capacityOutOfRange(n)
 	}
 	if limit, _ := set.capacityLimit(); n > limit {
 		return &armError{http.StatusConflict, "OperationNotAllowed", fmt.Sprintf(
-			"Unable to create or update Virtual Machine Scale Set '%s' as it exceeds the total limit of '%d' Virtual Machine instances.", set.name, limit)}
+			"Unable to create or update VirtualMachineScaleSet '%s' as it exceeds the total limit of '%d' Virtual Machine instances.", set.name, limit), ""}
 	}
 	return nil
 }
 
 func capacityOutOfRange(n int) *armError {
 	return &armError{http.StatusBadRequest, "InvalidParameter",
-		fmt.Sprintf("The value %d of parameter 'sku.capacity' is out of range. The value must be between 0 and %d, inclusive.", n, maxCapacity)}
+		fmt.Sprintf("The value %d of parameter 'sku.capacity' is out of range. The value must be between 0 and %d, inclusive.", n, maxCapacity), ""}
 }
 
-// capacity counts the VMs not being deleted.
+// capacity counts the VMs not being deleted, overprovisioned extras
+// aside (sku.capacity stays the number asked for).
 func (set *scaleSet) capacity() int {
 	n := 0
 	for _, vm := range set.vms {
-		if vm.state != StateDeleting {
+		if vm.state != StateDeleting && !vm.extra {
 			n++
 		}
 	}
@@ -709,13 +845,20 @@ func (set *scaleSet) provisioningState(now time.Time) string {
 	return "Succeeded"
 }
 
-// familyUsage is the number of vCPUs of the SKU family in use by all VMs.
+// familyUsage is the number of vCPUs of the SKU family in use by all VMs
+// but overprovisioned extras, which "do not count toward your quota
+// limits" ("Design considerations for scale sets", Overprovisioning).
 // Callers hold s.mu.
 func (s *Server) familyUsage(family string) int {
 	n := 0
 	for _, set := range s.sets {
-		if set.sku.Family == family {
-			n += len(set.vms) * set.sku.VCPUs
+		if set.sku.Family != family {
+			continue
+		}
+		for _, vm := range set.vms {
+			if !vm.extra {
+				n += set.sku.VCPUs
+			}
 		}
 	}
 	return n
@@ -725,13 +868,15 @@ func (s *Server) familyUsage(family string) int {
 func (s *Server) newVM(set *scaleSet, now time.Time) *vmRecord {
 	id := set.nextID
 	set.nextID++
+	booted := now.Add(s.bootTime())
 	vm := &vmRecord{
 		set:        set,
 		instanceID: id,
 		vmID:       newUUID(),
 		state:      StateCreating,
 		created:    now,
-		readyAt:    now.Add(s.bootTime()),
+		bootedAt:   booted,
+		readyAt:    booted.Add(s.extensionTime(set.sku)),
 	}
 	if len(set.zones) > 0 {
 		vm.zone = set.zones[id%len(set.zones)]
@@ -811,20 +956,28 @@ func (s *Server) bootTime() time.Duration {
 	return max(d, 0)
 }
 
-// resize creates or starts deleting VMs so that the capacity becomes n. New
-// VMs fail with failWith, if set, instead of booting. A decrease deletes the
-// newest VMs, those still being created first. Callers hold s.mu.
-func (s *Server) resize(set *scaleSet, n int, failWith string, now time.Time) {
+// resize creates or starts deleting VMs so that the capacity becomes n
+// and returns the VMs it created (overprovisioned extras aside) and those
+// it started deleting. New VMs fail with failWith, if set, instead of
+// booting. An increase of an overprovisioning scale set also creates its
+// extras (overprovision). A decrease deletes the newest VMs, those still
+// being created first. Callers hold s.mu.
+func (s *Server) resize(set *scaleSet, n int, failWith string, now time.Time) (created, deleting []*vmRecord) {
 	current := set.capacity()
 	for ; current < n; current++ {
-		s.newVM(set, now).failWith = failWith
+		vm := s.newVM(set, now)
+		vm.failWith = failWith
+		created = append(created, vm)
+	}
+	if len(created) > 0 {
+		s.overprovision(set, created, failWith, now)
 	}
 	if current <= n {
-		return
+		return created, nil
 	}
 	var live []*vmRecord
 	for _, vm := range set.vms {
-		if vm.state != StateDeleting {
+		if vm.state != StateDeleting && !vm.extra {
 			live = append(live, vm)
 		}
 	}
@@ -840,6 +993,7 @@ func (s *Server) resize(set *scaleSet, n int, failWith string, now time.Time) {
 	for _, vm := range live[:current-n] {
 		s.startDeleting(vm, now)
 	}
+	return nil, live[:current-n]
 }
 
 // startDeleting moves a VM to Deleting and, while a request is handled for a
@@ -854,16 +1008,20 @@ func (s *Server) startDeleting(vm *vmRecord, now time.Time) {
 // startDeletingQuietly moves a VM to Deleting without telling a
 // DeletionWatcher (an eviction is no request). Callers hold s.mu.
 func (s *Server) startDeletingQuietly(vm *vmRecord, now time.Time) {
+	vm.before = vmBefore{state: vm.state, errorCode: vm.errorCode, failedRunning: vm.failedRunning, evictAt: vm.evictAt}
+	vm.deletedBy = nil
 	vm.wasDeallocated = vm.state == StateDeallocated
 	vm.state, vm.failedRunning, vm.evictAt = StateDeleting, false, time.Time{}
 	vm.deleteAt = now.Add(s.opts.DeleteDelay)
 }
 
-// newOperation starts an asynchronous operation on the set, applying
-// FaultSlowLRO, and FaultLROFail unless errCode is already set. Callers hold
-// s.mu.
-func (s *Server) newOperation(set *scaleSet, errCode, errMessage string, now time.Time) *operation {
-	end := now.Add(s.opts.LRODuration)
+// newOperation starts an asynchronous operation on the set that lasts
+// as long as its VMs (vmsDone: when the last VM it creates is
+// provisioned, or the last it deletes is gone; see operationEnd),
+// applying FaultSlowLRO, and FaultLROFail unless errCode is already set.
+// Callers hold s.mu.
+func (s *Server) newOperation(set *scaleSet, errCode, errMessage string, now, vmsDone time.Time) *operation {
+	end := s.operationEnd(now, vmsDone)
 	if f, ok := set.takeFault(FaultSlowLRO); ok {
 		end = end.Add(f.Duration)
 	}
@@ -876,6 +1034,7 @@ func (s *Server) newOperation(set *scaleSet, errCode, errMessage string, now tim
 	op := &operation{id: newUUID(), set: set, start: now, end: end, errCode: errCode, errMessage: errMessage}
 	s.ops[op.id] = op
 	set.lastOp = op
+	set.active = append(set.active, op)
 	return op
 }
 
@@ -885,15 +1044,15 @@ func (s *Server) newOperation(set *scaleSet, errCode, errMessage string, now tim
 func (set *scaleSet) checkUpdate(p updateRequest) *armError {
 	if p.ifMatch != "" && p.ifMatch != "*" && normalizeETag(p.ifMatch) != normalizeETag(set.etagString()) {
 		return &armError{http.StatusPreconditionFailed, "PreconditionFailed",
-			fmt.Sprintf("The specified precondition 'If-Match = %s' failed: the current ETag of scale set '%s' is %s.", p.ifMatch, set.name, set.etagString())}
+			fmt.Sprintf("The specified precondition 'If-Match = %s' failed: the current ETag of scale set '%s' is %s.", p.ifMatch, set.name, set.etagString()), ""}
 	}
 	if p.ifNoneMatch == "*" || (p.ifNoneMatch != "" && normalizeETag(p.ifNoneMatch) == normalizeETag(set.etagString())) {
 		return &armError{http.StatusPreconditionFailed, "PreconditionFailed",
-			fmt.Sprintf("The specified precondition 'If-None-Match = %s' failed.", p.ifNoneMatch)}
+			fmt.Sprintf("The specified precondition 'If-None-Match = %s' failed.", p.ifNoneMatch), ""}
 	}
 	if p.skuName != "" && !strings.EqualFold(p.skuName, set.sku.Name) {
 		return &armError{http.StatusConflict, "PropertyChangeNotAllowed",
-			fmt.Sprintf("Changing property 'sku.name' from '%s' to '%s' is not allowed by the simulator.", set.sku.Name, p.skuName)}
+			fmt.Sprintf("Changing property 'sku.name' from '%s' to '%s' is not allowed by the simulator.", set.sku.Name, p.skuName), ""}
 	}
 	if p.capacity != nil {
 		return set.checkCapacity(*p.capacity)
@@ -906,7 +1065,13 @@ func (s *Server) update(set *scaleSet, p updateRequest, now time.Time) (*operati
 	if aerr := set.checkUpdate(p); aerr != nil {
 		return nil, aerr
 	}
+	// A capacity write supersedes the operations still under way; a
+	// preempted instance deletion puts back the VMs it had not deleted
+	// yet, so they count in the capacity the write starts from.
 	current := set.capacity()
+	if p.capacity != nil {
+		current += s.preemptedDeletions(set, now)
+	}
 	want := current
 	if p.capacity != nil {
 		want = *p.capacity
@@ -919,19 +1084,22 @@ func (s *Server) update(set *scaleSet, p updateRequest, now time.Time) (*operati
 				"Operation could not be completed as it results in exceeding approved %s Cores quota. "+
 					"Additional details - Deployment Model: Resource Manager, Location: %s, Current Limit: %d, "+
 					"Current Usage: %d, Additional Required: %d, (Minimum) New Limit Required: %d.",
-				set.sku.Family, s.opts.Location, usage, usage, (want-current)*set.sku.VCPUs, usage+(want-current)*set.sku.VCPUs)}
+				set.sku.Family, s.opts.Location, usage, usage, (want-current)*set.sku.VCPUs, usage+(want-current)*set.sku.VCPUs), ""}
 		}
 		if _, ok := set.takeFault(FaultAllocation); ok {
 			failWith = CodeAllocationFailed
 			failMessage = allocationFailedMessage
 		}
 	}
+	if p.capacity != nil {
+		s.preempt(set, now)
+	}
 	if p.tags != nil {
 		set.tags = p.tags
 	}
-	s.resize(set, want, failWith, now)
+	created, deleting := s.resize(set, want, failWith, now)
 	set.etag++
-	op := s.newOperation(set, failWith, failMessage, now)
+	op := s.newOperation(set, failWith, failMessage, now, vmsDone(created, deleting))
 	klog.V(2).InfoS("Updated scale set", "resourceGroup", set.rg, "name", set.name, "from", current, "to", want,
 		"etag", set.etagString(), "operation", op.id, "fails", op.errCode)
 	return op, nil
@@ -985,25 +1153,37 @@ func (s *Server) landLate(set *scaleSet, all bool, now time.Time) {
 const allocationFailedMessage = "Allocation failed. We do not have sufficient capacity for the requested VM size in this region. " +
 	"Read more about improving likelihood of allocation success at http://aka.ms/allocation-guidance"
 
-// deleteInstances starts deleting VMs by instance ID. Callers hold s.mu.
-func (s *Server) deleteInstances(set *scaleSet, ids []string, now time.Time) (*operation, *armError) {
+// deleteInstances starts deleting VMs by instance ID, with force deletion
+// if force. Callers hold s.mu.
+func (s *Server) deleteInstances(set *scaleSet, ids []string, force bool, now time.Time) (*operation, *armError) {
 	if len(ids) == 0 {
-		return nil, &armError{http.StatusBadRequest, "InvalidParameter", "The parameter 'instanceIds' must contain at least one instance ID."}
+		return nil, &armError{http.StatusBadRequest, "InvalidParameter", "The parameter 'instanceIds' must contain at least one instance ID.", ""}
 	}
 	vms := make([]*vmRecord, 0, len(ids))
 	for _, id := range ids {
 		vm, ok := set.vmByKey(id)
 		if !ok {
-			return nil, &armError{http.StatusBadRequest, "InvalidParameter",
-				fmt.Sprintf("The provided instanceId %s is not an active Virtual Machine Scale Set VM instanceId.", id)}
+			// The whole batch is refused, in ARM's words (quoted in
+			// microsoft/onefuzz issue 2547: 400 InvalidParameter,
+			// target instanceIds).
+			return nil, &armError{status: http.StatusBadRequest, code: "InvalidParameter", target: "instanceIds",
+				message: fmt.Sprintf("The provided instanceId %s is not an active Virtual Machine Scale Set VM instanceId.", id)}
 		}
 		vms = append(vms, vm)
 	}
+	if force {
+		if aerr := s.refuseForceDeletion(set); aerr != nil {
+			return nil, aerr
+		}
+	}
+	s.preempt(set, now)
 	_, fails := set.takeFault(FaultDeleteFails)
+	var started []*vmRecord
 	for _, vm := range vms {
 		if vm.state != StateDeleting {
 			s.startDeleting(vm, now)
 			vm.deleteFails = fails
+			started = append(started, vm)
 		}
 	}
 	set.etag++
@@ -1011,7 +1191,11 @@ func (s *Server) deleteInstances(set *scaleSet, ids []string, now time.Time) (*o
 	if fails {
 		errCode, errMessage = CodeInternalExecutionError, "An internal execution error occurred while deleting the virtual machines. Please retry later."
 	}
-	op := s.newOperation(set, errCode, errMessage, now)
+	op := s.newOperation(set, errCode, errMessage, now, vmsDone(nil, vms))
+	op.deleting = started
+	for _, vm := range started {
+		vm.deletedBy = op
+	}
 	klog.V(2).InfoS("Deleting scale set instances", "resourceGroup", set.rg, "name", set.name, "instanceIDs", ids,
 		"capacity", set.capacity(), "operation", op.id)
 	return op, nil
@@ -1035,12 +1219,19 @@ func (s *Server) transition(now time.Time) (removed, deallocated []*vmRecord) {
 				if s.evict(vm, now) {
 					deallocated = append(deallocated, vm)
 				}
+			case vm.state == StateCreating && vm.extra:
+				// An overprovisioned extra never turns Running: it goes
+				// once the requested VMs are provisioned (below).
+				vm.booted = !now.Before(vm.bootedAt)
 			case vm.state == StateCreating && !now.Before(vm.readyAt):
 				if vm.failWith != "" {
 					vm.state, vm.errorCode = StateFailed, vm.failWith
 				} else {
 					vm.state = StateRunning
 				}
+				vm.booted = false
+			case vm.state == StateCreating && !now.Before(vm.bootedAt):
+				vm.booted = vm.failWith == ""
 			case vm.state == StateDeleting && !now.Before(vm.deleteAt) && vm.deleteFails:
 				vm.state, vm.deleteFails = StateRunning, false
 				set.etag++
@@ -1049,11 +1240,15 @@ func (s *Server) transition(now time.Time) (removed, deallocated []*vmRecord) {
 				removed = append(removed, vm)
 			}
 		}
+		s.dropExtras(set, now)
 	}
 	for id, op := range s.ops {
 		if now.Sub(op.end) > operationRetention {
 			delete(s.ops, id)
 		}
+	}
+	for _, set := range s.sets {
+		set.pruneActive(now)
 	}
 	return removed, deallocated
 }

@@ -26,6 +26,8 @@ type operationStatus struct {
 	Error     *armcompute.APIError `json:"error,omitempty"`
 }
 
+// statusBody is the operation's status: a preempted one is
+// {"status":"Canceled","error":{"code":"OperationPreempted",...}}.
 func (o *operation) statusBody(now time.Time) operationStatus {
 	st := operationStatus{Name: o.id, Status: o.status(now), StartTime: o.start.UTC()}
 	if o.done(now) {
@@ -79,7 +81,7 @@ func (s *Server) scaleSetModel(set *scaleSet, provisioningState string) *armcomp
 		Properties: &armcompute.VirtualMachineScaleSetProperties{
 			ProvisioningState:    to.Ptr(provisioningState),
 			OrchestrationMode:    to.Ptr(armcompute.OrchestrationModeUniform),
-			Overprovision:        to.Ptr(false),
+			Overprovision:        to.Ptr(set.overprovision),
 			SinglePlacementGroup: to.Ptr(set.singlePlacementGroup),
 			UniqueID:             to.Ptr(set.uniqueID),
 			TimeCreated:          to.Ptr(set.created.UTC()),
@@ -221,6 +223,13 @@ func instanceViewStatuses(rec *vmRecord) []*armcompute.InstanceViewStatus {
 			status("PowerState/running", "VM running", info, nil),
 		}
 	case StateCreating:
+		if rec.booted {
+			// Up, provisioning its extensions.
+			return []*armcompute.InstanceViewStatus{
+				status("ProvisioningState/creating", "Creating", info, nil),
+				status("PowerState/running", "VM running", info, nil),
+			}
+		}
 		return []*armcompute.InstanceViewStatus{
 			status("ProvisioningState/creating", "Creating", info, nil),
 			status("PowerState/starting", "VM starting", info, nil),

@@ -9,7 +9,9 @@
 // The simulator speaks ARM's wire protocol over HTTPS, so the real
 // armcompute SDK client works against it unmodified. It models ARM's
 // semantics that matter to an autoscaler: ETags and If-Match, long-running
-// operations, Azure's request throttling (ARM's buckets per principal and
+// operations that last as long as their VMs and that a later write
+// preempts (OperationPreempted), overprovisioning (ScaleSetSpec.Overprovision),
+// Azure's request throttling (ARM's buckets per principal and
 // the Compute resource provider's policies per resource and per
 // subscription: Options.Throttling, throttle.go) with 429 and Retry-After,
 // and injectable faults (quota, allocation failure, failed or slow
@@ -84,7 +86,28 @@ type Options struct {
 	// is repeatable: the same seed and requests give the same boot times.
 	Seed        uint64
 	DeleteDelay time.Duration // Deleting -> gone (default 0: gone at the next Advance)
-	LRODuration time.Duration // how long an async operation stays InProgress (default 0)
+	// LRODuration is the least an asynchronous operation stays
+	// InProgress (default 0). An operation lasts as long as its VMs: a
+	// scale-out's until the VMs it creates are provisioned (boot and
+	// extensions), a deletion's until its VMs are gone (operations.go).
+	LRODuration time.Duration
+	// FixedOperations makes every operation last LRODuration, whatever
+	// its VMs (the simulator's model before #38).
+	FixedOperations bool
+	// ExtensionDelay is how long a new VM stays Creating after its OS is
+	// up (PowerState/running), provisioning its extensions, for SKUs
+	// without an ExtensionDelay of their own (default 0). GPU sizes take
+	// minutes on Azure (drivers installed at provisioning); give their
+	// SKUs an ExtensionDelay (GPUExtensionDelay, say) to model it.
+	ExtensionDelay time.Duration
+	// NoPreemption turns off preemption: by default a capacity write or
+	// an instance deletion ends the scale set's operations in progress
+	// Canceled with OperationPreempted, as ARM does (operations.go).
+	NoPreemption bool
+	// OverprovisionPercent is how many extra VMs an overprovisioning
+	// scale set (ScaleSetSpec.Overprovision) creates on a scale-out, in
+	// percent of the requested ones, rounded up; default 20.
+	OverprovisionPercent int
 	// Throttling is ARM's and the Compute resource provider's
 	// throttling, on by default at Azure's limits (ComputePolicies,
 	// DefaultARMLimits); Throttling.Disabled turns it off.
@@ -152,8 +175,11 @@ func New(opts Options) (*Server, error) {
 	if len(opts.SKUs) == 0 {
 		opts.SKUs = DefaultSKUs()
 	}
+	if opts.OverprovisionPercent < 0 {
+		return nil, fmt.Errorf("armsim: overprovision percent must not be negative, got %d", opts.OverprovisionPercent)
+	}
 	for name, d := range map[string]time.Duration{"boot delay": opts.BootDelay, "boot jitter": opts.BootJitter,
-		"delete delay": opts.DeleteDelay, "LRO duration": opts.LRODuration} {
+		"delete delay": opts.DeleteDelay, "LRO duration": opts.LRODuration, "extension delay": opts.ExtensionDelay} {
 		if d < 0 {
 			return nil, fmt.Errorf("armsim: %s must not be negative, got %v", name, d)
 		}

@@ -181,14 +181,23 @@ func TestScaleOut(t *testing.T) {
 				t.Fatalf("VM states %v, want %v", got, wantStates)
 			}
 
-			if tt.lroDuration > 0 {
-				if _, err := poller.Poll(ctx); err != nil {
-					t.Fatalf("Poll: %v", err)
+			// The operation lasts LRODuration at least, and until its
+			// VMs are provisioned.
+			if opEnd := max(tt.lroDuration, tt.bootDelay); opEnd > 0 {
+				for _, step := range []time.Duration{0, opEnd - time.Second} {
+					env.clock.Step(step)
+					if _, err := poller.Poll(ctx); err != nil {
+						t.Fatalf("Poll: %v", err)
+					}
+					if poller.Done() {
+						t.Fatalf("operation done %v after it started, before its VMs booted (%v)", step, opEnd)
+					}
 				}
-				if poller.Done() {
-					t.Fatalf("operation done before LRODuration passed")
+				env.srv.Advance(ctx)
+				if got := vmStates(env.state(t, "pool"))["4"]; got != StateCreating {
+					t.Fatalf("VM 4 is %s before its boot delay ended, want Creating", got)
 				}
-				env.clock.Step(tt.lroDuration)
+				env.clock.Step(time.Second)
 			}
 			res, err := poller.PollUntilDone(ctx, pollOpts())
 			if err != nil {
@@ -197,15 +206,7 @@ func TestScaleOut(t *testing.T) {
 			if *res.SKU.Capacity != 5 {
 				t.Fatalf("final capacity %d, want 5", *res.SKU.Capacity)
 			}
-
 			env.srv.Advance(ctx)
-			if remaining := tt.bootDelay - tt.lroDuration; remaining > 0 {
-				if got := vmStates(env.state(t, "pool"))["4"]; got != StateCreating {
-					t.Fatalf("VM 4 is %s before its boot delay ended, want Creating", got)
-				}
-				env.clock.Step(remaining)
-				env.srv.Advance(ctx)
-			}
 			final := env.state(t, "pool")
 			for _, vm := range final.VMs {
 				if vm.State != StateRunning {
@@ -317,6 +318,14 @@ func TestUpdateTagsAndScaleIn(t *testing.T) {
 	if err != nil {
 		t.Fatalf("BeginUpdate: %v", err)
 	}
+	// Scale-in removes the Creating VMs first, then the newest.
+	want := map[string]string{"0": StateRunning, "1": StateRunning, "2": StateDeleting, "3": StateDeleting, "4": StateDeleting}
+	st := env.state(t, "pool")
+	if got := vmStates(st); !mapsEqual(got, want) || st.Capacity != 2 {
+		t.Fatalf("after scale-in: capacity %d, VMs %v; want 2 and %v", st.Capacity, got, want)
+	}
+	// Its operation ends when the VMs are gone.
+	env.clock.Step(time.Minute)
 	res, err := poller.PollUntilDone(ctx, pollOpts())
 	if err != nil {
 		t.Fatalf("PollUntilDone: %v", err)
@@ -324,13 +333,6 @@ func TestUpdateTagsAndScaleIn(t *testing.T) {
 	if len(res.Tags) != 1 || res.Tags["b"] == nil || *res.Tags["b"] != "2" {
 		t.Errorf("tags after PATCH = %v, want only b=2", res.Tags)
 	}
-	// Scale-in removes the Creating VMs first, then the newest.
-	want := map[string]string{"0": StateRunning, "1": StateRunning, "2": StateDeleting, "3": StateDeleting, "4": StateDeleting}
-	st := env.state(t, "pool")
-	if got := vmStates(st); !mapsEqual(got, want) || st.Capacity != 2 {
-		t.Fatalf("after scale-in: capacity %d, VMs %v; want 2 and %v", st.Capacity, got, want)
-	}
-	env.clock.Step(time.Minute)
 	env.srv.Advance(ctx)
 	if got := vmStates(env.state(t, "pool")); !mapsEqual(got, map[string]string{"0": StateRunning, "1": StateRunning}) {
 		t.Fatalf("after delete delay: VMs %v", got)
@@ -505,8 +507,9 @@ func TestDeleteInstances(t *testing.T) {
 		if st.Capacity != 2 || st.ETag == before.ETag || vmStates(st)["1"] != StateDeleting {
 			t.Fatalf("after delete request: %+v; want capacity 2, new etag, VM 1 Deleting", st)
 		}
-		if _, err := poller.PollUntilDone(ctx, pollOpts()); err != nil {
-			t.Fatalf("PollUntilDone: %v", err)
+		// The operation lasts until the VM is gone.
+		if _, err := poller.Poll(ctx); err != nil || poller.Done() {
+			t.Fatalf("Poll: err %v, done %v; want in progress until the VM is gone", err, poller.Done())
 		}
 		env.srv.Advance(ctx)
 		if got := vmStates(env.state(t, "pool"))["1"]; got != StateDeleting {
@@ -516,6 +519,9 @@ func TestDeleteInstances(t *testing.T) {
 			t.Fatalf("VMDeleted called early: %v", deleted)
 		}
 		env.clock.Step(30 * time.Second)
+		if _, err := poller.PollUntilDone(ctx, pollOpts()); err != nil {
+			t.Fatalf("PollUntilDone: %v", err)
+		}
 		env.srv.Advance(ctx)
 		if got := vmStates(env.state(t, "pool")); !mapsEqual(got, map[string]string{"0": StateRunning, "2": StateRunning}) {
 			t.Fatalf("after delete delay: VMs %v", got)
@@ -539,6 +545,7 @@ func TestDeleteInstances(t *testing.T) {
 		if err != nil {
 			t.Fatalf("BeginDeleteInstances: %v", err)
 		}
+		env.clock.Step(30 * time.Second) // the operation ends when the VM is gone
 		_, err = poller.PollUntilDone(ctx, pollOpts())
 		if re := responseError(t, err); re.ErrorCode != CodeInternalExecutionError {
 			t.Fatalf("operation error code %s, want %s", re.ErrorCode, CodeInternalExecutionError)
@@ -548,7 +555,6 @@ func TestDeleteInstances(t *testing.T) {
 		}
 		// The VM goes regardless, as in ARM when only the operation's
 		// bookkeeping failed.
-		env.clock.Step(30 * time.Second)
 		env.srv.Advance(ctx)
 		if got := vmStates(env.state(t, "pool")); !mapsEqual(got, map[string]string{"0": StateRunning}) {
 			t.Fatalf("VMs %v, want only 0", got)
@@ -567,11 +573,11 @@ func TestDeleteInstances(t *testing.T) {
 		if st := env.state(t, "pool"); vmStates(st)["0"] != StateDeleting || st.Capacity != 0 {
 			t.Fatalf("after the accepted delete: %+v, want VM 0 Deleting", st)
 		}
+		env.clock.Step(30 * time.Second)
 		_, err = poller.PollUntilDone(ctx, pollOpts())
 		if re := responseError(t, err); re.ErrorCode != CodeInternalExecutionError {
 			t.Fatalf("operation error code %s, want %s", re.ErrorCode, CodeInternalExecutionError)
 		}
-		env.clock.Step(30 * time.Second)
 		env.srv.Advance(ctx)
 		if st := env.state(t, "pool"); !mapsEqual(vmStates(st), map[string]string{"0": StateRunning}) || st.Capacity != 1 {
 			t.Fatalf("after the failed delete: %+v, want VM 0 Running again", st)

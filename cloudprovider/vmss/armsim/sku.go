@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
@@ -24,7 +25,22 @@ type SKU struct {
 	MemoryGB float64 // memory in GiB
 	GPUs     int     // NVIDIA GPUs, 0 for none
 	Arch     string  // ArchX64 or ArchArm64
+	// ExtensionDelay is how long a new VM of the size stays Creating
+	// after its OS is up, provisioning its extensions; 0 takes
+	// Options.ExtensionDelay.
+	ExtensionDelay time.Duration
+	// Isolated is an isolated size (one hardware type, one customer),
+	// whose scale sets refuse force deletion; the sizes
+	// cluster-autoscaler lists as isolated are, without it.
+	Isolated bool
 }
+
+// GPUExtensionDelay is an ExtensionDelay for GPU sizes: the NVIDIA driver
+// is installed at node provisioning ("Create a fully managed GPU node
+// pool on AKS"), which takes minutes. Microsoft publishes no figure; five
+// minutes is the simulator's assumption. DefaultSKUs leaves it off, so
+// that tests keep their timing.
+const GPUExtensionDelay = 5 * time.Minute
 
 // DefaultSKUs returns the SKUs the simulator offers when Options.SKUs is empty.
 func DefaultSKUs() []SKU {
@@ -50,6 +66,8 @@ func (k SKU) validate() error {
 		return fmt.Errorf("SKU %s: memory must be positive, got %v GB", k.Name, k.MemoryGB)
 	case k.GPUs < 0:
 		return fmt.Errorf("SKU %s: GPUs must not be negative, got %d", k.Name, k.GPUs)
+	case k.ExtensionDelay < 0:
+		return fmt.Errorf("SKU %s: extension delay must not be negative, got %v", k.Name, k.ExtensionDelay)
 	case k.Arch != ArchX64 && k.Arch != ArchArm64:
 		return fmt.Errorf("SKU %s: architecture must be %q or %q, got %q", k.Name, ArchX64, ArchArm64, k.Arch)
 	}
