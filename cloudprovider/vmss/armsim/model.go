@@ -138,10 +138,16 @@ const (
 	// for Flexible). Count counts list pages. A Get of the VM is
 	// unaffected.
 	FaultDeletingWithoutIDs
+	// FaultSlowDelete keeps the VMs an instance deletion starts deleting
+	// Fault.Duration longer in Deleting (Count counts deletions), and so
+	// its operation, which lasts until its VMs are gone: GPU VMs and VMs
+	// with many extensions take minutes to delete on Azure, long enough
+	// for a newer write to preempt the deletion (see preempt).
+	FaultSlowDelete
 )
 
 // lastFaultKind is the highest FaultKind.
-const lastFaultKind = FaultDeletingWithoutIDs
+const lastFaultKind = FaultSlowDelete
 
 // String returns the fault kind's name.
 func (k FaultKind) String() string {
@@ -170,6 +176,8 @@ func (k FaultKind) String() string {
 		return "ForceDeleteRefused"
 	case FaultDeletingWithoutIDs:
 		return "DeletingWithoutIDs"
+	case FaultSlowDelete:
+		return "SlowDelete"
 	}
 	return "FaultKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -1178,10 +1186,12 @@ func (s *Server) deleteInstances(set *scaleSet, ids []string, force bool, now ti
 	}
 	s.preempt(set, now)
 	_, fails := set.takeFault(FaultDeleteFails)
+	slow, _ := set.takeFault(FaultSlowDelete)
 	var started []*vmRecord
 	for _, vm := range vms {
 		if vm.state != StateDeleting {
 			s.startDeleting(vm, now)
+			vm.deleteAt = vm.deleteAt.Add(slow.Duration)
 			vm.deleteFails = fails
 			started = append(started, vm)
 		}

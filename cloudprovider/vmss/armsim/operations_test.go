@@ -509,3 +509,40 @@ func TestWriteRefusalFaults(t *testing.T) {
 		})
 	}
 }
+
+// TestSlowDeleteKeepsVMsDeletingAndItsOperationRunning: FaultSlowDelete
+// keeps the VMs a deletion starts in Deleting for its Duration, and the
+// deletion's operation (which lasts until its VMs are gone) in progress:
+// long enough for a newer write to preempt it.
+func TestSlowDeleteKeepsVMsDeletingAndItsOperationRunning(t *testing.T) {
+	env := newTestEnv(t, Options{}, ScaleSetSpec{ResourceGroup: testRG, Name: "pool", SKU: "Standard_D16s_v5", Capacity: 2})
+	ctx := context.Background()
+	env.srv.Advance(ctx)
+	if err := env.srv.InjectFault(testRG, "pool", Fault{Kind: FaultSlowDelete, Count: 1, Duration: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	url := env.write(t, "pool", -1, "0")
+	env.clock.Step(30 * time.Second)
+	env.srv.Advance(ctx)
+	if st := env.opStatus(t, url); st.Status != "InProgress" {
+		t.Fatalf("deletion's operation %s after 30 s of a 1-minute slow delete, want InProgress", st.Status)
+	}
+	if got := vmStates(env.state(t, "pool")); got["0"] != StateDeleting {
+		t.Fatalf("VMs %v, want VM 0 still Deleting", got)
+	}
+	env.clock.Step(31 * time.Second)
+	env.srv.Advance(ctx)
+	if st := env.opStatus(t, url); st.Status != "Succeeded" {
+		t.Fatalf("deletion's operation %s once its VM is gone, want Succeeded", st.Status)
+	}
+	if got := vmStates(env.state(t, "pool")); len(got) != 1 || got["1"] != StateRunning {
+		t.Fatalf("VMs %v, want only VM 1 Running", got)
+	}
+	// Count 1: the next deletion is not slowed.
+	url = env.write(t, "pool", -1, "1")
+	env.clock.Step(time.Second)
+	env.srv.Advance(ctx)
+	if st := env.opStatus(t, url); st.Status != "Succeeded" {
+		t.Fatalf("second deletion's operation %s, want Succeeded (the fault was used up)", st.Status)
+	}
+}
