@@ -250,7 +250,7 @@ func (rep *report) markdown() string {
 What differs between the two sides, beyond the autoscalers:
 
 - **Who registers nodes.** Ours: the ARM simulator creates the VMs at the scale-set PUT and its hook, in the harness process, creates each Node as AKS registers it (allocatable less kube-reserved and the eviction threshold). Karpenter: its kwok provider creates the Node itself, from Karpenter's process, so Karpenter's CPU and API requests include that "cloud" work and ours do not (the harness's CPU is in report.json, components.harness).
-- **The cloud's limits.** The ARM simulator throttles at ARM's subscription limits (200 reads and 20 writes a minute) and its long-running operations take 10 s (VMs boot from the PUT, not from the operation's end); Karpenter's kwok provider has no limits.
+- **The cloud's limits.** The ARM simulator throttles as Azure does today (ARM's per-principal token buckets, and the Compute resource provider's policies per scale set and per subscription: a scale set's Update is 12 tokens refilled 4 a minute) and a long-running operation lasts until its VMs boot, 10 s at least; Karpenter's kwok provider has no limits.
 - **Each autoscaler's own defaults.** Ours: client QPS 20 (burst 40), smoothing on. Karpenter: client QPS 200 (burst 300), batching 1 s idle / 10 s max. Karpenter's NodePool consolidates after 10 minutes (our --scale-down-unneeded-time default), so neither removes nodes during the run.
 `)
 	if rep.Repeat > 1 {
