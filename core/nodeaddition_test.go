@@ -337,6 +337,13 @@ func TestDeferredWriteIsNotAFailure(t *testing.T) {
 	if got := e.events(EventFailedScaleUp); len(got) != 0 {
 		t.Errorf("warning events for deferred writes: %v", got)
 	}
+	// Deferred nodes are queued, not cancelled.
+	if got := testutil.ToFloat64(e.a.metrics.NodesCancelled.WithLabelValues("gpu", "workload")); got != 0 {
+		t.Errorf("%v deferred nodes counted as cancelled demand, want 0", got)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.QueueDepth.WithLabelValues("gpu", "workload")); got != 4 {
+		t.Errorf("queue depth %v while 4 nodes wait for the deferred write, want 4", got)
+	}
 	gpu.SetIncreaseError(nil)
 	freshDriver(e)
 	e.run()

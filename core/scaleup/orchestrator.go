@@ -325,12 +325,18 @@ func (o *Orchestrator) execute(ctx context.Context, req Request, d demand, q Que
 			sus := byGroup[g]
 			released := dec.ReleaseClass[g]
 			if n := sum(released); n > 0 {
-				if err := inc.IncreaseSize(ctx, g, n); err != nil {
-					if Deferred(err) {
-						q.Defer(g, n, req.Now)
-					} else {
-						q.Refund(n)
+				err := inc.IncreaseSize(ctx, g, n)
+				if Deferred(err) {
+					// Nothing was sent and nothing failed: the released
+					// nodes wait, queued, for the group's next write,
+					// which takes them without paying again.
+					q.Defer(g, n, req.Now)
+					for c, k := range released {
+						add(out.Queued, g, c, k)
 					}
+					released = nil
+				} else if err != nil {
+					q.Refund(n)
 					var pods []*apiv1.Pod
 					for _, su := range sus {
 						pods = append(pods, su.Pods...)
@@ -346,7 +352,9 @@ func (o *Orchestrator) execute(ctx context.Context, req Request, d demand, q Que
 					}
 					continue
 				}
-				out.InFlight += n
+				if err == nil {
+					out.InFlight += n
+				}
 			}
 			// Each scale-up gets its class's release, in plan order, up to
 			// what it asked for; the rest of its demand is queued.
