@@ -163,6 +163,13 @@ func classOfCode(status int, code, msg string) cloudprovider.ErrorClass {
 	case lc == "allocationfailed" || lc == "zonalallocationfailed" || lc == "overconstrainedallocationrequest" ||
 		lc == "overconstrainedzonalallocationrequest" || lc == "skunotavailable":
 		return cloudprovider.ClassOutOfCapacity
+	case lc == "scopelocked":
+		// A management lock on the scale set or its resource group
+		// (409 ScopeLocked: "Lock your resources to protect your
+		// infrastructure") refuses every write until someone removes
+		// it: no concurrent write that the next loop gets past, so
+		// backed off, not retried at once.
+		return cloudprovider.ClassOther
 	case lc == "operationpreempted" || status == http.StatusConflict || lc == "conflict":
 		return cloudprovider.ClassConflict
 	default:

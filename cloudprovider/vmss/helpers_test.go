@@ -53,6 +53,8 @@ func TestClassOfCode(t *testing.T) {
 		{409, "SkuNotAvailable", "", cloudprovider.ClassOutOfCapacity},
 		{409, "OperationPreempted", "", cloudprovider.ClassConflict},
 		{409, "Conflict", "another operation is in progress", cloudprovider.ClassConflict},
+		{409, "ScopeLocked", "The scope '/subscriptions/s/resourceGroups/rg' cannot perform write operation because following scope(s) are locked", cloudprovider.ClassOther},
+		{403, "DenyAssignmentAuthorizationFailed", "the access is denied because of the deny assignment", cloudprovider.ClassOther},
 		{429, "TooManyRequests", "", cloudprovider.ClassThrottled},
 		{500, "InternalServerError", "", cloudprovider.ClassOther},
 		{409, "OperationNotAllowed", "scale set is being deleted", cloudprovider.ClassConflict},

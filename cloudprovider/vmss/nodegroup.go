@@ -52,8 +52,9 @@ type scaleSet struct {
 	mu       sync.Mutex
 	min, max int // max as configured (--nodes or the max tag)
 	// limit is the most VMs the scale set can hold, from its properties
-	// (platformLimit), lowered by what ARM said when it refused a size
-	// (learned); why says what sets it.
+	// and tags (platformLimit), lowered by what ARM said when it refused
+	// a size (learned, forgotten when the limit read changes); why says
+	// what sets it.
 	limit, learned int
 	limitWhy       string
 	// warned is the clamp last logged, so it is logged once per change.
@@ -443,12 +444,28 @@ func (g *scaleSet) warnLimit(logger klog.Logger) {
 // Scale Sets and placement groups"): a Uniform scale set spanning several
 // placement groups holds 1,000 VMs from a platform or Azure Compute
 // Gallery image, 600 from a managed custom image; a single placement
-// group holds 100. A Flexible scale set holds 1,000.
+// group holds 100 ("When set to the default value of true, a scale set is
+// composed of a single placement group, and has a range of 0-100 VMs"),
+// which Azure raises to at most 300 for a scale set on request (azure-cli
+// issue 9630: "the limit is now 300", for InfiniBand sizes whose VMs must
+// share a placement group). A Flexible scale set holds 1,000.
 const (
-	limitUniform         = 1000
-	limitManagedImage    = 600
-	limitSinglePlacement = 100
+	limitUniform            = 1000
+	limitManagedImage       = 600
+	limitSinglePlacement    = 100
+	limitSinglePlacementMax = 300
 )
+
+// tagPlacementGroupLimit, on a single-placement-group scale set, says
+// Azure raised its cap on request: the value (100 to 300) is the most
+// VMs the provider sends a capacity for. No property of the scale set
+// says so, and the provider sends no capacity above what it believes the
+// set holds (a refused write backs the group off for long), so without
+// the tag it keeps to 100. A tag that says more than Azure granted is
+// corrected by ARM's answer to a capacity beyond the real cap ("exceeds
+// the total limit of 'N'"): the group's max follows N (learned), until
+// the tag changes.
+const tagPlacementGroupLimit = "vmss-autoscaler.io_placement-group-limit"
 
 // platformLimit returns the most VMs the scale set can hold and why. A
 // scale set that does not say whether it is a single placement group is
@@ -461,8 +478,8 @@ func platformLimit(s *armcompute.VirtualMachineScaleSet) (int, string) {
 	if p.OrchestrationMode != nil && *p.OrchestrationMode == armcompute.OrchestrationModeFlexible {
 		return limitUniform, "Flexible scale set"
 	}
-	if p.SinglePlacementGroup != nil && *p.SinglePlacementGroup {
-		return limitSinglePlacement, "single placement group"
+	if isSinglePlacementGroup(s) {
+		return placementGroupLimit(s.Tags)
 	}
 	if vp := p.VirtualMachineProfile; vp != nil && vp.StorageProfile != nil && vp.StorageProfile.ImageReference != nil {
 		if id := strings.ToLower(deref(vp.StorageProfile.ImageReference.ID)); strings.Contains(id, "/providers/microsoft.compute/images/") {
@@ -470,6 +487,32 @@ func platformLimit(s *armcompute.VirtualMachineScaleSet) (int, string) {
 		}
 	}
 	return limitUniform, "Uniform scale set"
+}
+
+// isSinglePlacementGroup says a Uniform scale set is one placement group.
+func isSinglePlacementGroup(s *armcompute.VirtualMachineScaleSet) bool {
+	p := s.Properties
+	return p != nil && !isFlexible(s) && p.SinglePlacementGroup != nil && *p.SinglePlacementGroup
+}
+
+// placementGroupLimit is a single placement group's cap: 100, or what
+// tagPlacementGroupLimit says Azure raised it to (a value that is not a
+// whole number from 100 to 300 is ignored, and the reason says so).
+func placementGroupLimit(tags map[string]*string) (int, string) {
+	for k, v := range tags {
+		if !strings.EqualFold(k, tagPlacementGroupLimit) {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(deref(v)))
+		if err != nil || n < limitSinglePlacement || n > limitSinglePlacementMax {
+			return limitSinglePlacement, fmt.Sprintf("single placement group (tag %s=%q ignored: want %d to %d)",
+				tagPlacementGroupLimit, deref(v), limitSinglePlacement, limitSinglePlacementMax)
+		}
+		if n > limitSinglePlacement {
+			return n, fmt.Sprintf("single placement group raised to %d (tag %s)", n, tagPlacementGroupLimit)
+		}
+	}
+	return limitSinglePlacement, "single placement group"
 }
 
 // sizeLocked returns the capacity, or a size-unknown error when it was
@@ -715,6 +758,10 @@ func isPreconditionFailed(err error) bool {
 // refuses the call unsent (the next list shows it). Machines listed
 // deleting are not sent again.
 //
+// A VM deleted out of band after the latest list is still in it, and ARM
+// refuses the batch: the scale set's VMs are then listed once more and
+// what that list still shows alive is sent (deleteStillListed).
+//
 // Placeholders of failed scale-ups are dropped, and the capacity they
 // hold is written down first by their number, to at least the VMs that
 // exist (lowerForPlaceholders): the failed operation left sku.capacity at
@@ -799,11 +846,23 @@ func (g *scaleSet) DeleteNodes(ctx context.Context, providerIDs []string) error 
 	}
 	sort.Strings(ids)
 	poller, forced, err := g.sendDelete(ctx, ids)
+	var vanished []string
+	if isUnknownInstance(err) {
+		ids, vanished, poller, forced, err = g.deleteStillListed(ctx, ids, err)
+	}
+	if len(vanished) > 0 {
+		g.mu.Lock()
+		g.markDeletingLocked(vanished) // gone: until a list drops them
+		g.mu.Unlock()
+	}
 	if err != nil {
 		if cloudprovider.NotSent(err) {
 			return err
 		}
 		return fmt.Errorf("deleting %d instances of scale set %s: %w", len(ids), g.ID(), classify(err))
+	}
+	if poller == nil {
+		return nil // nothing left to send
 	}
 	g.mu.Lock()
 	marked := g.markDeletingLocked(ids)

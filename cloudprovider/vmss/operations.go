@@ -388,6 +388,67 @@ func (g *scaleSet) beginDelete(ctx context.Context, ids []string, force bool) (*
 		&armcompute.VirtualMachineScaleSetsClientBeginDeleteInstancesOptions{ForceDeletion: to.Ptr(force)})
 }
 
+// isUnknownInstance says ARM refused a deletion batch because an ID in it
+// is not an active instance: 400 InvalidParameter, target instanceIds,
+// "The provided instanceId 7 is not an active Virtual Machine Scale Set
+// VM instanceId." (quoted in microsoft/onefuzz issue 2547). ARM refuses
+// the whole batch: nothing of it was deleted.
+func isUnknownInstance(err error) bool {
+	var re *azcore.ResponseError
+	return errors.As(err, &re) && re.StatusCode == http.StatusBadRequest &&
+		strings.EqualFold(re.ErrorCode, "InvalidParameter") &&
+		strings.Contains(strings.ToLower(re.Error()), "is not an active virtual machine scale set vm instanceid")
+}
+
+// deleteStillListed answers ARM's refusal of a whole deletion batch for an
+// ID that is no longer an active instance (refused; a VM deleted out of
+// band after the latest VM list, which the batch was made from): the
+// scale set's VMs are listed once more (one list, not applied to the
+// cache: the next refresh does that) and the IDs of the batch that list
+// still shows, and not deleting, are sent once (sendDelete: through the
+// write guards of ctx, with the force fallback). It returns the IDs sent
+// (none when every one is gone or going: nothing to send), the IDs the
+// list no longer shows at all (gone: the caller reports them deleting
+// until a refresh drops them), and the send's result. A list that fails,
+// or that still shows every ID, leaves refused as the error: the core
+// takes the deletion back, and its next one is made from a newer list.
+// cluster-autoscaler meets the same refusal: it sends one batch per scale
+// set too (DeleteInstancesAsync in
+// cluster-autoscaler/cloudprovider/azure/azure_scale_set.go) and leaves
+// the retry to its next loop, after its cache was refreshed.
+func (g *scaleSet) deleteStillListed(ctx context.Context, ids []string, refused error) (sent, gone []string, poller *runtime.Poller[armcompute.VirtualMachineScaleSetsClientDeleteInstancesResponse], forced bool, err error) {
+	g.p.vmLists.take(g.p.cfg.Clock.Now(), true) // counted in the VM-list budget (vmlist.go), in debt if need be
+	vms, err := g.p.listVMs(ctx, g.rg, &armcompute.VirtualMachineScaleSet{Name: to.Ptr(g.name)}, g.flexible)
+	if err != nil {
+		return ids, nil, nil, false, fmt.Errorf("%w (listing its VMs again to send the rest failed: %v)", refused, err)
+	}
+	listed := make(map[string]bool, len(vms)) // by lower-case ID: deleting or not
+	for _, vm := range vms {
+		listed[strings.ToLower(lastSegment(vm.id))] = !strings.EqualFold(vm.provisioningState, "Deleting")
+	}
+	for _, id := range ids {
+		alive, ok := listed[strings.ToLower(id)]
+		switch {
+		case alive:
+			sent = append(sent, id)
+		case !ok:
+			gone = append(gone, id)
+		}
+	}
+	klog.FromContext(ctx).Info("ARM refused a deletion batch naming an instance it no longer has; sending the instances a new VM list still shows",
+		"scaleSet", g.ID(), "gone", gone, "instances", sent, "err", refused.Error())
+	if len(sent) == len(ids) {
+		// The list shows every one alive: the refusal is not what it
+		// seemed, and sending the same batch again would not help.
+		return ids, nil, nil, false, refused
+	}
+	if len(sent) == 0 {
+		return nil, gone, nil, false, nil
+	}
+	poller, forced, err = g.sendDelete(ctx, sent)
+	return sent, gone, poller, forced, err
+}
+
 // isForceRefused says ARM refused a force deletion: OperationNotAllowed
 // (cluster-autoscaler's isOperationNotAllowed), answered as a refusal
 // and not as throttling: the Compute RP's 429 carries the same code

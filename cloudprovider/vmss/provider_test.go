@@ -70,7 +70,12 @@ func newFixture(t testing.TB, sets []armsim.ScaleSetSpec, opts ...fixtureOption)
 	t.Cleanup(sim.Close)
 	sim.Advance(f.ctx)
 	cfg.ARMEndpoint = sim.URL()
-	cfg.Transport = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: sim.CertPool()}}}
+	tr := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: sim.CertPool()}}}
+	if tp, ok := cfg.Transport.(*tap); ok {
+		tp.next = tr // withTap: the tap in front of the simulator
+	} else {
+		cfg.Transport = tr
+	}
 	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

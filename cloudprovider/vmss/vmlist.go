@@ -119,7 +119,14 @@ func (g *scaleSet) updateSetLocked(s *armcompute.VirtualMachineScaleSet, skus ma
 	v.spot = g.spot
 	v.overprovision = overprovisioned(s)
 	g.view = v
-	g.limit, g.limitWhy = platformLimit(s)
+	limit, why := platformLimit(s)
+	if limit != g.limit || why != g.limitWhy {
+		// What ARM named was about the scale set as it was (a tag
+		// raising a placement group's cap, a conversion to several
+		// placement groups): it says nothing about it now.
+		g.learned = 0
+	}
+	g.limit, g.limitWhy = limit, why
 	g.known = s.SKU != nil && s.SKU.Capacity != nil
 	g.stale = ""
 	g.etag = deref(s.Etag)
