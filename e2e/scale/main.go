@@ -18,18 +18,27 @@
 // or the brake exceeded, more nodes than the pods need, the autoscaler
 // exiting). It stops everything it started, also on Ctrl-C.
 //
-// The xl size is the seeds' size: 7,500 nodes, one pod each. A run from 0
-// under the default smoothing (at most 200 nodes a minute) would take 40
-// minutes, so the scale sets start with --seed-nodes VMs (5,500), their
-// nodes Ready and their pods Running before the autoscaler starts; the
-// Deployment is then scaled to the full size and the autoscaler adds the
-// rest (2,000) with its defaults, scale-down timings included. To fit 2 cores, kwok's
-// Lease heartbeat is slowed (a 240 s Lease renewed every 60 s, not every
-// 10 s) and the node lifecycle controller's grace raised to match (300 s).
+// The xl size is the seeds' size on the real GPU layout (issue #38):
+// 7,500 Standard_ND96isr_H100_v5 nodes (8 GPUs each) in 75 InfiniBand
+// scale sets of 100 (singlePlacementGroup=true, --layout=ib), one
+// whole-node 8-GPU pod each. A run from 0 would take most of an hour, so
+// 55 scale sets start full (--seed-nodes 5,500), their nodes Ready and
+// their pods Running before the autoscaler starts; the Deployment is then
+// scaled to the full size and the autoscaler adds the rest (2,000) in the
+// 20 empty sets with its defaults, scale-down timings included, against
+// the simulator's Compute RP policies (on by default) with operations of
+// minutes, compressed (--boot-delay, --extension-delay). It then holds the
+// cluster until the autoscaler has run 30 minutes (--min-autoscaler-run),
+// so that the VM lists are counted over a whole 30-minute window, and
+// judges the run on the issue's criteria (azure.go). To fit 2 cores,
+// kwok's Lease heartbeat is slowed (a 240 s Lease renewed every 60 s, not
+// every 10 s) and the node lifecycle controller's grace raised to match
+// (300 s).
 //
 //	go run ./e2e/scale --size=ci     # 60 nodes per scenario, about 7 minutes (CI)
 //	go run ./e2e/scale --size=full   # 2,000 nodes / 8,000 pods, gangs of 400: about 45 minutes
-//	go run ./e2e/scale --size=xl     # 5,500 seeded + 2,000 added = 7,500 nodes, one pod each: about 25 minutes
+//	go run ./e2e/scale --size=xl     # 75 IB sets: 5,500 seeded + 2,000 added = 7,500 GPU nodes: about 45 minutes
+//	go run ./e2e/scale --size=xl --nodes=1000 --seed-nodes=500 --min-autoscaler-run=0   # the same layout, 10 sets
 package main
 
 import (
@@ -80,16 +89,39 @@ type size struct {
 	kwokLeaseSeconds       int
 	kwokStatusInterval     time.Duration
 	nodeMonitorGracePeriod time.Duration
+	// layout is the burst's scale sets: layoutCPU (CPU sets of up to
+	// 1,000, the seed spread evenly) or layoutIB (InfiniBand GPU sets of
+	// 100, the seed filling whole sets, an 8-GPU pod a node).
+	layout string
+	// lro is the least the simulator's long-running operations last (0:
+	// armLRODuration); a scale-out's lasts until its VMs are provisioned.
+	lro time.Duration
+	// extensions is how long a new VM provisions its extensions once
+	// booted (armsim.Options.ExtensionDelay); its node registers then.
+	extensions time.Duration
+	// minRun holds the cluster at full size until the autoscaler has run
+	// this long (0: just hold).
+	minRun time.Duration
 }
+
+const (
+	layoutCPU = "cpu"
+	layoutIB  = "ib"
+)
 
 var allScenarios = []string{"burst", "burst-unsmoothed", "gangs"}
 
 var sizes = map[string]size{
 	"ci":   {nodes: 60, gangs: 2, gangSize: 20, scaleDownFor: 2 * time.Minute, timeout: 8 * time.Minute, bootDelay: 20 * time.Second, podCPU: resource.MustParse("500m"), hold: settle, scenarios: allScenarios},
 	"full": {nodes: 2000, gangs: 4, gangSize: 400, scaleDownFor: 8 * time.Minute, timeout: 40 * time.Minute, bootDelay: time.Minute, podCPU: resource.MustParse("3500m"), hold: settle, scenarios: allScenarios},
-	// The seeds' size: one 10-core pod a node (the next would not fit).
-	"xl": {nodes: 7500, seed: 5500, timeout: 20 * time.Minute, bootDelay: time.Minute, podCPU: resource.MustParse("10"), hold: 3 * time.Minute, scenarios: []string{"burst"},
-		kwokLeaseSeconds: 240, nodeMonitorGracePeriod: 300 * time.Second},
+	// The seeds' size on the InfiniBand layout: 75 sets of 100 H100 VMs,
+	// 55 of them full at the start, one 8-GPU pod a node. Operations of
+	// minutes, compressed: a VM boots in 1 minute ±30 s, then runs its
+	// extensions for a minute (the simulator assumes 5 minutes for a GPU
+	// size, armsim.GPUExtensionDelay), and a scale-out's operation lasts
+	// until its VMs are provisioned, 2 to 2.5 minutes.
+	"xl": {nodes: 7500, seed: 5500, timeout: 30 * time.Minute, bootDelay: time.Minute, podCPU: resource.MustParse("10"), hold: 3 * time.Minute, scenarios: []string{"burst"},
+		kwokLeaseSeconds: 240, nodeMonitorGracePeriod: 300 * time.Second, layout: layoutIB, extensions: time.Minute, minRun: vmListWindow},
 }
 
 type options struct {
@@ -103,11 +135,11 @@ type options struct {
 func main() {
 	var o options
 	fs := pflag.NewFlagSet("scale", pflag.ContinueOnError)
-	fs.StringVar(&o.size, "size", "ci", "run size: ci (60 nodes, 1,860 pods, gangs of 20: about 7 minutes), full (2,000 nodes, 8,000 pods, gangs of 400) or xl (7,500 nodes, 5,500 of them seeded, one pod a node, burst only, slowed kwok heartbeats)")
+	fs.StringVar(&o.size, "size", "ci", "run size: ci (60 nodes, 1,860 pods, gangs of 20: about 7 minutes), full (2,000 nodes, 8,000 pods, gangs of 400) or xl (7,500 GPU nodes in 75 InfiniBand scale sets of 100, 5,500 of them seeded, one 8-GPU pod a node, burst only, slowed kwok heartbeats, judged on issue #38's criteria)")
 	nodes := fs.Int("nodes", 0, "the burst's nodes (default: the size's)")
 	gangs := fs.Int("gangs", 0, "number of gangs (default: the size's)")
 	gangSize := fs.Int("gang-size", 0, "whole nodes per gang (default: the size's)")
-	podCPU := fs.String("pod-cpu", "", "CPU a burst pod requests, which sets the pods per node (default: the size's, 500m for ci: 31 a node; 3500m for full: 4 a node)")
+	podCPU := fs.String("pod-cpu", "", "CPU a burst pod requests on the cpu layout, which sets the pods per node (default: the size's, 500m for ci: 31 a node; 3500m for full: 4 a node; the ib layout's pod takes a whole node)")
 	fs.StringSliceVar(&o.scenarios, "scenarios", nil, "scenarios to run, in order (default: the size's; burst, burst-unsmoothed, gangs for ci and full)")
 	seed := fs.Int("seed-nodes", 0, "of the burst's nodes, how many exist (VMs running, nodes Ready) before the autoscaler starts and the workload is submitted; the autoscaler adds the rest (default: the size's, 0 but for xl: 5,500)")
 	hold := fs.Duration("hold", 0, "how long to stay at full size once every pod runs, measuring the autoscaler there (default: the size's, 30s; 3m for xl)")
@@ -118,6 +150,10 @@ func main() {
 	grace := fs.Duration("node-monitor-grace-period", 0, "kube-controller-manager's --node-monitor-grace-period: how long a node may miss its heartbeat before it is Unknown; raise it with --kwok-node-lease-seconds (default: the size's; 0 the controller manager's 50s; 300s for xl)")
 	fs.StringVar(&o.out, "out", "", "where the report, plots and logs go (default: a new folder under .cache/scale)")
 	replot := fs.String("replot", "", "only redraw the plots of this report.json, beside it, and exit")
+	layout := fs.String("layout", "", "the burst's scale sets: cpu (Standard_D16s_v5 sets of up to 1,000, the seed spread evenly) or ib (InfiniBand Standard_ND96isr_H100_v5 sets of 100 with singlePlacementGroup=true, as many as --nodes needs, the seed filling whole sets, one 8-GPU pod a node) (default: the size's, ib for xl)")
+	lro := fs.Duration("lro-duration", 0, "the least the ARM simulator's long-running operations (scale-set updates, instance deletions) stay InProgress; a scale-out's lasts until its VMs are provisioned (default: 10s)")
+	extensions := fs.Duration("extension-delay", 0, "how long a new simulated VM runs its extensions once booted, before it is provisioned and its node registers (default: the size's, 0; 1m for xl)")
+	minRun := fs.Duration("min-autoscaler-run", 0, "hold the cluster at full size until the autoscaler has run this long, so that its VM lists are counted over a whole 30-minute window; 0: just --hold (default: the size's, 30m for xl)")
 	fs.DurationVar(&o.bootDelay, "boot-delay", 0, "time a simulated VM takes from creation to a registered node, ±half of it as jitter (default: the size's, 20s for ci, 1m for full)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -181,6 +217,24 @@ func main() {
 	if *grace > 0 {
 		sz.nodeMonitorGracePeriod = *grace
 	}
+	if *layout != "" {
+		sz.layout = *layout
+	}
+	if sz.layout == "" {
+		sz.layout = layoutCPU
+	}
+	if *lro > 0 {
+		sz.lro = *lro
+	}
+	if sz.lro == 0 {
+		sz.lro = armLRODuration
+	}
+	if fs.Changed("extension-delay") {
+		sz.extensions = *extensions
+	}
+	if fs.Changed("min-autoscaler-run") {
+		sz.minRun = *minRun
+	}
 	switch {
 	case sz.seed >= sz.nodes:
 		fmt.Fprintf(os.Stderr, "scale: --seed-nodes: %d leaves nothing for the autoscaler to add to the burst's %d nodes\n", sz.seed, sz.nodes)
@@ -188,7 +242,10 @@ func main() {
 	case *leaseSeconds != 0 && *leaseSeconds < 4:
 		fmt.Fprintf(os.Stderr, "scale: --kwok-node-lease-seconds: must be at least 4, got %d\n", *leaseSeconds)
 		os.Exit(2)
-	case *seed < 0 || *statusInterval < 0 || *grace < 0 || *hold < 0 || *timeout < 0 || *scaleDownFor < 0:
+	case sz.layout != layoutCPU && sz.layout != layoutIB:
+		fmt.Fprintf(os.Stderr, "scale: --layout: %q is not one of %s, %s\n", sz.layout, layoutCPU, layoutIB)
+		os.Exit(2)
+	case *seed < 0 || *statusInterval < 0 || *grace < 0 || *hold < 0 || *timeout < 0 || *scaleDownFor < 0 || *lro < 0 || *minRun < 0 || *extensions < 0:
 		fmt.Fprintln(os.Stderr, "scale: counts and durations must not be negative")
 		os.Exit(2)
 	}
@@ -278,7 +335,7 @@ func run(ctx context.Context, o options) error {
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", o.out, err)
 	}
-	say("scale harness, size %s: burst of %d nodes (%d seeded), %d gangs of %d GPU nodes; %s; output in %s", o.size, o.sz.nodes, o.sz.seed, o.sz.gangs, o.sz.gangSize, heartbeats(o.sz), o.out)
+	say("scale harness, size %s: burst of %d nodes (%d seeded, %s layout), %d gangs of %d GPU nodes; %s; output in %s", o.size, o.sz.nodes, o.sz.seed, o.sz.layout, o.sz.gangs, o.sz.gangSize, heartbeats(o.sz), o.out)
 	say("building the control plane and the autoscaler (the first build takes ~10 minutes on 2 cores) ...")
 	bins, err := harness.BuildBinaries(ctx)
 	if err != nil {
@@ -288,7 +345,8 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	rep := &report{Size: o.size, Machine: machine(), Started: time.Now().UTC(), BootDelay: o.bootDelay.String(), Heartbeats: heartbeats(o.sz), SeedNodes: o.sz.seed}
+	rep := &report{Size: o.size, Machine: machine(), Started: time.Now().UTC(), BootDelay: o.bootDelay.String(), Heartbeats: heartbeats(o.sz), SeedNodes: o.sz.seed,
+		Layout: o.sz.layout, LRODuration: o.sz.lro.String(), Extensions: o.sz.extensions.String()}
 	rep.ScaleDownCompressed = o.sz.scaleDownFor > 0
 	for _, name := range o.scenarios {
 		sc := newScenario(name, o, bins, autoscalerBin)

@@ -20,6 +20,12 @@ type report struct {
 	Heartbeats string `json:"heartbeats"`
 	// SeedNodes of the burst ran before the autoscaler started.
 	SeedNodes int `json:"seedNodes,omitempty"`
+	// Layout is the burst's scale sets (cpu, ib); LRODuration how long
+	// the simulator's long-running operations last.
+	Layout      string `json:"layout,omitempty"`
+	LRODuration string `json:"lroDuration,omitempty"`
+	// Extensions is how long a new VM runs its extensions once booted.
+	Extensions string `json:"extensions,omitempty"`
 	// ScaleDownCompressed: the autoscaler ran with the compressed
 	// scale-down timings (the run watched a scale-down); else every flag
 	// but the ARM and cluster wiring was its default.
@@ -117,8 +123,19 @@ func (rep *report) markdown() string {
 	if rep.SeedNodes > 0 {
 		seed = fmt.Sprintf(" %d of the burst's nodes were Ready, with their pods Running, before the autoscaler started and the rest of the pods were submitted; it added the nodes for those.", rep.SeedNodes)
 	}
-	p("Scale run, size `%s`, on %s; %s → %s. Simulated VMs boot in %s ±50%%; ARM allows %d reads and %d writes a minute; the autoscaler runs %s. Heartbeats: %s.%s\n\n",
-		rep.Size, rep.Machine, rep.Started.Format("2006-01-02 15:04"), rep.Finished.Format("15:04 MST"), rep.BootDelay, armReadsPerMinute, armWritesPerMinute, flags, rep.Heartbeats, seed)
+	layout := ""
+	if rep.Layout == layoutIB {
+		layout = fmt.Sprintf(" The burst runs on the InfiniBand layout: %s scale sets of %d VMs (singlePlacementGroup=true), one whole-node 8-GPU pod a node.", gpuSKU, ibSetSize)
+	}
+	lro := ""
+	if rep.Extensions != "" && rep.Extensions != "0s" {
+		lro = fmt.Sprintf(" and then run their extensions for %s", rep.Extensions)
+	}
+	if rep.LRODuration != "" {
+		lro += fmt.Sprintf("; an operation (scale-set update, instance deletion) lasts until its VMs are provisioned or gone, and at least %s", rep.LRODuration)
+	}
+	p("Scale run, size `%s`, on %s; %s → %s. Simulated VMs boot in %s ±50%%%s; ARM allows %d reads and %d writes a minute per principal, and the simulator's Compute RP policies are on (a scale set's Update: 12 tokens, refilled 4 a minute); the autoscaler runs %s. Heartbeats: %s.%s%s\n\n",
+		rep.Size, rep.Machine, rep.Started.Format("2006-01-02 15:04"), rep.Finished.Format("15:04 MST"), rep.BootDelay, lro, armReadsPerMinute, armWritesPerMinute, flags, rep.Heartbeats, seed, layout)
 	p("|  |")
 	for _, r := range rep.Scenarios {
 		p(" %s |", r.Name)
@@ -221,7 +238,32 @@ func (rep *report) markdown() string {
 	row("ARM calls / refreshes (per refresh)", func(r *result) string {
 		return fmt.Sprintf("%.0f / %.0f (%.1f)", r.ARMCallsTotal, r.Refreshes, r.ARMCallsPerRefresh)
 	})
-	row("ARM 429s", func(r *result) string { return fmt.Sprintf("%.0f", r.ARMThrottled) })
+	row("ARM 429s the autoscaler counted", func(r *result) string { return fmt.Sprintf("%.0f", r.ARMThrottled) })
+	row("VM lists (simulator): total / per 30 min", func(r *result) string {
+		a := r.Azure
+		if a == nil {
+			return "–"
+		}
+		how := "most in any 30 min"
+		if !a.Windowed {
+			how = fmt.Sprintf("scaled from %.0f min", a.ObservedMinutes)
+		}
+		return fmt.Sprintf("%d / %.0f (%s)", a.VMLists, a.VMListsPer30Min, how)
+	})
+	row("429s (simulator): Compute RP / ARM, whole run (steady state)", func(r *result) string {
+		a := r.Azure
+		if a == nil {
+			return "–"
+		}
+		return fmt.Sprintf("%d / %d (%d / %d)", a.ComputeThrottled, a.ARMThrottled, a.SteadyComputeThrottled, a.SteadyARMThrottled)
+	})
+	row("longest stall: pods pending, capacity short, no write accepted", func(r *result) string {
+		a := r.Azure
+		if a == nil {
+			return "–"
+		}
+		return fmt.Sprintf("%.0f s (freeze: ≥ %.0f s); kinds held %.0f s", a.LongestStall, a.FreezeThreshold, a.LongestKindHold)
+	})
 	row("API server peak RSS / CPU", func(r *result) string { return usageCell(r, "kube-apiserver") })
 	row("scheduler peak RSS / CPU", func(r *result) string { return usageCell(r, "kube-scheduler") })
 	row("controller manager peak RSS / CPU", func(r *result) string { return usageCell(r, "kube-controller-manager") })
@@ -273,6 +315,28 @@ func (rep *report) markdown() string {
 			}
 			p(" Nodes removed per %s window: %s.", sd.Window, strings.Join(ws, ", "))
 		}
+		if a := r.Azure; a != nil && len(a.ThrottledByPolicy) > 0 {
+			parts = parts[:0]
+			for _, kv := range topRequests(toFloats(a.ThrottledByPolicy), 8) {
+				parts = append(parts, fmt.Sprintf("%s %.0f", kv.Key, kv.Count))
+			}
+			p(" 429s by the policy or bucket that refused them: %s.", strings.Join(parts, ", "))
+		}
+		if a := r.Azure; a != nil && len(a.Criteria) > 0 {
+			p("\n\nIssue #38's criteria (%s):\n", r.Name)
+			for _, c := range a.Criteria {
+				verdict := "PASS"
+				if !c.Pass {
+					verdict = "**FAIL**"
+				}
+				p("\n- %s: %s — %s", verdict, c.Name, c.Detail)
+			}
+			if b := a.Bound; b != nil {
+				p("\n\nThe bound is the time the per-set write budgets allow: each of the %d scale sets that grew needs its W capacity writes within its Update bucket (Compute throttling limits, Virtual Machine Scale Sets, Update: %d tokens, refilled %g a minute), then one operation, which lasts until its slowest VM has booted (boot delay +50%%) and run its extensions, when its node registers: %s, with W = %d, the accepted capacity writes of the busiest set until all nodes were up.",
+					b.Sets, b.BucketCapacity, b.RefillPerMinute, b.formula(), b.MostWrites)
+			}
+			p(" A freeze is a stretch of at least %.0f s (an operation and a minute) with pods pending, ARM's capacity short of the nodes they need and no capacity write or instance deletion accepted for any scale set. VM lists are the simulator's VM list pages answered; 429s are counted by the policy or ARM bucket that refused them, steady state being the hold with every pod Running.", a.FreezeThreshold)
+		}
 		for _, f := range r.Failures {
 			p("\n- check failed: %s", f)
 		}
@@ -282,6 +346,14 @@ func (rep *report) markdown() string {
 		p("- check failed: %s\n", f)
 	}
 	return b.String()
+}
+
+func toFloats(m map[string]int) map[string]float64 {
+	out := make(map[string]float64, len(m))
+	for k, v := range m {
+		out[k] = float64(v)
+	}
+	return out
 }
 
 func usageCell(r *result, name string) string {

@@ -74,6 +74,9 @@ type result struct {
 	ARMCallsPerRefresh float64            `json:"armCallsPerRefresh"`
 
 	ScaleDown *scaleDownResult `json:"scaleDown,omitempty"`
+	// Azure is what Azure would have charged, from the ARM simulator's
+	// records, and on the InfiniBand layout issue #38's criteria.
+	Azure *azureResult `json:"azure,omitempty"`
 
 	Series     []point     `json:"series"`
 	LoopSeries []loopPoint `json:"loopSeries"`

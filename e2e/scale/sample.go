@@ -35,6 +35,15 @@ type point struct {
 	// ScaledDown is the autoscaler's scaled_down_nodes_total: nodes whose
 	// deletion it sent, counted when sent, as the brake counts them.
 	ScaledDown float64 `json:"scaledDown"`
+	// The ARM simulator's counts so far: VM list pages answered, and 429s
+	// by the Compute RP's policies and by ARM's own buckets.
+	VMLists          int `json:"vmLists"`
+	ComputeThrottled int `json:"computeThrottled"`
+	ARMThrottled     int `json:"armThrottled"`
+	// HeldKinds are the kinds of ARM call (read, write, delete) the
+	// provider held back whole (vmss_autoscaler_arm_throttled_until_seconds
+	// in the future).
+	HeldKinds int `json:"heldKinds,omitempty"`
 }
 
 // loopPoint is one autoscaler loop's duration, from the change of its
@@ -94,6 +103,8 @@ func (s *sampler) wait() { <-s.done }
 func (s *sampler) sample(ctx context.Context) {
 	running, pending := s.w.pods()
 	p := point{Nodes: s.w.nodeCount(), Capacity: s.e.capacity(), Pending: pending, Running: running}
+	p.VMLists = vmListCalls(s.e.sim.Calls())
+	p.ComputeThrottled, p.ARMThrottled = throttledCounts(s.e.sim.Throttled())
 	fams, err := scrape(ctx, http.DefaultClient, s.metricsURL)
 	s.sampleAPI(ctx)
 	s.mu.Lock()
@@ -112,12 +123,25 @@ func (s *sampler) sample(ctx context.Context) {
 	p.Rate = value(fams, "vmss_autoscaler_node_addition_rate_nodes_per_minute", nil)
 	p.Unschedulable = value(fams, "vmss_autoscaler_unschedulable_pods", nil)
 	p.ScaledDown = value(fams, "vmss_autoscaler_scaled_down_nodes_total", nil)
+	p.HeldKinds = heldKinds(fams, time.Now())
 	s.points = append(s.points, p)
 	sum, n := histogram(fams, "vmss_autoscaler_loop_duration_seconds")
 	if n > s.lastN && s.lastN > 0 {
 		s.loops = append(s.loops, loopPoint{At: now, Seconds: (sum - s.lastSum) / float64(n-s.lastN)})
 	}
 	s.lastSum, s.lastN = sum, n
+}
+
+// heldKinds counts the kinds of ARM call the provider holds back whole at
+// now.
+func heldKinds(fams map[string]*dto.MetricFamily, now time.Time) int {
+	n := 0
+	for _, m := range fams["vmss_autoscaler_arm_throttled_until_seconds"].GetMetric() {
+		if m.GetGauge().GetValue() > float64(now.Unix()) {
+			n++
+		}
+	}
+	return n
 }
 
 // sampleAPI reads the API server's /metrics when apiEvery has passed since

@@ -39,7 +39,9 @@ const (
 	// (a scale set's updates: 12, then 4 a minute: armsim.ComputePolicies).
 	armReadsPerMinute  = 25 * 60
 	armWritesPerMinute = 10 * 60
-	// The simulator's long-running operations and deletions take this long.
+	// The least the simulator's long-running operations last (a
+	// scale-out's lasts until its VMs are provisioned), and how long a
+	// deletion takes.
 	armLRODuration = 10 * time.Second
 	armDeleteDelay = 30 * time.Second
 
@@ -100,11 +102,17 @@ func (sc *scenario) describe() string {
 	var parts []string
 	if sc.gangs {
 		parts = append(parts, fmt.Sprintf("%d gangs of %d pods x 8 GPUs (%s, one pod per node)", sc.o.sz.gangs, sc.o.sz.gangSize, gpuSKU))
+	} else if sc.ib() {
+		parts = append(parts, fmt.Sprintf("a Deployment of one 8-GPU pod a node for %d nodes of %s in %d InfiniBand scale sets of %d (singlePlacementGroup=true)",
+			sc.o.sz.nodes, gpuSKU, ibSets(sc.o.sz.nodes), ibSetSize))
 	} else {
 		parts = append(parts, fmt.Sprintf("a Deployment for %d nodes of %s", sc.o.sz.nodes, cpuSKU))
 	}
 	if sc.o.sz.seed > 0 && !sc.gangs {
 		parts = append(parts, fmt.Sprintf("%d of them running before the autoscaler starts", sc.o.sz.seed))
+	}
+	if sc.o.sz.extensions > 0 {
+		parts = append(parts, fmt.Sprintf("VMs run extensions for %s after booting", sc.o.sz.extensions))
 	}
 	if sc.smoothing {
 		parts = append(parts, "default smoothing")
@@ -115,6 +123,50 @@ func (sc *scenario) describe() string {
 		parts = append(parts, fmt.Sprintf("then scaled to 0 and watched for %s (brake window %s)", sc.o.sz.scaleDownFor, sc.brakeWindow))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// ib says the burst runs on the InfiniBand layout.
+func (sc *scenario) ib() bool { return sc.o.sz.layout == layoutIB && !sc.gangs }
+
+// burstSKU is the burst's VM size.
+func (sc *scenario) burstSKU() string {
+	if sc.ib() {
+		return gpuSKU
+	}
+	return cpuSKU
+}
+
+// burstResources is what a burst pod requests: a whole 8-GPU node on the
+// InfiniBand layout, else podCPU.
+func (sc *scenario) burstResources() apiv1.ResourceRequirements {
+	if sc.ib() {
+		return gangPod()
+	}
+	return burstPod(sc.o.sz.podCPU)
+}
+
+// ibSets is how many InfiniBand scale sets hold nodes.
+func ibSets(nodes int) int { return (nodes + ibSetSize - 1) / ibSetSize }
+
+// ibScaleSets are n InfiniBand scale sets of gpuSKU named ib-1..n: single
+// placement groups of at most ibSetSize VMs in one zone, discovered by
+// tags. The seed fills them in order: full sets first.
+func ibScaleSets(n, seed int) []armsim.ScaleSetSpec {
+	out := make([]armsim.ScaleSetSpec, 0, n)
+	for i := 1; i <= n; i++ {
+		c := min(ibSetSize, max(0, seed-(i-1)*ibSetSize))
+		out = append(out, armsim.ScaleSetSpec{
+			ResourceGroup: resourceGroup, Name: fmt.Sprintf("ib-%d", i), SKU: gpuSKU, Zones: []string{"1"},
+			SinglePlacementGroup: true, Capacity: c,
+			Tags: map[string]string{
+				"k8s.io_cluster-autoscaler_enabled": "true",
+				clusterTag:                          "owned",
+				"min":                               "0",
+				"max":                               fmt.Sprint(ibSetSize),
+			},
+		})
+	}
+	return out
 }
 
 // burstPod is one pod of the burst: cpu of it, so that a node holds the
@@ -235,7 +287,7 @@ func (sc *scenario) start(ctx context.Context) (_ *env, stop func(), err error) 
 	sim, err := armsim.New(armsim.Options{
 		SubscriptionID: subscription, Location: "eastus",
 		BootDelay: sc.o.bootDelay, BootJitter: sc.o.bootDelay / 2, Seed: 1,
-		LRODuration: armLRODuration, DeleteDelay: armDeleteDelay,
+		LRODuration: sc.o.sz.lro, ExtensionDelay: sc.o.sz.extensions, DeleteDelay: armDeleteDelay,
 		Hook: hook,
 	})
 	if err != nil {
@@ -244,6 +296,11 @@ func (sc *scenario) start(ctx context.Context) (_ *env, stop func(), err error) 
 	if sc.gangs {
 		perSet := scaleSetLimit / sc.o.sz.gangSize
 		e.sets = scaleSets("gpu", gpuSKU, (sc.o.sz.gangs+perSet-1)/perSet, []string{"1"})
+	} else if sc.ib() {
+		e.sets = ibScaleSets(ibSets(sc.o.sz.nodes), sc.o.sz.seed)
+		for _, s := range e.sets {
+			e.seeded[strings.ToLower(resourceGroup+"/"+s.Name)] = s.Capacity
+		}
 	} else {
 		e.sets = scaleSets("cpu", cpuSKU, sc.o.sz.nodes/scaleSetLimit+1, []string{"1", "2", "3"})
 		// The seed, spread evenly: running VMs whose nodes the hook
@@ -338,7 +395,7 @@ func (sc *scenario) startAutoscaler(ctx context.Context, e *env) error {
 func (sc *scenario) submit(ctx context.Context, e *env, hook *armsim.KubeNodeHook) (pods, nodes int, err error) {
 	c := e.client
 	if !sc.gangs {
-		per, err := podsPerNode(hook, cpuSKU, burstPod(sc.o.sz.podCPU))
+		per, err := podsPerNode(hook, sc.burstSKU(), sc.burstResources())
 		if err != nil {
 			return 0, 0, err
 		}
@@ -357,7 +414,7 @@ func (sc *scenario) submit(ctx context.Context, e *env, hook *armsim.KubeNodeHoo
 				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "burst"}},
 				Template: apiv1.PodTemplateSpec{
 					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "burst"}},
-					Spec:       apiv1.PodSpec{Containers: []apiv1.Container{{Name: "web", Image: "registry.k8s.io/pause:3.10", Resources: burstPod(sc.o.sz.podCPU)}}},
+					Spec:       apiv1.PodSpec{Containers: []apiv1.Container{{Name: "web", Image: "registry.k8s.io/pause:3.10", Resources: sc.burstResources()}}},
 				},
 			},
 		}
@@ -430,6 +487,8 @@ func (sc *scenario) run(ctx context.Context) (*result, error) {
 	if err := sc.awaitSeed(ctx, e, w, res); err != nil {
 		return nil, err
 	}
+	base := point{VMLists: vmListCalls(e.sim.Calls())}
+	base.ComputeThrottled, base.ARMThrottled = throttledCounts(e.sim.Throttled())
 	if err := sc.startAutoscaler(ctx, e); err != nil {
 		return nil, err
 	}
@@ -479,7 +538,16 @@ func (sc *scenario) run(ctx context.Context) (*result, error) {
 		// autoscaler is measured at that size meanwhile.
 		before := sc.readAutoscaler(ctx, e)
 		holdStart := time.Now()
-		for end := holdStart.Add(sc.o.sz.hold); time.Now().Before(end); {
+		end := holdStart.Add(sc.o.sz.hold)
+		if minEnd := e.asStarted.Add(sc.o.sz.minRun); minEnd.After(end) {
+			end = minEnd
+			say("  holding until the autoscaler has run %s (%s more)", sc.o.sz.minRun, time.Until(end).Round(time.Second))
+		}
+		for lastSay := holdStart; time.Now().Before(end); {
+			if time.Since(lastSay) >= 5*time.Minute {
+				say("  holding: %s left", time.Until(end).Round(time.Second))
+				lastSay = time.Now()
+			}
 			if c := e.capacity(); c != need {
 				res.fail("capacity %d with all pods Running, want the %d nodes they need", c, need)
 				break
@@ -513,6 +581,7 @@ func (sc *scenario) run(ctx context.Context) (*result, error) {
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	res.measure(mctx, e, w, s, t0, scaleUpEnd)
+	sc.judgeAzure(e, res, base, t0, scaleUpEnd)
 	select {
 	case <-e.as.Exited():
 		res.fail("the autoscaler exited: %v (log %s)", e.as.ExitErr(), e.as.LogFile)
@@ -610,7 +679,7 @@ func (sc *scenario) awaitSeed(ctx context.Context, e *env, w *watcher, res *resu
 	say("  %d seeded nodes Ready after %.0f s; their pods next", want, time.Since(begin).Seconds())
 	// The seed's pods, as the cluster had them before the burst: the
 	// burst Deployment at the seed's size.
-	per, err := podsPerNode(armsim.NewKubeNodeHook(e.client), cpuSKU, burstPod(sc.o.sz.podCPU))
+	per, err := podsPerNode(armsim.NewKubeNodeHook(e.client), sc.burstSKU(), sc.burstResources())
 	if err != nil {
 		return err
 	}
@@ -622,7 +691,7 @@ func (sc *scenario) awaitSeed(ctx context.Context, e *env, w *watcher, res *resu
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "burst"}},
 			Template: apiv1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "burst"}},
-				Spec:       apiv1.PodSpec{Containers: []apiv1.Container{{Name: "web", Image: "registry.k8s.io/pause:3.10", Resources: burstPod(sc.o.sz.podCPU)}}},
+				Spec:       apiv1.PodSpec{Containers: []apiv1.Container{{Name: "web", Image: "registry.k8s.io/pause:3.10", Resources: sc.burstResources()}}},
 			},
 		},
 	}
