@@ -157,7 +157,7 @@ func runMain(m *testing.M) int {
 	hook := &filterHook{inner: realisticHook(cp), watcher: never, silent: map[string]bool{}, own: map[string]armsim.NodeHook{}}
 	// VMs boot in 1 s ± 0.5 s: compressed, but not in lockstep.
 	sim, err := armsim.New(armsim.Options{SubscriptionID: subscription, Location: "eastus", BootDelay: time.Second,
-		BootJitter: 500 * time.Millisecond, Seed: 1, Hook: hook})
+		BootJitter: 500 * time.Millisecond, Seed: 1, Hook: hook, Throttling: suiteThrottling()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: ARM simulator:", err)
 		return 1
@@ -220,4 +220,34 @@ func freePortErr() (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("finding a free port: the kernel offered 100 ports already handed out")
+}
+
+// vmListCompression is how much shorter the suite's VM-list intervals are
+// than production's (--azure-vm-list-interval 5 s against 5 minutes).
+const vmListCompression = 60
+
+// suiteThrottling is the simulator's throttling for the suite: Azure's
+// policies as the simulator models them (armsim.ComputePolicies), with
+// the subscription's windowed VM-list policies (HighCostGetVMScaleSet3Min
+// and 30Min) scaled by vmListCompression. Every scenario's autoscaler
+// lists VMs 60 times as often as in production, and up to E2E_PARALLEL of
+// them share the one subscription those windows count: unscaled, the
+// suite empties the 3-minute window within a minute and a scenario that
+// starts then never gets its first VM list (its deletions are refused:
+// "instance ... is not in its last VM list yet"). Scaled, the ratio of
+// the suite's lists to the window is production's. The per-scale-set
+// buckets (a set's Update and Delete: 12 tokens refilled 4 a minute) stay
+// as Azure has them: each binds one scenario's scale sets, in real time.
+// Scenarios about VM-list throttling inject it (ThrottlePolicy).
+func suiteThrottling() armsim.Throttling {
+	policies := armsim.ComputePolicies()
+	for _, name := range []string{armsim.PolicyHighCostGetVMScaleSet3Min, armsim.PolicyHighCostGetVMScaleSet30Min} {
+		p, ok := armsim.ComputePolicy(name)
+		if !ok {
+			panic("armsim has no policy " + name)
+		}
+		p.Capacity *= vmListCompression
+		policies = armsim.WithPolicy(policies, p)
+	}
+	return armsim.Throttling{Compute: policies}
 }

@@ -280,3 +280,39 @@ func TestHeldBackCallIsNotSent(t *testing.T) {
 		t.Fatal("a 429 ARM answered was classified as not sent")
 	}
 }
+
+// TestVMListBudgetHoldsInAnyWindow: the VM-list budget lets at most its
+// count into any 30-minute window (the window HighCostGetVMScaleSet30Min
+// counts), a full bucket included, and repays first lists forced into
+// debt before any other. Before, a 300 budget let 330 into a window.
+func TestVMListBudgetHoldsInAnyWindow(t *testing.T) {
+	for _, per30 := range []int{300, 50, 10000} {
+		t0 := time.Unix(1_700_000_000, 0)
+		b := newVMListBudget(per30, t0)
+		var taken []time.Time
+		// 75 first lists forced at once, then a list asked every second
+		// for two hours.
+		for range 75 {
+			b.take(t0, true)
+			taken = append(taken, t0)
+		}
+		for now := t0; now.Before(t0.Add(2 * time.Hour)); now = now.Add(time.Second) {
+			if b.take(now, false) {
+				taken = append(taken, now)
+			}
+		}
+		most := 0
+		for i, j := 0, 0; i < len(taken); i++ {
+			for j < len(taken) && taken[j].Before(taken[i].Add(30*time.Minute)) {
+				j++
+			}
+			most = max(most, j-i)
+		}
+		if limit := max(per30, 75); most > limit {
+			t.Errorf("budget %d: %d lists in a 30-minute window, want at most %d", per30, most, limit)
+		}
+		if most < per30*9/10 && per30 > 75 && per30 <= 1000 {
+			t.Errorf("budget %d: only %d lists in the busiest window: the budget is not used", per30, most)
+		}
+	}
+}

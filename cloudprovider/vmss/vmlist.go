@@ -32,7 +32,14 @@ import (
 // fails keeps the last instances (their age is in the status) while the
 // size keeps coming from the scale-set list.
 
-// vmListBudget is a token bucket of VM lists.
+// vmListBudget is a token bucket of VM lists that allows at most its
+// per-30-minute count in any 30-minute window, as the windowed
+// HighCostGetVMScaleSet30Min counts them: what a window can take is the
+// tokens at its start (at most the capacity) and its refill, so the
+// refill is the count less the capacity. (A refill of the whole count
+// let 330 lists into a window of a 300 budget: the full bucket and then
+// 300 more.) Lists forced into debt (a scale set's first) are repaid
+// before any other is let through.
 type vmListBudget struct {
 	mu       sync.Mutex
 	tokens   float64
@@ -43,7 +50,11 @@ type vmListBudget struct {
 
 func newVMListBudget(per30Min int, now time.Time) *vmListBudget {
 	c := math.Max(1, float64(per30Min)/10)
-	return &vmListBudget{tokens: c, capacity: c, perSec: float64(per30Min) / (30 * 60), last: now}
+	if per30Min <= 1 {
+		c = 1
+	}
+	refill := math.Max(1, float64(per30Min)-c)
+	return &vmListBudget{tokens: c, capacity: c, perSec: refill / (30 * 60), last: now}
 }
 
 // take takes a token if there is one; force takes it anyway (the first

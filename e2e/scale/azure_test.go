@@ -218,3 +218,14 @@ func TestAzureJudge(t *testing.T) {
 		t.Errorf("a run that never got up failed %d criteria, want 2 (429s in steady state, the bound): %v", len(f), f)
 	}
 }
+
+func TestInFlightBound(t *testing.T) {
+	for _, c := range []struct {
+		added, capacity int
+		want            float64
+	}{{2000, 300, 7 * 150}, {300, 300, 150}, {301, 300, 300}, {0, 300, 0}, {10, 0, 0}} {
+		if got := newInFlightBound(c.added, c.capacity, 150*time.Second).Seconds; got != c.want {
+			t.Errorf("newInFlightBound(%d, %d, 150 s) = %v s, want %v", c.added, c.capacity, got, c.want)
+		}
+	}
+}

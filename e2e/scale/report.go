@@ -335,6 +335,10 @@ func (rep *report) markdown() string {
 				p("\n\nThe bound is the time the per-set write budgets allow: each of the %d scale sets that grew needs its W capacity writes within its Update bucket (Compute throttling limits, Virtual Machine Scale Sets, Update: %d tokens, refilled %g a minute), then one operation, which lasts until its slowest VM has booted (boot delay +50%%) and run its extensions, when its node registers: %s, with W = %d, the accepted capacity writes of the busiest set until all nodes were up.",
 					b.Sets, b.BucketCapacity, b.RefillPerMinute, b.formula(), b.MostWrites)
 			}
+			if f := a.InFlight; f != nil && f.Seconds > 0 {
+				p(" Beside it, the autoscaler's own in-flight cap (--max-nodes-in-flight %d, a smoothing default: nodes requested and not yet ready) allows %d added nodes in no less than ceil(%d / %d) operations of %.0f s = %.0f s; the time to all nodes is %.2fx the larger of the two bounds (reported, not judged).",
+					f.Capacity, f.Added, f.Added, f.Capacity, f.Operation, f.Seconds, a.InFlightRatio)
+			}
 			p(" A freeze is a stretch of at least %.0f s (an operation and a minute) with pods pending, ARM's capacity short of the nodes they need and no capacity write or instance deletion accepted for any scale set. VM lists are the simulator's VM list pages answered; 429s are counted by the policy or ARM bucket that refused them, steady state being the hold with every pod Running.", a.FreezeThreshold)
 		}
 		for _, f := range r.Failures {
