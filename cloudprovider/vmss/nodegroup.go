@@ -176,6 +176,17 @@ func (g *scaleSet) placeholdersLocked() []cloudprovider.Instance {
 				created++
 			}
 		}
+		if !g.flexible {
+			// Instance IDs grow and are never reused: the IDs seen since
+			// the operation was sent were its VMs (or another writer's),
+			// whether or not they are still listed. A Failed VM of the
+			// operation that was deleted before its failure was seen
+			// (the core removes failed machines at once; the operation
+			// ends when its VMs do) was created, not a machine it never
+			// made: counting it again as a placeholder reported each
+			// failure twice and doubled the group's backoff per machine.
+			created = max(created, min(f.delta, g.maxInstanceID-f.before.maxID))
+		}
 		live := 0
 		for i := created; i < f.delta; i++ {
 			pid := fmt.Sprintf("azure:///subscriptions/%s/resourceGroups/%s/providers/Microsoft.Compute/virtualMachineScaleSets/%s/virtualMachines/%s%d-%d",

@@ -563,3 +563,62 @@ func TestFailedDeletionListsTheMachinesAliveAgain(t *testing.T) {
 		return state() == cloudprovider.InstanceRunning
 	})
 }
+
+// TestFailedVMsDeletedBeforeTheirOperationEndsAreNoPlaceholders: a
+// scale-up's VMs end Failed (AllocationFailed) while its operation still
+// runs (an operation ends when its VMs do, extensions included); the core
+// deletes the failed machines at once, and only then does the operation
+// end Failed. Its VMs were created: no failed placeholders are made for
+// them. Before, the list after the deletion no longer showed them, each
+// was reported failed a second time as a placeholder, and the group's
+// backoff doubled per machine (e2e TestFailedCreateAndDeleteOperations
+// waited 10 minutes).
+func TestFailedVMsDeletedBeforeTheirOperationEndsAreNoPlaceholders(t *testing.T) {
+	// Without preemption: the deletion must not end the scale-up's
+	// operation (as it would on Azure), so that its failure is seen
+	// after the deletion, as the e2e run saw it when the two raced.
+	f := newFixture(t, []armsim.ScaleSetSpec{gpuSet("gpu", 1, nil)}, withNodes("0:10:gpu"), func(o *armsim.Options, _ *Config) {
+		o.BootDelay, o.NoPreemption = time.Minute, true
+	})
+	f.refresh()
+	for _, fault := range []armsim.Fault{{Kind: armsim.FaultAllocation, Count: 1}, {Kind: armsim.FaultSlowLRO, Count: 1, Duration: 5 * time.Minute}} {
+		if err := f.sim.InjectFault("rg", "gpu", fault); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := f.group("gpu")
+	if err := g.IncreaseSize(f.ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Step(2 * time.Minute) // booted: Failed; the operation runs on
+	f.sim.Advance(f.ctx)
+	f.refresh()
+	ins, _ := g.Instances()
+	var failed []string
+	for _, in := range ins {
+		if in.Error != nil {
+			failed = append(failed, in.ProviderID)
+		}
+	}
+	if len(failed) != 3 {
+		t.Fatalf("instances %+v: want 3 failed VMs", ins)
+	}
+	if err := g.DeleteNodes(f.ctx, failed); err != nil {
+		t.Fatal(err)
+	}
+	f.sim.Advance(f.ctx)
+	f.clock.Step(6 * time.Minute) // the scale-up's operation ends Failed
+	f.sim.Advance(f.ctx)
+	eventually(t, "the failed operation to be seen", func() bool {
+		f.clock.Step(time.Second) // the watcher's next poll, whenever it set its timer
+		return testutil.ToFloat64(f.p.metrics.lroFailures.WithLabelValues("gpu", armsim.CodeAllocationFailed)) == 1
+	})
+	f.expire()
+	f.refresh()
+	ins, _ = g.Instances()
+	for _, in := range ins {
+		if isPlaceholder(in.ProviderID) {
+			t.Fatalf("instances %+v: a placeholder for a VM the operation created and the core deleted", ins)
+		}
+	}
+}
