@@ -43,6 +43,9 @@ type nodeAddition struct {
 	// pacedUntil is when the first pace that held demand back in the
 	// decisions at pacedAt ends (zero: none held).
 	pacedAt, pacedUntil time.Time
+	// seeded: the queue was told the nodes that joined in the minute
+	// before this leader's first loop (ratelimit.Queue.Seed).
+	seeded bool
 }
 
 // paceWait is how long until a group whose demand the last loop's

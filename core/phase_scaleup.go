@@ -149,6 +149,10 @@ func (a *Autoscaler) scaleUpRequest(ctx context.Context, l *loop, passes []scale
 	req := scaleup.Request{Now: l.now, Snap: l.snap, MaxNew: int(^uint(0) >> 1), IsBalloon: a.opts.isBalloon, IsLast: capacitybuffer.IsBufferPod,
 		GangSplit: a.opts.GangSplit, Passes: passes, Booked: bookedForUpcoming(l)}
 	req.InFlight = a.inFlight(l)
+	if !a.nodeAdd.seeded {
+		a.nodeAdd.seeded = true
+		a.nodeAdd.queue.Seed(recentNodes(l.nodes, l.now, time.Minute))
+	}
 	// Booked pods that fit on no ready node are placed on the coming ones
 	// even with nothing pending, to tell when their capacity is gone.
 	empty := len(req.Booked) == 0
@@ -361,4 +365,17 @@ func (a *Autoscaler) reportScaleUp(ctx context.Context, l *loop, res scaleup.Res
 		"scaleUps", strings.Join(groups, ","), "queuedNodes", queued, "heldBy", l.addition.Limit, "inFlight", l.addition.InFlight,
 		"failed", len(res.Failed), "podsWithoutScaleUp", noScale,
 		"podEventsDropped", a.events.dropped)
+}
+
+// recentNodes counts the nodes created within d before now: at a new
+// leader's first loop, the nodes its predecessor's last releases made
+// (once per leadership: O(nodes)).
+func recentNodes(nodes []*apiv1.Node, now time.Time, d time.Duration) int {
+	n := 0
+	for _, node := range nodes {
+		if c := node.CreationTimestamp.Time; !c.IsZero() && now.Sub(c) < d {
+			n++
+		}
+	}
+	return n
 }

@@ -451,6 +451,18 @@ func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 	return d
 }
 
+// Seed tells a queue that has not decided yet that recent nodes were
+// added in the last minute by someone it cannot see (a previous leader):
+// its first bucket is the burst less them (never below 0), so a new
+// leader's first releases and the old one's last do not make one minute
+// of more than the rate. It does nothing once the queue has decided.
+func (q *Queue) Seed(recent int) {
+	if !q.last.IsZero() || recent <= 0 {
+		return
+	}
+	q.tokens = math.Max(0, math.Min(q.tokens, float64(q.opts.Burst-recent)))
+}
+
 // Defer takes back n released nodes of group that the cloud deferred
 // unsent (the scale set's previous write still runs, or its throttling
 // budget is held back): unlike a refund, their tokens stay spent and the

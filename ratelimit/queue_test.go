@@ -392,3 +392,26 @@ func TestDeferredNodesGoInTheGroupsNextRelease(t *testing.T) {
 		t.Fatalf("credit %d after %v unstated, want 0", q.Deferred("h"), 2*time.Minute)
 	}
 }
+
+// TestSeedTakesThePredecessorsMinuteFromTheFirstBucket: a new leader's
+// first bucket is the burst less the nodes that joined in the minute
+// before (its predecessor's releases): the two leaders' releases around
+// a failover make no minute of more than the rate and the burst. Seed
+// does nothing once the queue has decided.
+func TestSeedTakesThePredecessorsMinuteFromTheFirstBucket(t *testing.T) {
+	for _, c := range []struct {
+		recent, want int
+	}{{0, 5}, {2, 3}, {120, 0}} {
+		q := newQueue(t, 120, 5, 1000)
+		q.Seed(c.recent)
+		if d := q.Decide(t0, []Demand{{Group: "g", Count: 100}}, 0); d.Released() != c.want {
+			t.Errorf("%d nodes joined in the last minute: released %d at once, want %d", c.recent, d.Released(), c.want)
+		}
+	}
+	q := newQueue(t, 120, 5, 1000)
+	q.Decide(t0, nil, 0)
+	q.Seed(120)
+	if d := q.Decide(t0, []Demand{{Group: "g", Count: 100}}, 0); d.Released() != 5 {
+		t.Errorf("Seed after the first Decide changed the bucket: released %d, want 5", d.Released())
+	}
+}
