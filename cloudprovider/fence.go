@@ -156,3 +156,10 @@ func (g *fencedGroup) SizeLimit() (int, int, string) {
 	}
 	return g.NodeGroup.MaxSize(), 0, ""
 }
+
+// ScaleUpInFlight passes on the wrapped group's answer: whether its
+// previous capacity write still runs (false when it does not say).
+func (g *fencedGroup) ScaleUpInFlight() bool {
+	r, ok := g.NodeGroup.(interface{ ScaleUpInFlight() bool })
+	return ok && r.ScaleUpInFlight()
+}

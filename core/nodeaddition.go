@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/ratelimit"
 )
 
@@ -46,6 +47,30 @@ type nodeAddition struct {
 	// seeded: the queue was told the nodes that joined in the minute
 	// before this leader's first loop (ratelimit.Queue.Seed).
 	seeded bool
+	// writing is, this loop, the groups whose previous capacity write
+	// still runs (scaleUpRunner): their single-node demand waits.
+	writing map[string]bool
+}
+
+// scaleUpRunner is a node group that says whether its previous capacity
+// write still runs, so that a scale-up sent now would be refused unsent
+// (the vmss provider: one capacity write in flight per scale set).
+type scaleUpRunner interface {
+	ScaleUpInFlight() bool
+}
+
+// writingGroups are the groups whose previous capacity write still runs.
+func writingGroups(groups []cloudprovider.NodeGroup) map[string]bool {
+	var out map[string]bool
+	for _, g := range groups {
+		if r, ok := g.(scaleUpRunner); ok && r.ScaleUpInFlight() {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[g.ID()] = true
+		}
+	}
+	return out
 }
 
 // paceWait is how long until a group whose demand the last loop's
@@ -77,9 +102,9 @@ func newNodeAddition(o Options, health HealthSource) (*nodeAddition, error) {
 }
 
 // refillWait is how long until the queue's bucket holds held nodes, or a
-// burst's worth when that is fewer.
+// write's worth (ratelimit.Queue.Chunk) when that is fewer.
 func (na *nodeAddition) refillWait(held int) time.Duration {
-	return na.queue.RefillTime(min(held, na.queue.Options().Burst))
+	return na.queue.RefillTime(min(held, na.queue.Chunk()))
 }
 
 // additionReport is what the loop tells the status and the pods.
@@ -112,8 +137,11 @@ func (na *nodeAddition) Decide(now time.Time, demands []ratelimit.Demand, inFlig
 
 // decidePaced is the queue's decision, with single-node demand for a
 // group released to less than --node-group-write-interval ago (in an
-// earlier loop) held
-// back whole, as queued with the limit LimitPaced: each release is a
+// earlier loop) held back whole, as queued with the limit LimitPaced,
+// and for a group whose previous capacity write still runs held with
+// LimitWriting: the cloud would refuse it unsent, and the tokens and room
+// it took would wait for the operation's end (minutes for GPU VMs) while
+// groups that can take a write now go without. Each release is a
 // scale-set write, and a loop a second releasing the tokens of a second
 // each emptied the scale set's Update policy, 12 writes refilled 4 a
 // minute per scale set (Microsoft, "Compute throttling limits"; the peer
@@ -137,14 +165,28 @@ func (na *nodeAddition) decidePaced(now time.Time, demands []ratelimit.Demand, i
 	}
 	held := make([]bool, len(demands))
 	workloadPaced := false
+	why := ratelimit.NotLimited
 	for i, x := range demands {
-		if x.Gang == "" && x.Count > 0 && pacedGroup(x.Group) {
-			held[i] = true
-			workloadPaced = workloadPaced || x.Class == ratelimit.Workload
+		if x.Gang != "" || x.Count <= 0 {
+			continue
+		}
+		switch {
+		case pacedGroup(x.Group):
 			if end := na.lastRelease[x.Group].Add(na.gap); na.pacedUntil.IsZero() || end.Before(na.pacedUntil) {
 				na.pacedUntil = end
 			}
+			if why == ratelimit.NotLimited {
+				why = ratelimit.LimitPaced
+			}
+		case na.writing[x.Group]:
+			if why == ratelimit.NotLimited {
+				why = ratelimit.LimitWriting
+			}
+		default:
+			continue
 		}
+		held[i] = true
+		workloadPaced = workloadPaced || x.Class == ratelimit.Workload
 	}
 	var kept, paced []ratelimit.Demand
 	gangIn := map[string]bool{}
@@ -178,7 +220,7 @@ func (na *nodeAddition) decidePaced(now time.Time, demands []ratelimit.Demand, i
 		}
 		d.Queued[x.Group][x.Class] += x.Count
 		if d.Limit == ratelimit.NotLimited {
-			d.Limit = ratelimit.LimitPaced
+			d.Limit = why
 		}
 	}
 	return d
@@ -292,6 +334,8 @@ func queuedMessage(group string, limit ratelimit.Limit, gang string, held rateli
 			return "the cap on nodes in flight (--max-nodes-in-flight)"
 		case ratelimit.LimitPaced:
 			return "the pace of scale-set writes (--node-group-write-interval)"
+		case ratelimit.LimitWriting:
+			return "the group's previous scale-set write, still running (one at a time per scale set)"
 		}
 		return "the node-addition rate"
 	}

@@ -311,6 +311,40 @@ func TestPacedAfterARefusedWrite(t *testing.T) {
 	}
 }
 
+// TestWritingGroupWaitsAndKeepsTheTokens: a group whose previous
+// capacity write still runs (the vmss provider's one write in flight per
+// scale set) gets no release: the provider would refuse it unsent, and
+// the tokens and room it took would wait out the operation (minutes for
+// GPU VMs). Its demand waits, queued and held by "write-in-flight", the
+// bucket keeps its tokens, and the write goes whole once the previous
+// one has ended.
+func TestWritingGroupWaitsAndKeepsTheTokens(t *testing.T) {
+	e := newEnv(t, smoothing(60, 10, 1000))
+	gpu := e.provider.AddGroup("gpu", 0, 100, gpuTemplate("gpu"))
+	e.start()
+	gpu.SetScaleUpInFlight(true)
+	e.add(pendingPods(10, "web", wholeGPU()...))
+	e.run()
+	if got := gpu.Increases(); len(got) != 0 {
+		t.Fatalf("increases %v while the group's previous write runs, want none", got)
+	}
+	if e.a.nodeAdd.queue.Tokens() != 10 {
+		t.Errorf("bucket %v after holding a writing group's demand, want its 10 tokens kept", e.a.nodeAdd.queue.Tokens())
+	}
+	if want := "heldBy: write-in-flight"; !strings.Contains(e.a.lastStatus, want) {
+		t.Errorf("status %s, want %s", e.a.lastStatus, want)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.QueueDepth.WithLabelValues("gpu", "workload")); got != 10 {
+		t.Errorf("queue depth %v, want the 10 nodes waiting", got)
+	}
+	gpu.SetScaleUpInFlight(false)
+	e.clock.Step(time.Second)
+	e.run()
+	if got := gpu.Increases(); len(got) != 1 || got[0] != 10 {
+		t.Fatalf("increases %v once the previous write ended, want [10]", got)
+	}
+}
+
 // TestDeferredWriteIsNotAFailure: a scale-up the provider defers unsent
 // while its previous operation on the scale set runs (throttled, wrapping
 // ErrNotSent: the VMSS provider's one capacity write in flight per set)

@@ -37,6 +37,7 @@ func (a *Autoscaler) scaleUp(ctx context.Context, l *loop) error {
 	if err != nil {
 		return err
 	}
+	a.nodeAdd.writing = writingGroups(l.groups)
 	// Even with nothing to add, the queue decides and reports: demand
 	// queued last loop and gone now was cancelled.
 	out, err := a.orchestrator.Run(ctx, req, a.nodeAdd, increaser{a: a, l: l})

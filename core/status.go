@@ -73,7 +73,7 @@ type NodeAdditionStatus struct {
 	BucketNodes int `json:"bucketNodes"`
 	MaxInFlight int `json:"maxInFlight"`
 	InFlight    int `json:"inFlight"`
-	// HeldBy is what held demand back in the last loop: "rate", "in-flight", "paced" or empty.
+	// HeldBy is what held demand back in the last loop: "rate", "in-flight", "paced", "write-in-flight" or empty.
 	HeldBy string        `json:"heldBy,omitempty"`
 	Queued []QueuedNodes `json:"queued,omitempty"`
 	// HeldGangs are gangs held back whole, and by what.

@@ -220,6 +220,9 @@ const (
 	// LimitPaced: the group was released to a few seconds ago; the next
 	// release to it waits (the core paces scale-set writes).
 	LimitPaced Limit = "paced"
+	// LimitWriting: the group's previous capacity write still runs (a
+	// scale set takes one at a time); its demand waits for the end.
+	LimitWriting Limit = "write-in-flight"
 )
 
 // Decision is what the queue answers for one loop.
@@ -277,8 +280,10 @@ func (d Decision) Released() int {
 
 // Decide refills the bucket to now and releases demand: workload before
 // balloon, gangs before single-node demand within a class (gangs in the
-// order the queue first saw them, then older first), one node per group
-// per round so a big group cannot starve the others, and a gang's nodes
+// order the queue first saw them, then older first), a write's worth per
+// group per round (min(its demand, the burst), or nothing) so a big group
+// cannot starve the others and no scale set is kept busy by a thin
+// write, and a gang's nodes
 // all at once. The first gang that cannot be released holds everything
 // after it (see the package doc). inFlight is the number of nodes
 // requested and not yet ready.
@@ -410,25 +415,47 @@ func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 		}
 		order = slices.DeleteFunc(order, func(i int) bool { return left[i] == 0 })
 		order = rotate(ds, order, q.cursor)
-		for len(order) > 0 {
-			if room == 0 {
-				limit(LimitInFlight)
-				break
-			}
-			if q.tokens < 1 {
-				limit(LimitRate)
-				break
-			}
+		// A write's worth per group per round: min(its demand, the
+		// burst) or nothing. Each group's release is one capacity write,
+		// and a scale set takes one at a time for a whole operation
+		// (until its VMs have booted and run their extensions: minutes
+		// for GPU VMs; Microsoft, "Virtual Machine Scale Sets" REST
+		// reference: the operation's status stays InProgress until the
+		// instances are provisioned), so a release of a node or two a
+		// loop spread over many groups left every scale set busy with a
+		// thin write while the in-flight cap had room (issue #38's xl
+		// run: 200 of 300 in flight on average). A group whose chunk
+		// does not fit the bucket or the cap holds what comes after it,
+		// as a held gang does, so the tokens and room it waits for are
+		// not spent by smaller demand first; the next round starts after
+		// the last group released to.
+		chunk := q.Chunk()
+		for len(order) > 0 && held == NotLimited {
 			next := order[:0:0]
 			for _, i := range order {
-				if room == 0 || q.tokens < 1 {
+				if held != NotLimited {
 					next = append(next, i)
 					continue
 				}
-				q.tokens--
-				room--
-				left[i]--
-				d.release(ds[i], 1)
+				n := min(left[i], chunk)
+				switch {
+				case n > room:
+					held = LimitInFlight
+				case float64(n) > q.tokens && q.overflows() && q.tokens >= 1:
+					// Waiting would spill the bucket: what it holds goes.
+					n = int(q.tokens)
+				case float64(n) > q.tokens:
+					held = LimitRate
+				}
+				if held != NotLimited {
+					limit(held)
+					next = append(next, i)
+					continue
+				}
+				q.tokens -= float64(n)
+				room -= n
+				left[i] -= n
+				d.release(ds[i], n)
 				q.cursor = ds[i].Group
 				if left[i] > 0 {
 					next = append(next, i)
@@ -562,6 +589,21 @@ func (q *Queue) RefillTime(n int) time.Duration {
 		return 0
 	}
 	return time.Duration((target - q.tokens) / q.opts.NodesPerMinute * float64(time.Minute))
+}
+
+// Chunk is a write's worth: what a group's single-node demand waits for
+// before it is released (min(its demand, Chunk)), the burst within the
+// in-flight cap.
+func (q *Queue) Chunk() int { return min(q.opts.Burst, q.opts.MaxInFlight) }
+
+// overflows says whether the bucket would spill by the next loop (a
+// loop period away) if nothing were spent now: a group that waits for
+// its chunk then takes what the bucket holds instead, or the rate would
+// be out of reach when a loop's refill is close to the bucket's size (a
+// chunk of 20 with a bucket of 20 and 17 tokens a loop: 60 a minute
+// released of 100).
+func (q *Queue) overflows() bool {
+	return q.tokens+q.opts.NodesPerMinute*q.period.Minutes() > q.Capacity()
 }
 
 // Tokens is the bucket's fill as of the last Decide.

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -41,12 +42,22 @@ func TestRateAndBurst(t *testing.T) {
 
 func TestInFlightCap(t *testing.T) {
 	q := newQueue(t, 1000, 1000, 50)
+	// A write's worth is the cap here (50): with room for 20 the group
+	// waits for it, rather than keeping its scale set busy with 20.
 	d := q.Decide(t0, []Demand{{Group: "gpu", Count: 100, Since: t0}}, 30)
-	if d.Released() != 20 || d.Limit != LimitInFlight || d.Queued["gpu"][Workload] != 80 {
-		t.Fatalf("released %d limit %q queued %v; want 20 under the in-flight cap and 80 queued", d.Released(), d.Limit, d.Queued)
+	if d.Released() != 0 || d.Limit != LimitInFlight || d.Queued["gpu"][Workload] != 100 {
+		t.Fatalf("released %d limit %q queued %v; want nothing under the in-flight cap (room 20 of a write's 50) and 100 queued", d.Released(), d.Limit, d.Queued)
 	}
-	if d := q.Decide(t0.Add(time.Second), []Demand{{Group: "gpu", Count: 80, Since: t0}}, 50); d.Released() != 0 {
+	d = q.Decide(t0.Add(time.Second), []Demand{{Group: "gpu", Count: 100, Since: t0}}, 0)
+	if d.Released() != 50 || d.Limit != LimitInFlight || d.Queued["gpu"][Workload] != 50 {
+		t.Fatalf("released %d limit %q queued %v; want the cap's 50 and 50 queued", d.Released(), d.Limit, d.Queued)
+	}
+	if d := q.Decide(t0.Add(2*time.Second), []Demand{{Group: "gpu", Count: 50, Since: t0}}, 50); d.Released() != 0 {
 		t.Fatalf("released %d with the cap reached", d.Released())
+	}
+	// Demand smaller than a write's worth goes as far as the room allows.
+	if d := q.Decide(t0.Add(3*time.Second), []Demand{{Group: "cpu", Count: 5, Since: t0}}, 45); d.Released() != 5 {
+		t.Fatalf("released %d of 5 with room for 5", d.Released())
 	}
 }
 
@@ -57,14 +68,26 @@ func TestWorkloadBeforeBalloonAndOlderFirst(t *testing.T) {
 		{Group: "new", Count: 5, Since: t0},
 		{Group: "old", Count: 1, Since: t0.Add(-time.Minute)},
 	}, 0)
-	if d.Release()["old"] != 1 || d.Release()["new"] != 2 || d.Release()["warm"] != 0 {
-		t.Fatalf("released %v; want old's 1, then new's 2, balloons last", d.Release())
+	// new's write of 3 (the burst) does not fit the 2 tokens left: it
+	// waits, and the balloons behind it too.
+	if d.Release()["old"] != 1 || d.Release()["new"] != 0 || d.Release()["warm"] != 0 || d.Limit != LimitRate {
+		t.Fatalf("released %v limit %q; want old's 1, new's write held by the rate, balloons last", d.Release(), d.Limit)
 	}
-	if d.Queued["warm"][Balloon] != 5 || d.Queued["new"][Workload] != 3 {
+	if d.Queued["warm"][Balloon] != 5 || d.Queued["new"][Workload] != 5 {
 		t.Fatalf("queued %v", d.Queued)
+	}
+	d = q.Decide(t0.Add(time.Minute), []Demand{
+		{Group: "warm", Count: 5, Class: Balloon, Since: t0.Add(-time.Hour)},
+		{Group: "new", Count: 5, Since: t0},
+	}, 0)
+	if d.Release()["new"] != 3 || d.Release()["warm"] != 0 {
+		t.Fatalf("released %v; want new's write of 3 (the burst) first", d.Release())
 	}
 }
 
+// TestRoundRobinBetweenGroups: a write's worth per group per round, the
+// next round after the last group served, so one big group cannot
+// starve the rest and no group gets a thin write.
 func TestRoundRobinBetweenGroups(t *testing.T) {
 	q := newQueue(t, 60, 6, 100)
 	demands := []Demand{
@@ -72,14 +95,24 @@ func TestRoundRobinBetweenGroups(t *testing.T) {
 		{Group: "a", Count: 10, Since: t0},
 		{Group: "b", Count: 10, Since: t0},
 	}
-	d := q.Decide(t0, demands, 0)
-	if d.Release()["big"] != 2 || d.Release()["a"] != 2 || d.Release()["b"] != 2 {
-		t.Fatalf("released %v; want 2 each: one big group must not starve the rest", d.Release())
+	var got []string
+	for i := range 20 {
+		d := q.Decide(t0.Add(time.Duration(i)*time.Second), demands, 0)
+		for g, n := range d.Release() {
+			// A write's worth: the burst, 6 tokens (6 s at 60 a minute).
+			if n != 6 || len(d.Release()) != 1 || i%6 != 0 {
+				t.Fatalf("loop %d released %v; want one group's write of 6 every 6 s", i, d.Release())
+			}
+			got = append(got, g)
+			for k := range demands {
+				if demands[k].Group == g {
+					demands[k].Count -= n
+				}
+			}
+		}
 	}
-	// The next round starts after the last group served.
-	d = q.Decide(t0.Add(time.Second), demands, 0)
-	if d.Released() != 1 || d.Release()["big"] != 1 {
-		t.Fatalf("released %v; want the one new token to go to the group after the cursor", d.Release())
+	if want := []string{"big", "a", "b", "big"}; !slices.Equal(got, want) {
+		t.Fatalf("groups released to in order %v, want %v", got, want)
 	}
 }
 
@@ -90,8 +123,8 @@ func TestGangReleasedTogether(t *testing.T) {
 		{Group: "cpu", Count: 8, Since: t0.Add(-time.Hour)},
 		{Group: "gpu", Count: 4, Since: t0, Gang: "train-7"},
 	}, 0)
-	if d.Release()["gpu"] != 4 || d.Release()["cpu"] != 6 {
-		t.Fatalf("released %v; want the gang's 4 at once (gangs go first in their class) and 6 others", d.Release())
+	if d.Release()["gpu"] != 4 || d.Release()["cpu"] != 0 || d.Limit != LimitRate {
+		t.Fatalf("released %v limit %q; want the gang's 4 at once (gangs go first in their class), cpu's write of 8 waiting for the rate", d.Release(), d.Limit)
 	}
 	q2 := newQueue(t, 60, 10, 100)
 	q2.Decide(t0, []Demand{{Group: "cpu", Count: 7, Since: t0}}, 0)
@@ -164,12 +197,16 @@ func TestRestartCountsInFlightAgainstTheBurst(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q := newQueue(t, 60, 20, 1000)
-			if d := q.Decide(t0, []Demand{{Group: "g", Count: 100}}, tc.inFlight); d.Released() != tc.want {
-				t.Fatalf("released %d at start with %d in flight, want %d", d.Released(), tc.inFlight, tc.want)
+			// The first bucket: released now (a whole write's worth) or
+			// kept for the next write.
+			d := q.Decide(t0, []Demand{{Group: "g", Count: 100}}, tc.inFlight)
+			if d.Released()+int(d.Tokens) != tc.want {
+				t.Fatalf("released %d and kept %v at start with %d in flight, want %d in all", d.Released(), d.Tokens, tc.inFlight, tc.want)
 			}
 			// Refills at the rate from there: 10 s at 60/min is 10 nodes.
-			if d := q.Decide(t0.Add(10*time.Second), []Demand{{Group: "g", Count: 100}}, tc.inFlight); d.Released() != 10 {
-				t.Fatalf("released %d after 10 s, want 10", d.Released())
+			kept := int(d.Tokens)
+			if d := q.Decide(t0.Add(10*time.Second), []Demand{{Group: "g", Count: 100}}, tc.inFlight); d.Released()+int(d.Tokens) != kept+10 {
+				t.Fatalf("released %d and kept %v after 10 s, want %d in all", d.Released(), d.Tokens, kept+10)
 			}
 		})
 	}
@@ -404,8 +441,8 @@ func TestSeedTakesThePredecessorsMinuteFromTheFirstBucket(t *testing.T) {
 	}{{0, 5}, {2, 3}, {120, 0}} {
 		q := newQueue(t, 120, 5, 1000)
 		q.Seed(c.recent)
-		if d := q.Decide(t0, []Demand{{Group: "g", Count: 100}}, 0); d.Released() != c.want {
-			t.Errorf("%d nodes joined in the last minute: released %d at once, want %d", c.recent, d.Released(), c.want)
+		if d := q.Decide(t0, []Demand{{Group: "g", Count: 100}}, 0); d.Released()+int(d.Tokens) != c.want {
+			t.Errorf("%d nodes joined in the last minute: released %d and kept %v at once, want %d in all", c.recent, d.Released(), d.Tokens, c.want)
 		}
 	}
 	q := newQueue(t, 120, 5, 1000)

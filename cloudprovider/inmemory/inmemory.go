@@ -139,6 +139,8 @@ type Group struct {
 	lostDeletes bool
 	// sizeUnknown makes TargetSize fail.
 	sizeUnknown bool
+	// writing is what ScaleUpInFlight answers (SetScaleUpInFlight).
+	writing bool
 	// noInstances makes IncreaseSize raise the target without creating instances.
 	noInstances bool
 	// limit, when positive, is the most machines the group can hold
@@ -395,6 +397,23 @@ func (g *Group) SetIncreaseError(err error) {
 	g.p.mu.Lock()
 	defer g.p.mu.Unlock()
 	g.increaseErr = err
+}
+
+// SetScaleUpInFlight sets what ScaleUpInFlight answers, as a provider
+// whose previous capacity write of the group still runs would.
+func (g *Group) SetScaleUpInFlight(v bool) {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	g.writing = v
+}
+
+// ScaleUpInFlight says whether the group's previous capacity write still
+// runs (SetScaleUpInFlight; the vmss provider's one write in flight per
+// scale set).
+func (g *Group) ScaleUpInFlight() bool {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	return g.writing
 }
 
 // SetLostDeletes makes DeleteNodes accept deletions that then fail: the

@@ -988,3 +988,17 @@ func (g *scaleSet) Options(defaults cloudprovider.GroupOptions) cloudprovider.Gr
 	}
 	return opts
 }
+
+// ScaleUpInFlight says whether this process's previous capacity write of
+// the scale set still runs, so that IncreaseSize now would send nothing
+// (one capacity write in flight per scale set, see IncreaseSize); always
+// false with Config.ConcurrentScaleUps. The core holds the group's demand
+// meanwhile rather than spend tokens on a write that cannot go.
+func (g *scaleSet) ScaleUpInFlight() bool {
+	if g.p.cfg.ConcurrentScaleUps {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.scaleUp != nil
+}

@@ -293,8 +293,14 @@ func TestPreemptedScaleUpIsSuperseded(t *testing.T) {
 	if err := g.IncreaseSize(f.ctx, 2); err != nil {
 		t.Fatal(err)
 	}
+	if !g.ScaleUpInFlight() {
+		t.Fatal("ScaleUpInFlight false while the scale-up's operation runs: the core would spend tokens on a write refused unsent")
+	}
 	f.outsideScaleTo("gpu", 5)
 	f.advanceUntil("the preemption to be seen", time.Second, func() bool { return !g.scaleUpFollowed() })
+	if g.ScaleUpInFlight() {
+		t.Fatal("ScaleUpInFlight true after the operation ended (preempted)")
+	}
 	if d := f.clock.Since(start); d >= boot {
 		t.Fatalf("operation followed for %v: want it ended by the preemption, before its VMs boot", d)
 	}

@@ -204,8 +204,20 @@ func TestAzureJudge(t *testing.T) {
 	if f := good.failed(); len(f) != 0 {
 		t.Errorf("a run within every criterion failed: %v", f)
 	}
-	if good.Ratio < 1.23 || good.Ratio > 1.24 {
-		t.Errorf("ratio %v, want 260/210", good.Ratio)
+	if good.Ratio < 1.23 || good.Ratio > 1.24 || good.InFlightRatio != good.Ratio {
+		t.Errorf("ratios %v and %v, want 260/210 with no in-flight bound", good.Ratio, good.InFlightRatio)
+	}
+	// The in-flight cap's bound, when longer, is the one judged: 1,300 s
+	// is 6.2x the write budgets' 210 s and 1.24x the cap's 1,050 s.
+	f := newInFlightBound(2000, 300, 150*time.Second)
+	capped := azureResult{FreezeThreshold: 270, VMListsPer30Min: 280, Windowed: true, ObservedMinutes: 31, Bound: &b, InFlight: &f}
+	capped.judge(1300, true)
+	if fl := capped.failed(); len(fl) != 0 || capped.InFlightRatio < 1.23 || capped.InFlightRatio > 1.24 {
+		t.Errorf("a run within 1.3x the in-flight cap's bound: ratio %v, failed %v", capped.InFlightRatio, fl)
+	}
+	capped.judge(1400, true)
+	if fl := capped.failed(); len(fl) != 1 {
+		t.Errorf("a run at 1.33x the in-flight cap's bound failed %d criteria, want 1: %v", len(fl), fl)
 	}
 	bad := azureResult{LongestStall: 300, FreezeThreshold: 270, VMListsPer30Min: 301, SteadyARMThrottled: 1, Bound: &b}
 	bad.judge(400, true)

