@@ -72,6 +72,8 @@ type Metrics struct {
 	HealthBreaker   *prometheus.GaugeVec
 	DegradedNodes   *prometheus.GaugeVec
 	HealthPaused    prometheus.Gauge
+	// HealthIncidents is the health rules in an incident now.
+	HealthIncidents prometheus.Gauge
 
 	// ProvReq are the ProvisioningRequest metrics (phase_provreq.go).
 	ProvReq provreqMetrics
@@ -198,17 +200,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.HealthActions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "health_actions_total",
 		Help: "What the health policy did to nodes: cordon, drain (evictions begun), replace (machine deleted), uncordon (recovered)."}, []string{"node_group", "rule", "action"})
 	m.HealthHeld = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "health_held_total",
-		Help: "Health actions held back, per loop and node, by reason: paused, unready-guard, breaker, gang, brake, blocked."}, []string{"node_group", "reason"})
+		Help: "Health actions held back, per loop and node, by reason: paused, unready-guard, unconfirmed, incident, breaker, cordon-ceiling, cordon-cap, gang, min-size, brake, blocked."}, []string{"node_group", "reason"})
 	m.HealthBreaker = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "health_breaker_engaged",
-		Help: "1 while a node group's health breaker holds drains and replacements (more nodes unhealthy than maxUnhealthy, or its storm cooldown)."}, []string{"node_group"})
+		Help: "1 while a node group's health breaker holds new cordons, drains and replacements (more nodes unhealthy than maxUnhealthy, or its storm cooldown); never scale-up."}, []string{"node_group"})
 	m.DegradedNodes = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "degraded_nodes",
 		Help: "Nodes of each node group advertising less than their VM size (a GPU the device plugin marked unhealthy, say): never templates."}, []string{"node_group"})
 	m.HealthPaused = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "health_paused",
 		Help: "1 while the health policy's ConfigMap carries the pause annotation: reports only."})
+	m.HealthIncidents = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "health_incidents",
+		Help: "Health rules in an incident now: many nodes began matching the rule at once (--health-incident-min-nodes); their matches are reported only."})
 	m.ProvReq = newProvreqMetrics(reg, ns)
 	m.Buffers = newBuffersMetrics(reg, ns)
 	m.SpotEvictions = newSpotMetrics(reg, ns)
-	reg.MustRegister(m.HealthUnhealthy, m.HealthActions, m.HealthHeld, m.HealthBreaker, m.DegradedNodes, m.HealthPaused)
+	reg.MustRegister(m.HealthUnhealthy, m.HealthActions, m.HealthHeld, m.HealthBreaker, m.DegradedNodes, m.HealthPaused, m.HealthIncidents)
 	reg.MustRegister(m.PreflightPending, m.PreflightResults, m.PreflightDuration, m.PreflightReplaced, m.PreflightIncidentNodes)
 	reg.MustRegister(m.QueueDepth, m.NodesReleased, m.NodesCancelled, m.NodesInFlight, m.AdditionRate, m.AdditionRateReason, m.RateChanges, m.AdditionTokens)
 	reg.MustRegister(m.UnneededNodes, m.KeptNodes, m.ScaledDownNodes, m.FailedScaleDowns, m.Evictions, m.BrakeEngaged, m.DrainsInFlight, m.ClusterUnhealthy, m.ReplacementBrakeEngaged, m.GateRefused)

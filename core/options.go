@@ -81,6 +81,21 @@ type Options struct {
 	// HealthPolicyConfigMapName is the health policy's ConfigMap (key
 	// "policy", docs/health.md); without it the built-in policy applies.
 	HealthPolicyConfigMapName string
+	// Bounds on what node health signals can make the autoscaler do,
+	// whatever the policy says (docs/health.md): at most
+	// HealthMaxCordonedShare of the judged nodes (and at least 2) hold a
+	// health cordon at once; a rule matched by at least
+	// HealthIncidentMinNodes and HealthIncidentClusterShare of the judged
+	// nodes, their matches begun within HealthIncidentWindow, is an
+	// incident (a monitor's false alarm, a bad rollout): its matches are
+	// reported, never cordoned, drained or replaced, until fewer match it
+	// for the policy's stormCooldown. A newly accepted policy whose drain
+	// or replace rules match more nodes than the cordon ceiling on its
+	// first evaluation reports only until it is confirmed.
+	HealthMaxCordonedShare     float64
+	HealthIncidentMinNodes     int
+	HealthIncidentClusterShare float64
+	HealthIncidentWindow       time.Duration
 	// MaxPodEventsPerLoop caps pod events (TriggeredScaleUp,
 	// NotTriggerScaleUp) written per loop; an unchanged event for a pod is
 	// repeated at most every PodEventInterval.
@@ -261,6 +276,10 @@ func DefaultOptions() Options {
 		PreflightIncidentMinNodes:        5,
 		PreflightIncidentClusterShare:    0.01,
 		PreflightIncidentWindow:          10 * time.Minute,
+		HealthMaxCordonedShare:           0.03,
+		HealthIncidentMinNodes:           5,
+		HealthIncidentClusterShare:       0.01,
+		HealthIncidentWindow:             10 * time.Minute,
 		PreflightFailureSettle:           5 * time.Minute,
 
 		// About 1.7 joins a second to start: each join costs the API
@@ -379,6 +398,18 @@ func (o Options) Validate() error {
 	}
 	if o.PreflightIncidentWindow <= 0 {
 		return fmt.Errorf("--preflight-incident-window: must be positive, got %s", o.PreflightIncidentWindow)
+	}
+	if !(o.HealthMaxCordonedShare > 0 && o.HealthMaxCordonedShare <= 0.5) {
+		return fmt.Errorf("--health-max-cordoned-share: must be above 0 and at most 0.5, got %v", o.HealthMaxCordonedShare)
+	}
+	if o.HealthIncidentMinNodes < 2 {
+		return fmt.Errorf("--health-incident-min-nodes: must be at least 2, got %d", o.HealthIncidentMinNodes)
+	}
+	if !(o.HealthIncidentClusterShare >= 0 && o.HealthIncidentClusterShare <= 1) {
+		return fmt.Errorf("--health-incident-cluster-share: must be between 0 and 1, got %v", o.HealthIncidentClusterShare)
+	}
+	if o.HealthIncidentWindow <= 0 {
+		return fmt.Errorf("--health-incident-window: must be positive, got %s", o.HealthIncidentWindow)
 	}
 	if o.OkTotalUnreadyCount < 0 {
 		return fmt.Errorf("--ok-total-unready-count: must not be negative, got %d", o.OkTotalUnreadyCount)

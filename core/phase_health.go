@@ -2,7 +2,10 @@ package core
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -39,11 +42,26 @@ const (
 	EventHealthBreaker = "HealthBreaker"
 	// EventInvalidHealthPolicy is on the policy ConfigMap when it is refused.
 	EventInvalidHealthPolicy = "InvalidHealthPolicy"
+	// EventHealthPolicyUnconfirmed is on the policy ConfigMap when a new
+	// policy's first evaluation matched too many nodes: it reports only
+	// until confirmed (HealthConfirmAnnotation).
+	EventHealthPolicyUnconfirmed = "HealthPolicyUnconfirmed"
+	// EventHealthIncident is on the status ConfigMap when many nodes begin
+	// matching one rule at once; EventHealthIncidentOver when it ends.
+	EventHealthIncident     = "HealthIncident"
+	EventHealthIncidentOver = "HealthIncidentOver"
 )
 
 // HealthPausedAnnotation on the health policy's ConfigMap pauses health
 // actions: any value but "false" (kubectl annotate … =true).
 const HealthPausedAnnotation = "vmss-autoscaler.io/health-paused"
+
+// HealthConfirmAnnotation on the health policy's ConfigMap confirms a
+// policy whose first evaluation matched more nodes than the cordon
+// ceiling: its value must be the policy's hash, as the
+// HealthPolicyUnconfirmed event and the status give it, so a later edit
+// is evaluated again.
+const HealthConfirmAnnotation = "vmss-autoscaler.io/health-policy-confirmed"
 
 // cordonHealth prefixes the reason on health cordons: "health/<rule>".
 const cordonHealth = "health/"
@@ -57,6 +75,12 @@ const (
 	heldBrake   = "brake"
 	heldBlocked = "blocked"
 	heldMinSize = "min-size"
+	// heldIncident: the node's rule is in a health incident.
+	heldIncident = "incident"
+	// heldCeiling: the cluster-wide ceiling on health cordons is reached.
+	heldCeiling = "cordon-ceiling"
+	// heldUnconfirmed: a new policy awaits confirmation.
+	heldUnconfirmed = "unconfirmed"
 	// heldCordonCap: past maxHealthCordonsPerLoop cordons, the next loop
 	// cordons more (a mass report is not thousands of writes at once).
 	heldCordonCap = "cordon-cap"
@@ -92,8 +116,21 @@ type healthState struct {
 	admitted  map[string]bool      // drains and replacements the brake admitted
 	deleted   map[string]time.Time // machines deleted, until their Nodes go
 	// breakers: group → end of its storm cooldown; zero while the group
-	// is over maxUnhealthy. Absent: not engaged.
-	breakers map[string]time.Time
+	// is over maxUnhealthy. Absent: not engaged. breakerSince: when each
+	// engaged (the release counts from it).
+	breakers     map[string]time.Time
+	breakerSince map[string]time.Time
+	// incidents: rule → zero while at least the threshold match it, else
+	// when fewer began to (it ends after the policy's stormCooldown).
+	incidents map[string]time.Time
+	// pending is the text of a policy read and parsed but not yet accepted
+	// as the last good one: it waits for its first evaluation (evaluated
+	// false) or, having matched too many nodes then, for the ConfigMap's
+	// HealthConfirmAnnotation to carry pendingHash (actions held).
+	pending, pendingHash string
+	evaluated            bool
+	// confirmed is HealthConfirmAnnotation as last read.
+	confirmed string
 	// unhealthySeries are the (group, rule) series of the unhealthy gauge
 	// set last loop: the ones not set again are deleted (never a Reset,
 	// which a scrape could see empty).
@@ -104,7 +141,7 @@ func newHealthState() *healthState {
 	return &healthState{policy: health.Default(), firstSeen: map[string]map[string]time.Time{},
 		told: map[string]string{}, heldTold: map[string]string{}, cordoned: map[string]string{},
 		admitted: map[string]bool{}, deleted: map[string]time.Time{}, breakers: map[string]time.Time{},
-		unhealthySeries: map[[2]string]bool{}}
+		breakerSince: map[string]time.Time{}, incidents: map[string]time.Time{}, unhealthySeries: map[[2]string]bool{}}
 }
 
 // release forgets what was done to a node no longer unhealthy.
@@ -134,6 +171,10 @@ type healthReport struct {
 	more     int
 	breakers []string
 	degraded map[string][]string // group → degraded nodes (capped)
+	// incidents are the rules in an incident; cordoned the health cordons
+	// held, ceiling their cluster-wide bound.
+	incidents         []string
+	cordoned, ceiling int
 }
 
 // healthPolicy reads the policy's ConfigMap from the cache, parsing it
@@ -165,6 +206,7 @@ func (a *Autoscaler) healthPolicy(ctx context.Context) (*health.Policy, bool) {
 	hs.seen = true
 	v, set := cm.Annotations[HealthPausedAnnotation]
 	hs.paused = set && v != "false"
+	hs.confirmed = cm.Annotations[HealthConfirmAnnotation]
 	if cm.ResourceVersion == hs.version {
 		return hs.policy, hs.paused || hs.lastGood == ""
 	}
@@ -184,9 +226,82 @@ func (a *Autoscaler) healthPolicy(ctx context.Context) (*health.Policy, bool) {
 		}
 		return hs.policy, hs.paused || hs.lastGood == ""
 	}
-	hs.policy, hs.lastGood, hs.policyErr = p, raw, ""
-	klog.FromContext(ctx).Info("Health policy loaded", "configmap", klog.KObj(cm), "rules", len(p.Rules), "paused", hs.paused)
+	hs.policy, hs.policyErr = p, ""
+	if raw == hs.lastGood {
+		hs.pending = ""
+	} else {
+		// Accepted as the last good one after its first evaluation
+		// (firstEvaluation), or once confirmed.
+		hs.pending, hs.pendingHash, hs.evaluated = raw, policyHash(raw), false
+	}
+	klog.FromContext(ctx).Info("Health policy loaded", "configmap", klog.KObj(cm), "rules", len(p.Rules), "paused", hs.paused, "hash", policyHash(raw))
 	return p, hs.paused
+}
+
+// policyHash names a policy's text for HealthConfirmAnnotation: the first
+// 12 hex digits of its SHA-256.
+func policyHash(raw string) string {
+	sum := sha256.Sum256([]byte(raw))
+	return hex.EncodeToString(sum[:6])
+}
+
+// unconfirmed says a new policy's first evaluation matched too many
+// nodes and it waits for confirmation: actions are held.
+func (hs *healthState) unconfirmed() bool { return hs.pending != "" && hs.evaluated }
+
+// firstEvaluation accepts a newly read policy as the last good one once
+// its first evaluation finds its drain and replace rules matching no more
+// nodes than the cordon ceiling, or once the ConfigMap confirms its hash.
+// Otherwise it reports only, with an event on the ConfigMap saying how
+// to confirm it: a typo that matches healthy nodes (a condition's
+// healthy status on a type the parser does not know) must not cordon the
+// fleet before anyone looked. Until then a new leader keeps the previous
+// last good policy saved (the pending one is not), and judges the
+// pending one again.
+func (a *Autoscaler) firstEvaluation(ctx context.Context, j judgement) {
+	hs := a.health
+	if hs.pending == "" {
+		return
+	}
+	accept := func() {
+		hs.lastGood, hs.pending, hs.evaluated = hs.pending, "", false
+	}
+	if hs.confirmed == hs.pendingHash {
+		if hs.evaluated {
+			klog.FromContext(ctx).Info("Health policy confirmed", "hash", hs.pendingHash)
+		}
+		accept()
+		return
+	}
+	if hs.evaluated {
+		return
+	}
+	hs.evaluated = true
+	n := 0
+	for _, c := range j.over {
+		n += c
+	}
+	ceiling := a.cordonCeiling(j)
+	if n <= ceiling {
+		accept()
+		return
+	}
+	name := a.opts.HealthPolicyConfigMapName
+	msg := fmt.Sprintf("the new health policy's drain and replace rules match %d nodes on its first evaluation, more than the cordon ceiling (%d, --health-max-cordoned-share): it reports only until confirmed: kubectl -n %s annotate configmap %s %s=%s",
+		n, ceiling, a.opts.Namespace, name, HealthConfirmAnnotation, hs.pendingHash)
+	hs.policyErr = msg
+	klog.FromContext(ctx).Info("Health policy unconfirmed", "matching", n, "ceiling", ceiling, "hash", hs.pendingHash)
+	if a.rec != nil {
+		a.rec.Event(&apiv1.ObjectReference{Kind: "ConfigMap", APIVersion: "v1", Namespace: a.opts.Namespace, Name: name},
+			apiv1.EventTypeWarning, EventHealthPolicyUnconfirmed, msg)
+	}
+}
+
+// cordonCeiling is the most health cordons held at once: the share of
+// the judged nodes (--health-max-cordoned-share), rounded up, and at
+// least 2.
+func (a *Autoscaler) cordonCeiling(j judgement) int {
+	return max(2, int(math.Ceil(a.opts.HealthMaxCordonedShare*float64(len(j.judged)))))
 }
 
 // skuTemplate is the group's template as its VM size describes it (not
@@ -264,6 +379,10 @@ type judgement struct {
 	judged map[string]bool             // every node judged
 	live   map[string]int              // judged nodes per group: the breaker's denominator
 	over   map[string]int              // judged nodes per group matching a drain or replace rule
+	// ruleAll and ruleRecent count, per rule that cordons or more, the
+	// judged nodes matching it, and those whose match began within
+	// --health-incident-window (the incident rule).
+	ruleAll, ruleRecent map[string]int
 }
 
 // nodeHealth is the passive health phase: it reads what node-problem-
@@ -288,7 +407,11 @@ func (a *Autoscaler) nodeHealth(ctx context.Context, l *loop) error {
 	a.metrics.HealthPaused.Set(v)
 
 	j := a.judgeNodes(ctx, l, pol, rep)
+	a.firstEvaluation(ctx, j)
 	a.updateBreakers(ctx, l, pol, j)
+	a.updateIncidents(ctx, l, pol, j)
+	rep.incidents = sortedKeys(hs.incidents)
+	rep.cordoned, rep.ceiling = len(hs.cordoned), a.cordonCeiling(j)
 	for id := range hs.breakers {
 		rep.breakers = append(rep.breakers, id)
 	}
@@ -301,7 +424,7 @@ func (a *Autoscaler) nodeHealth(ctx context.Context, l *loop) error {
 		a.pruneHealth(l)
 		return nil
 	}
-	toDelete := a.actOnUnhealthy(ctx, l, pol, paused, j.cands)
+	toDelete := a.actOnUnhealthy(ctx, l, pol, paused, j)
 	a.replaceUnhealthy(ctx, l, toDelete, j.cands)
 	a.pruneHealth(l)
 	return nil
@@ -315,7 +438,8 @@ func (a *Autoscaler) nodeHealth(ctx context.Context, l *loop) error {
 // report in node name order (the status is written only when it changes).
 func (a *Autoscaler) judgeNodes(ctx context.Context, l *loop, pol *health.Policy, rep *healthReport) judgement {
 	hs := a.health
-	j := judgement{cands: map[string]*healthCandidate{}, judged: map[string]bool{}, live: map[string]int{}, over: map[string]int{}}
+	j := judgement{cands: map[string]*healthCandidate{}, judged: map[string]bool{}, live: map[string]int{}, over: map[string]int{},
+		ruleAll: map[string]int{}, ruleRecent: map[string]int{}}
 	unhealthy := map[[2]string]int{}
 	degraded := map[string][]string{}
 	for _, n := range l.nodes {
@@ -338,8 +462,22 @@ func (a *Autoscaler) judgeNodes(ctx context.Context, l *loop, pol *health.Policy
 			delete(hs.told, n.Name)
 			continue
 		}
-		verdict := pol.Judge(matches, l.now, hs.firstSeenOf(n.Name, matches, l.now))
+		firstSeen := hs.firstSeenOf(n.Name, matches, l.now)
+		verdict := pol.Judge(matches, l.now, firstSeen)
 		j.cands[n.Name] = &healthCandidate{node: n, group: g.ID(), verdict: verdict}
+		for _, m := range matches {
+			if m.Rule.Action < health.Cordon {
+				continue
+			}
+			j.ruleAll[m.Rule.Name]++
+			since := m.Since
+			if since.IsZero() {
+				since = firstSeen(m.Rule.Name)
+			}
+			if l.now.Sub(since) <= a.opts.HealthIncidentWindow {
+				j.ruleRecent[m.Rule.Name]++
+			}
+		}
 		for _, m := range matches {
 			if m.Rule.Action >= health.Drain {
 				j.over[g.ID()]++
@@ -469,16 +607,18 @@ func (a *Autoscaler) updateBreakers(ctx context.Context, l *loop, pol *health.Po
 		switch {
 		case j.over[id] > allowed:
 			if !on {
-				msg := fmt.Sprintf("health breaker engaged for node group %s: %d of its %d nodes are unhealthy, more than maxUnhealthy allows (%d); they are cordoned, not drained or replaced, and the group is not scaled up while they are, until at most %d are for %s",
-					id, j.over[id], j.live[id], allowed, allowed, pol.StormCooldown)
+				msg := fmt.Sprintf("health breaker engaged for node group %s: %d of its %d nodes are unhealthy, more than maxUnhealthy allows (%d); nodes not yet cordoned are reported only, none is drained or replaced (the group still scales up), until at most %d are for %s, or until %d or fewer have held it for %s (then they are replaced one at a time)",
+					id, j.over[id], j.live[id], allowed, allowed, pol.StormCooldown, pol.BreakerReleaseNodes, pol.BreakerReleaseAfter)
 				klog.FromContext(ctx).Info("Health breaker engaged", "nodeGroup", id, "unhealthy", j.over[id], "nodes", j.live[id], "allowed", allowed)
 				a.groupEvent(apiv1.EventTypeWarning, EventHealthBreaker, msg)
+				hs.breakerSince[id] = l.now
 			}
 			hs.breakers[id] = time.Time{}
 		case on && until.IsZero():
 			hs.breakers[id] = l.now.Add(pol.StormCooldown)
 		case on && !l.now.Before(until):
 			delete(hs.breakers, id)
+			delete(hs.breakerSince, id)
 			klog.FromContext(ctx).Info("Health breaker released", "nodeGroup", id, "unhealthy", j.over[id], "allowed", allowed)
 		}
 		v := 0.0
@@ -490,19 +630,79 @@ func (a *Autoscaler) updateBreakers(ctx context.Context, l *loop, pol *health.Po
 	for id := range hs.breakers {
 		if _, ok := l.byID[id]; !ok {
 			delete(hs.breakers, id)
+			delete(hs.breakerSince, id)
 			a.metrics.HealthBreaker.DeleteLabelValues(id)
 			a.metrics.DegradedNodes.DeleteLabelValues(id)
 		}
 	}
 }
 
-// breakerOver says more of a group's nodes are unhealthy than its breaker
-// allows, now (not its storm cooldown): the scale-up phase buys nothing
-// from it (its new nodes would report the same and be cordoned on
-// arrival; the expander's next choice buys instead).
-func (a *Autoscaler) breakerOver(group string) bool {
-	until, on := a.health.breakers[group]
-	return on && until.IsZero()
+// breakerReleased says a group's breaker has held for the policy's
+// breakerReleaseAfter with at most breakerReleaseNodes of its nodes due
+// for a drain or replacement: they go, one at a time. A small pool's few
+// bad machines held it for good (2 bad nodes of 7 over its 20%), and its
+// breaker, which never stops provisioning, would keep them forever.
+func (a *Autoscaler) breakerReleased(l *loop, pol *health.Policy, j judgement, group string) bool {
+	hs := a.health
+	until, on := hs.breakers[group]
+	since, ok := hs.breakerSince[group]
+	return on && until.IsZero() && ok && pol.BreakerReleaseNodes > 0 &&
+		j.over[group] <= pol.BreakerReleaseNodes && l.now.Sub(since) >= pol.BreakerReleaseAfter
+}
+
+// updateIncidents starts a health incident for a rule when at least the
+// threshold of the judged nodes (--health-incident-min-nodes, and
+// --health-incident-cluster-share of them) began matching it within
+// --health-incident-window, across any groups: many nodes going bad the
+// same way at once is more likely the signal than the machines (a
+// monitor's bad rollout flagging 10 % of every pool tripped no group's
+// breaker and drained nodes at the replacement brake's pace). While it
+// lasts the rule's matches are reported only; it ends once fewer than the
+// threshold have matched it for the policy's stormCooldown. Like the
+// preflight incident rule (incidents.go).
+func (a *Autoscaler) updateIncidents(ctx context.Context, l *loop, pol *health.Policy, j judgement) {
+	hs := a.health
+	o := a.opts
+	threshold := max(o.HealthIncidentMinNodes, int(math.Ceil(o.HealthIncidentClusterShare*float64(len(j.judged)))))
+	for _, rule := range sortedKeys(j.ruleRecent) {
+		if _, on := hs.incidents[rule]; on || j.ruleRecent[rule] < threshold {
+			continue
+		}
+		hs.incidents[rule] = time.Time{}
+		msg := fmt.Sprintf("health incident: %d nodes began matching rule %q within %s (%d match it; threshold %d): more likely the signal than the machines; its matches are reported only, nothing cordoned, drained or replaced, until fewer than %d match it for %s",
+			j.ruleRecent[rule], rule, o.HealthIncidentWindow, j.ruleAll[rule], threshold, threshold, pol.StormCooldown)
+		klog.FromContext(ctx).Info("Health incident", "rule", rule, "recent", j.ruleRecent[rule], "matching", j.ruleAll[rule], "threshold", threshold)
+		a.groupEvent(apiv1.EventTypeWarning, EventHealthIncident, msg)
+	}
+	for _, rule := range sortedKeys(hs.incidents) {
+		since := hs.incidents[rule]
+		switch {
+		case j.ruleAll[rule] >= threshold:
+			hs.incidents[rule] = time.Time{}
+		case since.IsZero():
+			hs.incidents[rule] = l.now
+		case l.now.Sub(since) >= pol.StormCooldown:
+			delete(hs.incidents, rule)
+			klog.FromContext(ctx).Info("Health incident over", "rule", rule, "matching", j.ruleAll[rule], "threshold", threshold)
+			a.groupEvent(apiv1.EventTypeNormal, EventHealthIncidentOver,
+				fmt.Sprintf("health incident over: %d nodes match rule %q, fewer than %d for %s", j.ruleAll[rule], rule, threshold, pol.StormCooldown))
+		}
+	}
+	a.metrics.HealthIncidents.Set(float64(len(hs.incidents)))
+}
+
+// inIncident names a rule the candidate matches, for a cordon or more,
+// that is in a health incident; "" when none is.
+func (hs *healthState) inIncident(c *healthCandidate) string {
+	for _, m := range c.verdict.Matches {
+		if m.Rule == nil || m.Rule.Action < health.Cordon {
+			continue
+		}
+		if _, on := hs.incidents[m.Rule.Name]; on {
+			return m.Rule.Name
+		}
+	}
+	return ""
 }
 
 // recoverHealthy uncordons the nodes health handling cordoned that were
@@ -556,12 +756,26 @@ func (a *Autoscaler) recoverHealthy(ctx context.Context, l *loop, j judgement) {
 
 // actOnUnhealthy cordons, drains and admits for replacement, in node name
 // order, within the bounds; it returns the machines ready to be deleted.
-func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Policy, paused bool, cands map[string]*healthCandidate) []actuation.Machine {
+// What the signals can make it do is bounded before any of it: nothing
+// while paused, while the unready guard holds or while a new policy
+// awaits confirmation; nothing for a rule in an incident; no new cordon
+// in a group whose breaker holds, nor past the cluster-wide ceiling on
+// health cordons held; drains and replacements within the breaker, one
+// node per gang, the replacement brake and the group's minimum.
+func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Policy, paused bool, j judgement) []actuation.Machine {
 	hs := a.health
+	cands := j.cands
 	gangs := newGangClaims(a, l)
 	var toDelete []actuation.Machine
 	cordons := 0
-	planned := map[string]int{} // replacements sent per group this loop
+	ceiling := a.cordonCeiling(j)
+	planned := map[string]int{}  // replacements sent per group this loop
+	released := map[string]int{} // nodes a released breaker lets go, per group
+	for name := range hs.admitted {
+		if g, ok := l.groupOf[name]; ok {
+			released[g.ID()]++
+		}
+	}
 	for _, name := range sortedKeys(cands) {
 		c := cands[name]
 		n, v := c.node, c.verdict
@@ -576,13 +790,31 @@ func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Po
 			a.holdHealth(ctx, l, c, heldGuard, "the cluster-wide unready guard holds: "+l.unhealthy)
 			continue
 		}
+		if hs.unconfirmed() {
+			a.holdHealth(ctx, l, c, heldUnconfirmed, "the new health policy awaits confirmation: "+hs.policyErr)
+			continue
+		}
+		if rule := hs.inIncident(c); rule != "" {
+			a.holdHealth(ctx, l, c, heldIncident, fmt.Sprintf("rule %q is in a health incident (many nodes began matching it at once)", rule))
+			continue
+		}
+		_, breaker := hs.breakers[c.group]
+		releasing := breaker && a.breakerReleased(l, pol, j, c.group)
 		if v.Cordon && !n.Spec.Unschedulable {
+			if breaker && !releasing {
+				a.holdHealth(ctx, l, c, heldBreaker, fmt.Sprintf("node group %s's health breaker holds (maxUnhealthy %s): no new cordon", c.group, pol.MaxUnhealthy.String()))
+				continue
+			}
+			if len(hs.cordoned) >= ceiling {
+				a.holdHealth(ctx, l, c, heldCeiling, fmt.Sprintf("%d nodes hold a health cordon, the cluster-wide ceiling (--health-max-cordoned-share)", len(hs.cordoned)))
+				continue
+			}
 			if cordons == maxHealthCordonsPerLoop {
 				a.holdHealth(ctx, l, c, heldCordonCap, fmt.Sprintf("at most %d health cordons a loop", maxHealthCordonsPerLoop))
 				continue
 			}
 			cordons++
-			if err := a.actions.Cordon(ctx, n.Name, cordonHealth+v.Rule); err != nil {
+			if err := a.cordonForReplacement(ctx, l, n.Name, cordonHealth+v.Rule); err != nil {
 				klog.FromContext(ctx).Error(err, "Cordoning an unhealthy node", "node", klog.KObj(n))
 				continue
 			}
@@ -598,8 +830,12 @@ func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Po
 		if !v.Due || v.Action < health.Drain {
 			continue
 		}
-		if _, on := hs.breakers[c.group]; on {
+		if breaker && !releasing {
 			a.holdHealth(ctx, l, c, heldBreaker, fmt.Sprintf("node group %s's health breaker holds (maxUnhealthy %s)", c.group, pol.MaxUnhealthy.String()))
+			continue
+		}
+		if releasing && !hs.admitted[n.Name] && released[c.group] > 0 {
+			a.holdHealth(ctx, l, c, heldBreaker, fmt.Sprintf("node group %s's health breaker lets its %d unhealthy nodes go one at a time", c.group, j.over[c.group]))
 			continue
 		}
 		if other := gangs.conflict(n.Name); other != "" {
@@ -617,6 +853,7 @@ func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Po
 				continue
 			}
 			hs.admitted[n.Name] = true
+			released[c.group]++
 			a.metrics.HealthActions.WithLabelValues(c.group, v.Rule, "drain").Inc()
 			klog.FromContext(ctx).Info("Draining an unhealthy node", "node", klog.KObj(n), "nodeGroup", c.group, "rule", v.Rule, "action", v.Action.String())
 			if a.rec != nil {

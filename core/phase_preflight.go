@@ -159,7 +159,7 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 			continue
 		}
 		if !n.Spec.Unschedulable {
-			if err := a.actions.Cordon(ctx, n.Name, cordonPreflight); err != nil {
+			if err := a.cordonForReplacement(ctx, l, n.Name, cordonPreflight); err != nil {
 				logger.Error(err, "Cordoning a node that failed preflight", "node", klog.KObj(n))
 				continue
 			}

@@ -244,10 +244,11 @@ func (a *Autoscaler) candidate(ctx context.Context, l *loop, g cloudprovider.Nod
 	case gs.Readiness.Target >= gs.Max:
 		c.Skip = fmt.Sprintf("node group %s at max size %d", g.ID(), gs.Max)
 		return c, tmpl
-	case a.breakerOver(g.ID()):
-		c.Skip = "node group's health breaker holds (more of its nodes report unhealthy than maxUnhealthy allows: new ones would be cordoned on arrival)"
-		return c, tmpl
 	}
+	// A group's health breaker never stops it scaling up: it bounds what
+	// the health signals can make the autoscaler do to the group's nodes
+	// (cordons, drains, replacements), and a breaker held by a few bad
+	// nodes of a small pool left its pods pending for good (issue #39).
 	c.Template = tmpl
 	c.Limit = gs.Max - gs.Readiness.Target
 	c.GPUPodsOnly = a.opts.GPUGroupsForGPUPodsOnly && tmpl.GetAllocatable().GetScalarResources()[a.opts.GPUResourceName] > 0

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"time"
 
 	apiv1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
 )
 
@@ -23,6 +25,74 @@ const EventReplacementBrake = "ReplacementBrake"
 type replacements struct {
 	brake  *scaledown.Brake
 	braked bool
+	// stopped is, per node being replaced, when new pods stopped landing
+	// on it as this process knows: its own cordon, else the first loop
+	// that found it cordoned or tainted not-ready (pausedForReplacement).
+	stopped map[string]time.Time
+}
+
+// cordonForReplacement cordons a node a replacement path (health,
+// preflight) will drain and delete, and starts its pause.
+func (a *Autoscaler) cordonForReplacement(ctx context.Context, l *loop, node, reason string) error {
+	if err := a.actions.Cordon(ctx, node, reason); err != nil {
+		return err
+	}
+	if a.replace.stopped == nil {
+		a.replace.stopped = map[string]time.Time{}
+	}
+	a.replace.stopped[node] = l.now
+	return nil
+}
+
+// schedulingStopped says new pods no longer land on the node, or could
+// not run there: it is cordoned, tainted not-ready or unreachable by the
+// node lifecycle controller, or not Ready (a failed machine's node, before
+// that controller's taint).
+func schedulingStopped(n *apiv1.Node) bool {
+	return n.Spec.Unschedulable || actuation.HasTaintKey(n, apiv1.TaintNodeNotReady) ||
+		actuation.HasTaintKey(n, apiv1.TaintNodeUnreachable) || !clusterstate.IsReady(n)
+}
+
+// pausedForReplacement says a node being replaced is still within its
+// pause: --node-delete-delay-after-taint from when new pods stopped
+// landing on it, before anything is evicted or its machine deleted, on
+// every replacement path (health, preflight, failed machines), as
+// scale-down waits after its taint. The scheduler may have bound a pod
+// just before it saw the cordon (a gang member waiting in Permit, say):
+// after the pause the pod is in the snapshot, and is evicted with its
+// grace period instead of dying with the machine. Before, a rule already
+// due as the node was first judged (after a failover, an unpause, a new
+// rule) cordoned and deleted an empty node microseconds apart. A node
+// still schedulable in this loop's snapshot (cordoned this loop) waits;
+// one cordoned before this process knew it waits from the first loop
+// that sees it so (a new leader: one pause more, never less).
+func (a *Autoscaler) pausedForReplacement(l *loop, n *apiv1.Node) bool {
+	d := a.opts.NodeDeleteDelayAfterTaint
+	if d <= 0 {
+		return false
+	}
+	if a.replace.stopped == nil {
+		a.replace.stopped = map[string]time.Time{}
+	}
+	at, known := a.replace.stopped[n.Name]
+	switch {
+	case known:
+	case schedulingStopped(n):
+		at = l.now
+		a.replace.stopped[n.Name] = at
+	default:
+		return true
+	}
+	return l.now.Sub(at) < d
+}
+
+// pruneStopped forgets the pauses of nodes gone from the snapshot.
+func (a *Autoscaler) pruneStopped(l *loop) {
+	for name := range a.replace.stopped {
+		if _, ok := l.snap.Index(name); !ok {
+			delete(a.replace.stopped, name)
+		}
+	}
 }
 
 func (o Options) replacementBrakeOptions() scaledown.BrakeOptions {
@@ -48,6 +118,7 @@ func (a *Autoscaler) allowReplacements(l *loop, group string, n int) int {
 // reportReplacements says whether the brake held anything this loop: an
 // event when it engages, the metric, the status.
 func (a *Autoscaler) reportReplacements(ctx context.Context, l *loop) {
+	a.pruneStopped(l)
 	held := l.replacementsHeld > 0
 	if held && !a.replace.braked {
 		o := a.opts
@@ -81,6 +152,9 @@ func (a *Autoscaler) drainForReplacement(ctx context.Context, l *loop, n *apiv1.
 	idx, ok := l.snap.Index(n.Name)
 	if !ok {
 		return true // not in the snapshot: the Remover reads its pods
+	}
+	if a.pausedForReplacement(l, n) {
+		return false
 	}
 	var running []*apiv1.Pod
 	for _, p := range l.snap.Pods(idx) {

@@ -249,6 +249,13 @@ type HealthStatus struct {
 	Unhealthy   []HealthNode `json:"unhealthy,omitempty"`
 	More        int          `json:"more,omitempty"`
 	Breakers    []string     `json:"breakers,omitempty"`
+	// Incidents are the rules in a health incident: their matches are
+	// reported only.
+	Incidents []string `json:"incidents,omitempty"`
+	// Cordoned is the health cordons held, CordonCeiling their
+	// cluster-wide bound (--health-max-cordoned-share).
+	Cordoned      int `json:"cordoned,omitempty"`
+	CordonCeiling int `json:"cordonCeiling,omitempty"`
 }
 
 // HealthNode is an unhealthy node: the rule it matches (the strongest),

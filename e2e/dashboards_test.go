@@ -19,9 +19,9 @@ import (
 // every dashboard panel's story happen: a rate-limited scale-up with
 // queued and cancelled nodes, GPU nodes through preflight with a warm pool
 // whose balloons are displaced, a node failed by a periodic preflight run
-// (drained and replaced), two web nodes reporting XIDError at once (the
-// health breaker holds: cordoned, not replaced; uncordoned when it
-// clears), a GPU the device plugin drops, a quota error, a failed ARM
+// (drained and replaced), two web nodes reporting XIDErrors one after the
+// other (the first cordoned, the second held by the health breaker;
+// uncordoned when it clears), a GPU the device plugin drops, a quota error, a failed ARM
 // operation, ARM throttling and server errors, and a scale-down. Then
 // every panel's query returns data over the scenario's time range.
 func TestDashboardsShowDataFromARealPrometheus(t *testing.T) {
@@ -143,16 +143,19 @@ func (sc *scenario) scaleDeployment(name string, replicas int32) {
 }
 
 // healthStory makes the health dashboard's story happen: two of the four
-// web nodes report XIDError at once (more than the policy's maxUnhealthy
-// of 1): cordoned, held by the breaker, uncordoned once it clears; and a
-// GPU node advertises 7 of its 8 GPUs (degraded).
+// web nodes report XIDErrors one after the other: the first is cordoned
+// (its replacement due in an hour), the second, more than the policy's
+// maxUnhealthy of 1, is held by the breaker (an engaged breaker cordons
+// nothing new); the first is uncordoned once it clears; and a GPU node
+// advertises 7 of its 8 GPUs (degraded).
 func (sc *scenario) healthStory(as *harness.Process, cpu, gpu string) {
 	sc.t.Helper()
 	sc.healthPolicy(`maxUnhealthy: 1
 stormCooldown: 1s
 rules:
 - name: xid-error
-  condition: {type: XIDError, status: "True"}
+  condition: {type: XIDErrors, status: "True"}
+  for: 1h
   action: replace
 `)
 	web := sc.nodeList(cpu)
@@ -161,35 +164,40 @@ rules:
 	}
 	xid := func(status apiv1.ConditionStatus) func(*apiv1.Node) {
 		return func(n *apiv1.Node) {
-			n.Status.Conditions = append(n.Status.Conditions, apiv1.NodeCondition{Type: "XIDError", Status: status,
+			n.Status.Conditions = append(n.Status.Conditions, apiv1.NodeCondition{Type: "XIDErrors", Status: status,
 				Reason: "XID79", LastTransitionTime: metav1.Now()})
 		}
 	}
-	for _, n := range web[:2] {
-		sc.updateNode(n.Name, true, xid(apiv1.ConditionTrue))
+	cordons := func(body string) float64 {
+		return metricValue(body, `vmss_autoscaler_health_actions_total{action="cordon",node_group="`+cpu+`",rule="xid-error"}`)
 	}
+	sc.updateNode(web[0].Name, true, xid(apiv1.ConditionTrue))
+	sc.eventually("the first web node cordoned", time.Minute, func() (bool, string) {
+		_, body := sc.get(as, "/metrics")
+		return cordons(body) == 1, fmt.Sprintf("cordons %v", cordons(body))
+	})
+	sc.updateNode(web[1].Name, true, xid(apiv1.ConditionTrue))
 	sc.updateNode(sc.nodeList(gpu)[0].Name, true, func(n *apiv1.Node) {
 		n.Status.Allocatable["nvidia.com/gpu"] = resource.MustParse("7")
 	})
-	sc.eventually("the breaker holding two cordoned web nodes", time.Minute, func() (bool, string) {
+	sc.eventually("the breaker holding the second web node", time.Minute, func() (bool, string) {
 		_, body := sc.get(as, "/metrics")
 		held := metricValue(body, `vmss_autoscaler_health_held_total{node_group="`+cpu+`",reason="breaker"}`)
-		cordons := metricValue(body, `vmss_autoscaler_health_actions_total{action="cordon",node_group="`+cpu+`",rule="xid-error"}`)
 		degraded := metricValue(body, `vmss_autoscaler_degraded_nodes{node_group="`+gpu+`"}`)
-		return held > 0 && cordons == 2 && degraded == 1, fmt.Sprintf("held %v, cordons %v, degraded %v", held, cordons, degraded)
+		return held > 0 && cordons(body) == 1 && degraded == 1, fmt.Sprintf("held %v, cordons %v, degraded %v", held, cordons(body), degraded)
 	})
 	for _, n := range web[:2] {
 		sc.updateNode(n.Name, true, func(n *apiv1.Node) {
 			for i := range n.Status.Conditions {
-				if n.Status.Conditions[i].Type == "XIDError" {
+				if n.Status.Conditions[i].Type == "XIDErrors" {
 					n.Status.Conditions[i].Status = apiv1.ConditionFalse
 				}
 			}
 		})
 	}
-	sc.eventually("the web nodes uncordoned", time.Minute, func() (bool, string) {
+	sc.eventually("the cordoned web node uncordoned", time.Minute, func() (bool, string) {
 		_, body := sc.get(as, "/metrics")
 		v := metricValue(body, `vmss_autoscaler_health_actions_total{action="uncordon",node_group="`+cpu+`",rule="xid-error"}`)
-		return v == 2, fmt.Sprintf("uncordoned %v", v)
+		return v == 1, fmt.Sprintf("uncordoned %v", v)
 	})
 }

@@ -66,7 +66,7 @@ type Match struct {
 	// not say (a taint without timeAdded, a belowSKU match).
 	Since time.Time
 	// Detail says what matched, for events and the status, e.g.
-	// `condition XIDError=True (reason XID79: "GPU has fallen off the bus")`,
+	// `condition XIDErrors=True (reason XID79: "GPU has fallen off the bus")`,
 	// `taint example.com/bad=x:NoSchedule`, `nvidia.com/gpu below the VM size`.
 	Detail string
 }

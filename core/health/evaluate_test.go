@@ -98,7 +98,7 @@ func TestEvaluate(t *testing.T) {
 	p := mustParse(t, `
 rules:
 - name: xid-error
-  condition: {type: XIDError, status: "True"}
+  condition: {type: XIDErrors, status: "True"}
   for: 2m
   action: replace
 - name: not-ready
@@ -128,13 +128,13 @@ rules:
 		}},
 		Status: apiv1.NodeStatus{Conditions: []apiv1.NodeCondition{
 			{Type: apiv1.NodeReady, Status: apiv1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0.Add(-time.Hour))},
-			{Type: "XIDError", Status: apiv1.ConditionTrue, Reason: "XID79", Message: "GPU has fallen off the bus",
+			{Type: "XIDErrors", Status: apiv1.ConditionTrue, Reason: "XID79", Message: "GPU has fallen off the bus",
 				LastTransitionTime: metav1.NewTime(t0.Add(-30 * time.Second))},
 		}},
 	}
 	got := p.Evaluate(node, []apiv1.ResourceName{"nvidia.com/gpu"})
 	want := []Match{
-		{Rule: &p.Rules[0], Since: t0.Add(-30 * time.Second), Detail: `condition XIDError=True (reason XID79: "GPU has fallen off the bus")`},
+		{Rule: &p.Rules[0], Since: t0.Add(-30 * time.Second), Detail: `condition XIDErrors=True (reason XID79: "GPU has fallen off the bus")`},
 		{Rule: &p.Rules[2], Since: t0.Add(-time.Minute), Detail: "taint example.com/bad=x:NoSchedule"},
 		{Rule: &p.Rules[4], Detail: "nvidia.com/gpu below the VM size"},
 	}
@@ -150,18 +150,18 @@ rules:
 	// A taint without timeAdded, matched by key and effect; the condition
 	// gone; a long message shortened; no shortfall.
 	node.Spec.Taints = []apiv1.Taint{{Key: "example.com/bad", Value: "z", Effect: apiv1.TaintEffectNoExecute}}
-	node.Status.Conditions = []apiv1.NodeCondition{{Type: "XIDError", Status: apiv1.ConditionFalse}}
+	node.Status.Conditions = []apiv1.NodeCondition{{Type: "XIDErrors", Status: apiv1.ConditionFalse}}
 	if got := p.Evaluate(node, nil); len(got) != 1 || got[0].Rule.Name != "any-bad" || !got[0].Since.IsZero() ||
 		got[0].Detail != "taint example.com/bad=z:NoExecute" {
 		t.Fatalf("Evaluate = %+v, want any-bad without a Since", got)
 	}
 	node.Spec.Taints = nil
-	node.Status.Conditions = []apiv1.NodeCondition{{Type: "XIDError", Status: apiv1.ConditionTrue, Message: strings.Repeat("é", 300)}}
+	node.Status.Conditions = []apiv1.NodeCondition{{Type: "XIDErrors", Status: apiv1.ConditionTrue, Message: strings.Repeat("é", 300)}}
 	got = p.Evaluate(node, []apiv1.ResourceName{"memory"})
 	if len(got) != 2 || got[0].Rule.Name != "xid-error" || got[1].Rule.Name != "memory-below-sku" {
 		t.Fatalf("Evaluate = %+v", got)
 	}
-	if d := got[0].Detail; !strings.HasPrefix(d, `condition XIDError=True ("éé`) || !strings.HasSuffix(d, `…")`) || len([]rune(d)) > 250 {
+	if d := got[0].Detail; !strings.HasPrefix(d, `condition XIDErrors=True ("éé`) || !strings.HasSuffix(d, `…")`) || len([]rune(d)) > 250 {
 		t.Errorf("Detail %q: want the message shortened", d)
 	}
 	if !got[0].Since.IsZero() {
@@ -169,7 +169,7 @@ rules:
 	}
 	node.Status.Conditions[0].Message = ""
 	node.Status.Conditions[0].Reason = "XID48"
-	if d := p.Evaluate(node, nil)[0].Detail; d != "condition XIDError=True (reason XID48)" {
+	if d := p.Evaluate(node, nil)[0].Detail; d != "condition XIDErrors=True (reason XID48)" {
 		t.Errorf("Detail %q", d)
 	}
 	if got := p.Evaluate(&apiv1.Node{}, nil); got != nil {
@@ -197,7 +197,7 @@ rules:
   action: drain
   cordonFirst: false
 - name: xid-error
-  condition: {type: XIDError, status: "True"}
+  condition: {type: XIDErrors, status: "True"}
   for: 2m
   action: replace
 - name: gpus-below-sku
@@ -325,9 +325,9 @@ func TestDefaultPolicyEndToEnd(t *testing.T) {
 		t.Errorf("7 of 8 GPUs for 5m: %+v, want replace", v)
 	}
 	xid := withAllocatable(map[string]string{"memory": "1800Gi", "nvidia.com/gpu": "8"})
-	xid.Status.Conditions = []apiv1.NodeCondition{{Type: "XIDError", Status: apiv1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0.Add(-time.Minute))}}
+	xid.Status.Conditions = []apiv1.NodeCondition{{Type: "XIDErrors", Status: apiv1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0.Add(-time.Minute))}}
 	v = p.Judge(p.Evaluate(xid, Shortfall(xid, template, p.MemoryTolerance)), t0, nil)
 	if v.Action != Report || v.Due || !v.Cordon || v.Rule != "xid-error" || v.Next != time.Minute {
-		t.Errorf("XIDError for 1m: %+v, want cordon first, replace in 1m", v)
+		t.Errorf("XIDErrors for 1m: %+v, want cordon first, replace in 1m", v)
 	}
 }

@@ -29,16 +29,66 @@ const (
 	defaultMaxUnhealthy    = "20%"
 	defaultStormCooldown   = 10 * time.Minute
 	defaultMemoryTolerance = 0.10
+	// defaultBreakerReleaseAfter and defaultBreakerReleaseNodes: a breaker
+	// held that long by at most that many known-bad nodes replaces them
+	// one at a time (Policy.BreakerReleaseNodes).
+	defaultBreakerReleaseAfter = 30 * time.Minute
+	defaultBreakerReleaseNodes = 2
+	// MaxUnhealthyCapPercent is the most of a group that maxUnhealthy may
+	// put under drain or replacement at once, when the policy has drain or
+	// replace rules: a breaker that lets more through lets one bad signal
+	// empty a group (issue #39: "100%" with a rule matching healthy nodes
+	// deleted every machine of a group).
+	MaxUnhealthyCapPercent = 50
 )
 
 // The fields of each level of the policy, as written (case-sensitive).
 const (
-	policyFields    = "maxUnhealthy, stormCooldown, memoryTolerance, rules"
+	policyFields    = "maxUnhealthy, stormCooldown, memoryTolerance, breakerReleaseAfter, breakerReleaseNodes, rules"
 	ruleFields      = "name, condition, taint, belowSKU, for, action, cordonFirst"
-	conditionFields = "type, status"
+	conditionFields = "type, status, matchHealthyStatus"
 	taintFields     = "key, value, effect"
 	belowSKUFields  = "resource"
 )
+
+// healthyStatus is, for the well-known node conditions, the status a
+// healthy node reports: a rule on it matches every healthy node (issue
+// #39: {type: KernelDeadlock, status: "False"} cordoned a whole group in
+// one loop). Sources: the kubelet's conditions (Kubernetes, "Node
+// status", Conditions: MemoryPressure, DiskPressure, PIDPressure and
+// NetworkUnavailable are False on a healthy node); node-problem-
+// detector's (kubernetes/node-problem-detector config/*.json: each
+// condition's default status is False, "…IsNotReadOnly",
+// "KernelHasNoDeadlock"); AKS's (Microsoft, "Node Problem Detector (NPD)
+// in Azure Kubernetes Service (AKS) nodes", Node conditions, GPU only
+// included: a condition is set True for a problem).
+var healthyStatus = map[apiv1.NodeConditionType]apiv1.ConditionStatus{
+	apiv1.NodeMemoryPressure:     apiv1.ConditionFalse,
+	apiv1.NodeDiskPressure:       apiv1.ConditionFalse,
+	apiv1.NodePIDPressure:        apiv1.ConditionFalse,
+	apiv1.NodeNetworkUnavailable: apiv1.ConditionFalse,
+	// node-problem-detector
+	"KernelDeadlock":              apiv1.ConditionFalse,
+	"ReadonlyFilesystem":          apiv1.ConditionFalse,
+	"FrequentKubeletRestart":      apiv1.ConditionFalse,
+	"FrequentDockerRestart":       apiv1.ConditionFalse,
+	"FrequentContainerdRestart":   apiv1.ConditionFalse,
+	"FrequentUnregisterNetDevice": apiv1.ConditionFalse,
+	"KubeletUnhealthy":            apiv1.ConditionFalse,
+	"ContainerRuntimeUnhealthy":   apiv1.ConditionFalse,
+	"CorruptDockerOverlay2":       apiv1.ConditionFalse,
+	// AKS's node-problem-detector
+	"FilesystemCorruptionProblem": apiv1.ConditionFalse,
+	"KubeletProblem":              apiv1.ConditionFalse,
+	"ContainerRuntimeProblem":     apiv1.ConditionFalse,
+	"VMEventScheduled":            apiv1.ConditionFalse,
+	"GPUMissing":                  apiv1.ConditionFalse,
+	"NVLinkStatusInactive":        apiv1.ConditionFalse,
+	"XIDErrors":                   apiv1.ConditionFalse,
+	"IBLinkFlapping":              apiv1.ConditionFalse,
+	"GPUClockThrottling":          apiv1.ConditionFalse,
+	"UnhealthyNvidiaDevicePlugin": apiv1.ConditionFalse,
+}
 
 // isOwnTaint says whether key is a taint the autoscaler itself (or the node
 // controller, on its cordon) puts on nodes: a rule matching one would act
@@ -215,9 +265,11 @@ func (v *validator) policy(doc any) *Policy {
 		return nil
 	}
 	p := &Policy{
-		MaxUnhealthy:    v.maxUnhealthy(m),
-		StormCooldown:   v.duration("", m, "stormCooldown", defaultStormCooldown),
-		MemoryTolerance: v.memoryTolerance(m),
+		MaxUnhealthy:        v.maxUnhealthy(m),
+		StormCooldown:       v.duration("", m, "stormCooldown", defaultStormCooldown),
+		MemoryTolerance:     v.memoryTolerance(m),
+		BreakerReleaseAfter: v.duration("", m, "breakerReleaseAfter", defaultBreakerReleaseAfter),
+		BreakerReleaseNodes: v.count("", m, "breakerReleaseNodes", defaultBreakerReleaseNodes, 0, 10),
 	}
 	raw, present := m["rules"]
 	list, isList := raw.([]any)
@@ -246,7 +298,32 @@ func (v *validator) policy(doc any) *Policy {
 		}
 		p.Rules = append(p.Rules, r)
 	}
+	if pct, ok := strings.CutSuffix(p.MaxUnhealthy.StrVal, "%"); ok && p.MaxUnhealthy.Type == intstr.String {
+		if n, err := strconv.Atoi(pct); err == nil && n > MaxUnhealthyCapPercent {
+			for i := range p.Rules {
+				if p.Rules[i].Action >= Drain {
+					v.fail("maxUnhealthy: %q: at most \"%d%%\" with drain or replace rules (rules[%d] %q is a %s rule): a breaker that lets more than half a group be drained at once lets one bad signal empty it",
+						p.MaxUnhealthy.StrVal, MaxUnhealthyCapPercent, i, p.Rules[i].Name, p.Rules[i].Action)
+					break
+				}
+			}
+		}
+	}
 	return p
+}
+
+// count reads a whole number in [lo, hi]; def when absent.
+func (v *validator) count(path string, m map[string]any, field string, def, lo, hi int) int {
+	s, present, ok := v.text(path, m, field)
+	if !present || !ok {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < lo || n > hi {
+		v.fail("%s: %q: must be a whole number from %d to %d", join(path, field), s, lo, hi)
+		return def
+	}
+	return n
 }
 
 // maxUnhealthy reads a count from 1 to maxCount (a number or a string of
@@ -365,7 +442,7 @@ func (v *validator) condition(path string, x any) *ConditionMatch {
 	}
 	c := &ConditionMatch{}
 	if t, present, ok := v.text(path, m, "type"); !present || (ok && t == "") {
-		v.fail("%s.type: required: the condition's type, such as XIDError", path)
+		v.fail("%s.type: required: the condition's type, such as XIDErrors", path)
 	} else if ok {
 		if errs := validation.IsQualifiedName(t); len(errs) > 0 {
 			v.fail("%s.type: %q: not a condition type: %s", path, t, strings.Join(errs, "; "))
@@ -384,6 +461,18 @@ func (v *validator) condition(path string, x any) *ConditionMatch {
 		} else {
 			c.Status = apiv1.ConditionStatus(s)
 		}
+	}
+	if x, present := m["matchHealthyStatus"]; present && x != nil {
+		b, isBool := x.(bool)
+		if !isBool {
+			v.fail("%s.matchHealthyStatus: %s: must be true or false, got %s", path, show(x), kindOf(x))
+		} else {
+			c.MatchHealthyStatus = b
+		}
+	}
+	if healthy, known := healthyStatus[c.Type]; known && c.Status == healthy && !c.MatchHealthyStatus {
+		v.fail("%s.status: %q: %s=%s is what a healthy node reports: the rule would match every healthy node (the problem is %s=True); set matchHealthyStatus: true only if that is meant",
+			path, c.Status, c.Type, c.Status, c.Type)
 	}
 	return c
 }
@@ -454,10 +543,12 @@ func isExtended(name apiv1.ResourceName) bool {
 
 // outPolicy and outRule are a policy as Marshal writes it.
 type outPolicy struct {
-	MaxUnhealthy    intstr.IntOrString `json:"maxUnhealthy"`
-	StormCooldown   string             `json:"stormCooldown"`
-	MemoryTolerance string             `json:"memoryTolerance"`
-	Rules           []outRule          `json:"rules"`
+	MaxUnhealthy        intstr.IntOrString `json:"maxUnhealthy"`
+	StormCooldown       string             `json:"stormCooldown"`
+	MemoryTolerance     string             `json:"memoryTolerance"`
+	BreakerReleaseAfter string             `json:"breakerReleaseAfter"`
+	BreakerReleaseNodes int                `json:"breakerReleaseNodes"`
+	Rules               []outRule          `json:"rules"`
 }
 
 type outRule struct {
@@ -471,8 +562,9 @@ type outRule struct {
 }
 
 type outCondition struct {
-	Type   string `json:"type"`
-	Status string `json:"status"`
+	Type               string `json:"type"`
+	Status             string `json:"status"`
+	MatchHealthyStatus bool   `json:"matchHealthyStatus,omitempty"`
 }
 
 type outTaint struct {
@@ -490,16 +582,18 @@ type outBelowSKU struct {
 // it differs from its default).
 func (p *Policy) Marshal() ([]byte, error) {
 	out := outPolicy{
-		MaxUnhealthy:    p.MaxUnhealthy,
-		StormCooldown:   p.StormCooldown.String(),
-		MemoryTolerance: percent(p.MemoryTolerance),
-		Rules:           make([]outRule, 0, len(p.Rules)),
+		MaxUnhealthy:        p.MaxUnhealthy,
+		StormCooldown:       p.StormCooldown.String(),
+		MemoryTolerance:     percent(p.MemoryTolerance),
+		BreakerReleaseAfter: p.BreakerReleaseAfter.String(),
+		BreakerReleaseNodes: p.BreakerReleaseNodes,
+		Rules:               make([]outRule, 0, len(p.Rules)),
 	}
 	for i := range p.Rules {
 		r := &p.Rules[i]
 		o := outRule{Name: r.Name, For: r.For.String(), Action: r.Action.String()}
 		if r.Condition != nil {
-			o.Condition = &outCondition{Type: string(r.Condition.Type), Status: string(r.Condition.Status)}
+			o.Condition = &outCondition{Type: string(r.Condition.Type), Status: string(r.Condition.Status), MatchHealthyStatus: r.Condition.MatchHealthyStatus}
 		}
 		if r.BelowSKU != nil {
 			o.BelowSKU = &outBelowSKU{Resource: string(r.BelowSKU.Resource)}

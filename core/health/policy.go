@@ -75,13 +75,24 @@ type Policy struct {
 	// MemoryTolerance is the share (in [0, 1)) of its VM size's memory a
 	// node may lack before it is degraded (written "10%" in the policy).
 	MemoryTolerance float64
+	// BreakerReleaseAfter and BreakerReleaseNodes: a group's breaker held
+	// for BreakerReleaseAfter by at most BreakerReleaseNodes nodes due for
+	// a drain or replacement lets them go one at a time: a few known-bad
+	// machines in a small pool are no storm, and holding them froze the
+	// pool for good (2 bad nodes of 7 over its 20%). 0 nodes: never.
+	BreakerReleaseAfter time.Duration
+	BreakerReleaseNodes int
 	// Rules, in the policy's order.
 	Rules []Rule
 }
 
 // Allowed is how many of a group's nodes may be under drain or replacement
-// at once: MaxUnhealthy's count, or its percent of groupNodes rounded down;
-// never below 1. A nil policy, or a MaxUnhealthy that is neither, allows 1.
+// at once: MaxUnhealthy's count, or its percent of groupNodes rounded down
+// (at most MaxUnhealthyCapPercent with drain or replace rules: Parse
+// refuses more); never below 1. A nil policy, or a MaxUnhealthy that is
+// neither, allows 1. A count is taken as written: the operator chose it
+// for the group's size, and the group's live nodes can be few for a
+// moment (new nodes whose GPUs are not advertised yet).
 func (p *Policy) Allowed(groupNodes int) int {
 	n := 1
 	if p == nil {
@@ -129,6 +140,9 @@ type Rule struct {
 type ConditionMatch struct {
 	Type   apiv1.NodeConditionType
 	Status apiv1.ConditionStatus
+	// MatchHealthyStatus lets a rule match the status a healthy node
+	// reports for a well-known condition (refused otherwise).
+	MatchHealthyStatus bool
 }
 
 // TaintMatch matches a taint by key and, when they are not empty, value and
@@ -150,19 +164,29 @@ type BelowSKUMatch struct {
 // one the chart ships (docs/health.md, values.yaml health.policy).
 const DefaultYAML = `# How many nodes of a node group may be under drain or replacement by this
 # policy at once: a count ("2") or a share of the group's live nodes
-# (Ready, past preflight and startup: "20%", rounded down, never below 1).
-# Beyond it the breaker holds: report and cordon only, no scale-up.
+# (Ready, past preflight and startup: "20%", rounded down, never below 1;
+# never more than half the group with drain or replace rules). Beyond it
+# the breaker holds: nodes are reported, not cordoned, drained or
+# replaced; the group still scales up.
 maxUnhealthy: "20%"
 # After a group's breaker engaged, drains and replacements in that group
 # wait this long once it has fallen back within maxUnhealthy.
 stormCooldown: 10m
+# A breaker held this long by at most breakerReleaseNodes nodes due for a
+# drain or replacement lets them go, one at a time: a few bad machines in
+# a small pool are no storm (0: never).
+breakerReleaseAfter: 30m
+breakerReleaseNodes: 2
 # A node is degraded when its memory (capacity: the RAM its kernel
 # reports) is below its VM size's by more than this share (GPUs and other
 # extended resources: any shortfall of allocatable).
 memoryTolerance: "10%"
+# The conditions are those AKS's node-problem-detector sets (Microsoft,
+# "Node Problem Detector (NPD) in Azure Kubernetes Service (AKS) nodes"),
+# True for a problem.
 rules:
 - name: xid-error
-  condition: {type: XIDError, status: "True"}
+  condition: {type: XIDErrors, status: "True"}
   for: 2m
   action: replace
 - name: gpu-missing

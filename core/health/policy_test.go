@@ -23,11 +23,13 @@ func TestDefault(t *testing.T) {
 		return Rule{Name: name, Condition: &ConditionMatch{Type: cond, Status: apiv1.ConditionTrue}, For: d, Action: Replace, CordonFirst: true}
 	}
 	want := &Policy{
-		MaxUnhealthy:    intstr.FromString("20%"),
-		StormCooldown:   10 * time.Minute,
-		MemoryTolerance: 0.10,
+		MaxUnhealthy:        intstr.FromString("20%"),
+		StormCooldown:       10 * time.Minute,
+		MemoryTolerance:     0.10,
+		BreakerReleaseAfter: 30 * time.Minute,
+		BreakerReleaseNodes: 2,
 		Rules: []Rule{
-			replace("xid-error", "XIDError", 2*time.Minute),
+			replace("xid-error", "XIDErrors", 2*time.Minute),
 			replace("gpu-missing", "GPUMissing", 2*time.Minute),
 			{Name: "device-plugin-unhealthy", Condition: &ConditionMatch{Type: "UnhealthyNvidiaDevicePlugin", Status: "True"},
 				For: 10 * time.Minute, Action: Drain, CordonFirst: true},
@@ -94,6 +96,14 @@ func TestParse(t *testing.T) {
 		{"null fields are absent", "maxUnhealthy: null\nstormCooldown:\nrules:\n- name: a\n  condition: {type: X, status: \"False\"}\n  for:\n  action: report\n  cordonFirst: null",
 			&Policy{MaxUnhealthy: intstr.FromString("20%"), StormCooldown: 10 * time.Minute, MemoryTolerance: 0.1,
 				Rules: []Rule{{Name: "a", Condition: cond("X", "False"), Action: Report}}}},
+		{"breaker release", "breakerReleaseAfter: 1h\nbreakerReleaseNodes: 0\nrules: []",
+			&Policy{MaxUnhealthy: intstr.FromString("20%"), StormCooldown: 10 * time.Minute, MemoryTolerance: 0.1, BreakerReleaseAfter: time.Hour, Rules: []Rule{}}},
+		{"the healthy status, said explicitly", "rules:\n- {name: a, condition: {type: KernelDeadlock, status: \"False\", matchHealthyStatus: true}, action: report}",
+			withReleaseDefaults(&Policy{MaxUnhealthy: intstr.FromString("20%"), StormCooldown: 10 * time.Minute, MemoryTolerance: 0.1,
+				Rules: []Rule{{Name: "a", Condition: &ConditionMatch{Type: "KernelDeadlock", Status: "False", MatchHealthyStatus: true}, Action: Report}}})},
+		{"half a group with replace rules", "maxUnhealthy: 50%\nrules:\n- {name: a, condition: {type: X, status: \"True\"}, action: replace}",
+			withReleaseDefaults(&Policy{MaxUnhealthy: intstr.FromString("50%"), StormCooldown: 10 * time.Minute, MemoryTolerance: 0.1,
+				Rules: []Rule{{Name: "a", Condition: cond("X", "True"), Action: Replace, CordonFirst: true}}})},
 		{"every match and action", `
 rules:
 - name: ready-unknown
@@ -130,6 +140,9 @@ rules:
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
+			if tc.want.BreakerReleaseAfter == 0 && tc.name != "breaker release" {
+				withReleaseDefaults(tc.want)
+			}
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("Parse = %s\nwant %s", dump(got), dump(tc.want))
 			}
@@ -137,8 +150,14 @@ rules:
 	}
 }
 
+// withReleaseDefaults sets the breaker release's defaults (30m, 2 nodes).
+func withReleaseDefaults(p *Policy) *Policy {
+	p.BreakerReleaseAfter, p.BreakerReleaseNodes = 30*time.Minute, 2
+	return p
+}
+
 func TestParseErrors(t *testing.T) {
-	ok := "name: a\ncondition: {type: XIDError, status: \"True\"}\naction: replace\n"
+	ok := "name: a\ncondition: {type: XIDErrors, status: \"True\"}\naction: replace\n"
 	var many strings.Builder
 	many.WriteString("rules:\n")
 	for i := range MaxRules + 1 {
@@ -174,7 +193,7 @@ func TestParseErrors(t *testing.T) {
 		{"null match", rulesYAML("name: a\ncondition: null\naction: report"), []string{"rules[0]: no match"}},
 		{"two matches", rulesYAML(ok + "taint: {key: example.com/bad}"), []string{"rules[0]: 2 matches (condition, taint)"}},
 		{"three matches", rulesYAML(ok + "taint: {key: k}\nbelowSKU: {resource: memory}"), []string{"rules[0]: 3 matches (condition, taint, belowSKU)"}},
-		{"condition a string", rulesYAML("name: a\ncondition: XIDError\naction: report"), []string{"rules[0].condition:", `"XIDError"`, "want a map"}},
+		{"condition a string", rulesYAML("name: a\ncondition: XIDErrors\naction: report"), []string{"rules[0].condition:", `"XIDErrors"`, "want a map"}},
 		{"unknown condition field", rulesYAML("name: a\ncondition: {type: X, status: \"True\", reason: Y}\naction: report"), []string{`rules[0].condition: unknown field "reason"`}},
 		{"condition type missing", rulesYAML("name: a\ncondition: {status: \"True\"}\naction: report"), []string{"rules[0].condition.type: required"}},
 		{"condition type empty", rulesYAML("name: a\ncondition: {type: \"\", status: \"True\"}\naction: report"), []string{"rules[0].condition.type: required"}},
@@ -224,6 +243,23 @@ func TestParseErrors(t *testing.T) {
 		{"memoryTolerance negative", "memoryTolerance: -1%\nrules: []", []string{"memoryTolerance:", `"-1%"`}},
 		{"memoryTolerance a share", "memoryTolerance: 0.1\nrules: []", []string{"memoryTolerance:", `"0.1"`, `such as "10%"`}},
 		{"memoryTolerance NaN", "memoryTolerance: NaN%\nrules: []", []string{"memoryTolerance:", `"NaN%"`}},
+		// Issue #39: {type: KernelDeadlock, status: "False"} matched every
+		// healthy node and cordoned a whole group in one loop.
+		{"the healthy status of an NPD condition", rulesYAML("name: a\ncondition: {type: KernelDeadlock, status: \"False\"}\naction: replace"),
+			[]string{"rules[0].condition.status:", `"False"`, "KernelDeadlock=False is what a healthy node reports", "matchHealthyStatus: true"}},
+		{"the healthy status of an AKS GPU condition", rulesYAML("name: a\ncondition: {type: XIDErrors, status: \"False\"}\naction: cordon"),
+			[]string{"rules[0].condition.status:", "XIDErrors=False"}},
+		{"the healthy status of a kubelet condition", rulesYAML("name: a\ncondition: {type: MemoryPressure, status: \"False\"}\naction: drain"),
+			[]string{"rules[0].condition.status:", "MemoryPressure=False"}},
+		{"matchHealthyStatus a string", rulesYAML("name: a\ncondition: {type: KernelDeadlock, status: \"False\", matchHealthyStatus: \"yes\"}\naction: report"),
+			[]string{"rules[0].condition.matchHealthyStatus:", `"yes"`, "true or false"}},
+		{"maxUnhealthy above half with a replace rule", "maxUnhealthy: 100%\nrules:\n- {name: a, condition: {type: X, status: \"True\"}, action: report}\n- {name: b, condition: {type: Y, status: \"True\"}, action: replace}",
+			[]string{"maxUnhealthy:", `"100%"`, `at most "50%"`, `rules[1] "b" is a replace rule`}},
+		{"maxUnhealthy above half with a drain rule", "maxUnhealthy: 51%\nrules:\n- {name: a, taint: {key: k}, action: drain}",
+			[]string{"maxUnhealthy:", `"51%"`, "drain rule"}},
+		{"breakerReleaseNodes too many", "breakerReleaseNodes: 11\nrules: []", []string{"breakerReleaseNodes:", `"11"`, "from 0 to 10"}},
+		{"breakerReleaseNodes negative", "breakerReleaseNodes: -1\nrules: []", []string{"breakerReleaseNodes:", `"-1"`}},
+		{"breakerReleaseAfter not a duration", "breakerReleaseAfter: soon\nrules: []", []string{"breakerReleaseAfter:", `"soon"`, "not a duration"}},
 		{"every problem at once", "maxUnhealthy: 0\nrules:\n- {name: a, action: reboot}\n- {name: B, taint: {key: k}, action: drain, for: x}",
 			[]string{"maxUnhealthy:", "rules[0]: no match", `rules[0].action: "reboot"`, `rules[1].name: "B"`, `rules[1].for: "x"`}},
 	} {
@@ -269,6 +305,8 @@ func TestAllowed(t *testing.T) {
 		{"malformed percent", pct("x%"), 100, 1},
 		{"percent over 100", pct("150%"), 100, 1},
 		{"the default", Default(), 50, 10},
+		// A count is taken as written, drain or replace rules or not.
+		{"a count above half a group that replaces", replacing(count(5)), 6, 5},
 		{"nil policy", nil, 100, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -277,6 +315,12 @@ func TestAllowed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// replacing adds a replace rule to p.
+func replacing(p *Policy) *Policy {
+	p.Rules = append(p.Rules, Rule{Name: "r", Taint: &TaintMatch{Key: "k"}, Action: Replace})
+	return p
 }
 
 func TestActionString(t *testing.T) {

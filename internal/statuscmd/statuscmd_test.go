@@ -80,7 +80,7 @@ func TestTableFromStatus(t *testing.T) {
 		LastChange: now.Add(-time.Minute), Nodes: 5, ReadyNodes: 5,
 		NodeGroups: []core.GroupStatus{{Name: "gpu", Min: 0, Max: 100, Target: intp(5), Ready: 5, Degraded: []string{"gpu-4"}}},
 		Health: &core.HealthStatus{Paused: true, PolicyError: `rules[0].action: "reboot": must be one of report, cordon, drain, replace`,
-			Breakers: []string{"gpu"}, More: 3, Unhealthy: []core.HealthNode{
+			Breakers: []string{"gpu"}, Incidents: []string{"xid-error"}, Cordoned: 2, CordonCeiling: 2, More: 3, Unhealthy: []core.HealthNode{
 				{Node: "gpu-1", NodeGroup: "gpu", Rule: "xid-error", Action: "replace", State: "held: breaker"},
 				{Node: "gpu-2", NodeGroup: "gpu", Rule: "xid-error", Action: "replace", State: "cordoned"}}},
 	}
@@ -217,9 +217,11 @@ func TestTableFromStatus(t *testing.T) {
 			{"gpu-2", "gpu", "xid-error", "replace", "cordoned"},
 			{"(and 3 more)"},
 		}, []string{
-			`WARNING: health policy refused, the last good one stays: rules[0].action: "reboot": must be one of report, cordon, drain, replace.`,
+			`WARNING: health policy: rules[0].action: "reboot": must be one of report, cordon, drain, replace.`,
 			"WARNING: health actions paused (annotation vmss-autoscaler.io/health-paused): unhealthy nodes are reported only.",
-			"WARNING: health breaker engaged for node group gpu: its unhealthy nodes are cordoned, not drained or replaced.",
+			"WARNING: health breaker engaged for node group gpu: no new cordon, drain or replacement there (scale-up goes on).",
+			`WARNING: health incident: many nodes began matching rule "xid-error" at once; its matches are reported only.`,
+			"WARNING: health cordons at the cluster-wide ceiling (2 of 2, --health-max-cordoned-share): further matches are reported only.",
 			"WARNING: node group gpu: 1 degraded nodes (advertising less than the VM size; never the template): gpu-4.",
 		}},
 		{"quiet, no smoothing", quiet, [][]string{

@@ -356,19 +356,26 @@ func sortedIncidentChecks(m map[string]int) []string {
 	return out
 }
 
-// healthWarnings are passive node health's warnings: a refused policy,
-// the pause, each group whose breaker holds, degraded nodes.
+// healthWarnings are passive node health's warnings: a refused or
+// unconfirmed policy, the pause, each group whose breaker holds, each
+// rule in an incident, the cordon ceiling reached, degraded nodes.
 func healthWarnings(st *core.Status) []string {
 	var out []string
 	if h := st.Health; h != nil {
 		if h.PolicyError != "" {
-			out = append(out, "health policy refused, the last good one stays: "+h.PolicyError)
+			out = append(out, "health policy: "+h.PolicyError)
 		}
 		if h.Paused {
 			out = append(out, "health actions paused (annotation "+core.HealthPausedAnnotation+"): unhealthy nodes are reported only")
 		}
 		for _, g := range h.Breakers {
-			out = append(out, fmt.Sprintf("health breaker engaged for node group %s: its unhealthy nodes are cordoned, not drained or replaced", g))
+			out = append(out, fmt.Sprintf("health breaker engaged for node group %s: no new cordon, drain or replacement there (scale-up goes on)", g))
+		}
+		for _, r := range h.Incidents {
+			out = append(out, fmt.Sprintf("health incident: many nodes began matching rule %q at once; its matches are reported only", r))
+		}
+		if h.CordonCeiling > 0 && h.Cordoned >= h.CordonCeiling {
+			out = append(out, fmt.Sprintf("health cordons at the cluster-wide ceiling (%d of %d, --health-max-cordoned-share): further matches are reported only", h.Cordoned, h.CordonCeiling))
 		}
 	}
 	for _, g := range st.NodeGroups {

@@ -16,7 +16,7 @@ import (
 //
 //   - node-problem-detector and AKS's GPU health monitoring report a
 //     problem as a Node condition of their own type (KernelDeadlock,
-//     XIDError, GPUMissing, ...), True while it lasts, False once it
+//     XIDErrors, GPUMissing, ...), True while it lasts, False once it
 //     cleared (SetNodeCondition);
 //   - the NVIDIA device plugin marks a GPU unhealthy (a critical XID) and
 //     the kubelet then advertises fewer of them as allocatable, capacity

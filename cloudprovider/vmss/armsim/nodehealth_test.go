@@ -51,7 +51,7 @@ func TestSetNodeCondition(t *testing.T) {
 	name := env.registered(t, gpuVM(t))
 	ready := *condition(env.node(t, name), v1.NodeReady)
 	t0 := env.clock.Now()
-	const xid v1.NodeConditionType = "XIDError"
+	const xid v1.NodeConditionType = "XIDErrors"
 
 	steps := []struct {
 		by        time.Duration
@@ -61,8 +61,8 @@ func TestSetNodeCondition(t *testing.T) {
 	}{
 		{0, v1.ConditionTrue, "XID79", 0},
 		{time.Minute, v1.ConditionTrue, "XID48", 0}, // still True: same transition
-		{time.Minute, v1.ConditionFalse, "NoXIDError", 2 * time.Minute},
-		{time.Minute, v1.ConditionFalse, "NoXIDError", 2 * time.Minute},
+		{time.Minute, v1.ConditionFalse, "NoXIDErrors", 2 * time.Minute},
+		{time.Minute, v1.ConditionFalse, "NoXIDErrors", 2 * time.Minute},
 		{time.Minute, v1.ConditionUnknown, "MonitorDown", 4 * time.Minute},
 		{time.Minute, v1.ConditionTrue, "XID79", 5 * time.Minute},
 	}
@@ -105,7 +105,7 @@ func TestSetNodeCondition(t *testing.T) {
 		t.Errorf("GPUs capacity %s allocatable %s, want 8", c, a)
 	}
 	if got := condition(n, xid); got == nil || got.Status != v1.ConditionTrue || got.Reason != "XID79" {
-		t.Errorf("after the device plugin: condition %+v, want XIDError True (XID79)", got)
+		t.Errorf("after the device plugin: condition %+v, want XIDErrors True (XID79)", got)
 	}
 }
 
@@ -121,8 +121,8 @@ func TestSetNodeConditionRefused(t *testing.T) {
 		notFound   bool
 	}{
 		{"no type", name, v1.NodeCondition{Status: v1.ConditionTrue}, "empty condition type", false},
-		{"bad status", name, v1.NodeCondition{Type: "XIDError", Status: "Yes"}, `status "Yes"`, false},
-		{"no node", "gone000000", v1.NodeCondition{Type: "XIDError", Status: v1.ConditionTrue}, "gone000000", true},
+		{"bad status", name, v1.NodeCondition{Type: "XIDErrors", Status: "Yes"}, `status "Yes"`, false},
+		{"no node", "gone000000", v1.NodeCondition{Type: "XIDErrors", Status: v1.ConditionTrue}, "gone000000", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -375,7 +375,7 @@ func TestKwokStagesKeepInjectedConditions(t *testing.T) {
 		t.Fatalf("SetNodeCondition: %v", err)
 	}
 	env.step(time.Minute)
-	xid := v1.NodeCondition{Type: "XIDError", Status: v1.ConditionTrue, Reason: "XID79", Message: "GPU has fallen off the bus"}
+	xid := v1.NodeCondition{Type: "XIDErrors", Status: v1.ConditionTrue, Reason: "XID79", Message: "GPU has fallen off the bus"}
 	for i, want := range []string{"node-initialize", "node-heartbeat-with-lease", "node-heartbeat-with-lease"} {
 		if i == 1 {
 			if err := env.hook.SetNodeCondition(ctx, name, xid); err != nil {
@@ -408,16 +408,16 @@ func TestKwokStagesKeepInjectedConditions(t *testing.T) {
 		env.step(20 * time.Minute)
 	}
 	if got := condition(env.node(t, name), xid.Type); got == nil || got.Status != v1.ConditionTrue {
-		t.Fatalf("XIDError gone after kwok's heartbeats: %+v", env.node(t, name).Status.Conditions)
+		t.Fatalf("XIDErrors gone after kwok's heartbeats: %+v", env.node(t, name).Status.Conditions)
 	}
 	// Clearing is setting it False: kwok keeps that too.
-	xid.Status, xid.Reason = v1.ConditionFalse, "NoXIDError"
+	xid.Status, xid.Reason = v1.ConditionFalse, "NoXIDErrors"
 	if err := env.hook.SetNodeCondition(ctx, name, xid); err != nil {
 		t.Fatalf("SetNodeCondition: %v", err)
 	}
 	play()
 	if got := condition(env.node(t, name), xid.Type); got == nil || got.Status != v1.ConditionFalse {
-		t.Fatalf("cleared XIDError after a heartbeat: %+v", got)
+		t.Fatalf("cleared XIDErrors after a heartbeat: %+v", got)
 	}
 	// The node's resources stay the hook's (the device plugin registered
 	// before kwok's first stage), not kwok's defaults.

@@ -1,0 +1,294 @@
+package core
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
+	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
+)
+
+// The health signals are untrusted input (issue #39): a monitor's false
+// alarm, a typo in the policy, a stolen node-problem-detector token. These
+// tests run the built-in policy and the default bounds unless they say
+// why not, and each says what today's main did instead.
+
+// busy puts a whole-node pod on every node given.
+func (e *env) busy(prefix string, nodes []string) {
+	for i, n := range nodes {
+		p := to.Pod(fmt.Sprintf("%s-%d", prefix, i), append(wholeGPU(), to.OnNode(n), to.ControlledBy("ReplicaSet", prefix, types.UID("rs-"+prefix)))...)
+		p.Status.Phase = apiv1.PodRunning
+		e.add(p)
+	}
+}
+
+// TestHealthSafeMonitorFlaggingAGroupCordonsNothing: a monitor sets
+// XIDErrors=True on every node of a 16-node group at once. Before: all
+// cordoned (the breaker stopped drains, not cordons) and the group
+// never scaled up while it held. Now: nothing cordoned, drained or
+// deleted for an hour, the breaker and the incident say why, and a new
+// pod still gets a new node from the group.
+func TestHealthSafeMonitorFlaggingAGroupCordonsNothing(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 16, "") // the built-in policy; the group's max is 20
+	nodes := groupNodes(gpu)
+	e.busy("w", nodes)
+	for _, n := range nodes {
+		e.condition(n, "XIDErrors", apiv1.ConditionTrue)
+	}
+	for range 60 {
+		e.run()
+		e.clock.Step(time.Minute)
+	}
+	if len(acts.cordoned) != 0 || len(acts.evicted) != 0 || len(gpu.Deleted()) != 0 {
+		t.Fatalf("cordoned %d, evicted %d, deleted %d in an hour: want nothing", len(acts.cordoned), len(acts.evicted), len(gpu.Deleted()))
+	}
+	if got := testutil.ToFloat64(e.a.metrics.HealthBreaker.WithLabelValues("gpu")); got != 1 {
+		t.Errorf("breaker metric %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.HealthIncidents); got != 1 {
+		t.Errorf("incidents %v, want 1 (16 nodes began matching xid-error at once)", got)
+	}
+	if ev := e.events(EventHealthIncident); len(ev) != 1 || !strings.Contains(ev[0], `rule "xid-error"`) {
+		t.Errorf("incident events %q, want one naming the rule", ev)
+	}
+	e.add(pendingPods(1, "train", wholeGPU()...))
+	e.run()
+	if got := gpu.Increases(); fmt.Sprint(got) != "[1]" {
+		t.Fatalf("increases %v, want [1]: the group still scales up", got)
+	}
+}
+
+// TestHealthSafeFalseAlarmAcrossPoolsIsAnIncident: a bad monitor rollout
+// flags 2 nodes of each of three 20-node pools (10 %: within every
+// group's breaker, 4 of 20). Before: all 6 cordoned and drained at the
+// replacement brake's pace. Now: 6 nodes began matching one rule within
+// the window, over the incident threshold (5): reported only. Once the
+// alarm clears and the cooldown passes, the incident ends.
+func TestHealthSafeFalseAlarmAcrossPoolsIsAnIncident(t *testing.T) {
+	acts := &fakeActions{}
+	e := newEnv(t, withNodeWrites(acts), withOptions(func(o *Options) {
+		o.ScaleDownEnabled = false
+		o.ReplacementBrakeMinNodes = 100
+	}))
+	acts.graceful = e.clock
+	var pools []*inmemory.Group
+	for _, name := range []string{"gpu-a", "gpu-b", "gpu-c"} {
+		pools = append(pools, e.provider.AddGroup(name, 0, 40, gpuTemplate(name), inmemory.WithTarget(20)))
+	}
+	e.start()
+	var flagged []string
+	for _, g := range pools {
+		e.register(g)
+		nodes := groupNodes(g)
+		e.busy(g.ID(), nodes)
+		flagged = append(flagged, nodes[:2]...)
+	}
+	for _, n := range flagged {
+		e.condition(n, "XIDErrors", apiv1.ConditionTrue)
+	}
+	for range 15 {
+		e.run()
+		e.clock.Step(time.Minute)
+	}
+	if len(acts.cordoned) != 0 || len(acts.evicted) != 0 {
+		t.Fatalf("cordoned %v, evicted %v: want nothing during the incident", acts.cordoned, acts.evicted)
+	}
+	for _, g := range pools {
+		if got := testutil.ToFloat64(e.a.metrics.HealthBreaker.WithLabelValues(g.ID())); got != 0 {
+			t.Fatalf("breaker of %s engaged: the case is the one no breaker sees", g.ID())
+		}
+	}
+	if last := e.status.writes[len(e.status.writes)-1]; !strings.Contains(last, "- xid-error") || !strings.Contains(last, "held: incident") {
+		t.Fatalf("status does not show the incident:\n%s", last)
+	}
+	for _, n := range flagged {
+		e.condition(n, "XIDErrors", apiv1.ConditionFalse)
+	}
+	for range 11 {
+		e.run()
+		e.clock.Step(time.Minute)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.HealthIncidents); got != 0 {
+		t.Fatalf("incidents %v after the alarm cleared for the cooldown, want 0", got)
+	}
+	if ev := e.events(EventHealthIncidentOver); len(ev) != 1 {
+		t.Fatalf("incident-over events %q, want 1", ev)
+	}
+}
+
+// TestHealthSafeCordonCeiling: nodes going bad one by one, too slowly for
+// an incident and too few for the group's breaker (4 of 100, spread over
+// an hour): the cluster-wide ceiling on health cordons held (3 % of the
+// judged nodes: 3) cordons the first 3 and reports the 4th. Before: 4.
+func TestHealthSafeCordonCeiling(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 100, strings.Replace(xidPolicy, "maxUnhealthy: 1", `maxUnhealthy: "20%"`, 1))
+	nodes := groupNodes(gpu)
+	e.busy("w", nodes)
+	for i := range 4 {
+		e.condition(nodes[i], "XIDErrors", apiv1.ConditionTrue)
+		e.run()
+		e.clock.Step(15 * time.Second)
+		e.run()
+		e.clock.Step(15 * time.Minute)
+	}
+	if len(acts.cordoned) != 3 {
+		t.Fatalf("cordoned %v, want the first 3 (the ceiling)", acts.cordoned)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.HealthHeld.WithLabelValues("gpu", heldCeiling)); got == 0 {
+		t.Fatal("no hold counted for the ceiling")
+	}
+}
+
+// TestHealthSafeHealthyStatusPolicyRefused: a policy whose rule matches a
+// well-known condition's healthy status (KernelDeadlock=False: what
+// node-problem-detector reports on every healthy node) with maxUnhealthy
+// 100 %. Before: accepted, all 20 nodes cordoned in one loop, every
+// machine deleted within 23 minutes. Now: refused, naming the field, and
+// with no good policy before it, actions stay paused.
+func TestHealthSafeHealthyStatusPolicyRefused(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 20, `maxUnhealthy: "100%"
+rules:
+- name: deadlock
+  condition: {type: KernelDeadlock, status: "False"}
+  action: replace
+`)
+	nodes := groupNodes(gpu)
+	e.busy("w", nodes)
+	for _, n := range nodes {
+		e.condition(n, "KernelDeadlock", apiv1.ConditionFalse)
+	}
+	for range 30 {
+		e.run()
+		e.clock.Step(time.Minute)
+	}
+	if len(acts.cordoned) != 0 || len(gpu.Deleted()) != 0 {
+		t.Fatalf("cordoned %d, deleted %d: want nothing", len(acts.cordoned), len(gpu.Deleted()))
+	}
+	ev := e.events(EventInvalidHealthPolicy)
+	if len(ev) == 0 || !strings.Contains(ev[0], "KernelDeadlock=False is what a healthy node reports") || !strings.Contains(ev[0], `maxUnhealthy: "100%"`) {
+		t.Fatalf("InvalidHealthPolicy events %q, want the healthy status and the cap named", ev)
+	}
+}
+
+// TestHealthSafeNewPolicyMatchingManyReportsUntilConfirmed: a new policy
+// on a condition the parser does not know (so it cannot refuse its
+// healthy status) matches 4 of 20 nodes on its first evaluation, more
+// than the cordon ceiling (2), fewer than the breaker (5) and the
+// incident rule (5): it reports only, and the event says how to confirm
+// it. Confirmed with its hash, it acts, within the ceiling.
+func TestHealthSafeNewPolicyMatchingManyReportsUntilConfirmed(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 20, "")
+	nodes := groupNodes(gpu)
+	e.busy("w", nodes)
+	for _, n := range nodes[:4] {
+		e.condition(n, "VendorGPUCheck", apiv1.ConditionFalse)
+	}
+	e.run()
+	policy := "maxUnhealthy: 5\nrules:\n- name: vendor\n  condition: {type: VendorGPUCheck, status: \"False\"}\n  action: cordon\n- name: vendor-replace\n  condition: {type: VendorGPUCheck, status: \"False\"}\n  for: 1h\n  action: replace\n"
+	e.setPolicy(policy, nil)
+	for range 3 {
+		e.run()
+		e.clock.Step(time.Minute)
+	}
+	if len(acts.cordoned) != 0 {
+		t.Fatalf("cordoned %v before the policy was confirmed", acts.cordoned)
+	}
+	ev := e.events(EventHealthPolicyUnconfirmed)
+	hash := policyHash(policy)
+	if len(ev) != 1 || !strings.Contains(ev[0], "match 4 nodes") || !strings.Contains(ev[0], HealthConfirmAnnotation+"="+hash) {
+		t.Fatalf("unconfirmed events %q, want one with the count and the command", ev)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.HealthHeld.WithLabelValues("gpu", heldUnconfirmed)); got == 0 {
+		t.Fatal("no hold counted while unconfirmed")
+	}
+	e.setPolicy(policy, map[string]string{HealthConfirmAnnotation: hash})
+	e.run()
+	if len(acts.cordoned) != 2 {
+		t.Fatalf("cordoned %v once confirmed, want 2 (the ceiling)", acts.cordoned)
+	}
+	if e.a.health.lastGood != policy {
+		t.Fatal("the confirmed policy is not the last good one")
+	}
+}
+
+// TestHealthSafeSmallPoolBadNodesAreReplaced: a pool of 7 with 2 nodes
+// that keep reporting XIDErrors, over its breaker (20 % of 7: 1). Before:
+// held for good, the pool never scaled up, a pod pending for ever. Now:
+// the pool scales up for the pod at once, and once the breaker has held
+// 30 minutes with no more than 2 bad nodes, they are replaced one at a
+// time.
+func TestHealthSafeSmallPoolBadNodesAreReplaced(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 7, "")
+	nodes := groupNodes(gpu)
+	e.busy("w", nodes)
+	bad := nodes[:2]
+	for _, n := range bad {
+		e.condition(n, "XIDErrors", apiv1.ConditionTrue)
+	}
+	e.add(pendingPods(1, "train", wholeGPU()...))
+	e.run()
+	if got := gpu.Increases(); fmt.Sprint(got) != "[1]" {
+		t.Fatalf("increases %v, want [1] under the breaker", got)
+	}
+	for range 29 {
+		e.clock.Step(time.Minute)
+		e.run()
+	}
+	if len(acts.cordoned) != 0 || len(acts.evicted) != 0 {
+		t.Fatalf("cordoned %v, evicted %v within the release's 30 minutes", acts.cordoned, acts.evicted)
+	}
+	e.clock.Step(time.Minute)
+	e.run() // released: cordoned, the cordon's pause starts
+	e.clock.Step(e.a.opts.NodeDeleteDelayAfterTaint)
+	e.run()
+	if len(acts.evicted) != 1 {
+		t.Fatalf("evicted %v once the breaker held 30 minutes, want one node's pod (one at a time)", acts.evicted)
+	}
+	for range 10 {
+		e.clock.Step(time.Minute)
+		e.run()
+	}
+	if got := len(gpu.Deleted()); got != 2 {
+		t.Fatalf("%d machines deleted, want both bad ones, one after the other", got)
+	}
+}
+
+// TestHealthSafePodBoundInTheCordonWindowIsEvicted: a replace rule already
+// due as the node is first judged (for: 0s; after a failover, an unpause,
+// a new rule) on an empty node. Before: cordoned and deleted in the same
+// loop, microseconds apart, so a pod the scheduler bound just before it
+// saw the cordon (a gang member waiting in Permit) died with the machine.
+// Now: the node waits --node-delete-delay-after-taint after its cordon,
+// the pod bound meanwhile is seen and evicted with its grace, and only
+// then is the machine deleted.
+func TestHealthSafePodBoundInTheCordonWindowIsEvicted(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 8, strings.Replace(xidPolicy, "for: 1m", "for: 0s", 1))
+	nodes := groupNodes(gpu)
+	e.busy("w", nodes[1:])
+	bad := nodes[0]
+	e.condition(bad, "XIDErrors", apiv1.ConditionTrue)
+	e.run()
+	if fmt.Sprint(acts.cordoned) != fmt.Sprint([]string{bad}) || len(gpu.Deleted()) != 0 {
+		t.Fatalf("cordoned %v, deleted %v in the first loop: want the cordon only", acts.cordoned, gpu.Deleted())
+	}
+	// The scheduler bound a gang member just before it saw the cordon.
+	p := to.Pod("gang-0", append(wholeGPU(), to.OnNode(bad), to.ControlledBy("Job", "gang", "job-gang"), grace(30))...)
+	p.Status.Phase = apiv1.PodRunning
+	e.add(p)
+	e.clock.Step(e.a.opts.NodeDeleteDelayAfterTaint)
+	e.run()
+	if fmt.Sprint(acts.evicted) != "[gang-0]" || len(gpu.Deleted()) != 0 {
+		t.Fatalf("evicted %v, deleted %v after the pause: want the pod evicted, the machine kept while it terminates", acts.evicted, gpu.Deleted())
+	}
+	e.clock.Step(30*time.Second + time.Minute)
+	e.run()
+	if len(gpu.Deleted()) != 1 {
+		t.Fatalf("deleted %v once the pod's grace ran out, want the bad node's machine", gpu.Deleted())
+	}
+}
