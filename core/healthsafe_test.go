@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
@@ -290,5 +291,31 @@ func TestHealthSafePodBoundInTheCordonWindowIsEvicted(t *testing.T) {
 	e.run()
 	if len(gpu.Deleted()) != 1 {
 		t.Fatalf("deleted %v once the pod's grace ran out, want the bad node's machine", gpu.Deleted())
+	}
+}
+
+// TestHealthSafeMIGNodeIsNotBelowItsSKU: a healthy node whose GPUs the
+// device plugin advertises as MIG devices (nvidia.com/mig-1g.10gb, the
+// mixed strategy) and none as nvidia.com/gpu. Before: "below the VM size"
+// for the built-in gpus-below-sku rule, cordoned and replaced after 5
+// minutes. Now: not judged by belowSKU (never cordoned), said in the
+// status; it is still never the group's template.
+func TestHealthSafeMIGNodeIsNotBelowItsSKU(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 2, "") // the built-in policy
+	node := nodeName(gpu, 0)
+	e.updateNode(node, func(n *apiv1.Node) {
+		delete(n.Status.Allocatable, to.GPU)
+		n.Status.Allocatable["nvidia.com/mig-1g.10gb"] = resource.MustParse("56")
+	})
+	for range 30 { // past --max-node-startup-time (15m): GPUs not advertised, the node is judged
+		e.run()
+		e.clock.Step(time.Minute)
+	}
+	if len(acts.cordoned) != 0 || len(gpu.Deleted()) != 0 {
+		t.Fatalf("cordoned %v, deleted %v: a MIG node is not below its VM size", acts.cordoned, gpu.Deleted())
+	}
+	last := e.status.writes[len(e.status.writes)-1]
+	if !strings.Contains(last, node+": nvidia.com/gpu advertised as nvidia.com/mig-1g.10gb") {
+		t.Fatalf("status does not say the node is not judged:\n%s", last)
 	}
 }

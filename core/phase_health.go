@@ -175,6 +175,10 @@ type healthReport struct {
 	// held, ceiling their cluster-wide bound.
 	incidents         []string
 	cordoned, ceiling int
+	// notJudged are nodes whose shortfall belowSKU rules cannot judge
+	// (health.Unjudged), capped, and how many more.
+	notJudged     []string
+	notJudgedMore int
 }
 
 // healthPolicy reads the policy's ConfigMap from the cache, parsing it
@@ -456,7 +460,21 @@ func (a *Autoscaler) judgeNodes(ctx context.Context, l *loop, pol *health.Policy
 		if len(short) > 0 {
 			degraded[g.ID()] = append(degraded[g.ID()], n.Name)
 		}
-		matches := pol.Evaluate(n, short)
+		// A shortfall the node's other resources explain is reported, never
+		// a belowSKU match (health.Unjudged).
+		judged := short[:0:0]
+		for _, r := range short {
+			if why := health.Unjudged(n, r); why != "" {
+				if len(rep.notJudged) < maxHealthListed {
+					rep.notJudged = append(rep.notJudged, n.Name+": "+why)
+				} else {
+					rep.notJudgedMore++
+				}
+				continue
+			}
+			judged = append(judged, r)
+		}
+		matches := pol.Evaluate(n, judged)
 		if len(matches) == 0 {
 			delete(hs.firstSeen, n.Name)
 			delete(hs.told, n.Name)

@@ -256,6 +256,12 @@ type HealthStatus struct {
 	// cluster-wide bound (--health-max-cordoned-share).
 	Cordoned      int `json:"cordoned,omitempty"`
 	CordonCeiling int `json:"cordonCeiling,omitempty"`
+	// NotJudged are nodes advertising less than their VM size in a way
+	// belowSKU rules cannot judge (GPUs under other names: MIG,
+	// time-slicing, DRA), "<node>: <why>", the first 20; NotJudgedMore
+	// how many more.
+	NotJudged     []string `json:"notJudged,omitempty"`
+	NotJudgedMore int      `json:"notJudgedMore,omitempty"`
 }
 
 // HealthNode is an unhealthy node: the rule it matches (the strongest),

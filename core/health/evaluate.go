@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	apiv1 "k8s.io/api/core/v1"
@@ -56,6 +57,43 @@ func Shortfall(node, template *apiv1.Node, memTol float64) []apiv1.ResourceName 
 	}
 	slices.Sort(out)
 	return out
+}
+
+// Unjudged says why a node's shortfall of resource (Shortfall) cannot be
+// judged by a belowSKU rule, or "" when it can. An extended resource the
+// node advertises none of may be managed another way (a DRA driver
+// publishes GPUs as ResourceSlices, not as nvidia.com/gpu; NVIDIA, "DRA
+// Driver for NVIDIA GPUs": "a replacement for the traditional GPU
+// allocation method used by the NVIDIA Kubernetes Device Plugin"); one
+// whose domain the node advertises other resources of is advertised under
+// other names (MIG devices as nvidia.com/mig-<profile> with the device
+// plugin's mixed strategy; time-sliced GPUs as nvidia.com/gpu.shared when
+// renamed). A healthy node of either kind was "below the VM size" and
+// replaced by the built-in gpus-below-sku rule. A device plugin that never
+// started is node-problem-detector's to say (AKS: GPUMissing,
+// UnhealthyNvidiaDevicePlugin). Memory is always judged.
+func Unjudged(node *apiv1.Node, resource apiv1.ResourceName) string {
+	if node == nil || resource == apiv1.ResourceMemory {
+		return ""
+	}
+	domain, _, ok := strings.Cut(string(resource), "/")
+	if !ok {
+		return ""
+	}
+	var others []string
+	for name, q := range node.Status.Allocatable {
+		if name != resource && strings.HasPrefix(string(name), domain+"/") && q.Sign() > 0 {
+			others = append(others, string(name))
+		}
+	}
+	slices.Sort(others)
+	if len(others) > 0 {
+		return fmt.Sprintf("%s advertised as %s", resource, strings.Join(others, ", "))
+	}
+	if _, ok := node.Status.Allocatable[resource]; !ok {
+		return fmt.Sprintf("no %s advertised (a DRA driver or another device plugin may manage the devices)", resource)
+	}
+	return ""
 }
 
 // Match is a rule a node matches now.

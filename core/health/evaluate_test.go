@@ -331,3 +331,33 @@ func TestDefaultPolicyEndToEnd(t *testing.T) {
 		t.Errorf("XIDErrors for 1m: %+v, want cordon first, replace in 1m", v)
 	}
 }
+
+// TestUnjudged: a GPU shortfall explained by the node's other resources
+// of the same domain (MIG, renamed time-slicing) or by no such resource at
+// all (DRA) cannot be judged; a GPU the plugin marked unhealthy can.
+func TestUnjudged(t *testing.T) {
+	node := func(alloc apiv1.ResourceList) *apiv1.Node {
+		return &apiv1.Node{Status: apiv1.NodeStatus{Allocatable: alloc}}
+	}
+	for _, tc := range []struct {
+		name  string
+		alloc apiv1.ResourceList
+		want  string // a substring; "" means judged
+	}{
+		{"7 of 8 GPUs: judged", apiv1.ResourceList{"nvidia.com/gpu": resource.MustParse("7")}, ""},
+		{"MIG, mixed strategy", apiv1.ResourceList{"nvidia.com/gpu": resource.MustParse("0"), "nvidia.com/mig-1g.10gb": resource.MustParse("56")}, "advertised as nvidia.com/mig-1g.10gb"},
+		{"time-slicing renamed", apiv1.ResourceList{"nvidia.com/gpu.shared": resource.MustParse("32")}, "advertised as nvidia.com/gpu.shared"},
+		{"DRA: none advertised", apiv1.ResourceList{"cpu": resource.MustParse("96")}, "no nvidia.com/gpu advertised"},
+		{"another domain does not explain it", apiv1.ResourceList{"nvidia.com/gpu": resource.MustParse("6"), "rdma/ib": resource.MustParse("8")}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Unjudged(node(tc.alloc), "nvidia.com/gpu")
+			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Fatalf("Unjudged = %q, want %q", got, tc.want)
+			}
+		})
+	}
+	if got := Unjudged(node(nil), apiv1.ResourceMemory); got != "" {
+		t.Fatalf("memory unjudged: %q", got)
+	}
+}

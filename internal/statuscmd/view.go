@@ -374,6 +374,9 @@ func healthWarnings(st *core.Status) []string {
 		for _, r := range h.Incidents {
 			out = append(out, fmt.Sprintf("health incident: many nodes began matching rule %q at once; its matches are reported only", r))
 		}
+		if n := len(h.NotJudged) + h.NotJudgedMore; n > 0 {
+			out = append(out, fmt.Sprintf("%d nodes advertise less than their VM size in a way belowSKU rules cannot judge (not acted on): %s", n, strings.Join(h.NotJudged, "; ")))
+		}
 		if h.CordonCeiling > 0 && h.Cordoned >= h.CordonCeiling {
 			out = append(out, fmt.Sprintf("health cordons at the cluster-wide ceiling (%d of %d, --health-max-cordoned-share): further matches are reported only", h.Cordoned, h.CordonCeiling))
 		}
