@@ -319,3 +319,47 @@ func TestHealthSafeMIGNodeIsNotBelowItsSKU(t *testing.T) {
 		t.Fatalf("status does not say the node is not judged:\n%s", last)
 	}
 }
+
+// TestHealthSafeLostDeletionIsAskedAgain: ARM accepts the deletion of an
+// unhealthy node's machine and its operation fails: the VM runs on, its
+// node Ready and cordoned. Before: never asked again (health.deleted), an
+// 8-GPU VM cordoned for good. Now: 15 minutes later the node is still
+// Ready, the deletion is asked again, counted, and not charged to the
+// replacement brake twice.
+func TestHealthSafeLostDeletionIsAskedAgain(t *testing.T) {
+	e, _, gpu := healthEnv(t, 4, strings.Replace(xidPolicy, "for: 1m", "for: 0s", 1))
+	nodes := groupNodes(gpu)
+	e.condition(nodes[0], "XIDErrors", apiv1.ConditionTrue)
+	gpu.SetLostDeletes(true)
+	e.run()
+	e.clock.Step(e.a.opts.NodeDeleteDelayAfterTaint)
+	e.run() // the deletion is accepted, and lost
+	if _, ok := e.a.health.deleted[nodes[0]]; !ok || len(gpu.Deleted()) != 0 {
+		t.Fatalf("deleted %v, recorded %v: want a deletion accepted and lost", gpu.Deleted(), e.a.health.deleted)
+	}
+	if got := e.a.replace.brake.Recent(e.clock.Now()); got != 1 {
+		t.Fatalf("the brake counts %d deletions, want 1", got)
+	}
+	gpu.SetLostDeletes(false)
+	for range 14 {
+		e.clock.Step(time.Minute)
+		e.run()
+	}
+	if len(gpu.Deleted()) != 0 {
+		t.Fatalf("asked again after %v, before the lost-deletion delay", 14*time.Minute)
+	}
+	e.clock.Step(time.Minute)
+	e.run() // found lost
+	e.run() // asked again
+	if got := gpu.Deleted(); len(got) != 1 {
+		t.Fatalf("deleted %v 15 minutes after the lost deletion, want the machine", got)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.ReplacementsLost.WithLabelValues("gpu", "health")); got != 1 {
+		t.Fatalf("lost deletions counted %v, want 1", got)
+	}
+	// The first charge is older than the brake's window (10m): a second
+	// charge would show.
+	if got := e.a.replace.brake.Recent(e.clock.Now()); got != 0 {
+		t.Fatalf("the brake counts %d deletions in its window after the retry: charged again", got)
+	}
+}

@@ -37,6 +37,9 @@ type Metrics struct {
 	ClusterUnhealthy   prometheus.Gauge
 	// ReplacementBrakeEngaged is 1 when the replacement brake held a deletion.
 	ReplacementBrakeEngaged prometheus.Gauge
+	// ReplacementsLost counts replacement deletions found lost (the node
+	// still Ready long after) and asked again, by group and path.
+	ReplacementsLost *prometheus.CounterVec
 	DrainsInFlight          prometheus.Gauge
 	// GateRefused counts writes the actuation gate stopped {rule, action}.
 	GateRefused *prometheus.CounterVec
@@ -149,6 +152,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "1 while the cluster-wide unready guard holds: too many managed nodes unready, so nothing is deleted, cordoned or drained."})
 	m.ReplacementBrakeEngaged = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "replacement_brake_engaged",
 		Help: "1 when the replacement brake held back a deletion that is not scale-down (failed preflight, machines in error or never registered) in the last loop."})
+	m.ReplacementsLost = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "replacement_deletions_lost_total",
+		Help: "Machine deletions of replacement paths (health, preflight) that ARM accepted but whose node still ran Ready 15 minutes later (the operation failed: the VM runs on): asked again, not charged to the brake again."},
+		[]string{"node_group", "path"})
 	m.GateRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "gate_refused_writes_total",
 		Help: "Writes the last check before every write stopped, by rule (fence: this replica may not write; hold: the cluster-wide unready guard) and action (taint, untaint, cordon, evict, delete)."},
 		[]string{"rule", "action"})
@@ -215,7 +221,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.HealthUnhealthy, m.HealthActions, m.HealthHeld, m.HealthBreaker, m.DegradedNodes, m.HealthPaused, m.HealthIncidents)
 	reg.MustRegister(m.PreflightPending, m.PreflightResults, m.PreflightDuration, m.PreflightReplaced, m.PreflightIncidentNodes)
 	reg.MustRegister(m.QueueDepth, m.NodesReleased, m.NodesCancelled, m.NodesInFlight, m.AdditionRate, m.AdditionRateReason, m.RateChanges, m.AdditionTokens)
-	reg.MustRegister(m.UnneededNodes, m.KeptNodes, m.ScaledDownNodes, m.FailedScaleDowns, m.Evictions, m.BrakeEngaged, m.DrainsInFlight, m.ClusterUnhealthy, m.ReplacementBrakeEngaged, m.GateRefused)
+	reg.MustRegister(m.UnneededNodes, m.KeptNodes, m.ScaledDownNodes, m.FailedScaleDowns, m.Evictions, m.BrakeEngaged, m.DrainsInFlight, m.ClusterUnhealthy, m.ReplacementBrakeEngaged, m.ReplacementsLost, m.GateRefused)
 	// Every trigger's series exists from the start, at zero.
 	for _, r := range trigger.Reasons() {
 		m.Loops.WithLabelValues(r.String())

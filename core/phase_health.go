@@ -424,6 +424,7 @@ func (a *Autoscaler) nodeHealth(ctx context.Context, l *loop) error {
 		return nil
 	}
 	a.recoverHealthy(ctx, l, j)
+	a.retryLostDeletions(ctx, l, hs.deleted, "health")
 	if len(j.cands) == 0 {
 		a.pruneHealth(l)
 		return nil

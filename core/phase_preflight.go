@@ -128,6 +128,7 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 	}
 	a.adoptCordons(l)
 	a.uncordonRecovered(ctx, l)
+	a.retryLostDeletions(ctx, l, a.preflight.deleted, "preflight")
 	if len(act.PreflightFailed) == 0 {
 		a.pruneFailed(l)
 		return nil

@@ -86,6 +86,49 @@ func (a *Autoscaler) pausedForReplacement(l *loop, n *apiv1.Node) bool {
 	return l.now.Sub(at) < d
 }
 
+// EventReplacementLost is on a node whose machine a replacement path
+// deleted and that still runs Ready long after: the deletion is asked
+// again.
+const EventReplacementLost = "ReplacementLost"
+
+// lostDeletionAfter is how long the node of a machine a replacement path
+// deleted may still be Ready before the deletion is taken as lost and
+// asked again: ARM accepted it and its operation failed, and the VM runs
+// on (armsim's FaultDeleteFails; cluster-autoscaler's Azure provider
+// waits for the delete's result and takes the node back on failure). A
+// deletion's operation lasts until its VMs are gone, minutes for GPU VMs;
+// a deleted VM's node stops being Ready within the node monitor's grace.
+const lostDeletionAfter = 15 * time.Minute
+
+// retryLostDeletions forgets, in deleted (node → when its machine's
+// deletion was accepted), the nodes still Ready lostDeletionAfter later,
+// so the path that deleted them asks again (its admission is kept: the
+// replacement brake is not charged twice), with an event, a log line and
+// the metric. path names the path ("health", "preflight").
+func (a *Autoscaler) retryLostDeletions(ctx context.Context, l *loop, deleted map[string]time.Time, path string) {
+	for _, name := range sortedKeys(deleted) {
+		idx, ok := l.snap.Index(name)
+		if !ok {
+			continue
+		}
+		n, at := l.snap.NodeInfo(idx).Node(), deleted[name]
+		if !clusterstate.IsReady(n) || l.now.Sub(at) < lostDeletionAfter {
+			continue
+		}
+		delete(deleted, name)
+		group := ""
+		if g, ok := l.groupOf[name]; ok {
+			group = g.ID()
+		}
+		a.metrics.ReplacementsLost.WithLabelValues(group, path).Inc()
+		msg := fmt.Sprintf("the machine's deletion (%s) was accepted %s ago but the node still runs Ready: the deletion was lost; asked again", path, l.now.Sub(at).Round(time.Second))
+		klog.FromContext(ctx).Info("Replacement deletion lost; asking again", "node", klog.KObj(n), "nodeGroup", group, "path", path)
+		if a.rec != nil {
+			a.rec.Event(nodeRef(n), apiv1.EventTypeWarning, EventReplacementLost, msg)
+		}
+	}
+}
+
 // pruneStopped forgets the pauses of nodes gone from the snapshot.
 func (a *Autoscaler) pruneStopped(l *loop) {
 	for name := range a.replace.stopped {
