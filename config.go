@@ -130,6 +130,8 @@ YAML, except those marked "command line only"):
 	live.IntVar(&c.core.HealthIncidentMinNodes, "health-incident-min-nodes", d.HealthIncidentMinNodes, "health incident: when at least this many nodes...")
 	live.Float64Var(&c.core.HealthIncidentClusterShare, "health-incident-cluster-share", d.HealthIncidentClusterShare, "...and at least this share of the judged nodes begin matching the same health rule within --health-incident-window, the signal is suspect (a monitor's false alarm, a bad rollout): the rule's matches are reported only, nothing cordoned, drained or replaced, until fewer match it for the policy's stormCooldown, with an event")
 	live.DurationVar(&c.core.HealthIncidentWindow, "health-incident-window", d.HealthIncidentWindow, "the window of --health-incident-min-nodes")
+	live.IntVar(&c.core.HealthFailuresBeforeBackoff, "health-failures-before-backoff", d.HealthFailuresBeforeBackoff, "this many drains or replacements in a group, within --health-failure-window, of nodes younger than that window back the group off (its new nodes keep going bad); 0 never")
+	live.DurationVar(&c.core.HealthFailureWindow, "health-failure-window", d.HealthFailureWindow, "window of --health-failures-before-backoff")
 	live.IntVar(&c.core.MaxPodEventsPerLoop, "max-pod-events-per-loop", d.MaxPodEventsPerLoop, "cap on pod events (TriggeredScaleUp, NotTriggerScaleUp) written per loop")
 	live.DurationVar(&c.core.PodEventInterval, "pod-event-interval", d.PodEventInterval, "an unchanged event for the same pod is repeated at most this often")
 	live.BoolVar(&c.core.ScaleDownEnabled, "scale-down-enabled", d.ScaleDownEnabled, "remove unneeded nodes")

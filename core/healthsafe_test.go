@@ -128,7 +128,7 @@ func TestHealthSafeFalseAlarmAcrossPoolsIsAnIncident(t *testing.T) {
 // an hour): the cluster-wide ceiling on health cordons held (3 % of the
 // judged nodes: 3) cordons the first 3 and reports the 4th. Before: 4.
 func TestHealthSafeCordonCeiling(t *testing.T) {
-	e, acts, gpu := healthEnv(t, 100, strings.Replace(xidPolicy, "maxUnhealthy: 1", `maxUnhealthy: "20%"`, 1))
+	e, acts, gpu := healthEnv(t, 100, "rules:\n- {name: xid-error, condition: {type: XIDErrors, status: \"True\"}, action: cordon}\n")
 	nodes := groupNodes(gpu)
 	e.busy("w", nodes)
 	for i := range 4 {
@@ -361,5 +361,44 @@ func TestHealthSafeLostDeletionIsAskedAgain(t *testing.T) {
 	// charge would show.
 	if got := e.a.replace.brake.Recent(e.clock.Now()); got != 0 {
 		t.Fatalf("the brake counts %d deletions in its window after the retry: charged again", got)
+	}
+}
+
+// TestHealthSafeBadImageBacksTheGroupOff: every new node of a group goes
+// bad soon after it joins (a bad image throwing XIDs under load). Before:
+// replaced again and again (8 cycles in 49 minutes, 8 machines bought and
+// deleted, 8 running pods evicted), never backed off. Now: the third node
+// younger than --health-failure-window admitted for replacement within it
+// backs the group off, and its pods are told why.
+func TestHealthSafeBadImageBacksTheGroupOff(t *testing.T) {
+	e, _, gpu := healthEnv(t, 4, strings.Replace(xidPolicy, "for: 1m", "for: 0s", 1))
+	nodes := groupNodes(gpu)
+	e.busy("w", nodes[3:]) // the pending pod below needs a new node
+	for i := range 3 {
+		if i > 0 {
+			e.clock.Step(5 * time.Minute)
+		}
+		e.condition(nodes[i], "XIDErrors", apiv1.ConditionTrue)
+		e.run()
+		e.clock.Step(e.a.opts.NodeDeleteDelayAfterTaint)
+		e.run()
+	}
+	if got := len(gpu.Deleted()); got != 3 {
+		t.Fatalf("%d machines replaced, want 3", got)
+	}
+	gs := e.a.registry.Group("gpu")
+	if gs == nil || !gs.Backoff.Active {
+		t.Fatal("group not backed off after 3 new nodes failed health within the window")
+	}
+	if ev := e.events(EventHealthBackoff); len(ev) != 1 || !strings.Contains(ev[0], "3 nodes younger than 1h0m0s failed health rules") {
+		t.Fatalf("HealthBackoff events %q", ev)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.FailedScaleUps.WithLabelValues("gpu", "health")); got != 1 {
+		t.Fatalf("failed scale-ups{health} %v, want 1", got)
+	}
+	e.add(pendingPods(1, "train", wholeGPU()...))
+	e.run()
+	if ev := e.events("NotTriggerScaleUp"); len(ev) == 0 || !strings.Contains(ev[len(ev)-1], "failed health rules") {
+		t.Fatalf("NotTriggerScaleUp events %q, want the pods told the health backoff", ev)
 	}
 }

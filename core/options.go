@@ -96,6 +96,12 @@ type Options struct {
 	HealthIncidentMinNodes     int
 	HealthIncidentClusterShare float64
 	HealthIncidentWindow       time.Duration
+	// HealthFailuresBeforeBackoff drains or replacements, in a group
+	// within HealthFailureWindow, of nodes younger than that window back
+	// the group off: its new nodes keep going bad (a bad image, a bad
+	// batch), and replacing them loops. 0 never backs off for health.
+	HealthFailuresBeforeBackoff int
+	HealthFailureWindow         time.Duration
 	// MaxPodEventsPerLoop caps pod events (TriggeredScaleUp,
 	// NotTriggerScaleUp) written per loop; an unchanged event for a pod is
 	// repeated at most every PodEventInterval.
@@ -280,6 +286,8 @@ func DefaultOptions() Options {
 		HealthIncidentMinNodes:           5,
 		HealthIncidentClusterShare:       0.01,
 		HealthIncidentWindow:             10 * time.Minute,
+		HealthFailuresBeforeBackoff:      3,
+		HealthFailureWindow:              time.Hour,
 		PreflightFailureSettle:           5 * time.Minute,
 
 		// About 1.7 joins a second to start: each join costs the API
@@ -410,6 +418,12 @@ func (o Options) Validate() error {
 	}
 	if o.HealthIncidentWindow <= 0 {
 		return fmt.Errorf("--health-incident-window: must be positive, got %s", o.HealthIncidentWindow)
+	}
+	if o.HealthFailuresBeforeBackoff < 0 {
+		return fmt.Errorf("--health-failures-before-backoff: must not be negative, got %d", o.HealthFailuresBeforeBackoff)
+	}
+	if o.HealthFailureWindow <= 0 || o.HealthFailureWindow > 24*time.Hour {
+		return fmt.Errorf("--health-failure-window: must be positive and at most 24h, got %s", o.HealthFailureWindow)
 	}
 	if o.OkTotalUnreadyCount < 0 {
 		return fmt.Errorf("--ok-total-unready-count: must not be negative, got %d", o.OkTotalUnreadyCount)

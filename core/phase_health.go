@@ -131,6 +131,10 @@ type healthState struct {
 	evaluated            bool
 	// confirmed is HealthConfirmAnnotation as last read.
 	confirmed string
+	// youngFailures: group → when its nodes younger than
+	// --health-failure-window were admitted for a drain or replacement,
+	// within that window (the health backoff).
+	youngFailures map[string][]time.Time
 	// unhealthySeries are the (group, rule) series of the unhealthy gauge
 	// set last loop: the ones not set again are deleted (never a Reset,
 	// which a scrape could see empty).
@@ -301,6 +305,18 @@ func (a *Autoscaler) firstEvaluation(ctx context.Context, j judgement) {
 	}
 }
 
+// healthCordonsHeld counts the health cordons on nodes whose machines
+// live: a replaced node's lingering Node object holds nothing.
+func (a *Autoscaler) healthCordonsHeld() int {
+	n := 0
+	for name := range a.health.cordoned {
+		if !a.machineDeleted(name) {
+			n++
+		}
+	}
+	return n
+}
+
 // cordonCeiling is the most health cordons held at once: the share of
 // the judged nodes (--health-max-cordoned-share), rounded up, and at
 // least 2.
@@ -415,7 +431,7 @@ func (a *Autoscaler) nodeHealth(ctx context.Context, l *loop) error {
 	a.updateBreakers(ctx, l, pol, j)
 	a.updateIncidents(ctx, l, pol, j)
 	rep.incidents = sortedKeys(hs.incidents)
-	rep.cordoned, rep.ceiling = len(hs.cordoned), a.cordonCeiling(j)
+	rep.cordoned, rep.ceiling = a.healthCordonsHeld(), a.cordonCeiling(j)
 	for id := range hs.breakers {
 		rep.breakers = append(rep.breakers, id)
 	}
@@ -710,6 +726,47 @@ func (a *Autoscaler) updateIncidents(ctx context.Context, l *loop, pol *health.P
 	a.metrics.HealthIncidents.Set(float64(len(hs.incidents)))
 }
 
+// EventHealthBackoff is on the status ConfigMap when a group is backed
+// off because its new nodes keep failing health rules.
+const EventHealthBackoff = "HealthBackoff"
+
+// countYoungFailure counts a node admitted for a drain or replacement
+// towards its group's health backoff when it is younger than
+// --health-failure-window: --health-failures-before-backoff such within
+// the window back the group off like failed scale-ups (its pods' next
+// nodes come from other groups; the backoff doubles while it goes on).
+// A bad image whose every new node throws XIDs under load made 8
+// replacement cycles in 49 minutes, 8 machines bought and deleted, 8
+// running pods evicted; preflight backs off after 3 failures, health did
+// not.
+func (a *Autoscaler) countYoungFailure(ctx context.Context, l *loop, c *healthCandidate) {
+	o := a.opts
+	if o.HealthFailuresBeforeBackoff <= 0 || l.now.Sub(c.node.CreationTimestamp.Time) >= o.HealthFailureWindow {
+		return
+	}
+	hs := a.health
+	if hs.youngFailures == nil {
+		hs.youngFailures = map[string][]time.Time{}
+	}
+	recent := hs.youngFailures[c.group][:0]
+	for _, t := range hs.youngFailures[c.group] {
+		if l.now.Sub(t) < o.HealthFailureWindow {
+			recent = append(recent, t)
+		}
+	}
+	recent = append(recent, l.now)
+	hs.youngFailures[c.group] = recent
+	if len(recent) < o.HealthFailuresBeforeBackoff {
+		return
+	}
+	hs.youngFailures[c.group] = recent[:0]
+	msg := fmt.Sprintf("%d nodes younger than %s failed health rules within it (last: node %s, rule %q): its new nodes keep going bad; backed off", len(recent), o.HealthFailureWindow, c.node.Name, c.verdict.Rule)
+	a.registry.RegisterFailedScaleUp(c.group, cloudprovider.ClassOther, msg, l.now)
+	a.metrics.FailedScaleUps.WithLabelValues(c.group, "health").Inc()
+	klog.FromContext(ctx).Info("Node group backed off: its new nodes keep failing health rules", "nodeGroup", c.group, "failures", len(recent), "window", o.HealthFailureWindow, "rule", c.verdict.Rule)
+	a.groupEvent(apiv1.EventTypeWarning, EventHealthBackoff, fmt.Sprintf("node group %s: %s", c.group, msg))
+}
+
 // inIncident names a rule the candidate matches, for a cordon or more,
 // that is in a health incident; "" when none is.
 func (hs *healthState) inIncident(c *healthCandidate) string {
@@ -824,8 +881,8 @@ func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Po
 				a.holdHealth(ctx, l, c, heldBreaker, fmt.Sprintf("node group %s's health breaker holds (maxUnhealthy %s): no new cordon", c.group, pol.MaxUnhealthy.String()))
 				continue
 			}
-			if len(hs.cordoned) >= ceiling {
-				a.holdHealth(ctx, l, c, heldCeiling, fmt.Sprintf("%d nodes hold a health cordon, the cluster-wide ceiling (--health-max-cordoned-share)", len(hs.cordoned)))
+			if held := a.healthCordonsHeld(); held >= ceiling {
+				a.holdHealth(ctx, l, c, heldCeiling, fmt.Sprintf("%d nodes hold a health cordon, the cluster-wide ceiling (--health-max-cordoned-share)", held))
 				continue
 			}
 			if cordons == maxHealthCordonsPerLoop {
@@ -873,6 +930,7 @@ func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Po
 			}
 			hs.admitted[n.Name] = true
 			released[c.group]++
+			a.countYoungFailure(ctx, l, c)
 			a.metrics.HealthActions.WithLabelValues(c.group, v.Rule, "drain").Inc()
 			klog.FromContext(ctx).Info("Draining an unhealthy node", "node", klog.KObj(n), "nodeGroup", c.group, "rule", v.Rule, "action", v.Action.String())
 			if a.rec != nil {
