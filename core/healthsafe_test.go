@@ -402,3 +402,41 @@ func TestHealthSafeBadImageBacksTheGroupOff(t *testing.T) {
 		t.Fatalf("NotTriggerScaleUp events %q, want the pods told the health backoff", ev)
 	}
 }
+
+// TestHealthSafeScratchEmptyDirDoesNotBlockAReplacement: an XID node runs
+// a training pod with a scratch emptyDir (most do). Before: cordoned and
+// never drained (local storage), the gang hanging on a dead GPU. Now: the
+// built-in replace rule evicts it (evictLocalScratch, on for replace
+// rules: the data goes with the broken node anyway); a pod with a
+// hostPath, or annotated safe-to-evict=false, still holds the node.
+func TestHealthSafeScratchEmptyDirDoesNotBlockAReplacement(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		volume  apiv1.VolumeSource
+		annot   map[string]string
+		evicted bool
+	}{
+		{"emptyDir scratch", apiv1.VolumeSource{EmptyDir: &apiv1.EmptyDirVolumeSource{}}, nil, true},
+		{"hostPath", apiv1.VolumeSource{HostPath: &apiv1.HostPathVolumeSource{Path: "/data"}}, nil, false},
+		{"emptyDir, safe-to-evict=false", apiv1.VolumeSource{EmptyDir: &apiv1.EmptyDirVolumeSource{}},
+			map[string]string{"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, acts, gpu := healthEnv(t, 4, "") // the built-in policy
+			nodes := groupNodes(gpu)
+			p := to.Pod("train-0", append(wholeGPU(), to.OnNode(nodes[0]), to.ControlledBy("Job", "train", "job-train"))...)
+			p.Status.Phase = apiv1.PodRunning
+			p.Spec.Volumes = []apiv1.Volume{{Name: "scratch", VolumeSource: tc.volume}}
+			p.Annotations = tc.annot
+			e.add(p)
+			e.condition(nodes[0], "XIDErrors", apiv1.ConditionTrue)
+			for range 4 {
+				e.run()
+				e.clock.Step(time.Minute)
+			}
+			if got := len(acts.evicted) == 1; got != tc.evicted {
+				t.Fatalf("evicted %v, want evicted %v", acts.evicted, tc.evicted)
+			}
+		})
+	}
+}

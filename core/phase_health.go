@@ -597,6 +597,16 @@ func (hs *healthState) firstSeenOf(node string, matches []health.Match, now time
 	}
 }
 
+// verdictRule is the verdict's rule (a zero Rule when it has none).
+func verdictRule(v health.Verdict) health.Rule {
+	for _, m := range v.Matches {
+		if m.Rule != nil && m.Rule.Name == v.Rule {
+			return *m.Rule
+		}
+	}
+	return health.Rule{}
+}
+
 // ruleAction is the action of the verdict's rule: the one taken, or the
 // one the node waits for when nothing is due yet.
 func ruleAction(v health.Verdict) health.Action {
@@ -940,7 +950,7 @@ func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Po
 		}
 		delete(hs.heldTold, n.Name) // no longer held: a later hold is told again
 		gangs.claim(n.Name)
-		if !a.drainForReplacement(ctx, l, n) {
+		if !a.drainForReplacement(ctx, l, n, verdictRule(v).EvictLocalScratch) {
 			if why, blocked := a.preflight.blocked[n.Name]; blocked {
 				a.holdHealth(ctx, l, c, heldBlocked, why)
 			} else {

@@ -174,7 +174,7 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 			}
 			ps.admitted[n.Name] = true
 		}
-		if !a.drainForReplacement(ctx, l, n) {
+		if !a.drainForReplacement(ctx, l, n, false) {
 			continue
 		}
 		toDelete = append(toDelete, actuation.MachineOf(f.Group, n))

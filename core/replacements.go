@@ -191,7 +191,9 @@ const EventReplacementBlocked = "ReplacementBlocked"
 // its machine may then be handed to the Remover, which deletes it once the
 // evicted pods are gone or their grace ran out. A node a pod keeps stays
 // cordoned; an event and the status say which pod and why.
-func (a *Autoscaler) drainForReplacement(ctx context.Context, l *loop, n *apiv1.Node) bool {
+// With scratch, pods whose only local storage is emptyDir are evicted too
+// (a health rule's evictLocalScratch: the node is judged broken).
+func (a *Autoscaler) drainForReplacement(ctx context.Context, l *loop, n *apiv1.Node, scratch bool) bool {
 	idx, ok := l.snap.Index(n.Name)
 	if !ok {
 		return true // not in the snapshot: the Remover reads its pods
@@ -215,7 +217,9 @@ func (a *Autoscaler) drainForReplacement(ctx context.Context, l *loop, n *apiv1.
 	if err != nil {
 		why = err.Error()
 	} else {
-		move, reason, why = scaledown.PodsToMove(running, pdbs, a.opts.scaleDownOptions().Rules)
+		rules := a.opts.scaleDownOptions().Rules
+		rules.EvictScratch = scratch
+		move, reason, why = scaledown.PodsToMove(running, pdbs, rules)
 	}
 	if reason != scaledown.ReasonNone {
 		l.replacementsBlocked = append(l.replacementsBlocked, n.Name+": "+why)
@@ -344,5 +348,5 @@ func (a *Autoscaler) admitReplacement(ctx context.Context, l *loop, m actuation.
 	if m.Node == nil {
 		return true
 	}
-	return a.drainForReplacement(ctx, l, m.Node)
+	return a.drainForReplacement(ctx, l, m.Node, false)
 }

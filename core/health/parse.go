@@ -45,7 +45,7 @@ const (
 // The fields of each level of the policy, as written (case-sensitive).
 const (
 	policyFields    = "maxUnhealthy, stormCooldown, memoryTolerance, breakerReleaseAfter, breakerReleaseNodes, rules"
-	ruleFields      = "name, condition, taint, belowSKU, for, action, cordonFirst"
+	ruleFields      = "name, condition, taint, belowSKU, for, action, cordonFirst, evictLocalScratch"
 	conditionFields = "type, status, matchHealthyStatus"
 	taintFields     = "key, value, effect"
 	belowSKUFields  = "resource"
@@ -420,6 +420,18 @@ func (v *validator) rule(path string, x any) Rule {
 		}
 	}
 
+	r.EvictLocalScratch = r.Action == Replace
+	if x, present := m["evictLocalScratch"]; present && x != nil {
+		b, isBool := x.(bool)
+		switch {
+		case !isBool:
+			v.fail("%s.evictLocalScratch: %s: must be true or false, got %s", path, show(x), kindOf(x))
+		case b && r.Action < Drain:
+			v.fail("%s.evictLocalScratch: true: only a drain or replace rule evicts, not a %s rule", path, r.Action)
+		default:
+			r.EvictLocalScratch = b
+		}
+	}
 	r.CordonFirst = r.Action >= Drain
 	if x, present := m["cordonFirst"]; present && x != nil {
 		b, isBool := x.(bool)
@@ -559,6 +571,8 @@ type outRule struct {
 	For         string        `json:"for"`
 	Action      string        `json:"action"`
 	CordonFirst *bool         `json:"cordonFirst,omitempty"`
+	// EvictLocalScratch only where it differs from its default.
+	EvictLocalScratch *bool `json:"evictLocalScratch,omitempty"`
 }
 
 type outCondition struct {
@@ -604,6 +618,10 @@ func (p *Policy) Marshal() ([]byte, error) {
 		if r.CordonFirst != (r.Action >= Drain) {
 			b := r.CordonFirst
 			o.CordonFirst = &b
+		}
+		if r.EvictLocalScratch != (r.Action == Replace) {
+			b := r.EvictLocalScratch
+			o.EvictLocalScratch = &b
 		}
 		out.Rules = append(out.Rules, o)
 	}

@@ -129,6 +129,13 @@ type Rule struct {
 	For time.Duration
 	// Action is what is done once the match lasted For.
 	Action Action
+	// EvictLocalScratch lets a drain or replace evict pods whose only
+	// local storage is emptyDir (never hostPath): the data of a node
+	// judged broken is lost with it anyway, and a training pod's scratch
+	// emptyDir held every replacement (the gang hung on a dead GPU).
+	// Resolved at parse time: true for replace unless the policy says
+	// `evictLocalScratch: false`; false for drain unless it says true.
+	EvictLocalScratch bool
 	// CordonFirst cordons the node as soon as the rule matches, before
 	// For has passed. Resolved at parse time: true for drain and replace
 	// unless the policy says `cordonFirst: false`; always false for report

@@ -20,7 +20,7 @@ func rulesYAML(rule string) string {
 func TestDefault(t *testing.T) {
 	p := Default()
 	replace := func(name string, cond apiv1.NodeConditionType, d time.Duration) Rule {
-		return Rule{Name: name, Condition: &ConditionMatch{Type: cond, Status: apiv1.ConditionTrue}, For: d, Action: Replace, CordonFirst: true}
+		return Rule{Name: name, Condition: &ConditionMatch{Type: cond, Status: apiv1.ConditionTrue}, For: d, Action: Replace, CordonFirst: true, EvictLocalScratch: true}
 	}
 	want := &Policy{
 		MaxUnhealthy:        intstr.FromString("20%"),
@@ -35,7 +35,7 @@ func TestDefault(t *testing.T) {
 				For: 10 * time.Minute, Action: Drain, CordonFirst: true},
 			replace("kernel-deadlock", "KernelDeadlock", 10*time.Minute),
 			replace("readonly-filesystem", "ReadonlyFilesystem", 5*time.Minute),
-			{Name: "gpus-below-sku", BelowSKU: &BelowSKUMatch{Resource: "nvidia.com/gpu"}, For: 5 * time.Minute, Action: Replace, CordonFirst: true},
+			{Name: "gpus-below-sku", BelowSKU: &BelowSKUMatch{Resource: "nvidia.com/gpu"}, For: 5 * time.Minute, Action: Replace, CordonFirst: true, EvictLocalScratch: true},
 		},
 	}
 	if !reflect.DeepEqual(p, want) {
@@ -103,7 +103,11 @@ func TestParse(t *testing.T) {
 				Rules: []Rule{{Name: "a", Condition: &ConditionMatch{Type: "KernelDeadlock", Status: "False", MatchHealthyStatus: true}, Action: Report}}})},
 		{"half a group with replace rules", "maxUnhealthy: 50%\nrules:\n- {name: a, condition: {type: X, status: \"True\"}, action: replace}",
 			withReleaseDefaults(&Policy{MaxUnhealthy: intstr.FromString("50%"), StormCooldown: 10 * time.Minute, MemoryTolerance: 0.1,
-				Rules: []Rule{{Name: "a", Condition: cond("X", "True"), Action: Replace, CordonFirst: true}}})},
+				Rules: []Rule{{Name: "a", Condition: cond("X", "True"), Action: Replace, CordonFirst: true, EvictLocalScratch: true}}})},
+		{"local scratch said both ways", "rules:\n- {name: a, taint: {key: k}, action: replace, evictLocalScratch: false}\n- {name: b, taint: {key: k}, action: drain, evictLocalScratch: true}",
+			withReleaseDefaults(&Policy{MaxUnhealthy: intstr.FromString("20%"), StormCooldown: 10 * time.Minute, MemoryTolerance: 0.1,
+				Rules: []Rule{{Name: "a", Taint: &TaintMatch{Key: "k"}, Action: Replace, CordonFirst: true},
+					{Name: "b", Taint: &TaintMatch{Key: "k"}, Action: Drain, CordonFirst: true, EvictLocalScratch: true}}})},
 		{"every match and action", `
 rules:
 - name: ready-unknown
@@ -130,9 +134,9 @@ rules:
 `, &Policy{MaxUnhealthy: intstr.FromString("20%"), StormCooldown: 10 * time.Minute, MemoryTolerance: 0.1, Rules: []Rule{
 			{Name: "ready-unknown", Condition: cond("NetworkUnavailable", "Unknown"), Action: Cordon},
 			{Name: "nvsentinel", Taint: &TaintMatch{Key: "nvidia.com/gpu-error", Value: "xid-79", Effect: "NoExecute"}, For: 30 * time.Second, Action: Drain},
-			{Name: "custom", Taint: &TaintMatch{Key: "example.com/bad"}, Action: Replace, CordonFirst: true},
+			{Name: "custom", Taint: &TaintMatch{Key: "example.com/bad"}, Action: Replace, CordonFirst: true, EvictLocalScratch: true},
 			{Name: "123", BelowSKU: &BelowSKUMatch{Resource: "memory"}, For: time.Hour, Action: Report},
-			{Name: "rdma", BelowSKU: &BelowSKUMatch{Resource: "rdma/ib"}, Action: Replace, CordonFirst: true},
+			{Name: "rdma", BelowSKU: &BelowSKUMatch{Resource: "rdma/ib"}, Action: Replace, CordonFirst: true, EvictLocalScratch: true},
 		}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -228,6 +232,8 @@ func TestParseErrors(t *testing.T) {
 		{"action capitalized", rulesYAML("name: a\ncondition: {type: X, status: \"True\"}\naction: Replace"), []string{`rules[0].action: "Replace"`}},
 		{"cordonFirst on report", rulesYAML("name: a\ncondition: {type: X, status: \"True\"}\naction: report\ncordonFirst: true"), []string{"rules[0].cordonFirst: true", "not a report rule"}},
 		{"cordonFirst on cordon", rulesYAML("name: a\ncondition: {type: X, status: \"True\"}\naction: cordon\ncordonFirst: true"), []string{"rules[0].cordonFirst: true", "not a cordon rule"}},
+		{"evictLocalScratch on a cordon rule", rulesYAML("name: a\ncondition: {type: X, status: \"True\"}\naction: cordon\nevictLocalScratch: true"), []string{"rules[0].evictLocalScratch: true", "not a cordon rule"}},
+		{"evictLocalScratch a string", rulesYAML(ok + "evictLocalScratch: \"yes\""), []string{"rules[0].evictLocalScratch:", `"yes"`, "true or false"}},
 		{"cordonFirst a string", rulesYAML(ok + "cordonFirst: \"yes\""), []string{"rules[0].cordonFirst:", `"yes"`, "true or false"}},
 		{"maxUnhealthy 0", "maxUnhealthy: 0\nrules: []", []string{"maxUnhealthy:", `"0"`, "count from 1"}},
 		{"maxUnhealthy negative", "maxUnhealthy: -1\nrules: []", []string{"maxUnhealthy:", `"-1"`}},

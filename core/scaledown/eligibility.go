@@ -57,6 +57,11 @@ const (
 type Rules struct {
 	SkipNodesWithSystemPods   bool
 	SkipNodesWithLocalStorage bool
+	// EvictScratch lets a pod whose only local storage is emptyDir be
+	// evicted despite SkipNodesWithLocalStorage: a node judged broken
+	// takes its emptyDir data with it anyway (a health replace rule's
+	// evictLocalScratch). hostPath still holds the node.
+	EvictScratch bool
 	// IsFreeRoom reports pods whose room counts as free (balloons): they
 	// do not count in utilisation, so they never make a node needed on their
 	// own; but they must find room elsewhere for their node to go (a
@@ -269,7 +274,7 @@ func PodsToMove(pods []*apiv1.Pod, pdbs *PDBs, r Rules) ([]*apiv1.Pod, Reason, s
 		if r.SkipNodesWithSystemPods && p.Namespace == "kube-system" && !pdbs.Covered(p) {
 			return nil, ReasonKubeSystem, fmt.Sprintf("pod %s/%s is in kube-system without a PodDisruptionBudget", p.Namespace, p.Name)
 		}
-		if r.SkipNodesWithLocalStorage && hasLocalStorage(p) {
+		if r.SkipNodesWithLocalStorage && hasLocalStorage(p) && !(r.EvictScratch && !hasHostPath(p)) {
 			return nil, ReasonLocalStorage, fmt.Sprintf("pod %s/%s uses local storage", p.Namespace, p.Name)
 		}
 		move = append(move, p)
@@ -278,6 +283,16 @@ func PodsToMove(pods []*apiv1.Pod, pdbs *PDBs, r Rules) ([]*apiv1.Pod, Reason, s
 		return nil, ReasonPDB, why
 	}
 	return append(move, free...), ReasonNone, ""
+}
+
+// hasHostPath reports hostPath volumes.
+func hasHostPath(p *apiv1.Pod) bool {
+	for _, v := range p.Spec.Volumes {
+		if v.HostPath != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // hasLocalStorage reports emptyDir volumes on disk and hostPath volumes.
