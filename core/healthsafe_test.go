@@ -440,3 +440,30 @@ func TestHealthSafeScratchEmptyDirDoesNotBlockAReplacement(t *testing.T) {
 		})
 	}
 }
+
+// TestHealthSafeDrainedNodeIsKeptFromScaleDown: a drain rule keeps the
+// machine (its pods evicted, the node cordoned for someone to look at).
+// Before: the empty node was scale-down's after its unneeded time, and
+// its machine deleted. Now: a health-cordoned node is no scale-down
+// candidate.
+func TestHealthSafeDrainedNodeIsKeptFromScaleDown(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 3, "rules:\n- {name: plugin, condition: {type: UnhealthyNvidiaDevicePlugin, status: \"True\"}, action: drain}\n")
+	o := e.a.opts
+	o.ScaleDownEnabled = true
+	if err := e.a.Reconfigure(o); err != nil {
+		t.Fatal(err)
+	}
+	nodes := groupNodes(gpu)
+	e.busy("w", nodes[1:])
+	e.condition(nodes[0], "UnhealthyNvidiaDevicePlugin", apiv1.ConditionTrue)
+	for range 30 {
+		e.run()
+		e.clock.Step(time.Minute)
+	}
+	if fmt.Sprint(acts.cordoned) != fmt.Sprint([]string{nodes[0]}) {
+		t.Fatalf("cordoned %v, want the drained node", acts.cordoned)
+	}
+	if got := gpu.Deleted(); len(got) != 0 {
+		t.Fatalf("deleted %v: scale-down removed the machine a drain rule keeps", got)
+	}
+}

@@ -216,7 +216,10 @@ func (a *Autoscaler) scaleDownNodes(l *loop) []scaledown.Node {
 		// places them (a gang waiting for all its members): not a candidate.
 		// Nor is one holding room a ProvisioningRequest booked (the booked
 		// pods are in the snapshot, and are no pods to move).
-		if g, ok := l.groupOf[n.Name]; ok && pf == preflight.Passed && !a.startingUp(l, n) && !l.claimed[n.Name] && !l.bookedNode(n.Name) && !l.bufferNode(n.Name) && !act.IsDraining(n.Name) && !gone {
+		// Nor is a node health handling cordoned: its policy keeps it (a
+		// drain rule keeps the machine), replaces it, or uncordons it.
+		_, healthCordoned := a.health.cordoned[n.Name]
+		if g, ok := l.groupOf[n.Name]; ok && pf == preflight.Passed && !a.startingUp(l, n) && !l.claimed[n.Name] && !l.bookedNode(n.Name) && !l.bufferNode(n.Name) && !act.IsDraining(n.Name) && !gone && !healthCordoned {
 			sn.Group = g.ID()
 			o := groupOpts[g.ID()]
 			sn.UnneededTime, sn.UnreadyTime = o.ScaleDownUnneededTime, o.ScaleDownUnreadyTime
