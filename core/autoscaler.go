@@ -264,6 +264,10 @@ func (o Options) startupOptions() clusterstate.StartupOptions {
 type loop struct {
 	now     time.Time
 	epoch   uint64
+	// replacePDBs is the loop's PodDisruptionBudgets for the replacement
+	// paths' drains, built once (replacementPDBs): every draining node
+	// takes its evictions from the same budgets.
+	replacePDBs *scaledown.PDBs
 	nodes   []*apiv1.Node
 	snap    *snapshot.Snapshot
 	unbound []*apiv1.Pod
