@@ -46,10 +46,15 @@ func (h Holder) String() string {
 }
 
 // GraceMargin is added to a terminating pod's deletionTimestamp before its
-// machine may go: the timestamp is the API server's clock, in whole
-// seconds on the wire, and the kubelet starts counting the grace only
-// when it sees the deletion.
-const GraceMargin = 2 * time.Second
+// machine may go while the pod object still exists: the kubelet starts
+// counting the grace only when it sees the deletion (late, on a busy or
+// NotReady node), kills what ignores SIGTERM at its end, and reports the
+// pod gone after. A pod object gone is gone at once. Cluster-autoscaler
+// waits the same 30 s past the grace (PodEvictionHeadroom, "the extra
+// time we wait to catch situations when the pod is ignoring SIGTERM and
+// is killed with SIGKILL", core/scaledown/actuation); it was 2 s here,
+// which gave a kubelet that saw the eviction late less grace, or none.
+const GraceMargin = 30 * time.Second
 
 // HolderOf says whether p keeps its node's machine at now: nil for
 // DaemonSet and mirror pods (they go with the node), for finished pods,
