@@ -42,6 +42,12 @@ type securityScenario struct {
 }
 
 func newSecurityScenario(t *testing.T, release string) *securityScenario {
+	return newSecurityScenarioWith(t, release, nil)
+}
+
+// newSecurityScenarioWith is newSecurityScenario with extra chart values
+// (top-level keys replaced), made from the scenario (its namespace).
+func newSecurityScenarioWith(t *testing.T, release string, extra func(*scenario) map[string]any) *securityScenario {
 	sc := newScenario(t)
 	values := map[string]any{
 		"image":        map[string]any{"repository": "example.invalid/vmss-autoscaler"},
@@ -53,6 +59,11 @@ func newSecurityScenario(t *testing.T, release string) *securityScenario {
 		// The agent's DaemonSet selects no node here: the test plays its pod.
 		"preflight": map[string]any{"enabled": true, "library": map[string]any{"gpus": map[string]any{"enabled": false},
 			"ecc": map[string]any{"enabled": false}, "xid": map[string]any{"enabled": false}, "dcgm": map[string]any{"enabled": false}}},
+	}
+	if extra != nil {
+		for k, v := range extra(sc) {
+			values[k] = v
+		}
 	}
 	keep := sc.applyChart(values, release)
 	t.Cleanup(func() { sc.deleteClusterScoped(keep) })
@@ -511,4 +522,68 @@ func (sc *scenario) checkSecureMetrics(addr, full string) {
 		})
 		t.Logf("secure listener: %s: %d", tc.what, tc.want)
 	}
+}
+
+// A node health signal writer named in admissionPolicies.healthSignalWriters
+// (a node-problem-detector DaemonSet's ServiceAccount, granted nodes/status
+// cluster-wide as such DaemonSets are) may set conditions only on the node
+// its bound token names: a stolen token cannot flag the fleet for the
+// health policy (issue #39); a token bound to no pod sets none.
+func TestHealthSignalWriterOwnNodeOnly(t *testing.T) {
+	t.Parallel()
+	const sa = "npd"
+	ss := newSecurityScenarioWith(t, "e2e-sec-npd", func(sc *scenario) map[string]any {
+		return map[string]any{"admissionPolicies": map[string]any{"enabled": true,
+			"healthSignalWriters": []any{map[string]any{"namespace": sc.ns, "serviceAccount": sa}}}}
+	})
+	admin := ss.s.cp.Client
+	_, err := admin.CoreV1().ServiceAccounts(ss.ns).Create(ss.ctx, &apiv1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{})
+	must(t, err)
+	role := ss.prefix + "-npd"
+	_, err = admin.RbacV1().ClusterRoles().Create(ss.ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes", "nodes/status"}, Verbs: []string{"get", "update", "patch"}}}}, metav1.CreateOptions{})
+	must(t, err)
+	_, err = admin.RbacV1().ClusterRoleBindings().Create(ss.ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ss.ns, Name: sa}}}, metav1.CreateOptions{})
+	must(t, err)
+	t.Cleanup(func() {
+		_ = admin.RbacV1().ClusterRoleBindings().Delete(context.Background(), role, metav1.DeleteOptions{})
+		_ = admin.RbacV1().ClusterRoles().Delete(context.Background(), role, metav1.DeleteOptions{})
+	})
+	a, b := ss.node(ss.prefix+"-npd-a"), ss.node(ss.prefix+"-npd-b")
+	pod, err := admin.CoreV1().Pods(ss.ns).Create(ss.ctx, &apiv1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "npd"},
+		Spec: apiv1.PodSpec{NodeName: a.Name, ServiceAccountName: sa,
+			Tolerations: []apiv1.Toleration{{Operator: apiv1.TolerationOpExists}},
+			Containers:  []apiv1.Container{{Name: "npd", Image: "example.invalid/npd"}}},
+	}, metav1.CreateOptions{})
+	must(t, err)
+	npd := ss.client(ss.token(sa, pod))
+	setXID := func(c kubernetes.Interface, node string) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n, err := c.CoreV1().Nodes().Get(ss.ctx, node, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			n.Status.Conditions = append(n.Status.Conditions, apiv1.NodeCondition{Type: "XIDErrors", Status: apiv1.ConditionTrue,
+				Reason: "XID79", LastTransitionTime: metav1.Now(), LastHeartbeatTime: metav1.Now()})
+			_, err = c.CoreV1().Nodes().UpdateStatus(ss.ctx, n, metav1.UpdateOptions{})
+			return err
+		})
+	}
+	// RBAC and the policy take a moment to be in force: probe node B until
+	// the policy, not RBAC, refuses it.
+	ss.eventually("the signal writers' admission policy in force", 30*time.Second, func() (bool, string) {
+		err := setXID(npd, b.Name)
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "signal writer"), fmt.Sprintf("condition on node B: %v", err)
+	})
+	wantRefused(t, "a condition on another node", setXID(npd, b.Name),
+		"may update only the node its pod runs on (its token is bound to node "+a.Name+"), not node "+b.Name)
+	wantRefused(t, "a taint on another node", update(ss.ctx, npd, b.Name, func(n *apiv1.Node) {
+		n.Spec.Taints = append(n.Spec.Taints, apiv1.Taint{Key: "nvidia.com/gpu-error", Effect: apiv1.TaintEffectNoSchedule})
+	}), "not node "+b.Name)
+	must(t, setXID(npd, a.Name))
+	unbound := ss.client(ss.token(sa, nil))
+	wantRefused(t, "an unbound token", setXID(unbound, a.Name), "its token is bound to no node")
 }
