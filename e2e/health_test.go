@@ -716,3 +716,55 @@ func TestHealthConditionClearsBeforeItsAction(t *testing.T) {
 		}
 	}
 }
+
+// TestHealthSafeMonitorFlaggingEveryNodeOfAGroup: a monitor sets
+// XIDErrors=True on every node of a 4-node H100 pool at once, under the
+// built-in policy (no policy ConfigMap: xid-error replaces after 2m,
+// maxUnhealthy 20%). Before: every node cordoned at once, and the pool
+// never scaled up while its breaker held. Now, 20 loops past the rule's
+// due time: no node cordoned, no pod disturbed, no VM deleted; the breaker
+// and the health incident say why; and a fifth pod still buys a fifth
+// node from the pool.
+func TestHealthSafeMonitorFlaggingEveryNodeOfAGroup(t *testing.T) {
+	t.Parallel()
+	sc := newScenario(t)
+	gpu := sc.scaleSet("gpu", h100, 0, nil)
+	hook := sc.faultHook(gpu)
+	p := sc.autoscaler("autoscaler", "--nodes=0:8:"+gpu)
+	sc.workload("work", 4, "90", 8, gpu)
+	sc.eventually("4 pods Running", 3*time.Minute, allRunning(sc, 4))
+	before, _ := sc.runningByNode("work")
+	nodes := slices.Sorted(maps.Keys(before))
+	untouched := func() (bool, string) {
+		running, others := sc.runningByNode("work")
+		for n, pod := range before {
+			if running[n].UID != pod.UID {
+				return false, fmt.Sprintf("pod %s no longer Running on %s (%d other pods)", pod.Name, n, others)
+			}
+			if node := sc.node(n); node == nil || node.Spec.Unschedulable {
+				return false, fmt.Sprintf("node %s gone or cordoned", n)
+			}
+		}
+		if d := sc.deletionsOf(gpu); len(d) != 0 {
+			return false, fmt.Sprintf("deletions %v", d)
+		}
+		return true, ""
+	}
+	setAt := time.Now()
+	for _, n := range nodes {
+		sc.setCondition(hook, n, xidError, apiv1.ConditionTrue, "XID79", "GPU 0: XID 79, GPU has fallen off the bus")
+	}
+	sc.holdsPast(p, setAt.Add(2*time.Minute), 20, "nothing cordoned, drained or deleted", untouched)
+	breaker := sc.healthMetric(p, `vmss_autoscaler_health_breaker_engaged{node_group="`+gpu+`"}`)
+	incidents := sc.healthMetric(p, `vmss_autoscaler_health_incidents`)
+	if breaker != 1 || incidents != 1 {
+		t.Fatalf("breaker %v, incidents %v: want both 1", breaker, incidents)
+	}
+	sc.scaleDeployment("work", 5)
+	sc.eventually("a fifth node bought from the flagged pool, 5 pods Running", 3*time.Minute, func() (bool, string) {
+		if ok, state := untouched(); !ok {
+			t.Fatal(state)
+		}
+		return allRunning(sc, 5)()
+	})
+}
