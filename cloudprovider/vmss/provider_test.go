@@ -622,3 +622,58 @@ func TestFailedVMsDeletedBeforeTheirOperationEndsAreNoPlaceholders(t *testing.T)
 		}
 	}
 }
+
+// TestDroppedPlaceholdersLowerTheCapacity: a scale-out of 3 fails and ARM
+// takes its 3 VMs away while sku.capacity stays at 4 (the simulator's
+// DropVMsKeepCapacity): the 3 missing machines are failed placeholders,
+// and when the core deletes them the capacity is written down to the 1
+// VM that exists, so the next scale-up of 1 makes 2 VMs at capacity 2.
+// Without it the capacity stays 4 with 1 VM: the next +1 writes 5 and
+// makes 1 VM, and the group counts machines that never come
+// (cluster-autoscaler issue 8323's stall).
+func TestDroppedPlaceholdersLowerTheCapacity(t *testing.T) {
+	f := newFixture(t, []armsim.ScaleSetSpec{gpuSet("gpu", 1, nil)}, withNodes("0:10:gpu"))
+	f.refresh()
+	if err := f.sim.InjectFault("rg", "gpu", armsim.Fault{Kind: armsim.FaultLROFail, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	g := f.group("gpu")
+	if err := g.IncreaseSize(f.ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the failed operation to be seen", func() bool {
+		return testutil.ToFloat64(f.p.metrics.lroFailures.WithLabelValues("gpu", "InternalExecutionError")) == 1
+	})
+	if err := f.sim.DropVMsKeepCapacity("rg", "gpu", 3); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := f.sim.ScaleSet("rg", "gpu"); st.Capacity != 4 || len(st.VMs) != 1 {
+		t.Fatalf("scale set at capacity %d with %d VMs, want 4 with 1", st.Capacity, len(st.VMs))
+	}
+	f.expire()
+	f.refresh()
+	ins, _ := g.Instances()
+	var placeholders []string
+	for _, in := range ins {
+		if in.Error != nil {
+			placeholders = append(placeholders, in.ProviderID)
+		}
+	}
+	if len(placeholders) != 3 {
+		t.Fatalf("instances %+v: want 3 failed placeholders", ins)
+	}
+	if err := g.DeleteNodes(f.ctx, placeholders); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := f.sim.ScaleSet("rg", "gpu"); st.Capacity != 1 {
+		t.Fatalf("capacity %d after the placeholders were dropped, want 1 (the VM that exists)", st.Capacity)
+	}
+	f.expire()
+	f.refresh()
+	if err := g.IncreaseSize(f.ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := f.sim.ScaleSet("rg", "gpu"); st.Capacity != 2 || len(st.VMs) != 2 {
+		t.Fatalf("after +1: capacity %d with %d VMs, want 2 with 2", st.Capacity, len(st.VMs))
+	}
+}

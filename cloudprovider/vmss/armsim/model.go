@@ -308,6 +308,10 @@ type scaleSet struct {
 	etag     int
 	nextID   int // next instance ID; IDs are never reused
 	vms      map[int]*vmRecord
+	// phantom is capacity with no VM behind it (DropVMsKeepCapacity): a
+	// failed scale-out whose VMs were removed while sku.capacity stayed at
+	// its target. A lower capacity written takes it first.
+	phantom int
 	faults   []*Fault
 	lastOp   *operation
 	// late are updates answered with an error that have not landed yet
@@ -594,6 +598,36 @@ func (s *Server) ScaleSet(rg, name string) (ScaleSetState, error) {
 // extension failed: its provisioning state is Failed, and it runs.
 const CodeVMExtensionProvisioningError = "VMExtensionProvisioningError"
 
+// DropVMsKeepCapacity removes the scale set's n newest VMs at once, as if
+// never created, and keeps sku.capacity where it was: the state a
+// scale-out leaves when its VMs could not be provisioned and were taken
+// away while the capacity stayed at its target, which stalls an
+// autoscaler that trusts sku.capacity (cluster-autoscaler issue 8323:
+// the capacity counts machines that will never come). A capacity written
+// lower takes the phantom units first.
+func (s *Server) DropVMsKeepCapacity(rg, name string, n int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	set, err := s.lookup(rg, name)
+	if err != nil {
+		return fmt.Errorf("dropping VMs: %w", err)
+	}
+	vms := set.sortedVMs()
+	dropped := 0
+	for i := len(vms) - 1; i >= 0 && dropped < n; i-- {
+		if vm := vms[i]; vm.state != StateDeleting && !vm.extra {
+			set.remove(vm)
+			dropped++
+		}
+	}
+	if dropped < n {
+		return fmt.Errorf("dropping %d VMs of scale set %s/%s: only %d", n, rg, name, dropped)
+	}
+	set.phantom += n
+	set.etag++
+	return nil
+}
+
 // FailRunningVM turns a running VM's provisioning state to Failed with the
 // error code (CodeVMExtensionProvisioningError when empty) while it keeps
 // running, as ARM reports a VM whose extension, data-disk attach or model
@@ -820,9 +854,10 @@ func capacityOutOfRange(n int) *armError {
 }
 
 // capacity counts the VMs not being deleted, overprovisioned extras
-// aside (sku.capacity stays the number asked for).
+// aside (sku.capacity stays the number asked for), and the phantom
+// capacity.
 func (set *scaleSet) capacity() int {
-	n := 0
+	n := set.phantom
 	for _, vm := range set.vms {
 		if vm.state != StateDeleting && !vm.extra {
 			n++
@@ -980,6 +1015,13 @@ func (s *Server) resize(set *scaleSet, n int, failWith string, now time.Time) (c
 	if len(created) > 0 {
 		s.overprovision(set, created, failWith, now)
 	}
+	if current <= n {
+		return created, nil
+	}
+	// Capacity with no VM behind it goes first: no VM to delete.
+	drop := min(set.phantom, current-n)
+	set.phantom -= drop
+	current -= drop
 	if current <= n {
 		return created, nil
 	}
