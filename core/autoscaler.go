@@ -262,20 +262,20 @@ func (o Options) startupOptions() clusterstate.StartupOptions {
 
 // loop is the state of one RunOnce, handed from phase to phase.
 type loop struct {
-	now     time.Time
-	epoch   uint64
+	now   time.Time
+	epoch uint64
 	// replacePDBs is the loop's PodDisruptionBudgets for the replacement
 	// paths' drains, built once (replacementPDBs): every draining node
 	// takes its evictions from the same budgets.
 	replacePDBs *scaledown.PDBs
-	nodes   []*apiv1.Node
-	snap    *snapshot.Snapshot
-	unbound []*apiv1.Pod
-	groupOf map[string]cloudprovider.NodeGroup // node name → group
-	nodesOf map[string][]*apiv1.Node           // group ID → its nodes
-	groups  []cloudprovider.NodeGroup
-	byID    map[string]cloudprovider.NodeGroup // group ID → group
-	actions clusterstate.Actions
+	nodes       []*apiv1.Node
+	snap        *snapshot.Snapshot
+	unbound     []*apiv1.Pod
+	groupOf     map[string]cloudprovider.NodeGroup // node name → group
+	nodesOf     map[string][]*apiv1.Node           // group ID → its nodes
+	groups      []cloudprovider.NodeGroup
+	byID        map[string]cloudprovider.NodeGroup // group ID → group
+	actions     clusterstate.Actions
 	// unhealthy, when set, says why the cluster-wide unready guard holds:
 	// nothing is deleted, cordoned or drained this loop.
 	unhealthy string

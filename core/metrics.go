@@ -40,7 +40,7 @@ type Metrics struct {
 	// ReplacementsLost counts replacement deletions found lost (the node
 	// still Ready long after) and asked again, by group and path.
 	ReplacementsLost *prometheus.CounterVec
-	DrainsInFlight          prometheus.Gauge
+	DrainsInFlight   prometheus.Gauge
 	// GateRefused counts writes the actuation gate stopped {rule, action}.
 	GateRefused *prometheus.CounterVec
 

@@ -312,8 +312,8 @@ type scaleSet struct {
 	// failed scale-out whose VMs were removed while sku.capacity stayed at
 	// its target. A lower capacity written takes it first.
 	phantom int
-	faults   []*Fault
-	lastOp   *operation
+	faults  []*Fault
+	lastOp  *operation
 	// late are updates answered with an error that have not landed yet
 	// (FaultCommitLate), oldest first.
 	late []*lateCommit
