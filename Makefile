@@ -113,7 +113,8 @@ e2e:
 # compressed, kwok's Leases renewed every 60 s with the node lifecycle grace
 # at 300 s, held until the autoscaler has run 30 minutes and judged on the
 # issue's criteria (freeze, VM lists per 30 minutes, 429s in steady state,
-# time to all nodes against the per-set write budgets): about 45 minutes;
+# time to all nodes against the binding bound: the per-set write budgets, or
+# the in-flight cap when longer): about 40 minutes;
 # make test runs the CI size (60 nodes) so the harness cannot rot. ARGS adds
 # flags (go run ./e2e/scale --help), e.g. the xl layout at 10 sets:
 # ARGS="--nodes=1000 --seed-nodes=500 --min-autoscaler-run=0".
