@@ -404,9 +404,13 @@ func (sc *scenario) judgeAzure(e *env, res *result, base point, t0, scaleUpEnd t
 	a.FreezeThreshold = freezeThreshold(op).Seconds()
 	a.LongestStall, a.StallEnded = longestStall(up, acceptedChanges(writes, t0), res.NodesNeeded)
 	a.LongestKindHold = longestStretch(res.Series, func(p point) bool { return p.HeldKinds > 0 })
-	if !sc.ib() || sc.name == "burst-unsmoothed" {
+	if !sc.ib() {
 		return
 	}
+	// Without smoothing (burst-unsmoothed) there is no in-flight cap: the
+	// time is judged against the per-set write budgets' alone, as the
+	// issue words it.
+	unsmoothed := sc.name == "burst-unsmoothed"
 	allUp := scaleUpEnd
 	if res.TimeToAllNodes > 0 {
 		allUp = t0.Add(time.Duration(res.TimeToAllNodes * float64(time.Second)))
@@ -416,8 +420,10 @@ func (sc *scenario) judgeAzure(e *env, res *result, base point, t0, scaleUpEnd t
 		b := writeBudgetBound(slices.Max(slices.Collect(maps.Values(per))), update, op)
 		b.Sets = len(per)
 		a.Bound = &b
-		f := newInFlightBound(res.NodesNeeded-sc.o.sz.seed, core.DefaultOptions().MaxNodesInFlight, op)
-		a.InFlight = &f
+		if !unsmoothed {
+			f := newInFlightBound(res.NodesNeeded-sc.o.sz.seed, core.DefaultOptions().MaxNodesInFlight, op)
+			a.InFlight = &f
+		}
 	}
 	a.judge(res.TimeToAllNodes, res.Steady != nil)
 	for _, f := range a.failed() {
