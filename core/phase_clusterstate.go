@@ -24,6 +24,11 @@ func (a *Autoscaler) updateClusterState(ctx context.Context, l *loop) error {
 	a.guardUnready(ctx, l)
 	a.reportFailedRunning(ctx, act)
 	a.takeEvictions(ctx, l)
+	for _, g := range sortedKeys(act.LostDeletes) {
+		a.metrics.ReplacementsLost.WithLabelValues(g, "failed-machine").Add(float64(act.LostDeletes[g]))
+		logger.Info("Failed machines still listed long after their deletion was sent; asking again", "nodeGroup", g, "count", act.LostDeletes[g],
+			"after", clusterstate.LostDeletionAfter)
+	}
 	for _, f := range act.Failures {
 		a.metrics.FailedScaleUps.WithLabelValues(f.Group, f.Reason).Inc()
 		logger.Info("Scale-up failed", "nodeGroup", f.Group, "reason", f.Reason, "class", f.Class.String(), "message", f.Message)

@@ -98,7 +98,7 @@ const EventReplacementLost = "ReplacementLost"
 // waits for the delete's result and takes the node back on failure). A
 // deletion's operation lasts until its VMs are gone, minutes for GPU VMs;
 // a deleted VM's node stops being Ready within the node monitor's grace.
-const lostDeletionAfter = 15 * time.Minute
+const lostDeletionAfter = clusterstate.LostDeletionAfter
 
 // retryLostDeletions forgets, in deleted (node → when its machine's
 // deletion was accepted), the nodes still Ready lostDeletionAfter later,

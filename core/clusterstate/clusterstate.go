@@ -109,6 +109,10 @@ type Actions struct {
 	// Delete lists, per group, the provider IDs of machines to delete:
 	// failed creations and machines that never registered.
 	Delete map[string][]string
+	// LostDeletes counts, per group, machines listed in Delete again
+	// because LostDeletionAfter after they were handed out for deletion
+	// the cloud still lists them, not deleting: the deletion was lost.
+	LostDeletes map[string]int
 	// DecreaseTarget lists, per group, a negative delta for requested
 	// machines the cloud never created within the provision time.
 	DecreaseTarget map[string]int
@@ -160,9 +164,10 @@ type Registry struct {
 	order             []string
 	unregisteredSince map[string]time.Time
 	notCreatedSince   map[string]time.Time
-	// handled machines were already counted as failures; retry holds the
-	// ones whose deletion must be asked again without a new failure.
-	handled     map[string]bool
+	// handled machines were already counted as failures, with when they
+	// were last handed out for deletion; retry holds the ones whose
+	// deletion must be asked again without a new failure.
+	handled     map[string]time.Time
 	retry       map[string]bool
 	lastScaleUp map[string]time.Time
 	// lastUpcoming is each group's upcoming count when its size was last
@@ -190,7 +195,7 @@ func NewRegistry(opts Options) *Registry {
 		groups:            map[string]*GroupState{},
 		unregisteredSince: map[string]time.Time{},
 		notCreatedSince:   map[string]time.Time{},
-		handled:           map[string]bool{},
+		handled:           map[string]time.Time{},
 		retry:             map[string]bool{},
 		lastScaleUp:       map[string]time.Time{},
 		lastUpcoming:      map[string]int{},
@@ -375,12 +380,12 @@ func (r *Registry) classifyInstances(u *updateState, gs *GroupState, instances [
 			// it runs nothing, so it is deleted, and no scale-up failed.
 			// The core counts evictions (cloudprovider.EvictionReporter).
 			rd.InError++
-			r.deleteOnce(u.act, gs.ID, id, nil)
+			r.deleteOnce(u.act, gs.ID, id, u.now, nil)
 			continue
 		}
 		if in.Error != nil {
 			rd.InError++
-			r.deleteOnce(u.act, gs.ID, id, func() Failure {
+			r.deleteOnce(u.act, gs.ID, id, u.now, func() Failure {
 				return r.fail(gs.ID, in.Error.Class, errorReason(in.Error.Class),
 					fmt.Sprintf("instance %s failed: %s %s", id, in.Error.Code, in.Error.Message), u.now)
 			})
@@ -400,7 +405,7 @@ func (r *Registry) classifyInstances(u *updateState, gs *GroupState, instances [
 			continue
 		}
 		rd.LongUnregistered++
-		r.deleteOnce(u.act, gs.ID, id, func() Failure {
+		r.deleteOnce(u.act, gs.ID, id, u.now, func() Failure {
 			return r.fail(gs.ID, cloudprovider.ClassOther, "provision-timeout",
 				fmt.Sprintf("instance %s did not register as a node within %s", id, provision), u.now)
 		})
@@ -417,20 +422,39 @@ func (r *Registry) failedRunning(u *updateState, gs *GroupState, id string, node
 	u.act.FailedRunning = append(u.act.FailedRunning, FailedRunning{Group: gs.ID, ProviderID: id, Node: node, Error: e, New: isNew})
 }
 
+// LostDeletionAfter is how long a machine handed out for deletion may
+// still be listed, not deleting, before its deletion is taken as lost and
+// asked again: the cloud accepted it and its operation failed (the VM
+// runs on). A deletion's operation lasts until its VMs are gone, minutes
+// for GPU VMs.
+const LostDeletionAfter = 15 * time.Minute
+
 // deleteOnce lists a failed machine for deletion: the first time with its
 // failure (which backs the group off; nil: none), afterwards only when its
-// deletion failed and is to be asked again (RetryDelete).
-func (r *Registry) deleteOnce(act *Actions, group, id string, failure func() Failure) {
+// deletion failed and is to be asked again (RetryDelete), or when it is
+// still listed, not deleting, LostDeletionAfter after it was last handed
+// out (LostDeletes): before, a deletion accepted and then failed was never
+// asked again, and the machine stayed for good.
+func (r *Registry) deleteOnce(act *Actions, group, id string, now time.Time, failure func() Failure) {
+	at, done := r.handled[id]
 	switch {
-	case !r.handled[id]:
-		r.handled[id] = true
+	case !done:
+		r.handled[id] = now
 		act.Delete[group] = append(act.Delete[group], id)
 		if failure != nil {
 			act.Failures = append(act.Failures, failure())
 		}
 	case r.retry[id]:
 		delete(r.retry, id)
+		r.handled[id] = now
 		act.Delete[group] = append(act.Delete[group], id)
+	case now.Sub(at) >= LostDeletionAfter:
+		r.handled[id] = now
+		act.Delete[group] = append(act.Delete[group], id)
+		if act.LostDeletes == nil {
+			act.LostDeletes = map[string]int{}
+		}
+		act.LostDeletes[group]++
 	}
 }
 
