@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/balloon"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
@@ -594,14 +595,8 @@ func (sc *scenario) run(ctx context.Context) (*result, error) {
 // shrink scales the burst to 0 and watches the nodes go for scaleDownFor:
 // no more than the brake's share of the cluster in any window.
 func (sc *scenario) shrink(ctx context.Context, e *env, w *watcher, s *sampler, res *result) error {
-	zero := int32(0)
-	d, err := e.client.AppsV1().Deployments(namespace).Get(ctx, "burst", metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("reading deployment burst: %w", err)
-	}
-	d.Spec.Replicas = &zero
-	if _, err := e.client.AppsV1().Deployments(namespace).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("scaling deployment burst to 0: %w", err)
+	if err := scaleDeployment(ctx, e.client, 0); err != nil {
+		return err
 	}
 	t0 := time.Now()
 	start := w.nodeCount()
@@ -633,14 +628,20 @@ func (sc *scenario) shrink(ctx context.Context, e *env, w *watcher, s *sampler, 
 	return nil
 }
 
-// scaleDeployment sets the burst Deployment's replicas.
+// scaleDeployment sets the burst Deployment's replicas, read again and
+// written again when the Deployment controller's status update won the
+// race (409 Conflict: the xl seeding once failed on it).
 func scaleDeployment(ctx context.Context, c kubernetes.Interface, replicas int32) error {
-	d, err := c.AppsV1().Deployments(namespace).Get(ctx, "burst", metav1.GetOptions{})
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d, err := c.AppsV1().Deployments(namespace).Get(ctx, "burst", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		d.Spec.Replicas = &replicas
+		_, err = c.AppsV1().Deployments(namespace).Update(ctx, d, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("reading deployment burst: %w", err)
-	}
-	d.Spec.Replicas = &replicas
-	if _, err := c.AppsV1().Deployments(namespace).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("scaling deployment burst to %d: %w", replicas, err)
 	}
 	return nil
