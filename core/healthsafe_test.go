@@ -65,18 +65,18 @@ func TestHealthSafeMonitorFlaggingAGroupCordonsNothing(t *testing.T) {
 	}
 }
 
-// TestHealthSafeFalseAlarmAcrossPoolsIsAnIncident: a bad monitor rollout
-// flags 2 nodes of each of three 20-node pools (10 %: within every
-// group's breaker, 4 of 20). Before: all 6 cordoned and drained at the
-// replacement brake's pace. Now: 6 nodes began matching one rule within
-// the window, over the incident threshold (5): reported only. Once the
-// alarm clears and the cooldown passes, the incident ends.
-func TestHealthSafeFalseAlarmAcrossPoolsIsAnIncident(t *testing.T) {
+// threePoolsFlagged makes three 20-node pools, every node busy, and sets
+// XIDErrors=True on 2 nodes of each (10 %: within every group's breaker);
+// with safety, a safety state a failover keeps.
+func threePoolsFlagged(t *testing.T, safety bool) (*env, *fakeActions, []*inmemory.Group, []string) {
 	acts := &fakeActions{}
 	e := newEnv(t, withNodeWrites(acts), withOptions(func(o *Options) {
 		o.ScaleDownEnabled = false
 		o.ReplacementBrakeMinNodes = 100
 	}))
+	if safety {
+		e.safety = &memSafety{}
+	}
 	acts.graceful = e.clock
 	var pools []*inmemory.Group
 	for _, name := range []string{"gpu-a", "gpu-b", "gpu-c"} {
@@ -93,6 +93,17 @@ func TestHealthSafeFalseAlarmAcrossPoolsIsAnIncident(t *testing.T) {
 	for _, n := range flagged {
 		e.condition(n, "XIDErrors", apiv1.ConditionTrue)
 	}
+	return e, acts, pools, flagged
+}
+
+// TestHealthSafeFalseAlarmAcrossPoolsIsAnIncident: a bad monitor rollout
+// flags 2 nodes of each of three 20-node pools (10 %: within every
+// group's breaker, 4 of 20). Before: all 6 cordoned and drained at the
+// replacement brake's pace. Now: 6 nodes began matching one rule within
+// the window, over the incident threshold (5): reported only. Once the
+// alarm clears and the cooldown passes, the incident ends.
+func TestHealthSafeFalseAlarmAcrossPoolsIsAnIncident(t *testing.T) {
+	e, acts, pools, flagged := threePoolsFlagged(t, false)
 	for range 15 {
 		e.run()
 		e.clock.Step(time.Minute)
@@ -465,5 +476,81 @@ func TestHealthSafeDrainedNodeIsKeptFromScaleDown(t *testing.T) {
 	}
 	if got := gpu.Deleted(); len(got) != 0 {
 		t.Fatalf("deleted %v: scale-down removed the machine a drain rule keeps", got)
+	}
+}
+
+// TestHealthSafeBreakerReleaseSurvivesAFailover: a new leader takes over a
+// breaker held by 2 bad nodes of a pool of 7 (the safety state keeps the
+// breaker, not when it engaged). Before the second reader's fix: the
+// release never came on the new leader (it needs the engage time). Now:
+// it counts from the new leader's first look, and the nodes go.
+func TestHealthSafeBreakerReleaseSurvivesAFailover(t *testing.T) {
+	acts := &fakeActions{}
+	e := newEnv(t, withNodeWrites(acts), withOptions(func(o *Options) {
+		o.ScaleDownEnabled = false
+		o.ReplacementBrakeMinNodes = 100
+		o.NodeDeleteDelayAfterTaint = DefaultOptions().NodeDeleteDelayAfterTaint
+	}))
+	e.safety = &memSafety{}
+	acts.graceful = e.clock
+	gpu := e.provider.AddGroup("gpu", 0, 20, gpuTemplate("gpu"), inmemory.WithTarget(7))
+	e.start()
+	e.register(gpu)
+	nodes := groupNodes(gpu)
+	for _, n := range nodes[:2] {
+		e.condition(n, "XIDErrors", apiv1.ConditionTrue)
+	}
+	e.run()
+	e.clock.Step(10 * time.Minute)
+	e.run()
+	e.failover()
+	// The release 30 minutes after the new leader's first look takes the
+	// first node; the second follows the breaker's cooldown once the
+	// group is back within maxUnhealthy.
+	for range 60 {
+		e.clock.Step(time.Minute)
+		e.run()
+	}
+	if got := len(gpu.Deleted()); got != 2 {
+		t.Fatalf("%d machines replaced an hour after a failover under a breaker held by 2 bad nodes, want both", got)
+	}
+}
+
+// TestHealthSafeIncidentSurvivesAFailover: an incident's matches began
+// long before a new leader's first look (outside the window): the new
+// leader holds it as an incident again rather than draining its nodes at
+// the brake's pace.
+func TestHealthSafeIncidentSurvivesAFailover(t *testing.T) {
+	e, acts, _, _ := threePoolsFlagged(t, true)
+	e.run()
+	e.clock.Step(20 * time.Minute)
+	e.run()
+	e.failover()
+	for range 10 {
+		e.clock.Step(time.Minute)
+		e.run()
+	}
+	if len(acts.cordoned) != 0 || len(acts.evicted) != 0 {
+		t.Fatalf("cordoned %v, evicted %v after the failover: the new leader forgot the incident", acts.cordoned, acts.evicted)
+	}
+}
+
+// TestHealthSafeForeignCordonCountsTowardsTheCeiling: nodes cordoned by
+// someone else (an upgrade, kured) that match a replace rule are admitted
+// within the cordon ceiling too: before, they skipped it.
+func TestHealthSafeForeignCordonCountsTowardsTheCeiling(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 40, "rules:\n- {name: xid-error, condition: {type: XIDErrors, status: \"True\"}, action: drain}\n")
+	nodes := groupNodes(gpu)
+	e.busy("w", nodes)
+	for i, n := range nodes[:4] {
+		e.updateNode(n, func(n *apiv1.Node) { n.Spec.Unschedulable = true }) // an operator's cordon
+		e.condition(n, "XIDErrors", apiv1.ConditionTrue)
+		e.run()
+		e.clock.Step(15 * time.Minute) // too slow for an incident
+		_ = i
+	}
+	// The ceiling: max(2, 3% of 40) = 2 nodes held at once.
+	if len(acts.evicted) != 2 {
+		t.Fatalf("evicted %v, want 2 (the ceiling) of the 4 foreign-cordoned nodes", acts.evicted)
 	}
 }

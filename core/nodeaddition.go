@@ -186,7 +186,9 @@ func (na *nodeAddition) decidePaced(now time.Time, demands []ratelimit.Demand, i
 			continue
 		}
 		held[i] = true
-		workloadPaced = workloadPaced || x.Class == ratelimit.Workload
+		// Balloons wait behind paced workload (seconds); a group whose
+		// write runs (minutes) spends no tokens or room they would take.
+		workloadPaced = workloadPaced || (x.Class == ratelimit.Workload && pacedGroup(x.Group))
 	}
 	var kept, paced []ratelimit.Demand
 	gangIn := map[string]bool{}

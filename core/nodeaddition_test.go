@@ -385,3 +385,26 @@ func TestDeferredWriteIsNotAFailure(t *testing.T) {
 		t.Fatalf("increases %v, want [10 4]: the deferred demand sent in one write", got)
 	}
 }
+
+// TestWritingGroupDoesNotHoldBalloons: balloons wait behind a group whose
+// workload is paced (seconds), not behind one whose previous write runs
+// (minutes): that group spends no tokens or room they would take.
+func TestWritingGroupDoesNotHoldBalloons(t *testing.T) {
+	na, err := newNodeAddition(func() Options {
+		o := DefaultOptions()
+		o.NodeAdditionAdaptive = false
+		return o
+	}(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	na.writing = map[string]bool{"gpu": true}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	d := na.Decide(now, []ratelimit.Demand{
+		{Group: "gpu", Count: 4, Class: ratelimit.Workload, Since: now},
+		{Group: "warm", Count: 2, Class: ratelimit.Balloon, Since: now},
+	}, 0)
+	if d.Release()["gpu"] != 0 || d.Release()["warm"] != 2 {
+		t.Fatalf("released %v, want the balloons' 2 and none of the writing group's", d.Release())
+	}
+}

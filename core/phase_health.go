@@ -131,6 +131,9 @@ type healthState struct {
 	evaluated            bool
 	// confirmed is HealthConfirmAnnotation as last read.
 	confirmed string
+	// incidentsSeen: this leader judged the incidents once (its first
+	// judgement counts every match, updateIncidents).
+	incidentsSeen bool
 	// youngFailures: group → when its nodes younger than
 	// --health-failure-window were admitted for a drain or replacement,
 	// within that window (the health backoff).
@@ -209,14 +212,15 @@ func (a *Autoscaler) healthPolicy(ctx context.Context) (*health.Policy, bool) {
 			hs.version = ""
 		}
 		hs.policyErr = fmt.Sprintf("health policy ConfigMap %s gone: the last good policy stays in force", name)
-		return hs.policy, hs.paused || hs.lastGood == ""
+		hs.dropPending()
+		return hs.policy, hs.paused || hs.noPolicy()
 	}
 	hs.seen = true
 	v, set := cm.Annotations[HealthPausedAnnotation]
 	hs.paused = set && v != "false"
 	hs.confirmed = cm.Annotations[HealthConfirmAnnotation]
 	if cm.ResourceVersion == hs.version {
-		return hs.policy, hs.paused || hs.lastGood == ""
+		return hs.policy, hs.paused || hs.noPolicy()
 	}
 	hs.version = cm.ResourceVersion
 	raw := cm.Data["policy"]
@@ -232,7 +236,8 @@ func (a *Autoscaler) healthPolicy(ctx context.Context) (*health.Policy, bool) {
 		if a.rec != nil {
 			a.rec.Event(cm, apiv1.EventTypeWarning, EventInvalidHealthPolicy, hs.policyErr)
 		}
-		return hs.policy, hs.paused || hs.lastGood == ""
+		hs.dropPending()
+		return hs.policy, hs.paused || hs.noPolicy()
 	}
 	hs.policy, hs.policyErr = p, ""
 	if raw == hs.lastGood {
@@ -251,6 +256,27 @@ func (a *Autoscaler) healthPolicy(ctx context.Context) (*health.Policy, bool) {
 func policyHash(raw string) string {
 	sum := sha256.Sum256([]byte(raw))
 	return hex.EncodeToString(sum[:6])
+}
+
+// noPolicy says no policy was ever accepted and none waits for its first
+// evaluation or confirmation: actions pause (never the built-in policy
+// in place of a user's refused one).
+func (hs *healthState) noPolicy() bool { return hs.lastGood == "" && hs.pending == "" }
+
+// dropPending forgets a policy that waited for its first evaluation or
+// confirmation when its ConfigMap is gone or refused since: the last good
+// policy is in force again, as a new leader would have it.
+func (hs *healthState) dropPending() {
+	if hs.pending == "" {
+		return
+	}
+	hs.pending, hs.evaluated = "", false
+	if hs.lastGood == "" {
+		return
+	}
+	if p, err := health.Parse(hs.lastGood); err == nil {
+		hs.policy = p
+	}
 }
 
 // unconfirmed says a new policy's first evaluation matched too many
@@ -305,12 +331,20 @@ func (a *Autoscaler) firstEvaluation(ctx context.Context, j judgement) {
 	}
 }
 
-// healthCordonsHeld counts the health cordons on nodes whose machines
-// live: a replaced node's lingering Node object holds nothing.
+// healthCordonsHeld counts the nodes health handling holds — its own
+// cordons, and nodes cordoned by someone else it admitted for a drain or
+// replacement — whose machines live: a replaced node's lingering Node
+// object holds nothing.
 func (a *Autoscaler) healthCordonsHeld() int {
+	hs := a.health
 	n := 0
-	for name := range a.health.cordoned {
+	for name := range hs.cordoned {
 		if !a.machineDeleted(name) {
+			n++
+		}
+	}
+	for name := range hs.admitted {
+		if _, ours := hs.cordoned[name]; !ours && !a.machineDeleted(name) {
 			n++
 		}
 	}
@@ -649,6 +683,12 @@ func (a *Autoscaler) updateBreakers(ctx context.Context, l *loop, pol *health.Po
 		id := g.ID()
 		allowed := pol.Allowed(j.live[id])
 		until, on := hs.breakers[id]
+		if _, ok := hs.breakerSince[id]; on && !ok {
+			// Taken over from an earlier leader (the safety state keeps
+			// the breakers, not when they engaged): the release counts
+			// from now, one release time more, never less.
+			hs.breakerSince[id] = l.now
+		}
 		switch {
 		case j.over[id] > allowed:
 			if !on {
@@ -709,13 +749,23 @@ func (a *Autoscaler) updateIncidents(ctx context.Context, l *loop, pol *health.P
 	hs := a.health
 	o := a.opts
 	threshold := max(o.HealthIncidentMinNodes, int(math.Ceil(o.HealthIncidentClusterShare*float64(len(j.judged)))))
-	for _, rule := range sortedKeys(j.ruleRecent) {
-		if _, on := hs.incidents[rule]; on || j.ruleRecent[rule] < threshold {
+	counts := j.ruleRecent
+	if !hs.incidentsSeen {
+		// A leader's first judgement: an incident of its predecessor is
+		// not kept (its matches may be older than the window by now), so
+		// every match counts, not only recent ones. Many nodes matching
+		// one rule at a failover is held as an incident again, never
+		// drained at the brake's pace by the new leader.
+		counts = j.ruleAll
+		hs.incidentsSeen = true
+	}
+	for _, rule := range sortedKeys(counts) {
+		if _, on := hs.incidents[rule]; on || counts[rule] < threshold {
 			continue
 		}
 		hs.incidents[rule] = time.Time{}
 		msg := fmt.Sprintf("health incident: %d nodes began matching rule %q within %s (%d match it; threshold %d): more likely the signal than the machines; its matches are reported only, nothing cordoned, drained or replaced, until fewer than %d match it for %s",
-			j.ruleRecent[rule], rule, o.HealthIncidentWindow, j.ruleAll[rule], threshold, threshold, pol.StormCooldown)
+			counts[rule], rule, o.HealthIncidentWindow, j.ruleAll[rule], threshold, threshold, pol.StormCooldown)
 		klog.FromContext(ctx).Info("Health incident", "rule", rule, "recent", j.ruleRecent[rule], "matching", j.ruleAll[rule], "threshold", threshold)
 		a.groupEvent(apiv1.EventTypeWarning, EventHealthIncident, msg)
 	}
@@ -932,6 +982,14 @@ func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Po
 			(!gs.Readiness.TargetKnown || gs.Readiness.Target-planned[c.group] <= gs.Min) {
 			a.holdHealth(ctx, l, c, heldMinSize, fmt.Sprintf("node group %s is at its minimum size (%d) or its size is unknown: its machine cannot be deleted; the node stays cordoned, its pods run on", c.group, gs.Min))
 			continue
+		}
+		if _, ours := hs.cordoned[n.Name]; !ours && !hs.admitted[n.Name] {
+			// Cordoned by someone else (an upgrade, kured, an operator):
+			// it counts towards the ceiling like a health cordon.
+			if held := a.healthCordonsHeld(); held >= ceiling {
+				a.holdHealth(ctx, l, c, heldCeiling, fmt.Sprintf("%d nodes are held by health handling, the cluster-wide ceiling (--health-max-cordoned-share)", held))
+				continue
+			}
 		}
 		if !hs.admitted[n.Name] {
 			if a.allowReplacements(l, c.group, 1) == 0 {

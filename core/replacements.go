@@ -76,7 +76,14 @@ func (a *Autoscaler) pausedForReplacement(l *loop, n *apiv1.Node) bool {
 	}
 	at, known := a.replace.stopped[n.Name]
 	switch {
+	case known && (at.Equal(l.now) || schedulingStopped(n)):
+		// Cordoned by this process (this very loop, when the snapshot
+		// still shows it schedulable), or still stopped since.
 	case known:
+		// Schedulable again since (recovered, uncordoned): its old pause
+		// is no pause for a new replacement.
+		delete(a.replace.stopped, n.Name)
+		return true
 	case schedulingStopped(n):
 		at = l.now
 		a.replace.stopped[n.Name] = at

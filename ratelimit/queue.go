@@ -126,6 +126,9 @@ type Queue struct {
 	// cloud deferred unsent (Defer): they go in the group's next release
 	// without paying again.
 	credit map[string]credit
+	// waitingSince is, per group whose single-node demand waits for its
+	// write's worth, when it began to wait (chunkPatience).
+	waitingSince map[string]time.Time
 	// head is the gang that held the order in the last Decide. Another
 	// Decide at the same time (a retry round of the same loop, which
 	// restates only the demand it plans again) keeps it held even when
@@ -138,6 +141,12 @@ type credit struct {
 	n  int
 	at time.Time
 }
+
+// chunkPatience bounds how long a group's single-node demand waits for
+// its write's worth (Chunk): past it, the group takes what the bucket and
+// the in-flight cap hold. At the default rate a burst's worth refills in
+// 30 s.
+const chunkPatience = 30 * time.Second
 
 // creditTTL is how long a group's deferred nodes wait for its demand to
 // be stated again (the group may be paced, or its pods planned
@@ -185,7 +194,7 @@ func New(o Options) (*Queue, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	return &Queue{opts: o, tokens: float64(o.Burst), period: o.Interval}, nil
+	return &Queue{opts: o, tokens: float64(o.Burst), period: o.Interval, waitingSince: map[string]time.Time{}}, nil
 }
 
 // SetOptions changes the bounds (a live reload or the adaptive controller);
@@ -448,10 +457,23 @@ func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 					held = LimitRate
 				}
 				if held != NotLimited {
-					limit(held)
-					next = append(next, i)
-					continue
+					// A group that waited chunkPatience for its write's
+					// worth takes what fits: gangs released first every
+					// round could keep the room or the bucket just short
+					// of it for as long as they keep coming.
+					since, waiting := q.waitingSince[ds[i].Group]
+					if fit := min(left[i], room, int(math.Floor(q.tokens))); waiting && now.Sub(since) >= chunkPatience && fit >= 1 {
+						held, n = NotLimited, fit
+					} else {
+						if !waiting {
+							q.waitingSince[ds[i].Group] = now
+						}
+						limit(held)
+						next = append(next, i)
+						continue
+					}
 				}
+				delete(q.waitingSince, ds[i].Group)
 				q.tokens -= float64(n)
 				room -= n
 				left[i] -= n
@@ -474,6 +496,19 @@ func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 		}
 	}
 	q.settleCredit(now, ds, left)
+	if len(q.waitingSince) > 0 { // a group no longer waiting: forgotten
+		still := map[string]bool{}
+		for i, x := range ds {
+			if x.Gang == "" && left[i] > 0 {
+				still[x.Group] = true
+			}
+		}
+		for g := range q.waitingSince {
+			if !still[g] {
+				delete(q.waitingSince, g)
+			}
+		}
+	}
 	d.Tokens = q.tokens
 	return d
 }

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -450,5 +451,25 @@ func TestSeedTakesThePredecessorsMinuteFromTheFirstBucket(t *testing.T) {
 	q.Seed(120)
 	if d := q.Decide(t0, []Demand{{Group: "g", Count: 100}}, 0); d.Released() != 5 {
 		t.Errorf("Seed after the first Decide changed the bucket: released %d, want 5", d.Released())
+	}
+}
+
+// TestSinglesNotStarvedByAStreamOfGangs: gangs go first every round, and a
+// stream of them could keep the bucket just short of a single-node
+// group's write's worth for good; after chunkPatience the group takes
+// what fits.
+func TestSinglesNotStarvedByAStreamOfGangs(t *testing.T) {
+	q := newQueue(t, 60, 10, 1000)
+	released := 0
+	for i := range 60 {
+		now := t0.Add(time.Duration(i) * time.Second)
+		d := q.Decide(now, []Demand{
+			{Group: "gang", Count: 1, Gang: fmt.Sprint("g", i), Since: now},
+			{Group: "cpu", Count: 100, Since: t0},
+		}, 0)
+		released += d.Release()["cpu"]
+	}
+	if released == 0 {
+		t.Fatal("single-node demand never released behind a stream of one-node gangs")
 	}
 }
