@@ -27,20 +27,24 @@ import (
 
 // config is the parsed command line.
 type config struct {
-	listen         string
-	subscription   string
-	location       string
-	scaleSets      []string
-	bootDelay      time.Duration
-	bootJitter     time.Duration
-	seed           uint64
-	deleteDelay    time.Duration
-	lroDuration    time.Duration
-	pageSize       int
-	caOut          string
-	kubeconfig     string
-	registerTaints []string
-	annotations    []string
+	listen       string
+	subscription string
+	location     string
+	scaleSets    []string
+	bootDelay    time.Duration
+	bootJitter   time.Duration
+	seed         uint64
+	deleteDelay  time.Duration
+	lroDuration  time.Duration
+	// Operations (armsim.Options): how long they last, preemption.
+	extensionDelay  time.Duration
+	fixedOperations bool
+	noPreemption    bool
+	pageSize        int
+	caOut           string
+	kubeconfig      string
+	registerTaints  []string
+	annotations     []string
 
 	// Throttling (armsim.Throttling).
 	throttling      bool
@@ -119,7 +123,12 @@ func bindFlags(fs *pflag.FlagSet) *config {
 		"Each VM boots after --boot-delay plus a uniform draw from [-jitter, +jitter]; 0 = every VM takes --boot-delay.")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "Seed of the boot jitter: the same seed and requests give the same boot times.")
 	fs.DurationVar(&cfg.deleteDelay, "delete-delay", 0, "How long deleted VMs stay Deleting.")
-	fs.DurationVar(&cfg.lroDuration, "lro-duration", 0, "How long asynchronous operations stay InProgress.")
+	fs.DurationVar(&cfg.lroDuration, "lro-duration", 0, "The least asynchronous operations stay InProgress; a scale-out's lasts until its VMs are provisioned (boot and extensions), a deletion's until its VMs are gone.")
+	fs.DurationVar(&cfg.extensionDelay, "extension-delay", 0,
+		"How long a new VM runs its extensions once booted before it is provisioned (and its node registers), for sizes without a delay of their own; GPU sizes take minutes on Azure.")
+	fs.BoolVar(&cfg.fixedOperations, "fixed-operations", false, "Every operation lasts --lro-duration, whatever its VMs (the model before today's operations).")
+	fs.BoolVar(&cfg.noPreemption, "no-preemption", false,
+		"Never preempt: by default a capacity write or an instance deletion ends the scale set's operations in progress Canceled (OperationPreempted), as ARM does.")
 	arm := armsim.DefaultARMLimits()
 	fs.BoolVar(&cfg.throttling, "throttling", true,
 		"Throttle as Azure does: ARM's buckets per principal (--arm-*) and the Compute resource provider's policies per scale set and "+
@@ -256,9 +265,16 @@ func run(ctx context.Context, cfg *config) error {
 		LRODuration:    cfg.lroDuration,
 		PageSize:       cfg.pageSize,
 		Addr:           cfg.listen,
+
+		ExtensionDelay:  cfg.extensionDelay,
+		FixedOperations: cfg.fixedOperations,
+		NoPreemption:    cfg.noPreemption,
 	}
-	if cfg.bootJitter < 0 {
+	switch {
+	case cfg.bootJitter < 0:
 		return fmt.Errorf("--boot-jitter %v: must not be negative", cfg.bootJitter)
+	case cfg.extensionDelay < 0:
+		return fmt.Errorf("--extension-delay %v: must not be negative", cfg.extensionDelay)
 	}
 	throttling, err := cfg.throttlingOptions()
 	if err != nil {

@@ -104,6 +104,25 @@ func TestRunRejectsNegativeJitter(t *testing.T) {
 	}
 }
 
+// TestOperationFlags: the operation flags reach the configuration, and
+// out-of-range values are refused with the flag and value named.
+func TestOperationFlags(t *testing.T) {
+	cfg := parse(t, "--extension-delay=5m", "--fixed-operations", "--no-preemption")
+	if cfg.extensionDelay != 5*time.Minute || !cfg.fixedOperations || !cfg.noPreemption {
+		t.Fatalf("config %+v", cfg)
+	}
+	if d := parse(t); d.fixedOperations || d.noPreemption || d.extensionDelay != 0 {
+		t.Fatalf("defaults %+v, want Azure's: operations as long as their VMs, preemption", d)
+	}
+	for _, tc := range []struct{ arg, want string }{
+		{"--extension-delay=-1s", "--extension-delay -1s"},
+	} {
+		if err := run(t.Context(), parse(t, tc.arg)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("run error %v, want one naming %s", err, tc.want)
+		}
+	}
+}
+
 // TestScaleSetOptionFlags: --flexible, --spot and --computer-name-prefix
 // apply to the --scale-set they name; a flag naming none, or a bad
 // policy, is refused with the flag and value named.
