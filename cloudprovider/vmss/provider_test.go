@@ -594,12 +594,7 @@ func TestFailedVMsDeletedBeforeTheirOperationEndsAreNoPlaceholders(t *testing.T)
 	f.sim.Advance(f.ctx)
 	f.refresh()
 	ins, _ := g.Instances()
-	var failed []string
-	for _, in := range ins {
-		if in.Error != nil {
-			failed = append(failed, in.ProviderID)
-		}
-	}
+	failed := failedIDs(ins)
 	if len(failed) != 3 {
 		t.Fatalf("instances %+v: want 3 failed VMs", ins)
 	}
@@ -653,12 +648,7 @@ func TestDroppedPlaceholdersLowerTheCapacity(t *testing.T) {
 	f.expire()
 	f.refresh()
 	ins, _ := g.Instances()
-	var placeholders []string
-	for _, in := range ins {
-		if in.Error != nil {
-			placeholders = append(placeholders, in.ProviderID)
-		}
-	}
+	placeholders := failedIDs(ins)
 	if len(placeholders) != 3 {
 		t.Fatalf("instances %+v: want 3 failed placeholders", ins)
 	}
@@ -676,4 +666,16 @@ func TestDroppedPlaceholdersLowerTheCapacity(t *testing.T) {
 	if st, _ := f.sim.ScaleSet("rg", "gpu"); st.Capacity != 2 || len(st.VMs) != 2 {
 		t.Fatalf("after +1: capacity %d with %d VMs, want 2 with 2", st.Capacity, len(st.VMs))
 	}
+}
+
+// failedIDs are the provider IDs of the instances reported in error
+// (failed VMs and failed placeholders).
+func failedIDs(ins []cloudprovider.Instance) []string {
+	var out []string
+	for _, in := range ins {
+		if in.Error != nil {
+			out = append(out, in.ProviderID)
+		}
+	}
+	return out
 }
