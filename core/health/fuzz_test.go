@@ -65,6 +65,11 @@ func checkInvariants(t *testing.T, data string, p *Policy) {
 			t.Fatalf("Parse(%q): Allowed(%d) = %d", data, n, a)
 		}
 	}
+	for _, n := range []int{1, 2, 7, 100} {
+		if a := p.Allowed(n); p.disrupts() && a > max(1, n*MaxUnhealthyCapPercent/100) {
+			t.Fatalf("Parse(%q): Allowed(%d) = %d, more than half the group with drain or replace rules", data, n, a)
+		}
+	}
 	if p.Allowed(1000) > max(1000, 100_000) {
 		t.Fatalf("Parse(%q): Allowed(1000) = %d", data, p.Allowed(1000))
 	}

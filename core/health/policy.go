@@ -87,12 +87,13 @@ type Policy struct {
 }
 
 // Allowed is how many of a group's nodes may be under drain or replacement
-// at once: MaxUnhealthy's count, or its percent of groupNodes rounded down
-// (at most MaxUnhealthyCapPercent with drain or replace rules: Parse
-// refuses more); never below 1. A nil policy, or a MaxUnhealthy that is
-// neither, allows 1. A count is taken as written: the operator chose it
-// for the group's size, and the group's live nodes can be few for a
-// moment (new nodes whose GPUs are not advertised yet).
+// at once: MaxUnhealthy's count, or its percent of groupNodes rounded down;
+// never below 1. With drain or replace rules it is never more than half
+// of groupNodes (MaxUnhealthyCapPercent, rounded down, never below 1):
+// Parse refuses a larger percent, and a count is cut to it here, so a
+// count written for a bigger group (or a typo) cannot let one bad signal
+// drain a whole group. A nil policy, or a MaxUnhealthy that is neither,
+// allows 1.
 func (p *Policy) Allowed(groupNodes int) int {
 	n := 1
 	if p == nil {
@@ -110,7 +111,20 @@ func (p *Policy) Allowed(groupNodes int) int {
 			n = c
 		}
 	}
+	if p.disrupts() {
+		n = min(n, max(groupNodes, 0)*MaxUnhealthyCapPercent/100)
+	}
 	return max(n, 1)
+}
+
+// disrupts says whether any rule drains or replaces.
+func (p *Policy) disrupts() bool {
+	for i := range p.Rules {
+		if p.Rules[i].Action >= Drain {
+			return true
+		}
+	}
+	return false
 }
 
 // Rule is one rule of a policy: exactly one of Condition, Taint and

@@ -311,8 +311,12 @@ func TestAllowed(t *testing.T) {
 		{"malformed percent", pct("x%"), 100, 1},
 		{"percent over 100", pct("150%"), 100, 1},
 		{"the default", Default(), 50, 10},
-		// A count is taken as written, drain or replace rules or not.
-		{"a count above half a group that replaces", replacing(count(5)), 6, 5},
+		// A count above half a group that drains or replaces is cut to
+		// half (#39: a count bypassed the percent's cap).
+		{"a count above half a group that replaces", replacing(count(5)), 6, 3},
+		{"a count above half a small group that replaces", replacing(count(5)), 3, 1},
+		{"a count within half a group that replaces", replacing(count(5)), 100, 5},
+		{"a count above half a group that only reports", count(5), 6, 5},
 		{"nil policy", nil, 100, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
