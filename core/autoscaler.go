@@ -215,7 +215,7 @@ func New(d Deps) (*Autoscaler, error) {
 	if d.Actions != nil && d.Pods == nil {
 		return nil, errors.New("Deps.Pods is required with Deps.Actions: no machine is deleted without a fresh look at its pods")
 	}
-	a.remover = actuation.NewRemover(d.Pods, d.Clock)
+	a.remover = actuation.NewRemover(d.Pods, d.Recorder, d.Clock)
 	a.scaleDown = newScaleDownState(d, d.Metrics, a.remover)
 	a.replace.brake = scaledown.NewBrake(d.Options.replacementBrakeOptions())
 	a.spot = newSpotState(d.Provider)

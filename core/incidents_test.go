@@ -53,6 +53,21 @@ func newFleet(t *testing.T, acts *fakeActions, opts ...envOption) (*env, *inmemo
 	return e, gpu, sortedNodeNames(e)
 }
 
+// syncCordons makes the nodes' spec what the API server has after the
+// fake actions' cordons and uncordons, in the order they were asked.
+func (e *env) syncCordons(acts *fakeActions) {
+	state := map[string]bool{}
+	for _, n := range acts.cordoned {
+		state[n] = true
+	}
+	for _, n := range acts.uncordoned {
+		state[n] = false
+	}
+	for n, on := range state {
+		e.updateNode(n, func(n *apiv1.Node) { n.Spec.Unschedulable = on })
+	}
+}
+
 func sortedNodeNames(e *env) []string {
 	names := e.nodeNames()
 	sort.Strings(names)
@@ -62,8 +77,10 @@ func sortedNodeNames(e *env) []string {
 // TestPreflightIncident: 8 of 20 nodes fail the DNS check at once (a DNS
 // outage), 2 fail checks of their own. The 8 are an incident: not
 // cordoned, not deleted, reported by an event, a metric and the status;
-// the 2 bad machines are replaced. When the 8 pass again the incident is
-// over and nothing of them was touched.
+// the 2 bad machines are cordoned at once (they had passed: new pods
+// would land on them while their failure settles) and replaced once it
+// has. When the 8 pass again the incident is over and nothing of them was
+// touched.
 func TestPreflightIncident(t *testing.T) {
 	acts := &fakeActions{}
 	e, gpu, names := newFleet(t, acts)
@@ -73,9 +90,10 @@ func TestPreflightIncident(t *testing.T) {
 	e.failCheck(names[8], "gpu-count")
 	e.failCheck(names[9], "ecc")
 	e.run()
-	if len(acts.cordoned) != 0 {
-		t.Fatalf("cordoned %v before any failure settled", acts.cordoned)
+	if !slices.Equal(slices.Sorted(slices.Values(acts.cordoned)), []string{names[8], names[9]}) || len(gpu.Deleted()) != 0 {
+		t.Fatalf("cordoned %v, deleted %v before any failure settled: want the 2 failing checks of their own cordoned at once, nothing deleted", acts.cordoned, gpu.Deleted())
 	}
+	e.syncCordons(acts)
 	e.clock.Step(e.opts.PreflightFailureSettle)
 	e.run()
 	cordoned := map[string]bool{}
@@ -144,27 +162,41 @@ func TestPreflightIncident(t *testing.T) {
 // one per loop, as the periodic agents of a cluster do (each on its own
 // schedule). Every loop until the threshold sees fewer than it; none of
 // the early reports is taken for a bad machine, because none has stood for
-// --preflight-failure-settle when the incident is seen.
+// --preflight-failure-settle when the incident is seen: the early ones are
+// only cordoned (a node its periodic re-run failed takes no new pods),
+// fewer than the threshold, and uncordoned when the incident is seen.
 func TestOutageReportedOneByOneIsOneIncident(t *testing.T) {
 	acts := &fakeActions{}
 	e, gpu, names := newFleet(t, acts)
+	threshold := e.a.incidentThreshold()
 	// 8 reports, 30 s apart: the 5th (the threshold) comes 2 minutes after
 	// the first, well within the default settle of 5.
 	for i, n := range names[:8] {
 		e.failCheck(n, "dns")
 		e.run()
-		if len(acts.cordoned) != 0 || len(gpu.Deleted()) != 0 {
-			t.Fatalf("after %d reports: cordoned %v, deleted %v; want nothing done", i+1, acts.cordoned, gpu.Deleted())
+		e.syncCordons(acts)
+		if len(gpu.Deleted()) != 0 {
+			t.Fatalf("after %d reports: deleted %v; want nothing deleted", i+1, gpu.Deleted())
+		}
+		if want := min(i+1, threshold-1); i+1 < threshold && len(acts.cordoned) != want {
+			t.Fatalf("after %d reports: cordoned %v; want the %d reported so far cordoned at once", i+1, acts.cordoned, want)
+		}
+		if len(acts.cordoned) >= threshold {
+			t.Fatalf("after %d reports: cordoned %v; want fewer than the incident threshold %d", i+1, acts.cordoned, threshold)
 		}
 		e.clock.Step(30 * time.Second)
 	}
 	if evs := e.events(EventPreflightIncident); len(evs) != 1 {
 		t.Fatalf("events %v, want one PreflightIncident", evs)
 	}
+	if !slices.Equal(slices.Sorted(slices.Values(acts.uncordoned)), slices.Sorted(slices.Values(acts.cordoned))) {
+		t.Fatalf("uncordoned %v, want every node cordoned before the incident was seen (%v)", acts.uncordoned, acts.cordoned)
+	}
+	cordons := len(acts.cordoned)
 	e.clock.Step(time.Hour)
 	e.run()
-	if len(acts.cordoned) != 0 || len(gpu.Deleted()) != 0 {
-		t.Fatalf("an hour into the incident: cordoned %v, deleted %v; want nothing done", acts.cordoned, gpu.Deleted())
+	if len(acts.cordoned) != cordons || len(gpu.Deleted()) != 0 {
+		t.Fatalf("an hour into the incident: cordoned %v, deleted %v; want nothing more done", acts.cordoned, gpu.Deleted())
 	}
 }
 
@@ -182,13 +214,14 @@ func TestIncidentTakesBackWhatWasDoneBeforeItWasSeen(t *testing.T) {
 	e.failCheck(names[0], "dns")
 	e.failCheck(names[1], "dns")
 	e.run()
+	if len(acts.cordoned) != 2 || len(gpu.Deleted()) != 0 {
+		t.Fatalf("cordoned %v, deleted %v; want both cordoned at once, nothing deleted before the settle", acts.cordoned, gpu.Deleted())
+	}
+	e.syncCordons(acts)
 	e.clock.Step(time.Minute)
 	e.run()
 	if len(acts.cordoned) != 2 || len(gpu.Deleted()) != 1 {
 		t.Fatalf("cordoned %v, deleted %v; want both cordoned, the brake's 1 deleted", acts.cordoned, gpu.Deleted())
-	}
-	for _, n := range acts.cordoned {
-		e.updateNode(n, func(n *apiv1.Node) { n.Spec.Unschedulable = true }) // as the API server has it
 	}
 	pid := gpu.Deleted()[0]
 	held := names[0]
@@ -289,5 +322,40 @@ func TestHeldFailedNodeThatPassesAgainIsUncordoned(t *testing.T) {
 	e.run()
 	if got := len(gpu.Deleted()); got != 1 {
 		t.Fatalf("deleted %d after the window, want still 1: the others passed again", got)
+	}
+}
+
+// TestPeriodicFailuresCordonedAtOnceBelowTheThreshold: 10 nodes that had
+// passed fail 10 different checks of the agent's periodic re-run at once
+// (#39: a node a periodic check failed stayed schedulable through the
+// 5-minute settle). Fewer than the incident threshold of them are
+// cordoned at once — a monitor failing many checks cordons no more than
+// one check's incident would have — nothing is evicted or deleted before
+// the settle; once it has, each is a bad machine of its own and replaced.
+func TestPeriodicFailuresCordonedAtOnceBelowTheThreshold(t *testing.T) {
+	acts := &fakeActions{}
+	e, gpu, names := newFleet(t, acts)
+	threshold := e.a.incidentThreshold()
+	for i, n := range names[:10] {
+		e.failCheck(n, fmt.Sprintf("check-%d", i))
+	}
+	e.run()
+	e.syncCordons(acts)
+	if len(acts.cordoned) != threshold-1 || len(gpu.Deleted()) != 0 || len(acts.evicted) != 0 {
+		t.Fatalf("cordoned %v, evicted %v, deleted %v at once: want %d cordoned (below the incident threshold), nothing evicted or deleted",
+			acts.cordoned, acts.evicted, gpu.Deleted(), threshold-1)
+	}
+	e.run()
+	if len(acts.cordoned) != threshold-1 {
+		t.Fatalf("cordoned %v a loop later: want still %d", acts.cordoned, threshold-1)
+	}
+	e.clock.Step(e.opts.PreflightFailureSettle)
+	e.run()
+	e.run()
+	if got := len(gpu.Deleted()); got != 10 {
+		t.Fatalf("deleted %d after the settle, want the 10 bad machines", got)
+	}
+	if evs := e.events(EventPreflightIncident); len(evs) != 0 {
+		t.Fatalf("events %v, want no incident", evs)
 	}
 }

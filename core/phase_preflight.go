@@ -140,6 +140,7 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 	}
 	var toDelete []actuation.Machine
 	ps := a.preflight
+	atOnce := a.settlingCordons(l, act.PreflightFailed)
 	for _, f := range act.PreflightFailed {
 		n := f.Node
 		if _, done := ps.deleted[n.Name]; done {
@@ -155,8 +156,11 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 		}
 		if !ps.incidents.settled(n.Name, l.now, a.opts.PreflightFailureSettle) {
 			// Too recent to tell a bad machine from the first report of an
-			// outage: the other agents may still be reporting.
+			// outage: the other agents may still be reporting. Nothing is
+			// evicted or deleted yet; a node that had passed is cordoned
+			// at once (below).
 			l.failuresSettling++
+			a.cordonAtOnce(ctx, l, n, &atOnce)
 			continue
 		}
 		if !n.Spec.Unschedulable {
@@ -212,6 +216,42 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 	}
 	a.pruneFailed(l)
 	return nil
+}
+
+// settlingCordons counts the failed nodes this process cordoned whose
+// failure has not settled yet: the cordons cordonAtOnce holds.
+func (a *Autoscaler) settlingCordons(l *loop, failed []clusterstate.NodeResult) int {
+	ps, n := a.preflight, 0
+	for _, f := range failed {
+		if ps.cordoned[f.Node.Name] && !ps.incidents.settled(f.Node.Name, l.now, a.opts.PreflightFailureSettle) {
+			n++
+		}
+	}
+	return n
+}
+
+// cordonAtOnce cordons a node the agent's periodic re-run failed (it had
+// passed: the preflight label says failed and the gate's taint is gone,
+// so new pods still land on it) while its failure settles: a cordon stops
+// new work and takes nothing from the work running there, and is taken
+// back if the failure turns out to be an incident or the node passes
+// again. A node that never passed carries the gate's taint and needs no
+// cordon. Cordons held this way are fewer than the incident threshold
+// (*held counts them): an outage of several checks at once cordons at
+// most what one check's incident would have allowed.
+func (a *Autoscaler) cordonAtOnce(ctx context.Context, l *loop, n *apiv1.Node, held *int) {
+	ps := a.preflight
+	if n.Spec.Unschedulable || ps.cordoned[n.Name] || a.opts.Preflight.HasTaint(n) || *held >= a.incidentThreshold()-1 {
+		return
+	}
+	if err := a.cordonForReplacement(ctx, l, n.Name, cordonPreflight); err != nil {
+		klog.FromContext(ctx).Error(err, "Cordoning a node its periodic preflight re-run failed", "node", klog.KObj(n))
+		return
+	}
+	ps.cordoned[n.Name] = true
+	*held++
+	klog.FromContext(ctx).V(2).Info("Node failed its periodic preflight re-run; cordoned while the failure settles", "node", klog.KObj(n),
+		"settle", a.opts.PreflightFailureSettle)
 }
 
 // releaseForIncident takes back the cordon this process put on a failed

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
@@ -46,7 +47,7 @@ func TestRemoveBatchesPerGroup(t *testing.T) {
 		{Group: "gone", ProviderID: "inmemory://gone/0"},
 		{Group: "a", ProviderID: a.ProviderIDs()[1]},
 	}
-	r := NewRemover(&pods{}, clocktesting.NewFakeClock(time.Now()))
+	r := NewRemover(&pods{}, nil, clocktesting.NewFakeClock(time.Now()))
 	var got []string
 	for _, o := range r.Remove(context.Background(), groups, machines) {
 		got = append(got, fmt.Sprintf("%s:%v:%v", o.Group, o.Deleted, o.Err != nil))
@@ -84,6 +85,7 @@ func TestRemoveLooksAgain(t *testing.T) {
 		err           error
 		want          string // deleted, held: <holder>, error
 		freshReads    int
+		events        int // EventDeletedWhileTerminating: on each overdue pod and on the node
 	}{
 		{name: "nothing on it", want: "deleted", freshReads: 1},
 		{name: "DaemonSet, mirror and finished pods go with it",
@@ -101,8 +103,10 @@ func TestRemoveLooksAgain(t *testing.T) {
 		{name: "an evicted pod whose grace ends this very moment keeps it for the margin",
 			fresh: []*apiv1.Pod{to.Pod("e", on, rs, deleting(now))},
 			want:  "held: pod default/e is terminating until 2026-01-01T00:00:30Z", freshReads: 1},
-		{name: "an evicted pod whose grace ran out does not",
-			fresh: []*apiv1.Pod{to.Pod("e", on, rs, deleting(now.Add(-GraceMargin)))}, want: "deleted", freshReads: 1},
+		{name: "an evicted pod whose grace ran out does not, and it is said",
+			fresh: []*apiv1.Pod{to.Pod("e", on, rs, deleting(now.Add(-GraceMargin)))}, want: "deleted", freshReads: 1, events: 2},
+		{name: "a finished pod past its grace is not overdue",
+			fresh: []*apiv1.Pod{to.Pod("e", on, rs, phase(apiv1.PodSucceeded), deleting(now.Add(-GraceMargin)))}, want: "deleted", freshReads: 1},
 		{name: "a running pod is named before a terminating one",
 			fresh: []*apiv1.Pod{to.Pod("e", on, rs, deleting(now.Add(time.Minute))), to.Pod("p", on, rs)},
 			want:  "held: pod default/p runs on the node", freshReads: 1},
@@ -116,8 +120,17 @@ func TestRemoveLooksAgain(t *testing.T) {
 			g := p.AddGroup("g", 0, 10, to.Node("g", "4", "8Gi"), inmemory.WithTarget(1))
 			node := to.Node("n", "4", "8Gi", to.ProviderID(g.ProviderIDs()[0]))
 			reader := &pods{cached: tc.cached, fresh: tc.fresh, err: tc.err}
-			r := NewRemover(reader, clocktesting.NewFakeClock(now))
+			rec := record.NewFakeRecorder(10)
+			r := NewRemover(reader, rec, clocktesting.NewFakeClock(now))
 			out := r.Remove(context.Background(), GroupsByID(p.NodeGroups()), []Machine{MachineOf("g", node)})
+			if got := len(rec.Events); got != tc.events {
+				t.Fatalf("%d events, want %d", got, tc.events)
+			}
+			for range tc.events {
+				if e := <-rec.Events; !strings.Contains(e, EventDeletedWhileTerminating) || !strings.Contains(e, "node n") && !strings.Contains(e, "default/e") {
+					t.Fatalf("event %q: want %s naming the node and the pod", e, EventDeletedWhileTerminating)
+				}
+			}
 			got := "deleted"
 			switch o := out[0]; {
 			case o.Held != nil:
@@ -146,7 +159,7 @@ func TestRemoveMachineWithoutNode(t *testing.T) {
 	p := inmemory.New()
 	g := p.AddGroup("g", 0, 10, to.Node("g", "4", "8Gi"), inmemory.WithTarget(1))
 	reader := &pods{err: errors.New("must not be read")}
-	out := NewRemover(reader, clocktesting.NewFakeClock(time.Now())).Remove(context.Background(), GroupsByID(p.NodeGroups()),
+	out := NewRemover(reader, nil, clocktesting.NewFakeClock(time.Now())).Remove(context.Background(), GroupsByID(p.NodeGroups()),
 		[]Machine{{Group: "g", ProviderID: g.ProviderIDs()[0]}})
 	if !out[0].Deleted || reader.freshReads != 0 {
 		t.Fatalf("outcome %+v after %d reads, want deleted without a read", out[0], reader.freshReads)
@@ -222,7 +235,7 @@ func TestRemoveSaysWhetherTheDeletionWasSent(t *testing.T) {
 			p := inmemory.New()
 			g := p.AddGroup("g", 0, 10, to.Node("g", "4", "8Gi"), inmemory.WithTarget(1))
 			g.SetDeleteError(tc.err)
-			out := NewRemover(&pods{}, clocktesting.NewFakeClock(time.Now())).Remove(context.Background(), GroupsByID(p.NodeGroups()),
+			out := NewRemover(&pods{}, nil, clocktesting.NewFakeClock(time.Now())).Remove(context.Background(), GroupsByID(p.NodeGroups()),
 				[]Machine{{Group: "g", ProviderID: g.ProviderIDs()[0]}})
 			if out[0].Err == nil || out[0].Sent != tc.sent {
 				t.Fatalf("outcome %+v, want an error with Sent %v", out[0], tc.sent)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
@@ -77,6 +78,28 @@ func HolderOf(p *apiv1.Pod, now time.Time) *Holder {
 	return &Holder{Pod: p}
 }
 
+// EventDeletedWhileTerminating is a Warning on a pod, and on its node,
+// when the node's machine is deleted while the pod object still exists
+// past its deletion's grace period and GraceMargin: the kubelet never
+// reported it gone (a NotReady node, a process that ignores SIGKILL, a
+// stuck volume), so it was not known to be gone — only out of time.
+const EventDeletedWhileTerminating = "DeletedWhileTerminating"
+
+// overdue are the pods bound to node that HolderOf lets go only because
+// their deletion's grace period and GraceMargin ran out at now: the pod
+// object is still there.
+func overdue(pods []*apiv1.Pod, node string, now time.Time) []*apiv1.Pod {
+	var out []*apiv1.Pod
+	for _, p := range pods {
+		if p.Spec.NodeName == node && p.DeletionTimestamp != nil && HolderOf(p, now) == nil &&
+			!scaledown.IsDaemonSetPod(p) && !scaledown.IsMirrorPod(p) &&
+			p.Status.Phase != apiv1.PodSucceeded && p.Status.Phase != apiv1.PodFailed {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // firstHolder is the first pod of pods bound to node that holds its
 // machine at now: a running one before a terminating one.
 func firstHolder(pods []*apiv1.Pod, node string, now time.Time) *Holder {
@@ -111,6 +134,10 @@ type Outcome struct {
 	// Sent says DeleteNodes was called for it: with Err set, the cloud may
 	// or may not have started deleting it (a timeout, a lost answer).
 	Sent bool
+	// Overdue are its node's pods that were still terminating past their
+	// grace period and GraceMargin when it was sent for deletion; each
+	// got an EventDeletedWhileTerminating.
+	Overdue []*apiv1.Pod
 }
 
 // PodReader reads the pods bound to a node.
@@ -134,12 +161,15 @@ type PodReader interface {
 // removal up, a replacement waits.
 type Remover struct {
 	pods  PodReader
+	rec   record.EventRecorder // nil: no events
 	clock clock.Clock
 }
 
-// NewRemover returns a Remover that reads pods through pods.
-func NewRemover(pods PodReader, clk clock.Clock) *Remover {
-	return &Remover{pods: pods, clock: clk}
+// NewRemover returns a Remover that reads pods through pods and says on
+// rec (nil: nowhere) when a machine goes with a pod that was only out of
+// time (EventDeletedWhileTerminating).
+func NewRemover(pods PodReader, rec record.EventRecorder, clk clock.Clock) *Remover {
+	return &Remover{pods: pods, rec: rec, clock: clk}
 }
 
 // Remove checks and deletes machines, one DeleteNodes per group, groups in
@@ -157,7 +187,7 @@ func (r *Remover) Remove(ctx context.Context, groups map[string]cloudprovider.No
 		var idx []int
 		for _, i := range perGroup[id] {
 			if n := machines[i].Node; n != nil {
-				h, err := r.holder(ctx, n.Name)
+				h, late, err := r.holder(ctx, n.Name)
 				if err != nil {
 					out[i].Err = fmt.Errorf("reading the pods of node %s before deleting its machine: %w", n.Name, err)
 					continue
@@ -166,6 +196,7 @@ func (r *Remover) Remove(ctx context.Context, groups map[string]cloudprovider.No
 					out[i].Held = h
 					continue
 				}
+				out[i].Overdue = late
 			}
 			idx = append(idx, i)
 		}
@@ -182,22 +213,46 @@ func (r *Remover) Remove(ctx context.Context, groups map[string]cloudprovider.No
 		sent := err == nil || !cloudprovider.NotSent(err)
 		for _, i := range idx {
 			out[i].Deleted, out[i].Err, out[i].Sent = err == nil, err, sent
+			if sent {
+				r.sayOverdue(out[i])
+			}
 		}
 	}
 	return out
 }
 
+// sayOverdue puts an EventDeletedWhileTerminating on each overdue pod of
+// a machine sent for deletion, and on its node.
+func (r *Remover) sayOverdue(o Outcome) {
+	if r.rec == nil || len(o.Overdue) == 0 {
+		return
+	}
+	for _, p := range o.Overdue {
+		r.rec.Eventf(p, apiv1.EventTypeWarning, EventDeletedWhileTerminating,
+			"the machine of node %s was sent for deletion with this pod still terminating: its deletion's grace period ended at %s and %s more passed without the kubelet reporting it gone",
+			o.Node.Name, p.DeletionTimestamp.UTC().Format(time.RFC3339), GraceMargin)
+	}
+	r.rec.Eventf(o.Node, apiv1.EventTypeWarning, EventDeletedWhileTerminating,
+		"machine sent for deletion with %d pods still terminating past their grace period and %s (first: %s/%s)",
+		len(o.Overdue), GraceMargin, o.Overdue[0].Namespace, o.Overdue[0].Name)
+}
+
 // holder looks at a node's pods: the cache first (a holder there needs no
-// API call), then a fresh read.
-func (r *Remover) holder(ctx context.Context, node string) (*Holder, error) {
-	if h := firstHolder(r.pods.Cached(node), node, r.clock.Now()); h != nil {
-		return h, nil
+// API call), then a fresh read. With no holder it also returns the pods
+// only out of time (overdue), from the read that found none.
+func (r *Remover) holder(ctx context.Context, node string) (*Holder, []*apiv1.Pod, error) {
+	now := r.clock.Now()
+	if h := firstHolder(r.pods.Cached(node), node, now); h != nil {
+		return h, nil, nil
 	}
 	pods, err := r.pods.Fresh(ctx, node)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return firstHolder(pods, node, r.clock.Now()), nil
+	if h := firstHolder(pods, node, now); h != nil {
+		return h, nil, nil
+	}
+	return nil, overdue(pods, node, now), nil
 }
 
 // deleteGroup deletes n machines of one group with one DeleteNodes. A
