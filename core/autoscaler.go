@@ -253,6 +253,7 @@ func (o Options) registryOptions() clusterstate.Options {
 		PreflightFailuresBeforeBackoff: o.PreflightFailuresBeforeBackoff,
 		PreflightFailureWindow:         o.PreflightFailureWindow,
 		Startup:                        o.startupOptions(),
+		LostDeletionAfter:              o.DeletionLostAfter,
 	}
 }
 

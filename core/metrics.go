@@ -153,7 +153,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.ReplacementBrakeEngaged = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "replacement_brake_engaged",
 		Help: "1 when the replacement brake held back a deletion that is not scale-down (failed preflight, machines in error or never registered) in the last loop."})
 	m.ReplacementsLost = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "replacement_deletions_lost_total",
-		Help: "Machine deletions of replacement paths that the cloud accepted but whose machine still ran 15 minutes later (the operation failed: the VM runs on), asked again, by path: health and preflight (the node still Ready; not charged to the replacement brake again) and failed-machine (still listed, not deleting; charged again when its node is gone)."},
+		Help: "Machine deletions of replacement paths that the cloud accepted but whose machine still ran --deletion-lost-after (15 minutes) later (the operation failed: the VM runs on), asked again, by path: health and preflight (the node still Ready; not charged to the replacement brake again) and failed-machine (still listed, not deleting; charged again when its node is gone)."},
 		[]string{"node_group", "path"})
 	m.GateRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "gate_refused_writes_total",
 		Help: "Writes the last check before every write stopped, by rule (fence: this replica may not write; hold: the cluster-wide unready guard) and action (taint, untaint, cordon, evict, delete)."},

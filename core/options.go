@@ -7,6 +7,7 @@ import (
 	apiv1 "k8s.io/api/core/v1"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/balloon"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/bounds"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
 	"github.com/vmss-autoscaler/vmss-autoscaler/ratelimit"
@@ -125,6 +126,11 @@ type Options struct {
 	// bound to it before the taint arrived shows up, and the removal is
 	// given up (CA's --node-delete-delay-after-taint).
 	NodeDeleteDelayAfterTaint time.Duration
+	// DeletionLostAfter is how long a machine whose deletion the cloud
+	// accepted may still run (listed, not deleting; or its node Ready)
+	// before the deletion is taken as lost and asked again, on every path
+	// (--deletion-lost-after).
+	DeletionLostAfter         time.Duration
 	SkipNodesWithSystemPods   bool
 	SkipNodesWithLocalStorage bool
 	// The safety brake: at most this share of the cluster, and of a group,
@@ -267,6 +273,7 @@ func DefaultOptions() Options {
 		MaxEmptyBulkDelete:               10,
 		MaxGracefulTerminationSec:        600,
 		NodeDeleteDelayAfterTaint:        5 * time.Second,
+		DeletionLostAfter:                clusterstate.DefaultLostDeletionAfter,
 		SkipNodesWithSystemPods:          true,
 		SkipNodesWithLocalStorage:        true,
 		ScaleDownBrakeClusterShare:       0.5,
@@ -533,6 +540,11 @@ func (o Options) validateRanges() error {
 		},
 		func() error {
 			return bounds.Duration("--node-delete-delay-after-taint", o.NodeDeleteDelayAfterTaint, 0, time.Hour)
+		},
+		// At least a minute: a deletion's operation lasts until its VMs
+		// are gone; asked again sooner, a slow deletion is sent twice.
+		func() error {
+			return bounds.Duration("--deletion-lost-after", o.DeletionLostAfter, time.Minute, 24*time.Hour)
 		},
 		func() error {
 			return bounds.Duration("--scale-down-brake-window", o.ScaleDownBrakeWindow, time.Millisecond, maxWait)

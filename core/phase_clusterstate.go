@@ -27,7 +27,7 @@ func (a *Autoscaler) updateClusterState(ctx context.Context, l *loop) error {
 	for _, g := range sortedKeys(act.LostDeletes) {
 		a.metrics.ReplacementsLost.WithLabelValues(g, "failed-machine").Add(float64(act.LostDeletes[g]))
 		logger.Info("Failed machines still listed long after their deletion was sent; asking again", "nodeGroup", g, "count", act.LostDeletes[g],
-			"after", clusterstate.LostDeletionAfter)
+			"after", a.opts.DeletionLostAfter)
 	}
 	for _, f := range act.Failures {
 		a.metrics.FailedScaleUps.WithLabelValues(f.Group, f.Reason).Inc()

@@ -98,17 +98,13 @@ func (a *Autoscaler) pausedForReplacement(l *loop, n *apiv1.Node) bool {
 // again.
 const EventReplacementLost = "ReplacementLost"
 
-// lostDeletionAfter is how long the node of a machine a replacement path
-// deleted may still be Ready before the deletion is taken as lost and
-// asked again: ARM accepted it and its operation failed, and the VM runs
-// on (armsim's FaultDeleteFails; cluster-autoscaler's Azure provider
-// waits for the delete's result and takes the node back on failure). A
-// deletion's operation lasts until its VMs are gone, minutes for GPU VMs;
-// a deleted VM's node stops being Ready within the node monitor's grace.
-const lostDeletionAfter = clusterstate.LostDeletionAfter
-
 // retryLostDeletions forgets, in deleted (node → when its machine's
-// deletion was accepted), the nodes still Ready lostDeletionAfter later,
+// deletion was accepted), the nodes still Ready --deletion-lost-after
+// later (ARM accepted the deletion, its operation failed, and the VM runs
+// on: armsim's FaultLROFail; cluster-autoscaler's Azure provider waits for
+// the delete's result and takes the node back on failure; a deletion's
+// operation lasts until its VMs are gone, minutes for GPU VMs, and a
+// deleted VM's node stops being Ready within the node monitor's grace),
 // so the path that deleted them asks again (its admission is kept: the
 // replacement brake is not charged twice), with an event, a log line and
 // the metric. path names the path ("health", "preflight").
@@ -119,7 +115,7 @@ func (a *Autoscaler) retryLostDeletions(ctx context.Context, l *loop, deleted ma
 			continue
 		}
 		n, at := l.snap.NodeInfo(idx).Node(), deleted[name]
-		if !clusterstate.IsReady(n) || l.now.Sub(at) < lostDeletionAfter {
+		if !clusterstate.IsReady(n) || l.now.Sub(at) < a.opts.DeletionLostAfter {
 			continue
 		}
 		delete(deleted, name)

@@ -36,6 +36,10 @@ type Options struct {
 	PreflightFailureWindow         time.Duration
 	// Startup says which Ready nodes are not capacity yet.
 	Startup StartupOptions
+	// LostDeletionAfter is how long a machine handed out for deletion may
+	// still be listed, not deleting, before its deletion is taken as lost
+	// and asked again (0: DefaultLostDeletionAfter).
+	LostDeletionAfter time.Duration
 }
 
 // Readiness counts a group's machines by stage.
@@ -110,7 +114,7 @@ type Actions struct {
 	// failed creations and machines that never registered.
 	Delete map[string][]string
 	// LostDeletes counts, per group, machines listed in Delete again
-	// because LostDeletionAfter after they were handed out for deletion
+	// because Options.LostDeletionAfter after they were handed out for deletion
 	// the cloud still lists them, not deleting: the deletion was lost.
 	LostDeletes map[string]int
 	// DecreaseTarget lists, per group, a negative delta for requested
@@ -422,17 +426,25 @@ func (r *Registry) failedRunning(u *updateState, gs *GroupState, id string, node
 	u.act.FailedRunning = append(u.act.FailedRunning, FailedRunning{Group: gs.ID, ProviderID: id, Node: node, Error: e, New: isNew})
 }
 
-// LostDeletionAfter is how long a machine handed out for deletion may
-// still be listed, not deleting, before its deletion is taken as lost and
-// asked again: the cloud accepted it and its operation failed (the VM
-// runs on). A deletion's operation lasts until its VMs are gone, minutes
-// for GPU VMs.
-const LostDeletionAfter = 15 * time.Minute
+// DefaultLostDeletionAfter is how long, by default (--deletion-lost-after),
+// a machine handed out for deletion may still be listed, not deleting,
+// before its deletion is taken as lost and asked again: the cloud accepted
+// it and its operation failed (the VM runs on). A deletion's operation
+// lasts until its VMs are gone, minutes for GPU VMs.
+const DefaultLostDeletionAfter = 15 * time.Minute
+
+// lostDeletionAfter is Options.LostDeletionAfter, or its default.
+func (o Options) lostDeletionAfter() time.Duration {
+	if o.LostDeletionAfter > 0 {
+		return o.LostDeletionAfter
+	}
+	return DefaultLostDeletionAfter
+}
 
 // deleteOnce lists a failed machine for deletion: the first time with its
 // failure (which backs the group off; nil: none), afterwards only when its
 // deletion failed and is to be asked again (RetryDelete), or when it is
-// still listed, not deleting, LostDeletionAfter after it was last handed
+// still listed, not deleting, Options.LostDeletionAfter after it was last handed
 // out (LostDeletes): before, a deletion accepted and then failed was never
 // asked again, and the machine stayed for good.
 func (r *Registry) deleteOnce(act *Actions, group, id string, now time.Time, failure func() Failure) {
@@ -448,7 +460,7 @@ func (r *Registry) deleteOnce(act *Actions, group, id string, now time.Time, fai
 		delete(r.retry, id)
 		r.handled[id] = now
 		act.Delete[group] = append(act.Delete[group], id)
-	case now.Sub(at) >= LostDeletionAfter:
+	case now.Sub(at) >= r.opts.lostDeletionAfter():
 		r.handled[id] = now
 		act.Delete[group] = append(act.Delete[group], id)
 		if act.LostDeletes == nil {

@@ -128,13 +128,13 @@ func TestInstanceErrorsBackOffOnce(t *testing.T) {
 		t.Fatalf("deleted again without a retry: %+v", act)
 	}
 	// The deletion was accepted (no RetryDelete) and lost: the machines are
-	// still listed, not deleting, LostDeletionAfter after it was sent, and
+	// still listed, not deleting, DefaultLostDeletionAfter after it was sent, and
 	// are asked again, counted, without a new failure. Before, never.
-	act = update(r, p, t0.Add(time.Minute+LostDeletionAfter))
+	act = update(r, p, t0.Add(time.Minute+DefaultLostDeletionAfter))
 	if len(act.Delete["g"]) != 2 || act.LostDeletes["g"] != 2 || len(act.Failures) != 0 {
 		t.Fatalf("actions %+v after the lost-deletion delay, want the 2 asked again, counted lost, no failure", act)
 	}
-	if act = update(r, p, t0.Add(2*time.Minute+LostDeletionAfter)); len(act.Delete) != 0 {
+	if act = update(r, p, t0.Add(2*time.Minute+DefaultLostDeletionAfter)); len(act.Delete) != 0 {
 		t.Fatalf("asked again at once: %+v", act)
 	}
 }
