@@ -373,6 +373,14 @@ func TestHealthSafeLostDeletionIsAskedAgain(t *testing.T) {
 	if got := e.a.replace.brake.Recent(e.clock.Now()); got != 0 {
 		t.Fatalf("the brake counts %d deletions in its window after the retry: charged again", got)
 	}
+	// One replacement, asked twice: counted and told once (the e2e run
+	// found it counted twice).
+	if got := testutil.ToFloat64(e.a.metrics.HealthActions.WithLabelValues("gpu", "xid-error", "replace")); got != 1 {
+		t.Fatalf("health_actions_total{replace} = %v, want 1: the deletion asked again is no new replacement", got)
+	}
+	if evs := e.events(EventHealthReplace); len(evs) != 1 {
+		t.Fatalf("HealthReplace events %v, want 1", evs)
+	}
 }
 
 // TestHealthSafeBadImageBacksTheGroupOff: every new node of a group goes

@@ -1047,6 +1047,10 @@ func (a *Autoscaler) replaceUnhealthy(ctx context.Context, l *loop, toDelete []a
 				rule = c.verdict.Rule
 				a.setHealthState(c, "deleted")
 			}
+			if !a.firstDeletion(o.Node.Name) {
+				logger.Info("Deleted the machine of an unhealthy node again (its first deletion was lost)", "node", klog.KObj(o.Node), "nodeGroup", o.Group, "rule", rule)
+				continue
+			}
 			a.metrics.HealthActions.WithLabelValues(o.Group, rule, "replace").Inc()
 			logger.Info("Deleted the machine of an unhealthy node", "node", klog.KObj(o.Node), "nodeGroup", o.Group, "rule", rule)
 			if a.rec != nil {

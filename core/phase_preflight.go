@@ -201,7 +201,9 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 		switch {
 		case o.Deleted:
 			ps.deleted[o.Node.Name] = l.now
-			replaced[o.Group]++
+			if a.firstDeletion(o.Node.Name) {
+				replaced[o.Group]++
+			}
 		case o.Err != nil:
 			logger.Error(o.Err, "Deleting a machine that failed preflight; retried next loop", "node", klog.KObj(o.Node), "nodeGroup", o.Group)
 		default:

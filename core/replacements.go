@@ -29,6 +29,22 @@ type replacements struct {
 	// on it as this process knows: its own cordon, else the first loop
 	// that found it cordoned or tainted not-ready (pausedForReplacement).
 	stopped map[string]time.Time
+	// reasked are the nodes whose lost deletion retryLostDeletions handed
+	// back to their path: its next deletion is the same replacement asked
+	// again, not a new one (firstDeletion).
+	reasked map[string]bool
+}
+
+// firstDeletion says whether a path's accepted deletion of node's machine
+// is a replacement of its own, to be counted and told as one, rather than
+// a lost deletion asked again (counted by replacement_deletions_lost_total
+// when it was handed back).
+func (a *Autoscaler) firstDeletion(node string) bool {
+	if a.replace.reasked[node] {
+		delete(a.replace.reasked, node)
+		return false
+	}
+	return true
 }
 
 // cordonForReplacement cordons a node a replacement path (health,
@@ -119,6 +135,10 @@ func (a *Autoscaler) retryLostDeletions(ctx context.Context, l *loop, deleted ma
 			continue
 		}
 		delete(deleted, name)
+		if a.replace.reasked == nil {
+			a.replace.reasked = map[string]bool{}
+		}
+		a.replace.reasked[name] = true
 		group := ""
 		if g, ok := l.groupOf[name]; ok {
 			group = g.ID()
@@ -132,11 +152,17 @@ func (a *Autoscaler) retryLostDeletions(ctx context.Context, l *loop, deleted ma
 	}
 }
 
-// pruneStopped forgets the pauses of nodes gone from the snapshot.
+// pruneStopped forgets the pauses, and the deletions asked again, of
+// nodes gone from the snapshot.
 func (a *Autoscaler) pruneStopped(l *loop) {
 	for name := range a.replace.stopped {
 		if _, ok := l.snap.Index(name); !ok {
 			delete(a.replace.stopped, name)
+		}
+	}
+	for name := range a.replace.reasked {
+		if _, ok := l.snap.Index(name); !ok {
+			delete(a.replace.reasked, name)
 		}
 	}
 }

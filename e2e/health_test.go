@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/health"
 	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
 )
 
@@ -43,6 +45,8 @@ const (
 	eventHealthReplace   = "HealthReplace"
 	eventHealthRecovered = "HealthRecovered"
 	eventHealthBreaker   = "HealthBreaker"
+	// EventReplacementLost: a replacement's deletion asked again.
+	EventReplacementLost = "ReplacementLost"
 )
 
 // xidPolicy is a health policy of one rule: XIDErrors=True for forDur,
@@ -768,4 +772,65 @@ func TestHealthSafeMonitorFlaggingEveryNodeOfAGroup(t *testing.T) {
 		}
 		return allRunning(sc, 5)()
 	})
+}
+
+// fastDefaultRules is the built-in health policy (health.DefaultYAML) with
+// every rule's `for` cut to 5 s: maxUnhealthy, the breakers and every
+// other bound as shipped. e2e runs in real time; what these tests prove is
+// the bounds, not the rules' patience.
+func fastDefaultRules() string {
+	return regexp.MustCompile(`(?m)^(\s+for:) \S+$`).ReplaceAllString(health.DefaultYAML, "$1 5s")
+}
+
+// TestHealthSafeLostDeletionIsAskedAgain (#39 case 7): the default rules
+// replace a node whose GPU throws XID 79; ARM accepts its machine's
+// deletion and the operation fails, the VM running on (FaultDeleteFails),
+// its node still Ready and cordoned. --deletion-lost-after (1m here, 15m
+// by default: the only flag changed) later the deletion is taken as lost
+// and asked again: ReplacementLost on the node, the lost-deletion metric
+// for the health path, the VM gone, one machine bought for the evicted
+// pod and no other (the replacement is not made twice). Before, the
+// machine stayed cordoned for good.
+func TestHealthSafeLostDeletionIsAskedAgain(t *testing.T) {
+	t.Parallel()
+	sc := newScenario(t)
+	gpu := sc.scaleSet("gpu", h100, 0, nil)
+	hook := sc.faultHook(gpu)
+	sc.healthPolicy(fastDefaultRules())
+	p := sc.autoscaler("autoscaler", "--nodes=0:4:"+gpu, "--deletion-lost-after=1m")
+	sc.workload("work", 1, "90", 8, gpu)
+	sc.eventually("1 pod Running", 3*time.Minute, allRunning(sc, 1))
+	before, _ := sc.runningByNode("work")
+	victim := slices.Collect(maps.Keys(before))[0]
+	victimVM := sc.vmOfNode(gpu, victim)
+	must(t, sc.s.sim.InjectFault(sc.rg, gpu, armsim.Fault{Kind: armsim.FaultDeleteFails, Count: 1}))
+	sc.setCondition(hook, victim, xidError, apiv1.ConditionTrue, "XID79", "GPU 0: XID 79, GPU has fallen off the bus")
+	deletes := func() int {
+		n := 0
+		for _, w := range sc.writesTo(gpu) {
+			if w.Op == armsim.OpDeleteInstances && accepted(w) {
+				n++
+			}
+		}
+		return n
+	}
+	sc.eventually("the first deletion accepted, and failed: the VM runs on", 3*time.Minute, func() (bool, string) {
+		st, ok := sc.vms(gpu)[victimVM]
+		return deletes() == 1 && ok && st == armsim.StateRunning && sc.nodeEvents(EventReplacementLost, victim) == 0,
+			fmt.Sprintf("%d deletions, VM %s %q\n%s", deletes(), victimVM, st, sc.writeLog(gpu))
+	})
+	lost := `vmss_autoscaler_replacement_deletions_lost_total{node_group="` + gpu + `",path="health"}`
+	sc.eventually("the deletion asked again, the VM gone", 4*time.Minute, func() (bool, string) {
+		_, left := sc.vms(gpu)[victimVM]
+		return !left && deletes() == 2 && sc.nodeEvents(EventReplacementLost, victim) > 0 && sc.healthMetric(p, lost) == 1,
+			fmt.Sprintf("VM there %v, %d deletions, %d ReplacementLost events, %s %v", left, deletes(), sc.nodeEvents(EventReplacementLost, victim), lost, sc.healthMetric(p, lost))
+	})
+	sc.eventually("the pod Running again", 3*time.Minute, allRunning(sc, 1))
+	_, body := sc.get(p, "/metrics")
+	if got := released(body, gpu, "workload"); got != 2 {
+		t.Fatalf("%v nodes bought, want 2: the pod's first and its replacement", got)
+	}
+	if got := sc.healthMetric(p, `vmss_autoscaler_health_actions_total{action="replace",node_group="`+gpu+`",rule="xid-error"}`); got != 1 {
+		t.Fatalf("health replace actions %v, want 1: the lost deletion is asked again, not a second replacement", got)
+	}
 }
