@@ -656,6 +656,7 @@ func (p *providerFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&p.cfg.VMListParallelism, "azure-vm-list-parallelism", 8, "most VM lists in flight at once")
 	fs.BoolVar(&p.cfg.AllowAKSManaged, "azure-allow-aks-managed-scale-sets", false, "manage scale sets of AKS node pools (aks-managed-* tags), which AKS does not support writing directly; off: such scale sets are refused")
 	fs.BoolVar(&p.cfg.ForceDelete, "azure-force-delete", false, "force-delete instances on scale-down")
+	fs.BoolVar(&p.cfg.ConcurrentScaleUps, "azure-concurrent-scale-ups", false, "send a scale set's capacity write while its previous scale-up operation still runs (ARM preempts the earlier one, as cluster-autoscaler's writes do); off: at most one capacity write in flight per scale set, and demand that arrives meanwhile waits for the operation to end (minutes for GPU VMs)")
 	fs.DurationVar(&p.cfg.LROPollInterval, "azure-operation-poll-interval", 10*time.Second, "how often long-running ARM operations are polled in the background")
 }
 

@@ -758,3 +758,54 @@ func TestPlacementGroupLimitRaised(t *testing.T) {
 		}
 	})
 }
+
+// TestConcurrentScaleUpSupersedesItsOwnWrite: with ConcurrentScaleUps
+// (--azure-concurrent-scale-ups) a scale-up asked for while the
+// provider's previous one runs is sent at once with the absolute target;
+// ARM preempts the earlier operation (Canceled, OperationPreempted, as
+// for another writer's PATCH), which is no failure: no failed instance,
+// every VM of both writes comes, and the set is never reported as
+// holding a write in flight. cluster-autoscaler's Azure provider sends
+// each capacity write without waiting for the previous operation
+// (azure_scale_set.go: IncreaseSize, createOrUpdateInstances).
+func TestConcurrentScaleUpSupersedesItsOwnWrite(t *testing.T) {
+	const boot = 3 * time.Minute
+	f := newFixture(t, []armsim.ScaleSetSpec{gpuSet("gpu", 2, nil)}, withNodes("0:10:gpu"),
+		withSim(func(o *armsim.Options) { o.BootDelay = boot }),
+		func(_ *armsim.Options, c *Config) { c.ConcurrentScaleUps = true })
+	f.refresh()
+	g := f.p.groups[setKey("rg", "gpu")]
+	if err := g.IncreaseSize(f.ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if g.ScaleUpInFlight() {
+		t.Fatal("ScaleUpInFlight true with ConcurrentScaleUps: the core would hold demand a write could carry now")
+	}
+	if err := g.IncreaseSize(f.ctx, 1); err != nil {
+		t.Fatalf("second scale-up while the first runs: %v (want it sent)", err)
+	}
+	if n, _ := g.TargetSize(); n != 5 {
+		t.Fatalf("target %d, want 5: the second write is the absolute target 2+2+1", n)
+	}
+	eventually(t, "the first operation's preemption to be counted", func() bool {
+		f.clock.Step(time.Second)
+		f.sim.Advance(f.ctx)
+		return len(lroFailureCodes(f)) > 0
+	})
+	if c := lroFailureCodes(f); !maps.Equal(c, map[string]float64{codePreempted: 1}) {
+		t.Fatalf("arm_operation_failures_total %v, want only code %s once", c, codePreempted)
+	}
+	f.clock.Step(boot)
+	f.sim.Advance(f.ctx)
+	f.expire()
+	f.refresh()
+	got := states(t, g)
+	if len(got) != 5 {
+		t.Fatalf("instances %v, want 5", got)
+	}
+	for id, st := range got {
+		if st != "running" {
+			t.Errorf("instance %s %s after boot, want running: a superseded write is no failure", id, st)
+		}
+	}
+}

@@ -130,6 +130,9 @@ type options struct {
 	scenarios []string
 	out       string
 	bootDelay time.Duration
+	// autoscalerFlags are added to the autoscaler's command line, after
+	// the harness's own; the report names them.
+	autoscalerFlags []string
 }
 
 func main() {
@@ -154,6 +157,7 @@ func main() {
 	lro := fs.Duration("lro-duration", 0, "the least the ARM simulator's long-running operations (scale-set updates, instance deletions) stay InProgress; a scale-out's lasts until its VMs are provisioned (default: 10s)")
 	extensions := fs.Duration("extension-delay", 0, "how long a new simulated VM runs its extensions once booted, before it is provisioned and its node registers (default: the size's, 0; 1m for xl)")
 	minRun := fs.Duration("min-autoscaler-run", 0, "hold the cluster at full size until the autoscaler has run this long, so that its VM lists are counted over a whole 30-minute window; 0: just --hold (default: the size's, 30m for xl)")
+	fs.StringArrayVar(&o.autoscalerFlags, "autoscaler-flag", nil, "a flag added to the autoscaler's command line, e.g. --autoscaler-flag=--azure-concurrent-scale-ups (repeatable; the report names them; default: none, every flag but the wiring is the autoscaler's default)")
 	fs.DurationVar(&o.bootDelay, "boot-delay", 0, "time a simulated VM takes from creation to a registered node, ±half of it as jitter (default: the size's, 20s for ci, 1m for full)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -348,6 +352,7 @@ func run(ctx context.Context, o options) error {
 	rep := &report{Size: o.size, Machine: machine(), Started: time.Now().UTC(), BootDelay: o.bootDelay.String(), Heartbeats: heartbeats(o.sz), SeedNodes: o.sz.seed,
 		Layout: o.sz.layout, LRODuration: o.sz.lro.String(), Extensions: o.sz.extensions.String()}
 	rep.ScaleDownCompressed = o.sz.scaleDownFor > 0
+	rep.AutoscalerFlags = o.autoscalerFlags
 	for _, name := range o.scenarios {
 		sc := newScenario(name, o, bins, autoscalerBin)
 		say("scenario %s: %s", name, sc.describe())

@@ -29,10 +29,13 @@ type report struct {
 	// ScaleDownCompressed: the autoscaler ran with the compressed
 	// scale-down timings (the run watched a scale-down); else every flag
 	// but the ARM and cluster wiring was its default.
-	ScaleDownCompressed bool      `json:"scaleDownCompressed"`
-	Started             time.Time `json:"started"`
-	Finished            time.Time `json:"finished"`
-	Scenarios           []*result `json:"scenarios"`
+	ScaleDownCompressed bool `json:"scaleDownCompressed"`
+	// AutoscalerFlags were added to the autoscaler's defaults
+	// (--autoscaler-flag).
+	AutoscalerFlags []string  `json:"autoscalerFlags,omitempty"`
+	Started         time.Time `json:"started"`
+	Finished        time.Time `json:"finished"`
+	Scenarios       []*result `json:"scenarios"`
 	// Failures are the checks across scenarios that failed.
 	Failures []string `json:"failures,omitempty"`
 }
@@ -118,6 +121,9 @@ func (rep *report) markdown() string {
 	flags := "with its default flags, scale-down timings included"
 	if rep.ScaleDownCompressed {
 		flags = "with its default flags but the scale-down timings (see README)"
+	}
+	if len(rep.AutoscalerFlags) > 0 {
+		flags += ", plus " + strings.Join(rep.AutoscalerFlags, " ")
 	}
 	seed := ""
 	if rep.SeedNodes > 0 {

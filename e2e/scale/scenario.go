@@ -383,6 +383,7 @@ func (sc *scenario) startAutoscaler(ctx context.Context, e *env) error {
 			"--scale-down-brake-window="+sc.brakeWindow.String(),
 			fmt.Sprintf("--max-empty-bulk-delete=%d", emptyBulkDelete))
 	}
+	args = append(args, sc.o.autoscalerFlags...)
 	as, err := cp.StartProcess(ctx, "vmss-autoscaler", sc.autoscalerBin, args...)
 	if err != nil {
 		return err
