@@ -148,6 +148,7 @@ func TestCommandLineOnlyFlagsClassified(t *testing.T) {
 		"azure-vm-list-parallelism":          "how many ARM reads are in flight",
 		"azure-allow-aks-managed-scale-sets": "which scale sets are managed, within what the identity's role assignment allows: cost and disruption",
 		"azure-force-delete":                 "how instances are deleted",
+		"azure-concurrent-scale-ups":         "how often a scale set is written",
 		"azure-operation-poll-interval":      "how often ARM operations are polled",
 	}
 	looksPrivileged := func(name string) bool {
