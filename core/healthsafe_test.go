@@ -422,6 +422,48 @@ func TestHealthSafeBadImageBacksTheGroupOff(t *testing.T) {
 	}
 }
 
+// TestHealthSafeBadImageBackoffSurvivesAFailover: two young nodes of a
+// bad image failed health, then the leader changes; the third backs the
+// group off on the new leader. Before: the count lived in memory, and
+// every new leader allowed --health-failures-before-backoff more cycles.
+func TestHealthSafeBadImageBackoffSurvivesAFailover(t *testing.T) {
+	acts := &fakeActions{}
+	e := newEnv(t, withNodeWrites(acts), withOptions(func(o *Options) {
+		o.ScaleDownEnabled = false
+		o.ReplacementBrakeMinNodes = 100
+		o.NodeDeleteDelayAfterTaint = DefaultOptions().NodeDeleteDelayAfterTaint
+	}))
+	e.safety = &memSafety{}
+	acts.graceful = e.clock
+	gpu := e.provider.AddGroup("gpu", 0, 20, gpuTemplate("gpu"), inmemory.WithTarget(4))
+	e.start()
+	e.register(gpu)
+	e.setPolicy(strings.Replace(xidPolicy, "for: 1m", "for: 0s", 1), nil)
+	nodes := groupNodes(gpu)
+	e.busy("w", nodes[3:])
+	for i := range 3 {
+		if i == 2 {
+			e.failover()
+		}
+		if i > 0 {
+			e.clock.Step(5 * time.Minute)
+		}
+		e.condition(nodes[i], "XIDErrors", apiv1.ConditionTrue)
+		e.run()
+		e.clock.Step(e.a.opts.NodeDeleteDelayAfterTaint)
+		e.run()
+	}
+	if got := len(gpu.Deleted()); got != 3 {
+		t.Fatalf("%d machines replaced, want 3", got)
+	}
+	if gs := e.a.registry.Group("gpu"); gs == nil || !gs.Backoff.Active {
+		t.Fatal("group not backed off by the third young failure, the first two counted by the leader before")
+	}
+	if ev := e.events(EventHealthBackoff); len(ev) != 1 {
+		t.Fatalf("HealthBackoff events %q, want 1", ev)
+	}
+}
+
 // TestHealthSafeScratchEmptyDirDoesNotBlockAReplacement: an XID node runs
 // a training pod with a scratch emptyDir (most do). Before: cordoned and
 // never drained (local storage), the gang hanging on a dead GPU. Now: the

@@ -39,6 +39,10 @@ type safetyState struct {
 	// SpotEvictions are each group's Spot evictions within
 	// --spot-eviction-window that have not backed it off yet.
 	SpotEvictions map[string][]time.Time `json:"spotEvictions,omitempty"`
+	// HealthFailures are each group's young nodes admitted for a drain or
+	// replacement within --health-failure-window that have not backed it
+	// off yet: a new leader does not start the count of a bad image again.
+	HealthFailures map[string][]time.Time `json:"healthFailures,omitempty"`
 }
 
 // restoreSafetyState reads the safety state back once, before the first
@@ -67,6 +71,7 @@ func (a *Autoscaler) restoreSafetyState(ctx context.Context) error {
 	a.replace.brake.Restore(now, st.Replacements)
 	a.registry.RestoreBackoffs(now, st.Backoffs)
 	a.spot.restore(now, a.opts.SpotEvictionWindow, st.SpotEvictions)
+	a.health.youngFailures = recentTimes(now, a.opts.HealthFailureWindow, st.HealthFailures)
 	a.health.restoreLastGood(ctx, st.HealthPolicy)
 	for id, until := range st.HealthBreakers {
 		if until.IsZero() || now.Before(until) {
@@ -104,6 +109,7 @@ func (a *Autoscaler) persistSafetyState(ctx context.Context, now time.Time) erro
 		Replacements:       a.replace.brake.Records(now),
 		Backoffs:           a.registry.BackoffRecords(now),
 		SpotEvictions:      a.spot.records(now, a.opts.SpotEvictionWindow),
+		HealthFailures:     recentTimes(now, a.opts.HealthFailureWindow, a.health.youngFailures),
 	}
 	st.HealthPolicy = a.health.lastGood
 	if len(a.health.breakers) > 0 {
@@ -127,4 +133,21 @@ func (a *Autoscaler) persistSafetyState(ctx context.Context, now time.Time) erro
 	}
 	a.lastSafety = string(b)
 	return nil
+}
+
+// recentTimes is a copy of times per key keeping those within window of
+// now, in UTC; keys left with none are dropped, and nil when none is left.
+func recentTimes(now time.Time, window time.Duration, times map[string][]time.Time) map[string][]time.Time {
+	var out map[string][]time.Time
+	for k, ts := range times {
+		for _, t := range ts {
+			if now.Sub(t) < window {
+				if out == nil {
+					out = map[string][]time.Time{}
+				}
+				out[k] = append(out[k], t.UTC())
+			}
+		}
+	}
+	return out
 }
