@@ -145,7 +145,7 @@ YAML, except those marked "command line only"):
 	live.IntVar(&c.core.MaxScaleDownParallelism, "max-scale-down-parallelism", d.MaxScaleDownParallelism, "nodes drained at once")
 	live.IntVar(&c.core.MaxEmptyBulkDelete, "max-empty-bulk-delete", d.MaxEmptyBulkDelete, "empty nodes removed per loop")
 	live.IntVar(&c.core.MaxGracefulTerminationSec, "max-graceful-termination-sec", d.MaxGracefulTerminationSec, "cap on a pod's graceful termination when draining")
-	live.DurationVar(&c.core.DeletionLostAfter, "deletion-lost-after", d.DeletionLostAfter, "how long a machine whose deletion the cloud accepted may still run (listed and not deleting, or its node Ready) before the deletion is taken as lost and asked again, on every path; at least 1m")
+	live.DurationVar(&c.core.DeletionLostAfter, "deletion-lost-after", d.DeletionLostAfter, "how long a machine whose deletion the cloud accepted may still run (listed and not deleting, or its node Ready) before the deletion is taken as lost and asked again, on every replacement path (health, preflight, failed machines; a machine the cloud lists deleting is never lost); at least 1m")
 	live.DurationVar(&c.core.NodeDeleteDelayAfterTaint, "node-delete-delay-after-taint", d.NodeDeleteDelayAfterTaint, "how long a node carries its ToBeDeleted taint before its machine is deleted; a pod bound to it meanwhile keeps it")
 	live.BoolVar(&c.core.SkipNodesWithSystemPods, "skip-nodes-with-system-pods", d.SkipNodesWithSystemPods, "keep nodes running kube-system pods that have no PodDisruptionBudget")
 	live.BoolVar(&c.core.SkipNodesWithLocalStorage, "skip-nodes-with-local-storage", d.SkipNodesWithLocalStorage, "keep nodes running pods with emptyDir or hostPath volumes")

@@ -383,6 +383,34 @@ func TestHealthSafeLostDeletionIsAskedAgain(t *testing.T) {
 	}
 }
 
+// TestHealthSafeSlowDeletionIsNotLost: a GPU VM's deletion runs for
+// longer than --deletion-lost-after while its node is still Ready (the
+// cloud lists the machine deleting): it is not lost, and not asked again
+// (the second reader: "node Ready" alone took a slow deletion for a lost
+// one).
+func TestHealthSafeSlowDeletionIsNotLost(t *testing.T) {
+	e, _, gpu := healthEnv(t, 4, strings.Replace(xidPolicy, "for: 1m", "for: 0s", 1))
+	nodes := groupNodes(gpu)
+	e.condition(nodes[0], "XIDErrors", apiv1.ConditionTrue)
+	gpu.SetSlowDeletes(true)
+	e.run()
+	e.clock.Step(e.a.opts.NodeDeleteDelayAfterTaint)
+	e.run()
+	if _, ok := e.a.health.deleted[nodes[0]]; !ok {
+		t.Fatalf("no deletion sent: recorded %v", e.a.health.deleted)
+	}
+	for range 20 {
+		e.clock.Step(time.Minute)
+		e.run()
+	}
+	if got := testutil.ToFloat64(e.a.metrics.ReplacementsLost.WithLabelValues("gpu", "health")); got != 0 {
+		t.Fatalf("lost deletions counted %v while the machine was listed deleting, want 0", got)
+	}
+	if evs := e.events(EventReplacementLost); len(evs) != 0 {
+		t.Fatalf("ReplacementLost events %v for a deletion still running", evs)
+	}
+}
+
 // TestHealthSafeBadImageBacksTheGroupOff: every new node of a group goes
 // bad soon after it joins (a bad image throwing XIDs under load). Before:
 // replaced again and again (8 cycles in 49 minutes, 8 machines bought and
@@ -461,6 +489,66 @@ func TestHealthSafeBadImageBackoffSurvivesAFailover(t *testing.T) {
 	}
 	if ev := e.events(EventHealthBackoff); len(ev) != 1 {
 		t.Fatalf("HealthBackoff events %q, want 1", ev)
+	}
+}
+
+// TestHealthSafeYoungFailureCountedOnceAcrossAFailover: two young nodes
+// a drain rule keeps (cordoned, drained, their machines kept) count 2
+// towards the health backoff; a new leader admits them again, which must
+// not count them again (the second reader found 2 young bad nodes and a
+// failover backing a healthy group off); a third young node then backs
+// the group off.
+func TestHealthSafeYoungFailureCountedOnceAcrossAFailover(t *testing.T) {
+	acts := &fakeActions{}
+	e := newEnv(t, withNodeWrites(acts), withOptions(func(o *Options) {
+		o.ScaleDownEnabled = false
+		o.ReplacementBrakeMinNodes = 100
+		o.NodeDeleteDelayAfterTaint = DefaultOptions().NodeDeleteDelayAfterTaint
+	}))
+	e.safety = &memSafety{}
+	acts.graceful = e.clock
+	gpu := e.provider.AddGroup("gpu", 0, 20, gpuTemplate("gpu"), inmemory.WithTarget(15))
+	e.start()
+	e.register(gpu)
+	e.setPolicy(`maxUnhealthy: "20%"
+rules:
+- name: plugin
+  condition: {type: UnhealthyNvidiaDevicePlugin, status: "True"}
+  for: 0s
+  action: drain
+`, nil)
+	nodes := groupNodes(gpu)
+	bad := func(n string) {
+		e.condition(n, "UnhealthyNvidiaDevicePlugin", apiv1.ConditionTrue)
+		e.run()
+		e.clock.Step(e.a.opts.NodeDeleteDelayAfterTaint)
+		e.run()
+	}
+	bad(nodes[0])
+	bad(nodes[1])
+	backedOff := func() bool { gs := e.a.registry.Group("gpu"); return gs != nil && gs.Backoff.Active }
+	if backedOff() {
+		t.Fatal("backed off after 2 young failures, want 3")
+	}
+	e.failover()
+	for range 3 {
+		e.clock.Step(e.a.opts.NodeDeleteDelayAfterTaint)
+		e.run()
+	}
+	if backedOff() {
+		t.Fatal("backed off after a failover with the same 2 young failures: the new leader counted them again")
+	}
+	// The first recovers (the cordon ceiling of this small cluster, 2,
+	// has room again); a third young node goes bad.
+	e.condition(nodes[0], "UnhealthyNvidiaDevicePlugin", apiv1.ConditionFalse)
+	e.run()
+	e.run()
+	bad(nodes[2])
+	if !backedOff() {
+		t.Fatal("not backed off by the third young failure")
+	}
+	if got := len(gpu.Deleted()); got != 0 {
+		t.Fatalf("deleted %v: a drain rule keeps the machines", gpu.Deleted())
 	}
 }
 

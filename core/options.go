@@ -127,9 +127,10 @@ type Options struct {
 	// given up (CA's --node-delete-delay-after-taint).
 	NodeDeleteDelayAfterTaint time.Duration
 	// DeletionLostAfter is how long a machine whose deletion the cloud
-	// accepted may still run (listed, not deleting; or its node Ready)
-	// before the deletion is taken as lost and asked again, on every path
-	// (--deletion-lost-after).
+	// accepted may still run (listed, not deleting; or its node Ready and
+	// its machine not listed deleting) before the deletion is taken as
+	// lost and asked again, on every replacement path: health, preflight,
+	// failed machines (--deletion-lost-after).
 	DeletionLostAfter         time.Duration
 	SkipNodesWithSystemPods   bool
 	SkipNodesWithLocalStorage bool

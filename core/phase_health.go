@@ -134,10 +134,11 @@ type healthState struct {
 	// incidentsSeen: this leader judged the incidents once (its first
 	// judgement counts every match, updateIncidents).
 	incidentsSeen bool
-	// youngFailures: group → when its nodes younger than
-	// --health-failure-window were admitted for a drain or replacement,
-	// within that window (the health backoff).
-	youngFailures map[string][]time.Time
+	// youngFailures: group → its nodes younger than
+	// --health-failure-window admitted for a drain or replacement within
+	// that window, and when (the health backoff). A node counts once: a
+	// new leader admits again the nodes the last one had admitted.
+	youngFailures map[string][]YoungFailure
 	// unhealthySeries are the (group, rule) series of the unhealthy gauge
 	// set last loop: the ones not set again are deleted (never a Reset,
 	// which a scrape could see empty).
@@ -790,6 +791,14 @@ func (a *Autoscaler) updateIncidents(ctx context.Context, l *loop, pol *health.P
 // off because its new nodes keep failing health rules.
 const EventHealthBackoff = "HealthBackoff"
 
+// YoungFailure is a node younger than --health-failure-window admitted
+// for a drain or replacement, and when: one count towards its group's
+// health backoff, kept in the safety state.
+type YoungFailure struct {
+	Node string    `json:"node"`
+	At   time.Time `json:"at"`
+}
+
 // countYoungFailure counts a node admitted for a drain or replacement
 // towards its group's health backoff when it is younger than
 // --health-failure-window: --health-failures-before-backoff such within
@@ -806,15 +815,18 @@ func (a *Autoscaler) countYoungFailure(ctx context.Context, l *loop, c *healthCa
 	}
 	hs := a.health
 	if hs.youngFailures == nil {
-		hs.youngFailures = map[string][]time.Time{}
+		hs.youngFailures = map[string][]YoungFailure{}
 	}
 	recent := hs.youngFailures[c.group][:0]
-	for _, t := range hs.youngFailures[c.group] {
-		if l.now.Sub(t) < o.HealthFailureWindow {
-			recent = append(recent, t)
+	for _, f := range hs.youngFailures[c.group] {
+		if l.now.Sub(f.At) < o.HealthFailureWindow {
+			if f.Node == c.node.Name {
+				return // counted already (by this leader, or the last)
+			}
+			recent = append(recent, f)
 		}
 	}
-	recent = append(recent, l.now)
+	recent = append(recent, YoungFailure{Node: c.node.Name, At: l.now.UTC()})
 	hs.youngFailures[c.group] = recent
 	if len(recent) < o.HealthFailuresBeforeBackoff {
 		return
@@ -1047,7 +1059,7 @@ func (a *Autoscaler) replaceUnhealthy(ctx context.Context, l *loop, toDelete []a
 				rule = c.verdict.Rule
 				a.setHealthState(c, "deleted")
 			}
-			if !a.firstDeletion(o.Node.Name) {
+			if !a.firstDeletion(l.now, o.Node.Name, "health") {
 				logger.Info("Deleted the machine of an unhealthy node again (its first deletion was lost)", "node", klog.KObj(o.Node), "nodeGroup", o.Group, "rule", rule)
 				continue
 			}

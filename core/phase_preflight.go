@@ -140,7 +140,7 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 	}
 	var toDelete []actuation.Machine
 	ps := a.preflight
-	atOnce := a.settlingCordons(l, act.PreflightFailed)
+	atOnce := settling{held: a.settlingCordons(l, act.PreflightFailed)}
 	for _, f := range act.PreflightFailed {
 		n := f.Node
 		if _, done := ps.deleted[n.Name]; done {
@@ -187,8 +187,8 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 		logger.V(2).Info("Failed nodes kept for preflight incidents", "nodes", l.incidentKept, "incidents", l.incidents)
 	}
 	if l.failuresSettling > 0 {
-		logger.V(2).Info("Failed nodes left alone until their failure settles", "nodes", l.failuresSettling,
-			"settle", a.opts.PreflightFailureSettle)
+		logger.V(2).Info("Failed nodes not drained or deleted until their failure settles", "nodes", l.failuresSettling,
+			"settle", a.opts.PreflightFailureSettle, "cordonedAtOnce", atOnce.cordoned, "leftSchedulable", atOnce.capped)
 	}
 	if len(toDelete) > 0 {
 		if err := a.persistSafetyState(ctx, l.now); err != nil {
@@ -201,7 +201,7 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 		switch {
 		case o.Deleted:
 			ps.deleted[o.Node.Name] = l.now
-			if a.firstDeletion(o.Node.Name) {
+			if a.firstDeletion(l.now, o.Node.Name, "preflight") {
 				replaced[o.Group]++
 			}
 		case o.Err != nil:
@@ -232,6 +232,13 @@ func (a *Autoscaler) settlingCordons(l *loop, failed []clusterstate.NodeResult) 
 	return n
 }
 
+// settling counts, in a loop, the cordons cordonAtOnce holds (held:
+// those of earlier loops and this one), writes (cordoned) and leaves for
+// a later loop (capped).
+type settling struct {
+	held, cordoned, capped int
+}
+
 // cordonAtOnce cordons a node the agent's periodic re-run failed (it had
 // passed: the preflight label says failed and the gate's taint is gone,
 // so new pods still land on it) while its failure settles: a cordon stops
@@ -239,11 +246,19 @@ func (a *Autoscaler) settlingCordons(l *loop, failed []clusterstate.NodeResult) 
 // back if the failure turns out to be an incident or the node passes
 // again. A node that never passed carries the gate's taint and needs no
 // cordon. Cordons held this way are fewer than the incident threshold
-// (*held counts them): an outage of several checks at once cordons at
-// most what one check's incident would have allowed.
-func (a *Autoscaler) cordonAtOnce(ctx context.Context, l *loop, n *apiv1.Node, held *int) {
+// and never more than maxHealthCordonsPerLoop at once
+// (--preflight-incident-cluster-share may raise the threshold far), which
+// also bounds the cordons one loop writes: an outage of several checks at once
+// cordons at most what one check's incident would have allowed; a node
+// past either bound stays schedulable until its failure settles (counted
+// in capped).
+func (a *Autoscaler) cordonAtOnce(ctx context.Context, l *loop, n *apiv1.Node, s *settling) {
 	ps := a.preflight
-	if n.Spec.Unschedulable || ps.cordoned[n.Name] || a.opts.Preflight.HasTaint(n) || *held >= a.incidentThreshold()-1 {
+	if n.Spec.Unschedulable || ps.cordoned[n.Name] || a.opts.Preflight.HasTaint(n) {
+		return
+	}
+	if s.held >= min(a.incidentThreshold()-1, maxHealthCordonsPerLoop) {
+		s.capped++
 		return
 	}
 	if err := a.cordonForReplacement(ctx, l, n.Name, cordonPreflight); err != nil {
@@ -251,7 +266,8 @@ func (a *Autoscaler) cordonAtOnce(ctx context.Context, l *loop, n *apiv1.Node, h
 		return
 	}
 	ps.cordoned[n.Name] = true
-	*held++
+	s.held++
+	s.cordoned++
 	klog.FromContext(ctx).V(2).Info("Node failed its periodic preflight re-run; cordoned while the failure settles", "node", klog.KObj(n),
 		"settle", a.opts.PreflightFailureSettle)
 }
@@ -266,13 +282,15 @@ func (a *Autoscaler) releaseForIncident(ctx context.Context, n *apiv1.Node) {
 	if !ps.cordoned[n.Name] {
 		return
 	}
-	if n.Spec.Unschedulable {
-		if err := a.actions.Uncordon(ctx, n.Name); err != nil {
-			klog.FromContext(ctx).Error(err, "Uncordoning a failed node kept for a preflight incident", "node", klog.KObj(n))
-			return
-		}
+	// Uncordoned whatever the snapshot says: a cordon of the last loop may
+	// not show yet, and Uncordon changes nothing on a node without this
+	// process's cordon annotation.
+	if err := a.actions.Uncordon(ctx, n.Name); err != nil {
+		klog.FromContext(ctx).Error(err, "Uncordoning a failed node kept for a preflight incident", "node", klog.KObj(n))
+		return
 	}
 	ps.release(n.Name)
+	delete(a.replace.stopped, n.Name)
 	klog.FromContext(ctx).V(2).Info("Failed node kept for a preflight incident; uncordoned", "node", klog.KObj(n))
 }
 
@@ -318,14 +336,14 @@ func (a *Autoscaler) uncordonRecovered(ctx context.Context, l *loop) {
 		if st, _ := a.opts.Preflight.Classify(n, l.now); st != preflight.Passed {
 			continue
 		}
-		if n.Spec.Unschedulable {
-			if err := a.actions.Uncordon(ctx, name); err != nil {
-				klog.FromContext(ctx).Error(err, "Uncordoning a node that passed preflight again", "node", klog.KObj(n))
-				continue
-			}
+		// Whatever the snapshot says (see releaseForIncident).
+		if err := a.actions.Uncordon(ctx, name); err != nil {
+			klog.FromContext(ctx).Error(err, "Uncordoning a node that passed preflight again", "node", klog.KObj(n))
+			continue
 		}
 		ps.release(name)
-		klog.FromContext(ctx).Info("Node passed preflight again; uncordoned", "node", klog.KObj(n))
+		delete(a.replace.stopped, name)
+		klog.FromContext(ctx).V(2).Info("Node passed preflight again; uncordoned", "node", klog.KObj(n))
 		if a.rec != nil {
 			a.rec.Event(nodeRef(n), apiv1.EventTypeNormal, EventPreflightRecovered, "node passed preflight again and was uncordoned")
 		}

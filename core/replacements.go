@@ -30,21 +30,32 @@ type replacements struct {
 	// that found it cordoned or tainted not-ready (pausedForReplacement).
 	stopped map[string]time.Time
 	// reasked are the nodes whose lost deletion retryLostDeletions handed
-	// back to their path: its next deletion is the same replacement asked
-	// again, not a new one (firstDeletion).
-	reasked map[string]bool
+	// back to their path, which path and when: that path's next deletion
+	// of the node is the same replacement asked again, not a new one
+	// (firstDeletion).
+	reasked map[string]reask
 }
 
-// firstDeletion says whether a path's accepted deletion of node's machine
+// reask is a lost deletion handed back to its path.
+type reask struct {
+	path string
+	at   time.Time
+}
+
+// firstDeletion says whether path's accepted deletion of node's machine
 // is a replacement of its own, to be counted and told as one, rather than
-// a lost deletion asked again (counted by replacement_deletions_lost_total
-// when it was handed back).
-func (a *Autoscaler) firstDeletion(node string) bool {
-	if a.replace.reasked[node] {
-		delete(a.replace.reasked, node)
-		return false
+// its lost deletion asked again (counted by
+// replacement_deletions_lost_total when it was handed back). A hand-back
+// is good for one deletion by the same path within twice
+// --deletion-lost-after (the node may have passed again or recovered
+// since, and a later replacement is a new one).
+func (a *Autoscaler) firstDeletion(now time.Time, node, path string) bool {
+	r, ok := a.replace.reasked[node]
+	if !ok {
+		return true
 	}
-	return true
+	delete(a.replace.reasked, node)
+	return r.path != path || now.Sub(r.at) >= 2*a.opts.DeletionLostAfter
 }
 
 // cordonForReplacement cordons a node a replacement path (health,
@@ -117,7 +128,7 @@ const EventReplacementLost = "ReplacementLost"
 // retryLostDeletions forgets, in deleted (node → when its machine's
 // deletion was accepted), the nodes still Ready --deletion-lost-after
 // later (ARM accepted the deletion, its operation failed, and the VM runs
-// on: armsim's FaultLROFail; cluster-autoscaler's Azure provider waits for
+// on: armsim's FaultDeleteFails; cluster-autoscaler's Azure provider waits for
 // the delete's result and takes the node back on failure; a deletion's
 // operation lasts until its VMs are gone, minutes for GPU VMs, and a
 // deleted VM's node stops being Ready within the node monitor's grace),
@@ -131,14 +142,14 @@ func (a *Autoscaler) retryLostDeletions(ctx context.Context, l *loop, deleted ma
 			continue
 		}
 		n, at := l.snap.NodeInfo(idx).Node(), deleted[name]
-		if !clusterstate.IsReady(n) || l.now.Sub(at) < a.opts.DeletionLostAfter {
+		if !clusterstate.IsReady(n) || l.now.Sub(at) < a.opts.DeletionLostAfter || a.registry.Deleting(n.Spec.ProviderID) {
 			continue
 		}
 		delete(deleted, name)
 		if a.replace.reasked == nil {
-			a.replace.reasked = map[string]bool{}
+			a.replace.reasked = map[string]reask{}
 		}
-		a.replace.reasked[name] = true
+		a.replace.reasked[name] = reask{path: path, at: l.now}
 		group := ""
 		if g, ok := l.groupOf[name]; ok {
 			group = g.ID()
@@ -160,8 +171,8 @@ func (a *Autoscaler) pruneStopped(l *loop) {
 			delete(a.replace.stopped, name)
 		}
 	}
-	for name := range a.replace.reasked {
-		if _, ok := l.snap.Index(name); !ok {
+	for name, r := range a.replace.reasked {
+		if _, ok := l.snap.Index(name); !ok || l.now.Sub(r.at) >= 2*a.opts.DeletionLostAfter {
 			delete(a.replace.reasked, name)
 		}
 	}

@@ -42,7 +42,7 @@ type safetyState struct {
 	// HealthFailures are each group's young nodes admitted for a drain or
 	// replacement within --health-failure-window that have not backed it
 	// off yet: a new leader does not start the count of a bad image again.
-	HealthFailures map[string][]time.Time `json:"healthFailures,omitempty"`
+	HealthFailures map[string][]YoungFailure `json:"healthFailures,omitempty"`
 }
 
 // restoreSafetyState reads the safety state back once, before the first
@@ -71,7 +71,7 @@ func (a *Autoscaler) restoreSafetyState(ctx context.Context) error {
 	a.replace.brake.Restore(now, st.Replacements)
 	a.registry.RestoreBackoffs(now, st.Backoffs)
 	a.spot.restore(now, a.opts.SpotEvictionWindow, st.SpotEvictions)
-	a.health.youngFailures = recentTimes(now, a.opts.HealthFailureWindow, st.HealthFailures)
+	a.health.youngFailures = recentFailures(now, a.opts.HealthFailureWindow, st.HealthFailures)
 	a.health.restoreLastGood(ctx, st.HealthPolicy)
 	for id, until := range st.HealthBreakers {
 		if until.IsZero() || now.Before(until) {
@@ -81,7 +81,7 @@ func (a *Autoscaler) restoreSafetyState(ctx context.Context) error {
 	a.lastSafety = raw
 	klog.FromContext(ctx).Info("Safety state read back", "scaleDownDeletions", len(st.ScaleDownDeletions),
 		"replacements", len(st.Replacements), "backoffs", len(st.Backoffs), "healthBreakers", len(st.HealthBreakers),
-		"spotEvictionGroups", len(st.SpotEvictions))
+		"spotEvictionGroups", len(st.SpotEvictions), "healthFailureGroups", len(st.HealthFailures))
 	return nil
 }
 
@@ -109,7 +109,7 @@ func (a *Autoscaler) persistSafetyState(ctx context.Context, now time.Time) erro
 		Replacements:       a.replace.brake.Records(now),
 		Backoffs:           a.registry.BackoffRecords(now),
 		SpotEvictions:      a.spot.records(now, a.opts.SpotEvictionWindow),
-		HealthFailures:     recentTimes(now, a.opts.HealthFailureWindow, a.health.youngFailures),
+		HealthFailures:     recentFailures(now, a.opts.HealthFailureWindow, a.health.youngFailures),
 	}
 	st.HealthPolicy = a.health.lastGood
 	if len(a.health.breakers) > 0 {
@@ -135,17 +135,18 @@ func (a *Autoscaler) persistSafetyState(ctx context.Context, now time.Time) erro
 	return nil
 }
 
-// recentTimes is a copy of times per key keeping those within window of
-// now, in UTC; keys left with none are dropped, and nil when none is left.
-func recentTimes(now time.Time, window time.Duration, times map[string][]time.Time) map[string][]time.Time {
-	var out map[string][]time.Time
-	for k, ts := range times {
-		for _, t := range ts {
-			if now.Sub(t) < window {
+// recentFailures is a copy of each group's young failures within window
+// of now, in UTC; groups left with none are dropped, and nil when none is
+// left.
+func recentFailures(now time.Time, window time.Duration, failures map[string][]YoungFailure) map[string][]YoungFailure {
+	var out map[string][]YoungFailure
+	for g, fs := range failures {
+		for _, f := range fs {
+			if now.Sub(f.At) < window {
 				if out == nil {
-					out = map[string][]time.Time{}
+					out = map[string][]YoungFailure{}
 				}
-				out[k] = append(out[k], t.UTC())
+				out[g] = append(out[g], YoungFailure{Node: f.Node, At: f.At.UTC()})
 			}
 		}
 	}

@@ -41,8 +41,10 @@ type Status struct {
 	// PreflightIncidents are checks many nodes fail at once, with the
 	// nodes failing each: those nodes are kept, not replaced.
 	PreflightIncidents map[string]int `json:"preflightIncidents,omitempty"`
-	// PreflightFailuresSettling are failed nodes left alone in the last
-	// loop because their failure is younger than --preflight-failure-settle.
+	// PreflightFailuresSettling are failed nodes not drained or deleted in
+	// the last loop because their failure is younger than
+	// --preflight-failure-settle (a node a periodic check failed may be
+	// cordoned meanwhile).
 	PreflightFailuresSettling int `json:"preflightFailuresSettling,omitempty"`
 	// Health is what passive node health found and did (docs/health.md).
 	Health *HealthStatus `json:"health,omitempty"`

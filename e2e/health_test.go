@@ -45,8 +45,8 @@ const (
 	eventHealthReplace   = "HealthReplace"
 	eventHealthRecovered = "HealthRecovered"
 	eventHealthBreaker   = "HealthBreaker"
-	// EventReplacementLost: a replacement's deletion asked again.
-	EventReplacementLost = "ReplacementLost"
+	// eventReplacementLost: a replacement's deletion asked again.
+	eventReplacementLost = "ReplacementLost"
 )
 
 // xidPolicy is a health policy of one rule: XIDErrors=True for forDur,
@@ -816,14 +816,14 @@ func TestHealthSafeLostDeletionIsAskedAgain(t *testing.T) {
 	}
 	sc.eventually("the first deletion accepted, and failed: the VM runs on", 3*time.Minute, func() (bool, string) {
 		st, ok := sc.vms(gpu)[victimVM]
-		return deletes() == 1 && ok && st == armsim.StateRunning && sc.nodeEvents(EventReplacementLost, victim) == 0,
+		return deletes() == 1 && ok && st == armsim.StateRunning && sc.nodeEvents(eventReplacementLost, victim) == 0,
 			fmt.Sprintf("%d deletions, VM %s %q\n%s", deletes(), victimVM, st, sc.writeLog(gpu))
 	})
 	lost := `vmss_autoscaler_replacement_deletions_lost_total{node_group="` + gpu + `",path="health"}`
 	sc.eventually("the deletion asked again, the VM gone", 4*time.Minute, func() (bool, string) {
 		_, left := sc.vms(gpu)[victimVM]
-		return !left && deletes() == 2 && sc.nodeEvents(EventReplacementLost, victim) > 0 && sc.healthMetric(p, lost) == 1,
-			fmt.Sprintf("VM there %v, %d deletions, %d ReplacementLost events, %s %v", left, deletes(), sc.nodeEvents(EventReplacementLost, victim), lost, sc.healthMetric(p, lost))
+		return !left && deletes() == 2 && sc.nodeEvents(eventReplacementLost, victim) > 0 && sc.healthMetric(p, lost) == 1,
+			fmt.Sprintf("VM there %v, %d deletions, %d ReplacementLost events, %s %v", left, deletes(), sc.nodeEvents(eventReplacementLost, victim), lost, sc.healthMetric(p, lost))
 	})
 	sc.eventually("the pod Running again", 3*time.Minute, allRunning(sc, 1))
 	_, body := sc.get(p, "/metrics")

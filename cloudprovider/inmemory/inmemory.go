@@ -6,6 +6,7 @@ package inmemory
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 
@@ -137,6 +138,9 @@ type Group struct {
 	// lostDeletes makes DeleteNodes accept deletions that then fail, as a
 	// cloud's asynchronous delete operation can: the machines stay.
 	lostDeletes bool
+	// slowDeletes makes DeleteNodes accept deletions that take their
+	// time: the machines stay listed, deleting (SetSlowDeletes).
+	slowDeletes bool
 	// sizeUnknown makes TargetSize fail.
 	sizeUnknown bool
 	// writing is what ScaleUpInFlight answers (SetScaleUpInFlight).
@@ -240,6 +244,16 @@ func (g *Group) DeleteNodes(_ context.Context, providerIDs []string) error {
 		return g.deleteErr
 	}
 	if g.lostDeletes {
+		return nil
+	}
+	if g.slowDeletes {
+		for _, in := range g.instances {
+			if slices.ContainsFunc(providerIDs, func(id string) bool {
+				return cloudprovider.ProviderIDKey(id) == cloudprovider.ProviderIDKey(in.ProviderID)
+			}) {
+				in.State = cloudprovider.InstanceDeleting
+			}
+		}
 		return nil
 	}
 	want := map[string]bool{}
@@ -422,6 +436,15 @@ func (g *Group) SetLostDeletes(v bool) {
 	g.p.mu.Lock()
 	defer g.p.mu.Unlock()
 	g.lostDeletes = v
+}
+
+// SetSlowDeletes makes DeleteNodes accept deletions that take their
+// time: the machines stay listed as deleting, their nodes as they were,
+// as a GPU VM's deletion runs for minutes.
+func (g *Group) SetSlowDeletes(v bool) {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	g.slowDeletes = v
 }
 
 // SetDeleteError makes DeleteNodes return err (nil to clear).

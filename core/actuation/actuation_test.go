@@ -126,10 +126,24 @@ func TestRemoveLooksAgain(t *testing.T) {
 			if got := len(rec.Events); got != tc.events {
 				t.Fatalf("%d events, want %d", got, tc.events)
 			}
+			// One on the pod (it names the node) and one on the node (it
+			// names the pod).
+			onPod, onNode := 0, 0
 			for range tc.events {
-				if e := <-rec.Events; !strings.Contains(e, EventDeletedWhileTerminating) || !strings.Contains(e, "node n") && !strings.Contains(e, "default/e") {
-					t.Fatalf("event %q: want %s naming the node and the pod", e, EventDeletedWhileTerminating)
+				e := <-rec.Events
+				switch {
+				case !strings.Contains(e, EventDeletedWhileTerminating):
+					t.Fatalf("event %q: want %s", e, EventDeletedWhileTerminating)
+				case strings.Contains(e, "the machine of node n was sent for deletion with this pod"):
+					onPod++
+				case strings.Contains(e, "1 pod still terminating") && strings.Contains(e, "default/e"):
+					onNode++
+				default:
+					t.Fatalf("event %q names neither the node (on the pod) nor the pod (on the node)", e)
 				}
+			}
+			if tc.events > 0 && (onPod != 1 || onNode != 1) {
+				t.Fatalf("%d events for the pod and %d for the node, want one each", onPod, onNode)
 			}
 			got := "deleted"
 			switch o := out[0]; {

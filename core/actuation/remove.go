@@ -135,8 +135,8 @@ type Outcome struct {
 	// or may not have started deleting it (a timeout, a lost answer).
 	Sent bool
 	// Overdue are its node's pods that were still terminating past their
-	// grace period and GraceMargin when it was sent for deletion; each
-	// got an EventDeletedWhileTerminating.
+	// grace period and GraceMargin when it was deleted; each got an
+	// EventDeletedWhileTerminating. Set only with Deleted.
 	Overdue []*apiv1.Pod
 }
 
@@ -183,6 +183,7 @@ func (r *Remover) Remove(ctx context.Context, groups map[string]cloudprovider.No
 		out[i].Machine = m
 		perGroup[m.Group] = append(perGroup[m.Group], i)
 	}
+	overdue := map[int][]*apiv1.Pod{}
 	for _, id := range slices.Sorted(maps.Keys(perGroup)) {
 		var idx []int
 		for _, i := range perGroup[id] {
@@ -196,7 +197,7 @@ func (r *Remover) Remove(ctx context.Context, groups map[string]cloudprovider.No
 					out[i].Held = h
 					continue
 				}
-				out[i].Overdue = late
+				overdue[i] = late
 			}
 			idx = append(idx, i)
 		}
@@ -213,7 +214,10 @@ func (r *Remover) Remove(ctx context.Context, groups map[string]cloudprovider.No
 		sent := err == nil || !cloudprovider.NotSent(err)
 		for _, i := range idx {
 			out[i].Deleted, out[i].Err, out[i].Sent = err == nil, err, sent
-			if sent {
+			if err == nil {
+				// Said once: a deletion sent with an unclear answer is
+				// looked at again, and said, when it is sent again.
+				out[i].Overdue = overdue[i]
 				r.sayOverdue(out[i])
 			}
 		}
@@ -222,7 +226,7 @@ func (r *Remover) Remove(ctx context.Context, groups map[string]cloudprovider.No
 }
 
 // sayOverdue puts an EventDeletedWhileTerminating on each overdue pod of
-// a machine sent for deletion, and on its node.
+// a deleted machine, and on its node.
 func (r *Remover) sayOverdue(o Outcome) {
 	if r.rec == nil || len(o.Overdue) == 0 {
 		return
@@ -232,9 +236,13 @@ func (r *Remover) sayOverdue(o Outcome) {
 			"the machine of node %s was sent for deletion with this pod still terminating: its deletion's grace period ended at %s and %s more passed without the kubelet reporting it gone",
 			o.Node.Name, p.DeletionTimestamp.UTC().Format(time.RFC3339), GraceMargin)
 	}
+	pods := "pods"
+	if len(o.Overdue) == 1 {
+		pods = "pod"
+	}
 	r.rec.Eventf(o.Node, apiv1.EventTypeWarning, EventDeletedWhileTerminating,
-		"machine sent for deletion with %d pods still terminating past their grace period and %s (first: %s/%s)",
-		len(o.Overdue), GraceMargin, o.Overdue[0].Namespace, o.Overdue[0].Name)
+		"machine sent for deletion with %d %s still terminating past the grace period and %s (first: %s/%s)",
+		len(o.Overdue), pods, GraceMargin, o.Overdue[0].Namespace, o.Overdue[0].Name)
 }
 
 // holder looks at a node's pods: the cache first (a holder there needs no

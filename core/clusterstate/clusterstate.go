@@ -162,7 +162,10 @@ type NodeResult struct {
 // Registry is the cluster state. It is not safe for concurrent use; the
 // loop owns it.
 type Registry struct {
-	opts              Options
+	opts Options
+	// deleting are the machines the last Update saw deleting, by
+	// ProviderIDKey.
+	deleting          map[string]bool
 	backoff           *Backoff
 	groups            map[string]*GroupState
 	order             []string
@@ -241,6 +244,7 @@ func (r *Registry) Update(now time.Time, groups []cloudprovider.NodeGroup, nodes
 	}
 	r.groups = make(map[string]*GroupState, len(groups))
 	r.order = r.order[:0]
+	r.deleting = map[string]bool{}
 	for _, g := range groups {
 		gs := &GroupState{ID: g.ID(), Min: g.MinSize(), Max: g.MaxSize(), LastScaleUp: r.lastScaleUp[g.ID()],
 			GPU: r.opts.Startup.isGPUGroup(g), MaxWarning: maxWarning(g), InstancesStale: instancesStale(g, now)}
@@ -358,6 +362,7 @@ func (r *Registry) classifyInstances(u *updateState, gs *GroupState, instances [
 		id := in.ProviderID
 		if in.State == cloudprovider.InstanceDeleting {
 			rd.Deleting++
+			r.deleting[cloudprovider.ProviderIDKey(id)] = true
 			delete(r.failedRunningCode, id)
 			continue
 		}
@@ -697,6 +702,12 @@ func (r *Registry) RegisterFailedScaleUp(group string, class cloudprovider.Error
 	if gs := r.groups[group]; gs != nil {
 		gs.Backoff = r.backoff.Status(group, now)
 	}
+}
+
+// Deleting says whether the last Update saw the machine deleting: its
+// deletion runs, and is not lost (however long it takes).
+func (r *Registry) Deleting(providerID string) bool {
+	return r.deleting[cloudprovider.ProviderIDKey(providerID)]
 }
 
 // Group returns a group's state, or nil.
