@@ -552,6 +552,56 @@ rules:
 	}
 }
 
+// TestHealthSafeBadImageInAnEmptyPoolBacksItOff: a pool starting empty
+// whose every new node comes up with 6 of its 8 GPUs (a bad image), the
+// built-in policy (no ConfigMap), 2 whole-node pods pending. Its first bad
+// nodes are all it has judged, so its breaker holds at once and they are
+// never admitted for replacement. Before (the e2e helper's throwaway
+// test): failures were counted only on admission, so the group was never
+// backed off, and scale-up (which the breaker never stops) bought bad
+// nodes up to its max. Now a young node due for its replacement counts
+// whether or not it is admitted, once: the third backs the group off.
+func TestHealthSafeBadImageInAnEmptyPoolBacksItOff(t *testing.T) {
+	e, _, gpu := healthEnv(t, 0, "")
+	e.add(pendingPods(2, "train", wholeGPU()...))
+	bad := func(n *apiv1.Node) {
+		n.Status.Allocatable["nvidia.com/gpu"] = resource.MustParse("6")
+	}
+	bought := func() int {
+		n := 0
+		for _, d := range gpu.Increases() {
+			n += d
+		}
+		return n
+	}
+	backedOff := func() bool { gs := e.a.registry.Group("gpu"); return gs != nil && gs.Backoff.Active }
+	for round := 0; !backedOff(); round++ {
+		if round == 10 {
+			t.Fatalf("not backed off after %d rounds, %d bad nodes bought (%v)", round, bought(), gpu.Increases())
+		}
+		e.run()
+		e.register(gpu, bad)
+		e.clock.Step(5*time.Minute + time.Second) // gpus-below-sku's for
+		e.run()
+	}
+	// P pods pending, F = 3 failures: a pod's next node is bought in the
+	// loop that judges its last, so P·(⌈F/P⌉+1) = 6 at most.
+	if got := bought(); got > 6 {
+		t.Fatalf("%d nodes bought (%v) before the backoff, want at most 6", got, gpu.Increases())
+	}
+	if ev := e.events(EventHealthBackoff); len(ev) == 0 {
+		t.Fatal("no HealthBackoff event")
+	}
+	before := bought()
+	for range 4 {
+		e.clock.Step(time.Minute)
+		e.run()
+	}
+	if got := bought(); got != before {
+		t.Fatalf("%d nodes bought during the backoff", got-before)
+	}
+}
+
 // TestHealthSafeScratchEmptyDirDoesNotBlockAReplacement: an XID node runs
 // a training pod with a scratch emptyDir (most do). Before: cordoned and
 // never drained (local storage), the gang hanging on a dead GPU. Now: the

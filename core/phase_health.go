@@ -797,12 +797,15 @@ const EventHealthBackoff = "HealthBackoff"
 type YoungFailure struct {
 	Node string    `json:"node"`
 	At   time.Time `json:"at"`
+	// Spent: counted into a backoff already.
+	Spent bool `json:"spent,omitempty"`
 }
 
-// countYoungFailure counts a node admitted for a drain or replacement
-// towards its group's health backoff when it is younger than
-// --health-failure-window: --health-failures-before-backoff such within
-// the window back the group off like failed scale-ups (its pods' next
+// countYoungFailure counts a node due for a drain or replacement (done or
+// held, but for an incident or a pause) towards its group's health
+// backoff, once, when it is younger than --health-failure-window:
+// --health-failures-before-backoff such within the window, not counted
+// into a backoff before, back the group off like failed scale-ups (its pods' next
 // nodes come from other groups; the backoff doubles while it goes on).
 // A bad image whose every new node throws XIDs under load made 8
 // replacement cycles in 49 minutes, 8 machines bought and deleted, 8
@@ -817,25 +820,32 @@ func (a *Autoscaler) countYoungFailure(ctx context.Context, l *loop, c *healthCa
 	if hs.youngFailures == nil {
 		hs.youngFailures = map[string][]YoungFailure{}
 	}
-	recent := hs.youngFailures[c.group][:0]
+	recent, fresh := hs.youngFailures[c.group][:0], 1
 	for _, f := range hs.youngFailures[c.group] {
 		if l.now.Sub(f.At) < o.HealthFailureWindow {
 			if f.Node == c.node.Name {
 				return // counted already (by this leader, or the last)
 			}
 			recent = append(recent, f)
+			if !f.Spent {
+				fresh++
+			}
 		}
 	}
 	recent = append(recent, YoungFailure{Node: c.node.Name, At: l.now.UTC()})
 	hs.youngFailures[c.group] = recent
-	if len(recent) < o.HealthFailuresBeforeBackoff {
+	if fresh < o.HealthFailuresBeforeBackoff {
 		return
 	}
-	hs.youngFailures[c.group] = recent[:0]
-	msg := fmt.Sprintf("%d nodes younger than %s failed health rules within it (last: node %s, rule %q): its new nodes keep going bad; backed off", len(recent), o.HealthFailureWindow, c.node.Name, c.verdict.Rule)
+	// Spent, not forgotten: a node still due next loop is not counted
+	// again, and only failures after this backoff count towards the next.
+	for i := range recent {
+		recent[i].Spent = true
+	}
+	msg := fmt.Sprintf("%d nodes younger than %s failed health rules within it (last: node %s, rule %q): its new nodes keep going bad; backed off", fresh, o.HealthFailureWindow, c.node.Name, c.verdict.Rule)
 	a.registry.RegisterFailedScaleUp(c.group, cloudprovider.ClassOther, msg, l.now)
 	a.metrics.FailedScaleUps.WithLabelValues(c.group, "health").Inc()
-	klog.FromContext(ctx).Info("Node group backed off: its new nodes keep failing health rules", "nodeGroup", c.group, "failures", len(recent), "window", o.HealthFailureWindow, "rule", c.verdict.Rule)
+	klog.FromContext(ctx).Info("Node group backed off: its new nodes keep failing health rules", "nodeGroup", c.group, "failures", fresh, "window", o.HealthFailureWindow, "rule", c.verdict.Rule)
 	a.groupEvent(apiv1.EventTypeWarning, EventHealthBackoff, fmt.Sprintf("node group %s: %s", c.group, msg))
 }
 
@@ -946,6 +956,14 @@ func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Po
 			a.holdHealth(ctx, l, c, heldIncident, fmt.Sprintf("rule %q is in a health incident (many nodes began matching it at once)", rule))
 			continue
 		}
+		if v.Due && v.Action >= health.Drain {
+			// Counted whether or not anything is done to it: a bad image
+			// in a small or new pool holds the group's breaker with its
+			// first bad nodes, which are then never admitted, and scale-up
+			// (which the breaker never stops) bought bad nodes up to the
+			// group's max.
+			a.countYoungFailure(ctx, l, c)
+		}
 		_, breaker := hs.breakers[c.group]
 		releasing := breaker && a.breakerReleased(l, pol, j, c.group)
 		if v.Cordon && !n.Spec.Unschedulable {
@@ -1010,7 +1028,6 @@ func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Po
 			}
 			hs.admitted[n.Name] = true
 			released[c.group]++
-			a.countYoungFailure(ctx, l, c)
 			a.metrics.HealthActions.WithLabelValues(c.group, v.Rule, "drain").Inc()
 			klog.FromContext(ctx).Info("Draining an unhealthy node", "node", klog.KObj(n), "nodeGroup", c.group, "rule", v.Rule, "action", v.Action.String())
 			if a.rec != nil {
