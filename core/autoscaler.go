@@ -119,6 +119,10 @@ type Autoscaler struct {
 	safety     SafetyStore
 	restored   bool
 	lastSafety string
+	// lastDecision sums up the last scale-up decision that bought nothing
+	// (its pods without a scale-up, queued nodes, the queue's hold): the
+	// same again is logged at -v=2 only.
+	lastDecision string
 	// remover is the only way this process deletes machines.
 	remover   *actuation.Remover
 	scaleDown *scaleDownState

@@ -65,6 +65,39 @@ func TestHealthSafeMonitorFlaggingAGroupCordonsNothing(t *testing.T) {
 	}
 }
 
+// TestHealthSafeMonitorFlaggingASmallGroupBacksNothingOff: the same on a
+// group of 4 young nodes (under the incident rule's 5: the breaker alone
+// holds). Its nodes were there before the group was seen failing: they
+// count towards no health backoff (a first version of the count for a bad
+// image in an empty pool backed this group off, and the e2e test's new
+// pod waited), and a new pod gets a new node.
+func TestHealthSafeMonitorFlaggingASmallGroupBacksNothingOff(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 4, "")
+	nodes := groupNodes(gpu)
+	e.busy("w", nodes)
+	e.run()
+	e.clock.Step(10 * time.Minute) // the nodes ran a while before the monitor went bad
+	for _, n := range nodes {
+		e.condition(n, "XIDErrors", apiv1.ConditionTrue)
+	}
+	// 4 minutes: xid-error (2m) is due, well within a backoff's 5.
+	for range 4 {
+		e.run()
+		e.clock.Step(time.Minute)
+	}
+	if len(acts.cordoned) != 0 || len(acts.evicted) != 0 || len(gpu.Deleted()) != 0 {
+		t.Fatalf("cordoned %d, evicted %d, deleted %d: want nothing", len(acts.cordoned), len(acts.evicted), len(gpu.Deleted()))
+	}
+	if gs := e.a.registry.Group("gpu"); gs == nil || gs.Backoff.Active {
+		t.Fatal("group backed off: its nodes were there before it was seen failing")
+	}
+	e.add(pendingPods(1, "train", wholeGPU()...))
+	e.run()
+	if got := gpu.Increases(); fmt.Sprint(got) != "[1]" {
+		t.Fatalf("increases %v, want [1]: the group still scales up", got)
+	}
+}
+
 // threePoolsFlagged makes three 20-node pools, every node busy, and sets
 // XIDErrors=True on 2 nodes of each (10 %: within every group's breaker);
 // with safety, a safety state a failover keeps.
@@ -559,8 +592,9 @@ rules:
 // never admitted for replacement. Before (the e2e helper's throwaway
 // test): failures were counted only on admission, so the group was never
 // backed off, and scale-up (which the breaker never stops) bought bad
-// nodes up to its max. Now a young node due for its replacement counts
-// whether or not it is admitted, once: the third backs the group off.
+// nodes up to its max. Now a young node the breaker holds counts too,
+// once, when it was bought after the group was first seen failing: the
+// third such backs the group off.
 func TestHealthSafeBadImageInAnEmptyPoolBacksItOff(t *testing.T) {
 	e, _, gpu := healthEnv(t, 0, "")
 	e.add(pendingPods(2, "train", wholeGPU()...))
@@ -584,10 +618,14 @@ func TestHealthSafeBadImageInAnEmptyPoolBacksItOff(t *testing.T) {
 		e.clock.Step(5*time.Minute + time.Second) // gpus-below-sku's for
 		e.run()
 	}
-	// P pods pending, F = 3 failures: a pod's next node is bought in the
-	// loop that judges its last, so P·(⌈F/P⌉+1) = 6 at most.
-	if got := bought(); got > 6 {
-		t.Fatalf("%d nodes bought (%v) before the backoff, want at most 6", got, gpu.Increases())
+	// P = 2 pods pending, F = 3 failures. The first P bad nodes, held by
+	// the breaker and bought before the group was seen failing, only mark
+	// it failing (a monitor flagging a whole group at once is no bad
+	// image); the nodes bought after them count, F of them in ⌈F/P⌉
+	// rounds of P; and a pod's next node is bought in the loop that judges
+	// its last: P·(⌈F/P⌉+2) = 8 at most.
+	if got := bought(); got > 8 {
+		t.Fatalf("%d nodes bought (%v) before the backoff, want at most 8", got, gpu.Increases())
 	}
 	if ev := e.events(EventHealthBackoff); len(ev) == 0 {
 		t.Fatal("no HealthBackoff event")

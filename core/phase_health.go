@@ -415,6 +415,9 @@ type healthCandidate struct {
 	group   string
 	verdict health.Verdict
 	entry   *HealthNode
+	// began is when its earliest drain or replace match began (as the node
+	// says, else as this process first saw it); zero without one.
+	began time.Time
 }
 
 // cordonWanted says a match still asks for the node to be cordoned, now or
@@ -534,7 +537,8 @@ func (a *Autoscaler) judgeNodes(ctx context.Context, l *loop, pol *health.Policy
 		}
 		firstSeen := hs.firstSeenOf(n.Name, matches, l.now)
 		verdict := pol.Judge(matches, l.now, firstSeen)
-		j.cands[n.Name] = &healthCandidate{node: n, group: g.ID(), verdict: verdict}
+		c := &healthCandidate{node: n, group: g.ID(), verdict: verdict}
+		j.cands[n.Name] = c
 		for _, m := range matches {
 			if m.Rule.Action < health.Cordon {
 				continue
@@ -543,6 +547,9 @@ func (a *Autoscaler) judgeNodes(ctx context.Context, l *loop, pol *health.Policy
 			since := m.Since
 			if since.IsZero() {
 				since = firstSeen(m.Rule.Name)
+			}
+			if m.Rule.Action >= health.Drain && (c.began.IsZero() || since.Before(c.began)) {
+				c.began = since
 			}
 			if l.now.Sub(since) <= a.opts.HealthIncidentWindow {
 				j.ruleRecent[m.Rule.Name]++
@@ -799,19 +806,31 @@ type YoungFailure struct {
 	At   time.Time `json:"at"`
 	// Spent: counted into a backoff already.
 	Spent bool `json:"spent,omitempty"`
+	// Seen: held by the breaker, and created before the group's first
+	// failure in the window: it marks when the group was first seen
+	// failing, and counts for nothing.
+	Seen bool `json:"seen,omitempty"`
 }
 
-// countYoungFailure counts a node due for a drain or replacement (done or
-// held, but for an incident or a pause) towards its group's health
-// backoff, once, when it is younger than --health-failure-window:
-// --health-failures-before-backoff such within the window, not counted
-// into a backoff before, back the group off like failed scale-ups (its pods' next
-// nodes come from other groups; the backoff doubles while it goes on).
-// A bad image whose every new node throws XIDs under load made 8
-// replacement cycles in 49 minutes, 8 machines bought and deleted, 8
-// running pods evicted; preflight backs off after 3 failures, health did
-// not.
-func (a *Autoscaler) countYoungFailure(ctx context.Context, l *loop, c *healthCandidate) {
+// countYoungFailure counts a node due for a drain or replacement towards
+// its group's health backoff, once, when it is younger than
+// --health-failure-window: --health-failures-before-backoff such within
+// the window, not counted into a backoff before, back the group off like
+// failed scale-ups (its pods' next nodes come from other groups; the
+// backoff doubles while it goes on). A bad image whose every new node
+// throws XIDs under load made 8 replacement cycles in 49 minutes, 8
+// machines bought and deleted, 8 running pods evicted; preflight backs off
+// after 3 failures, health did not.
+//
+// admitted says the node was admitted for its drain or replacement; a node
+// the group's breaker holds (not admitted) counts only when it was created
+// after the group was first seen failing — a replacement, or a node bought
+// into a group already known bad, failing again. A bad image in a pool
+// that starts empty holds the breaker with its first nodes, which are then
+// never admitted, while scale-up (which the breaker never stops) bought
+// bad nodes up to the group's max; a monitor flagging every node of a
+// group at once holds it too, and backs nothing off.
+func (a *Autoscaler) countYoungFailure(ctx context.Context, l *loop, c *healthCandidate, admitted bool) {
 	o := a.opts
 	if o.HealthFailuresBeforeBackoff <= 0 || l.now.Sub(c.node.CreationTimestamp.Time) >= o.HealthFailureWindow {
 		return
@@ -821,16 +840,31 @@ func (a *Autoscaler) countYoungFailure(ctx context.Context, l *loop, c *healthCa
 		hs.youngFailures = map[string][]YoungFailure{}
 	}
 	recent, fresh := hs.youngFailures[c.group][:0], 1
+	var first time.Time // the group first seen failing, in the window
 	for _, f := range hs.youngFailures[c.group] {
 		if l.now.Sub(f.At) < o.HealthFailureWindow {
 			if f.Node == c.node.Name {
 				return // counted already (by this leader, or the last)
 			}
 			recent = append(recent, f)
-			if !f.Spent {
+			if !f.Spent && !f.Seen {
 				fresh++
 			}
+			if first.IsZero() || f.At.Before(first) {
+				first = f.At
+			}
 		}
+	}
+	if !admitted && (first.IsZero() || c.node.CreationTimestamp.Time.Before(first)) {
+		// Dated from when its match began: a node bought while the first
+		// ones' rules ran their course was bought into a group already
+		// failing.
+		began := c.began
+		if began.IsZero() || began.After(l.now) {
+			began = l.now
+		}
+		hs.youngFailures[c.group] = append(recent, YoungFailure{Node: c.node.Name, At: began.UTC(), Seen: true})
+		return
 	}
 	recent = append(recent, YoungFailure{Node: c.node.Name, At: l.now.UTC()})
 	hs.youngFailures[c.group] = recent
@@ -956,18 +990,13 @@ func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Po
 			a.holdHealth(ctx, l, c, heldIncident, fmt.Sprintf("rule %q is in a health incident (many nodes began matching it at once)", rule))
 			continue
 		}
-		if v.Due && v.Action >= health.Drain {
-			// Counted whether or not anything is done to it: a bad image
-			// in a small or new pool holds the group's breaker with its
-			// first bad nodes, which are then never admitted, and scale-up
-			// (which the breaker never stops) bought bad nodes up to the
-			// group's max.
-			a.countYoungFailure(ctx, l, c)
-		}
 		_, breaker := hs.breakers[c.group]
 		releasing := breaker && a.breakerReleased(l, pol, j, c.group)
 		if v.Cordon && !n.Spec.Unschedulable {
 			if breaker && !releasing {
+				if v.Due && v.Action >= health.Drain {
+					a.countYoungFailure(ctx, l, c, false)
+				}
 				a.holdHealth(ctx, l, c, heldBreaker, fmt.Sprintf("node group %s's health breaker holds (maxUnhealthy %s): no new cordon", c.group, pol.MaxUnhealthy.String()))
 				continue
 			}
@@ -997,6 +1026,7 @@ func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Po
 			continue
 		}
 		if breaker && !releasing {
+			a.countYoungFailure(ctx, l, c, false)
 			a.holdHealth(ctx, l, c, heldBreaker, fmt.Sprintf("node group %s's health breaker holds (maxUnhealthy %s)", c.group, pol.MaxUnhealthy.String()))
 			continue
 		}
@@ -1028,6 +1058,7 @@ func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Po
 			}
 			hs.admitted[n.Name] = true
 			released[c.group]++
+			a.countYoungFailure(ctx, l, c, true)
 			a.metrics.HealthActions.WithLabelValues(c.group, v.Rule, "drain").Inc()
 			klog.FromContext(ctx).Info("Draining an unhealthy node", "node", klog.KObj(n), "nodeGroup", c.group, "rule", v.Rule, "action", v.Action.String())
 			if a.rec != nil {

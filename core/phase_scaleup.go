@@ -361,9 +361,23 @@ func (a *Autoscaler) reportScaleUp(ctx context.Context, l *loop, res scaleup.Res
 		}
 	}
 	if len(groups) == 0 && queued == 0 && len(res.Failed) == 0 && noScale == 0 {
+		a.lastDecision = ""
 		return // nothing asked, nothing refused: the steady state logs nothing at default verbosity
 	}
-	klog.FromContext(ctx).Info("Scale-up decision", "unschedulablePods", l.unschedulable, "expectedPods", l.expected, "awaitingUpcoming", l.awaiting,
+	// A decision that only repeats the last one (pods that cannot get a
+	// node, loop after loop: a group backed off, at its max) is logged at
+	// -v=2: at default verbosity once, not every second.
+	logger := klog.FromContext(ctx)
+	if len(groups) == 0 && len(res.Failed) == 0 {
+		same := fmt.Sprintf("%d/%d/%s", noScale, queued, l.addition.Limit)
+		if same == a.lastDecision {
+			logger = logger.V(2)
+		}
+		a.lastDecision = same
+	} else {
+		a.lastDecision = ""
+	}
+	logger.Info("Scale-up decision", "unschedulablePods", l.unschedulable, "expectedPods", l.expected, "awaitingUpcoming", l.awaiting,
 		"scaleUps", strings.Join(groups, ","), "queuedNodes", queued, "heldBy", l.addition.Limit, "inFlight", l.addition.InFlight,
 		"failed", len(res.Failed), "podsWithoutScaleUp", noScale,
 		"podEventsDropped", a.events.dropped)

@@ -146,7 +146,7 @@ func recentFailures(now time.Time, window time.Duration, failures map[string][]Y
 				if out == nil {
 					out = map[string][]YoungFailure{}
 				}
-				out[g] = append(out[g], YoungFailure{Node: f.Node, At: f.At.UTC(), Spent: f.Spent})
+				out[g] = append(out[g], YoungFailure{Node: f.Node, At: f.At.UTC(), Spent: f.Spent, Seen: f.Seen})
 			}
 		}
 	}

@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
-	"github.com/vmss-autoscaler/vmss-autoscaler/core/health"
 	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
 )
 
@@ -774,14 +772,6 @@ func TestHealthSafeMonitorFlaggingEveryNodeOfAGroup(t *testing.T) {
 	})
 }
 
-// fastDefaultRules is the built-in health policy (health.DefaultYAML) with
-// every rule's `for` cut to 5 s: maxUnhealthy, the breakers and every
-// other bound as shipped. e2e runs in real time; what these tests prove is
-// the bounds, not the rules' patience.
-func fastDefaultRules() string {
-	return regexp.MustCompile(`(?m)^(\s+for:) \S+$`).ReplaceAllString(health.DefaultYAML, "$1 5s")
-}
-
 // TestHealthSafeLostDeletionIsAskedAgain (#39 case 7): the default rules
 // replace a node whose GPU throws XID 79; ARM accepts its machine's
 // deletion and the operation fails, the VM running on (FaultDeleteFails),
@@ -796,7 +786,7 @@ func TestHealthSafeLostDeletionIsAskedAgain(t *testing.T) {
 	sc := newScenario(t)
 	gpu := sc.scaleSet("gpu", h100, 0, nil)
 	hook := sc.faultHook(gpu)
-	sc.healthPolicy(fastDefaultRules())
+	sc.healthPolicy(defaultPolicyFastRules(t))
 	p := sc.autoscaler("autoscaler", "--nodes=0:4:"+gpu, "--deletion-lost-after=1m")
 	sc.workload("work", 1, "90", 8, gpu)
 	sc.eventually("1 pod Running", 3*time.Minute, allRunning(sc, 1))

@@ -344,8 +344,9 @@ func TestHealthSafeFalseAlarmOnTenPercentOfThreePools(t *testing.T) {
 // TestHealthSafeSmallPoolWithTwoDegradedNodesStillScales (issue #39, case
 // 5): a pool of 7 H100 nodes of which 2 advertise only 6 of their 8 GPUs
 // (dead from the start: the device plugin never advertises them), under
-// the built-in policy (no policy ConfigMap: gpus-below-sku replaces after
-// 5m, maxUnhealthy 20 %). 2 of 7 is over 20 % (1 node): the breaker holds
+// the built-in policy with its rules' for: shortened (gpus-below-sku
+// replaces after 5 s instead of 5m; maxUnhealthy 20 % and the rest as
+// built in). 2 of 7 is over 20 % (1 node): the breaker holds
 // from the first judgement, so the degraded nodes are not even cordoned
 // (a replace rule cordons at once, but not under an engaged breaker).
 // Before, a breaker also stopped the group scaling up and the pool's pods
@@ -372,6 +373,7 @@ func TestHealthSafeSmallPoolWithTwoDegradedNodesStillScales(t *testing.T) {
 	if allowed := max(1, pool*20/100); bad <= allowed {
 		t.Fatalf("%d degraded of %d is within maxUnhealthy 20%% (%d): not the case", bad, pool, allowed)
 	}
+	sc.healthPolicy(defaultPolicyFastRules(t))
 	// The pool's size is the only flag: a max with room to buy.
 	p := sc.autoscaler("autoscaler", "--nodes=0:10:"+gpu)
 	breaker := `vmss_autoscaler_health_breaker_engaged{node_group="` + gpu + `"}`
@@ -410,9 +412,9 @@ func TestHealthSafeSmallPoolWithTwoDegradedNodesStillScales(t *testing.T) {
 		return ok, state
 	})
 	// The breaker counts matches, so both degraded nodes were judged by
-	// now: gpus-below-sku is due within 5m of this (a shortfall is dated
-	// from this leader's first look at it).
-	due := engagedAt.Add(5 * time.Minute)
+	// now: gpus-below-sku is due within its for of this (a shortfall is
+	// dated from this leader's first look at it).
+	due := engagedAt.Add(fastFor)
 
 	sc.workload("train", pods, "90", 8, gpu)
 	sc.eventually(fmt.Sprintf("%d pods Running, one on a node bought under the breaker", pods), 3*time.Minute, func() (bool, string) {
