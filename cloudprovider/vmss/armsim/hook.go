@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"k8s.io/klog/v2"
 )
@@ -116,13 +117,18 @@ func (s *Server) Advance(ctx context.Context) {
 	}
 	s.mu.Unlock()
 
-	var ran, done, failed []*vmRecord
+	var (
+		ran, done, failed []*vmRecord
+		mu                sync.Mutex // guards ran, done and failed
+	)
 	invoke := func(c call, name string, fn func(context.Context, VM) error) bool {
 		err := fn(ctx, c.vm)
 		if err == nil {
 			return true
 		}
+		mu.Lock()
 		failed = append(failed, c.rec)
+		mu.Unlock()
 		// Log the first failure and every 50th retry (Run retries every
 		// tick); the rest at higher verbosity.
 		if c.failures%50 == 0 {
@@ -133,16 +139,20 @@ func (s *Server) Advance(ctx context.Context) {
 		}
 		return false
 	}
-	for _, c := range running {
-		if invoke(c, "VMRunning", s.hook.VMRunning) {
-			ran = append(ran, c.rec)
+	s.eachCall(len(running), func(i int) {
+		if invoke(running[i], "VMRunning", s.hook.VMRunning) {
+			mu.Lock()
+			ran = append(ran, running[i].rec)
+			mu.Unlock()
 		}
-	}
-	for _, c := range deleted {
-		if invoke(c, "VMDeleted", s.hook.VMDeleted) {
-			done = append(done, c.rec)
+	})
+	s.eachCall(len(deleted), func(i int) {
+		if invoke(deleted[i], "VMDeleted", s.hook.VMDeleted) {
+			mu.Lock()
+			done = append(done, deleted[i].rec)
+			mu.Unlock()
 		}
-	}
+	})
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -157,6 +167,32 @@ func (s *Server) Advance(ctx context.Context) {
 		rec.hookFailures++
 	}
 	s.gone = slices.DeleteFunc(s.gone, func(rec *vmRecord) bool { return slices.Contains(done, rec) })
+}
+
+// eachCall runs call(0..n-1): in order, or Options.HookParallelism at a
+// time, returning when all are done.
+func (s *Server) eachCall(n int, call func(i int)) {
+	workers := min(s.opts.HookParallelism, n)
+	if workers <= 1 {
+		for i := range n {
+			call(i)
+		}
+		return
+	}
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				call(i)
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 }
 
 // startedDeleting takes the VMs that the request being handled started

@@ -156,3 +156,64 @@ func (h hookFunc) VMDeleted(_ context.Context, vm VM) error {
 	}
 	return h.deleted(vm)
 }
+
+// concurrentHook records how many of its calls ran at once; each call
+// waits until want calls have been in at once (enough), or freed.
+type concurrentHook struct {
+	*recordingHook
+	mu            sync.Mutex
+	now, maxSeen  int
+	want          int
+	enough, freed chan struct{}
+	closed        bool
+}
+
+func (h *concurrentHook) VMRunning(ctx context.Context, vm VM) error {
+	h.mu.Lock()
+	h.now++
+	h.maxSeen = max(h.maxSeen, h.now)
+	if h.now == h.want && !h.closed {
+		close(h.enough)
+		h.closed = true
+	}
+	h.mu.Unlock()
+	select {
+	case <-h.enough:
+	case <-h.freed:
+	}
+	h.mu.Lock()
+	h.now--
+	h.mu.Unlock()
+	return h.recordingHook.VMRunning(ctx, vm)
+}
+
+// TestHookParallelism: with HookParallelism 8, an Advance registers a
+// burst's nodes 8 at once (as kubelets register, each on its own), every
+// VM once; a failed call is retried at the next Advance as before.
+// Serial, the 8th call would never start while the first waits: the test
+// would time out (the hook frees its calls after 10 s).
+func TestHookParallelism(t *testing.T) {
+	inner := newRecordingHook()
+	hook := &concurrentHook{recordingHook: inner, want: 8, enough: make(chan struct{}), freed: make(chan struct{})}
+	timer := time.AfterFunc(10*time.Second, func() { close(hook.freed) })
+	defer timer.Stop()
+	env := newTestEnv(t, Options{Hook: hook, HookParallelism: 8},
+		ScaleSetSpec{ResourceGroup: testRG, Name: "pool", SKU: "Standard_D16s_v5", Capacity: 40})
+	st := env.state(t, "pool")
+	inner.failNext[st.VMs[3].ProviderID] = 1
+	env.srv.Advance(context.Background())
+	hook.mu.Lock()
+	maxSeen := hook.maxSeen
+	hook.mu.Unlock()
+	if maxSeen != 8 {
+		t.Fatalf("at most %d hook calls at once, want 8", maxSeen)
+	}
+	if running, _ := inner.snapshot(); len(running) != 39 {
+		t.Fatalf("%d nodes registered, want 39 (one call failed)", len(running))
+	}
+	env.srv.Advance(context.Background())
+	running, _ := inner.snapshot()
+	if len(slices.Compact(slices.Sorted(slices.Values(running)))) != 40 || len(running) != 40 {
+		t.Fatalf("registered %d (%d distinct), want each of the 40 once", len(running), len(slices.Compact(slices.Sorted(slices.Values(running)))))
+	}
+}

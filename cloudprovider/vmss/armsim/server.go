@@ -77,6 +77,13 @@ type Options struct {
 	SubscriptionID string        // required
 	Location       string        // default "eastus"
 	BootDelay      time.Duration // Creating -> Running (default 0: running at the next Advance)
+	// HookParallelism is how many node hook calls (VMRunning, VMDeleted)
+	// an Advance makes at once. Default 0 or 1: one after the other, in
+	// provider ID order (repeatable). Real VMs' kubelets register their
+	// nodes each on its own, at once: a serial hook registers a burst of
+	// 2,000 nodes at the harness's pace (about 17 a second on 2 cores,
+	// two API calls a node), not the API server's.
+	HookParallelism int
 	// BootJitter spreads boot times: each VM boots after BootDelay plus a
 	// uniform draw from [-BootJitter, +BootJitter] (never before it was
 	// created), as real scale set VMs of one scale-out come up minutes
