@@ -436,6 +436,7 @@ type judgement struct {
 	cands  map[string]*healthCandidate // the judged nodes that match a rule
 	judged map[string]bool             // every node judged
 	live   map[string]int              // judged nodes per group: the breaker's denominator
+	all    map[string]int              // nodes per group, judged or not: the cap on a count
 	over   map[string]int              // judged nodes per group matching a drain or replace rule
 	// ruleAll and ruleRecent count, per rule that cordons or more, the
 	// judged nodes matching it, and those whose match began within
@@ -497,12 +498,15 @@ func (a *Autoscaler) nodeHealth(ctx context.Context, l *loop) error {
 // report in node name order (the status is written only when it changes).
 func (a *Autoscaler) judgeNodes(ctx context.Context, l *loop, pol *health.Policy, rep *healthReport) judgement {
 	hs := a.health
-	j := judgement{cands: map[string]*healthCandidate{}, judged: map[string]bool{}, live: map[string]int{}, over: map[string]int{},
+	j := judgement{cands: map[string]*healthCandidate{}, judged: map[string]bool{}, live: map[string]int{}, all: map[string]int{}, over: map[string]int{},
 		ruleAll: map[string]int{}, ruleRecent: map[string]int{}}
 	unhealthy := map[[2]string]int{}
 	degraded := map[string][]string{}
 	for _, n := range l.nodes {
 		g, ok := l.groupOf[n.Name]
+		if ok {
+			j.all[g.ID()]++
+		}
 		if !ok || !clusterstate.IsReady(n) || a.healthExempt(n) || a.startingUp(l, n) {
 			continue
 		}
@@ -689,7 +693,7 @@ func (a *Autoscaler) updateBreakers(ctx context.Context, l *loop, pol *health.Po
 	hs := a.health
 	for _, g := range l.groups {
 		id := g.ID()
-		allowed := pol.Allowed(j.live[id])
+		allowed := pol.AllowedOf(j.live[id], j.all[id])
 		until, on := hs.breakers[id]
 		if _, ok := hs.breakerSince[id]; on && !ok {
 			// Taken over from an earlier leader (the safety state keeps

@@ -86,15 +86,22 @@ type Policy struct {
 	Rules []Rule
 }
 
-// Allowed is how many of a group's nodes may be under drain or replacement
-// at once: MaxUnhealthy's count, or its percent of groupNodes rounded down;
-// never below 1. With drain or replace rules it is never more than half
-// of groupNodes (MaxUnhealthyCapPercent, rounded down, never below 1):
-// Parse refuses a larger percent, and a count is cut to it here, so a
-// count written for a bigger group (or a typo) cannot let one bad signal
-// drain a whole group. A nil policy, or a MaxUnhealthy that is neither,
+// Allowed is AllowedOf(groupNodes, groupNodes).
+func (p *Policy) Allowed(groupNodes int) int { return p.AllowedOf(groupNodes, groupNodes) }
+
+// AllowedOf is how many of a group's nodes may be under drain or
+// replacement at once: MaxUnhealthy's count, or its percent of
+// groupNodes (the judged ones) rounded down; never below 1. With drain or
+// replace rules it is never more than half of the group
+// (MaxUnhealthyCapPercent of the larger of groupNodes and allNodes, its
+// nodes judged or not, rounded down, never below 1): Parse refuses a
+// larger percent, and a count is cut to it here, so a count written for a
+// bigger group (or a typo) cannot let one bad signal drain a whole group.
+// The cut counts nodes not judged yet (new nodes whose GPUs are not
+// advertised) so that a count is not cut below what it says while a
+// group comes up. A nil policy, or a MaxUnhealthy that is neither,
 // allows 1.
-func (p *Policy) Allowed(groupNodes int) int {
+func (p *Policy) AllowedOf(groupNodes, allNodes int) int {
 	n := 1
 	if p == nil {
 		return n
@@ -112,7 +119,7 @@ func (p *Policy) Allowed(groupNodes int) int {
 		}
 	}
 	if p.disrupts() {
-		n = min(n, max(groupNodes, 0)*MaxUnhealthyCapPercent/100)
+		n = min(n, max(groupNodes, allNodes, 0)*MaxUnhealthyCapPercent/100)
 	}
 	return max(n, 1)
 }

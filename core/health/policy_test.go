@@ -327,6 +327,33 @@ func TestAllowed(t *testing.T) {
 	}
 }
 
+// TestAllowedOf: the cut of a count counts the group's nodes not judged
+// yet, so a count is not cut below what it says while the group comes up
+// (2 of 8 nodes judged: e2e TestHealthDegradedGPUNodeIsNotTheTemplate's
+// maxUnhealthy 2 was cut to 1 and held its breaker for its storm
+// cooldown); the percent is of the judged ones.
+func TestAllowedOf(t *testing.T) {
+	count := func(n int32) *Policy { return &Policy{MaxUnhealthy: intstr.FromInt32(n)} }
+	pct := func(s string) *Policy { return &Policy{MaxUnhealthy: intstr.FromString(s)} }
+	for _, tc := range []struct {
+		name        string
+		p           *Policy
+		judged, all int
+		wanted      int
+	}{
+		{"a count while the group comes up", replacing(count(2)), 2, 8, 2},
+		{"a count above half of every node", replacing(count(5)), 2, 8, 4},
+		{"the percent is of the judged nodes", replacing(pct("20%")), 10, 100, 2},
+		{"all below judged (a stale count) changes nothing", replacing(count(5)), 6, 0, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.p.AllowedOf(tc.judged, tc.all); got != tc.wanted {
+				t.Fatalf("AllowedOf(%d, %d) = %d, want %d", tc.judged, tc.all, got, tc.wanted)
+			}
+		})
+	}
+}
+
 // replacing adds a replace rule to p.
 func replacing(p *Policy) *Policy {
 	p.Rules = append(p.Rules, Rule{Name: "r", Taint: &TaintMatch{Key: "k"}, Action: Replace})
