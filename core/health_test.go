@@ -80,6 +80,15 @@ func (e *env) gangOnNodes(name string, nodes []string, opts ...to.PodOption) {
 }
 
 func healthEnv(t *testing.T, nodes int, policy string) (*env, *fakeActions, *inmemory.Group) {
+	return newHealthEnv(t, nodes, policy, false)
+}
+
+// healthEnvWithSafety is healthEnv with a safety state a failover keeps.
+func healthEnvWithSafety(t *testing.T, nodes int, policy string) (*env, *fakeActions, *inmemory.Group) {
+	return newHealthEnv(t, nodes, policy, true)
+}
+
+func newHealthEnv(t *testing.T, nodes int, policy string, safety bool) (*env, *fakeActions, *inmemory.Group) {
 	acts := &fakeActions{}
 	e := newEnv(t, withNodeWrites(acts), withOptions(func(o *Options) {
 		o.ScaleDownEnabled = false // the subject is health, not scale-down
@@ -87,6 +96,9 @@ func healthEnv(t *testing.T, nodes int, policy string) (*env, *fakeActions, *inm
 		// The default pause between a cordon and a drain or deletion.
 		o.NodeDeleteDelayAfterTaint = DefaultOptions().NodeDeleteDelayAfterTaint
 	}))
+	if safety {
+		e.safety = &memSafety{}
+	}
 	acts.graceful = e.clock
 	gpu := e.provider.AddGroup("gpu", 0, 20, gpuTemplate("gpu"), inmemory.WithTarget(nodes))
 	e.start()

@@ -488,17 +488,7 @@ func TestHealthSafeBadImageBacksTheGroupOff(t *testing.T) {
 // group off on the new leader. Before: the count lived in memory, and
 // every new leader allowed --health-failures-before-backoff more cycles.
 func TestHealthSafeBadImageBackoffSurvivesAFailover(t *testing.T) {
-	acts := &fakeActions{}
-	e := newEnv(t, withNodeWrites(acts), withOptions(func(o *Options) {
-		o.ScaleDownEnabled = false
-		o.ReplacementBrakeMinNodes = 100
-		o.NodeDeleteDelayAfterTaint = DefaultOptions().NodeDeleteDelayAfterTaint
-	}))
-	e.safety = &memSafety{}
-	acts.graceful = e.clock
-	gpu := e.provider.AddGroup("gpu", 0, 20, gpuTemplate("gpu"), inmemory.WithTarget(4))
-	e.start()
-	e.register(gpu)
+	e, _, gpu := healthEnvWithSafety(t, 4, "")
 	e.setPolicy(strings.Replace(xidPolicy, "for: 1m", "for: 0s", 1), nil)
 	nodes := groupNodes(gpu)
 	e.busy("w", nodes[3:])
@@ -532,17 +522,7 @@ func TestHealthSafeBadImageBackoffSurvivesAFailover(t *testing.T) {
 // failover backing a healthy group off); a third young node then backs
 // the group off.
 func TestHealthSafeYoungFailureCountedOnceAcrossAFailover(t *testing.T) {
-	acts := &fakeActions{}
-	e := newEnv(t, withNodeWrites(acts), withOptions(func(o *Options) {
-		o.ScaleDownEnabled = false
-		o.ReplacementBrakeMinNodes = 100
-		o.NodeDeleteDelayAfterTaint = DefaultOptions().NodeDeleteDelayAfterTaint
-	}))
-	e.safety = &memSafety{}
-	acts.graceful = e.clock
-	gpu := e.provider.AddGroup("gpu", 0, 20, gpuTemplate("gpu"), inmemory.WithTarget(15))
-	e.start()
-	e.register(gpu)
+	e, _, gpu := healthEnvWithSafety(t, 15, "")
 	e.setPolicy(`maxUnhealthy: "20%"
 rules:
 - name: plugin
@@ -711,17 +691,7 @@ func TestHealthSafeDrainedNodeIsKeptFromScaleDown(t *testing.T) {
 // release never came on the new leader (it needs the engage time). Now:
 // it counts from the new leader's first look, and the nodes go.
 func TestHealthSafeBreakerReleaseSurvivesAFailover(t *testing.T) {
-	acts := &fakeActions{}
-	e := newEnv(t, withNodeWrites(acts), withOptions(func(o *Options) {
-		o.ScaleDownEnabled = false
-		o.ReplacementBrakeMinNodes = 100
-		o.NodeDeleteDelayAfterTaint = DefaultOptions().NodeDeleteDelayAfterTaint
-	}))
-	e.safety = &memSafety{}
-	acts.graceful = e.clock
-	gpu := e.provider.AddGroup("gpu", 0, 20, gpuTemplate("gpu"), inmemory.WithTarget(7))
-	e.start()
-	e.register(gpu)
+	e, _, gpu := healthEnvWithSafety(t, 7, "")
 	nodes := groupNodes(gpu)
 	for _, n := range nodes[:2] {
 		e.condition(n, "XIDErrors", apiv1.ConditionTrue)
