@@ -98,9 +98,13 @@ fuzz:
 # (the smoothing rates) or apply the chart's preflight DaemonSet (it selects
 # every pending node) run alone, before the rest (they do not call
 # t.Parallel).
+# cmd/testtimes prints what a plain go test would, then the slowest
+# tests (what each costs: every minute of make test is paid for), and
+# keeps the JSON stream in .cache/e2e.json.
 E2E_PARALLEL ?= 4
 e2e:
-	$(GO) test -count=1 -timeout 60m -parallel $(E2E_PARALLEL) ./e2e/...
+	@mkdir -p .cache
+	$(GO) run ./cmd/testtimes -json-out .cache/e2e.json -slowest 25 -- $(GO) test -json -count=1 -timeout 60m -parallel $(E2E_PARALLEL) ./e2e/...
 
 # The scale harness (e2e/scale): the autoscaler with default flags on a
 # real control plane, kwok and the ARM simulator, from 0 to thousands of

@@ -915,6 +915,7 @@ func (a *Autoscaler) recoverHealthy(ctx context.Context, l *loop, j judgement) {
 		}
 		if c, ok := j.cands[name]; !ok || !c.verdict.Due || c.verdict.Action < health.Drain {
 			delete(hs.admitted, name)
+			a.replace.brake.Dropped(name) // not replaced: counted from its admission
 		}
 	}
 	for _, name := range sortedKeys(hs.cordoned) {
@@ -937,6 +938,7 @@ func (a *Autoscaler) recoverHealthy(ctx context.Context, l *loop, j judgement) {
 		}
 		rule := hs.cordoned[name]
 		hs.release(name)
+		a.replace.brake.Dropped(name)
 		group := ""
 		if g, ok := l.groupOf[name]; ok {
 			group = g.ID()
@@ -1056,7 +1058,7 @@ func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Po
 			}
 		}
 		if !hs.admitted[n.Name] {
-			if a.allowReplacements(l, c.group, 1) == 0 {
+			if !a.allowReplacement(l, c.group, n.Name) {
 				a.holdHealth(ctx, l, c, heldBrake, "the replacement brake's budget is spent")
 				continue
 			}
@@ -1115,6 +1117,7 @@ func (a *Autoscaler) replaceUnhealthy(ctx context.Context, l *loop, toDelete []a
 				logger.Info("Deleted the machine of an unhealthy node again (its first deletion was lost)", "node", klog.KObj(o.Node), "nodeGroup", o.Group, "rule", rule)
 				continue
 			}
+			a.replacementSent(l, o.Machine)
 			a.metrics.HealthActions.WithLabelValues(o.Group, rule, "replace").Inc()
 			logger.Info("Deleted the machine of an unhealthy node", "node", klog.KObj(o.Node), "nodeGroup", o.Group, "rule", rule)
 			if a.rec != nil {

@@ -173,7 +173,7 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 		// The replacement brake admits a node before its pods are evicted:
 		// past the budget, a failed node is cordoned and nothing more.
 		if !ps.admitted[n.Name] {
-			if a.allowReplacements(l, f.Group, 1) == 0 {
+			if !a.allowReplacement(l, f.Group, n.Name) {
 				continue
 			}
 			ps.admitted[n.Name] = true
@@ -203,6 +203,7 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 			ps.deleted[o.Node.Name] = l.now
 			if a.firstDeletion(l.now, o.Node.Name, "preflight") {
 				replaced[o.Group]++
+				a.replacementSent(l, o.Machine)
 			}
 		case o.Err != nil:
 			logger.Error(o.Err, "Deleting a machine that failed preflight; retried next loop", "node", klog.KObj(o.Node), "nodeGroup", o.Group)
@@ -290,6 +291,7 @@ func (a *Autoscaler) releaseForIncident(ctx context.Context, n *apiv1.Node) {
 		return
 	}
 	ps.release(n.Name)
+	a.replace.brake.Dropped(n.Name)
 	delete(a.replace.stopped, n.Name)
 	klog.FromContext(ctx).V(2).Info("Failed node kept for a preflight incident; uncordoned", "node", klog.KObj(n))
 }
@@ -342,6 +344,7 @@ func (a *Autoscaler) uncordonRecovered(ctx context.Context, l *loop) {
 			continue
 		}
 		ps.release(name)
+		a.replace.brake.Dropped(name)
 		delete(a.replace.stopped, name)
 		klog.FromContext(ctx).V(2).Info("Node passed preflight again; uncordoned", "node", klog.KObj(n))
 		if a.rec != nil {

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"time"
+
 	"context"
 	"fmt"
 
@@ -36,7 +38,7 @@ func newScaleDownState(d Deps, m *Metrics, remover *actuation.Remover) *scaleDow
 	brake := scaledown.NewBrake(o.brakeOptions())
 	s := &scaleDownState{planner: scaledown.NewPlanner(o.scaleDownOptions(), d.Simulator, brake), brake: brake}
 	if d.Actions != nil {
-		s.actuator = actuation.NewScaleDown(d.Actions, remover, d.Listers.Pods, d.Recorder, actuation.Metrics{
+		s.actuator = actuation.NewScaleDown(d.Actions, remover, brake, d.Listers.Pods, d.Recorder, actuation.Metrics{
 			Evictions: m.Evictions, ScaledDown: m.ScaledDownNodes, Failed: m.FailedScaleDowns, DrainsInFlight: m.DrainsInFlight,
 		}, d.Clock, o.actuationOptions())
 	}
@@ -54,7 +56,15 @@ func (s *scaleDownState) setOptions(o Options) {
 }
 
 func (o Options) brakeOptions() scaledown.BrakeOptions {
-	return scaledown.BrakeOptions{ClusterShare: o.ScaleDownBrakeClusterShare, GroupShare: o.ScaleDownBrakeGroupShare, Window: o.ScaleDownBrakeWindow}
+	return scaledown.BrakeOptions{ClusterShare: o.ScaleDownBrakeClusterShare, GroupShare: o.ScaleDownBrakeGroupShare, Window: o.ScaleDownBrakeWindow,
+		MaxPending: o.maxRemovalPending()}
+}
+
+// maxRemovalPending bounds how long a decided removal takes to be sent:
+// the pause after its taint, its drain's deadline (the graceful-termination
+// cap plus a minute) and a minute for the loops between.
+func (o Options) maxRemovalPending() time.Duration {
+	return o.NodeDeleteDelayAfterTaint + time.Duration(o.MaxGracefulTerminationSec)*time.Second + 2*time.Minute
 }
 
 // evictOptions are copied into every eviction; isBalloon is bound to this

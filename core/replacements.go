@@ -180,22 +180,35 @@ func (a *Autoscaler) pruneStopped(l *loop) {
 
 func (o Options) replacementBrakeOptions() scaledown.BrakeOptions {
 	return scaledown.BrakeOptions{ClusterShare: o.ReplacementBrakeClusterShare, GroupShare: 1,
-		Window: o.ReplacementBrakeWindow, Min: o.ReplacementBrakeMinNodes}
+		Window: o.ReplacementBrakeWindow, Min: o.ReplacementBrakeMinNodes, MaxPending: o.maxRemovalPending()}
 }
 
-// allowReplacements says how many of n machines of group may be deleted
-// now, and counts them against the budget; the rest wait.
-func (a *Autoscaler) allowReplacements(l *loop, group string, n int) int {
+// allowReplacement says whether the machine key names (a node's name, or
+// a machine's provider ID when it has no node) of group may be deleted
+// once drained, and reserves it in the budget (replacementSent counts
+// it from its deletion); when not, it waits.
+func (a *Autoscaler) allowReplacement(l *loop, group, key string) bool {
 	cluster, size := a.clusterTarget(), 0
 	if gs := a.registry.Group(group); gs != nil && gs.Readiness.TargetKnown {
 		size = gs.Readiness.Target
 	}
-	k := 0
-	for ; k < n && a.replace.brake.Allow(l.now, group, cluster, size); k++ {
-		a.replace.brake.Record(l.now, group)
+	if !a.replace.brake.Allow(l.now, group, cluster, size) {
+		l.replacementsHeld++
+		return false
 	}
-	l.replacementsHeld += n - k
-	return k
+	a.replace.brake.Reserve(l.now, group, key)
+	return true
+}
+
+// replacementSent tells the replacement brake that the machine of an
+// admitted replacement was asked to be deleted now (the first time: a
+// lost deletion asked again is not charged twice).
+func (a *Autoscaler) replacementSent(l *loop, m actuation.Machine) {
+	key := m.ProviderID
+	if m.Node != nil {
+		key = m.Node.Name
+	}
+	a.replace.brake.Sent(l.now, m.Group, key)
 }
 
 // reportReplacements says whether the brake held anything this loop: an
@@ -365,6 +378,7 @@ func (a *Autoscaler) removeFailedMachines(ctx context.Context, l *loop, del map[
 		switch {
 		case o.Deleted:
 			deleted[o.Group]++
+			a.replacementSent(l, o.Machine)
 			if o.Node != nil {
 				// The preflight phase must not delete it again.
 				a.preflight.deleted[o.Node.Name] = l.now
@@ -400,7 +414,7 @@ func (a *Autoscaler) admitReplacement(ctx context.Context, l *loop, m actuation.
 		admitted, key = ps.admittedMachines, m.ProviderID
 	}
 	if !admitted[key] {
-		if a.allowReplacements(l, m.Group, 1) == 0 {
+		if !a.allowReplacement(l, m.Group, key) {
 			return false
 		}
 		admitted[key] = true

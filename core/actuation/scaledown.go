@@ -47,6 +47,14 @@ type Metrics struct {
 	DrainsInFlight prometheus.Gauge
 }
 
+// SendCounter is told when a removal the brake reserved has its machine's
+// deletion asked of the cloud, or is given up (scaledown.Brake): the
+// brake counts a window from the sending, not the decision.
+type SendCounter interface {
+	Sent(now time.Time, group, node string)
+	Dropped(node string)
+}
+
 // ScaleDown carries out scale-down's decisions: DeletionCandidate soft
 // taints, ToBeDeleted taints, batched deletion of empty nodes, and drains
 // in background goroutines whose nodes the next loop deletes, one
@@ -63,6 +71,7 @@ type ScaleDown struct {
 	metrics Metrics
 	clock   clock.Clock
 	opts    Options // the loop's; drains get a copy
+	brake   SendCounter
 
 	mu sync.Mutex
 	// gone holds nodes whose machines were deleted, until their Node
@@ -92,9 +101,10 @@ type toDelete struct {
 	notBefore, deadline time.Time
 }
 
-// NewScaleDown returns an idle actuator that deletes through remover.
-func NewScaleDown(actions NodeActions, remover *Remover, pods corelisters.PodLister, rec record.EventRecorder, m Metrics, clk clock.Clock, o Options) *ScaleDown {
-	return &ScaleDown{actions: actions, remover: remover, evictor: Evictor{Actions: actions, Results: m.Evictions}, pods: pods, rec: rec,
+// NewScaleDown returns an idle actuator that deletes through remover and
+// tells brake when each removal is sent or given up.
+func NewScaleDown(actions NodeActions, remover *Remover, brake SendCounter, pods corelisters.PodLister, rec record.EventRecorder, m Metrics, clk clock.Clock, o Options) *ScaleDown {
+	return &ScaleDown{actions: actions, remover: remover, brake: brake, evictor: Evictor{Actions: actions, Results: m.Evictions}, pods: pods, rec: rec,
 		metrics: m, clock: clk, opts: o, gone: map[string]removed{}, draining: map[string]string{}}
 }
 
@@ -421,9 +431,11 @@ func (s *ScaleDown) uncertain(ctx context.Context, now time.Time, r scaledown.Re
 	s.gone[r.Node.Name] = removed{r: r, at: now.Add(UncertainDeleteWait)}
 	s.lastFailure = now
 	s.mu.Unlock()
+	s.brake.Sent(now, r.Group, r.Node.Name) // the cloud may be deleting it
 }
 
 func (s *ScaleDown) removed(now time.Time, r scaledown.Removal) {
+	s.brake.Sent(now, r.Group, r.Node.Name)
 	s.mu.Lock()
 	s.lastDelete = now
 	s.gone[r.Node.Name] = removed{r: r, at: now}
@@ -437,6 +449,7 @@ func (s *ScaleDown) removed(now time.Time, r scaledown.Removal) {
 // fail untaints the node and records why its removal failed.
 func (s *ScaleDown) fail(ctx context.Context, now time.Time, r scaledown.Removal, step string, err error) {
 	klog.FromContext(ctx).Error(err, "Scale-down failed", "node", r.Node.Name, "nodeGroup", r.Group, "step", step)
+	s.brake.Dropped(r.Node.Name)
 	s.metrics.Failed.WithLabelValues(r.Group, step).Inc()
 	if uerr := s.actions.RemoveTaint(context.WithoutCancel(ctx), r.Node.Name, scaledown.ToBeDeletedTaint); uerr != nil {
 		klog.FromContext(ctx).Error(uerr, "Removing the to-be-deleted taint after a failed scale-down", "node", r.Node.Name)

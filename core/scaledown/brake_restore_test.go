@@ -29,3 +29,62 @@ func TestBrakeRestore(t *testing.T) {
 		t.Fatal("the first deletion left the window: one more must be allowed")
 	}
 }
+
+// TestBrakeCountsFromTheSending: a removal decided at t0 and sent later
+// (a drain, the pause after the taint) counts a window from its sending,
+// so the deletions sent within any window stay within the shares. Counted
+// from the decision only, a removal decided a window later was let go and
+// sent within the same window as the first (the scale harness: 45 sent
+// within 30 s under a brake of 30).
+func TestBrakeCountsFromTheSending(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	w := 30 * time.Second
+	b := NewBrake(BrakeOptions{ClusterShare: 0.5, GroupShare: 1, Window: w, MaxPending: 10 * time.Minute})
+	if !b.Allow(t0, "g", 2, 2) {
+		t.Fatal("the first removal of two nodes held")
+	}
+	b.Reserve(t0, "g", "a")
+	if b.Allow(t0, "g", 1, 1) {
+		t.Fatal("a second removal of two nodes allowed in the same window")
+	}
+	// a's drain outlasts the window: it is still reserved.
+	if b.Allow(t0.Add(w+time.Second), "g", 1, 1) {
+		t.Fatal("a removal allowed while the first, decided a window ago, is not sent yet")
+	}
+	sent := t0.Add(50 * time.Second)
+	b.Sent(sent, "g", "a")
+	if b.Allow(sent.Add(w-time.Second), "g", 1, 1) {
+		t.Fatal("a removal allowed within a window of the first one's sending")
+	}
+	if !b.Allow(sent.Add(w), "g", 1, 1) {
+		t.Fatal("held a window after the first one's sending")
+	}
+
+	// A removal given up counts from its decision, as a deletion would.
+	b2 := NewBrake(BrakeOptions{ClusterShare: 0.5, GroupShare: 1, Window: w, MaxPending: 10 * time.Minute})
+	b2.Reserve(t0, "g", "a")
+	b2.Dropped("a")
+	if !b2.Allow(t0.Add(w), "g", 1, 1) {
+		t.Fatal("a removal given up still counts after its window")
+	}
+	// One never sent nor given up (a bug's loss) stops counting after
+	// MaxPending.
+	b3 := NewBrake(BrakeOptions{ClusterShare: 0.5, GroupShare: 1, Window: w, MaxPending: time.Minute})
+	b3.Reserve(t0, "g", "a")
+	if b3.Allow(t0.Add(w+time.Minute-time.Second), "g", 1, 1) {
+		t.Fatal("a reservation stopped counting before MaxPending")
+	}
+	if !b3.Allow(t0.Add(w+time.Minute), "g", 1, 1) {
+		t.Fatal("a lost reservation counts for ever")
+	}
+	// A new leader cannot know whether a reserved removal was sent: it is
+	// kept as sent at the save.
+	b4 := NewBrake(BrakeOptions{ClusterShare: 0.5, GroupShare: 1, Window: w, MaxPending: 10 * time.Minute})
+	b4.Reserve(t0, "g", "a")
+	saved := t0.Add(45 * time.Second)
+	b5 := NewBrake(BrakeOptions{ClusterShare: 0.5, GroupShare: 1, Window: w, MaxPending: 10 * time.Minute})
+	b5.Restore(saved, b4.Records(saved))
+	if b5.Allow(saved.Add(w-time.Second), "g", 1, 1) {
+		t.Fatal("a new leader forgot a removal reserved and perhaps sent")
+	}
+}

@@ -375,9 +375,9 @@ func (p *Planner) choose(ctx context.Context, now time.Time, snap *snapshot.Snap
 		} else {
 			d.Drain = append(d.Drain, r)
 		}
-		// Counted now so the shares hold within this pass; the actuator
-		// does not record again.
-		p.brake.Record(now, c.n.Group)
+		// Reserved now so the shares hold within this pass; the actuator
+		// says when the deletion is sent (Brake.Sent) or given up.
+		p.brake.Reserve(now, c.n.Group, c.n.Node.Name)
 	}
 }
 
