@@ -2,6 +2,7 @@ package vmss
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -236,5 +237,55 @@ func TestThrottledVMListKeepsSizesOfEitherMode(t *testing.T) {
 				t.Fatalf("scale-up while VM lists are throttled: %v", err)
 			}
 		})
+	}
+}
+
+// TestDeleteOfAVMNewerThanTheThrottledListIsSent: a VM that joined after
+// the scale set's last VM list, while VM lists are throttled for 20
+// minutes, is read by a GET of its own and deleted; one ARM does not have
+// (404) is dropped as gone, and nothing is refused. Before, the call was
+// refused unsent ("not in its last VM list yet") until a list came, up
+// to 30 minutes, leaving a broken 8-GPU node undeletable.
+func TestDeleteOfAVMNewerThanTheThrottledListIsSent(t *testing.T) {
+	f := newFixture(t, []armsim.ScaleSetSpec{gpuSet("gpu", 2, nil)}, withNodes("0:10:gpu"))
+	f.sim.Advance(f.ctx)
+	f.refresh()
+	g := f.p.groups[setKey("rg", "gpu")]
+	if err := f.sim.SetCapacity("rg", "gpu", 3); err != nil { // a VM the list has not seen
+		t.Fatal(err)
+	}
+	f.sim.Advance(f.ctx)
+	f.sim.ThrottlePolicy(armsim.PolicyHighCostGetVMScaleSet30Min, "", 20*time.Minute)
+	f.clock.Step(6 * time.Minute) // the VM list is due again: throttled
+	f.sim.Advance(f.ctx)
+	f.refresh()
+	if ins, _ := g.Instances(); len(ins) != 2 {
+		t.Fatalf("instances %v, want the last list's 2", ins)
+	}
+	st, _ := f.sim.ScaleSet("rg", "gpu")
+	newest := ""
+	for _, vm := range st.VMs {
+		if vm.InstanceID == "2" {
+			newest = vm.ProviderID
+		}
+	}
+	if newest == "" {
+		t.Fatalf("no VM 2 in %+v", st.VMs)
+	}
+	never := strings.TrimSuffix(newest, "/2") + "/7" // newer than the list; ARM has none
+	if err := g.DeleteNodes(f.ctx, []string{newest, never}); err != nil {
+		t.Fatalf("DeleteNodes of a VM newer than a throttled list: %v", err)
+	}
+	if got, want := f.providerDeletes(), []string{"[2]:202"}; !slices.Equal(got, want) {
+		t.Fatalf("deletions sent %v, want %v", got, want)
+	}
+	if s := states(t, g)["2"]; s != "deleting" {
+		t.Fatalf("VM 2 %q after its deletion, want deleting", s)
+	}
+	if n, err := g.TargetSize(); err != nil || n != 2 {
+		t.Fatalf("TargetSize after deleting 1 of 3: %d, %v; want 2", n, err)
+	}
+	if c := f.sim.Calls()[armsim.OpGetVM]; c != 2 {
+		t.Fatalf("%d VM GETs, want 2 (one per VM the list lacks)", c)
 	}
 }

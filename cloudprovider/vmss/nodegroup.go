@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -766,8 +767,12 @@ func isPreconditionFailed(err error) bool {
 // the whole batch when one ID is not an active instance. A Uniform VM
 // the list no longer shows (its ID is at most the highest listed: IDs
 // are never reused) is gone already and dropped; one newer than the list
-// refuses the call unsent (the next list shows it). Machines listed
-// deleting are not sent again.
+// (it joined after it, or the lists are throttled for up to 30 minutes)
+// is read by one GET of its own (readUnlisted), at most
+// maxUnlistedReads per call: sent when ARM has it, dropped when it
+// answers 404; past that bound, or when the GET fails, the call is
+// refused unsent (the next list shows them). Machines listed deleting
+// are not sent again.
 //
 // A VM deleted out of band after the latest list is still in it, and ARM
 // refuses the batch: the scale set's VMs are then listed once more and
@@ -800,7 +805,7 @@ func (g *scaleSet) DeleteNodes(ctx context.Context, providerIDs []string) error 
 	var ids []string
 	running := 0
 	dropFailed := map[string]bool{}
-	var gone []string
+	var gone, unlisted []string
 	for _, pid := range providerIDs {
 		key := cloudprovider.ProviderIDKey(pid)
 		in, known := byID[key]
@@ -813,11 +818,16 @@ func (g *scaleSet) DeleteNodes(ctx context.Context, providerIDs []string) error 
 			continue
 		}
 		if !known {
-			if id, ok := numericInstanceID(key); !ok || id > g.maxInstanceID {
+			id, ok := numericInstanceID(key)
+			switch {
+			case !ok || len(unlisted) == maxUnlistedReads:
 				g.mu.Unlock()
 				return fmt.Errorf("deleting from scale set %s: instance %s is not in its last VM list yet: %w", g.ID(), pid, cloudprovider.ErrNotSent)
+			case id > g.maxInstanceID:
+				unlisted = append(unlisted, pid)
+			default:
+				gone = append(gone, pid)
 			}
-			gone = append(gone, pid)
 			continue
 		}
 		if in.State == cloudprovider.InstanceDeleting {
@@ -827,6 +837,34 @@ func (g *scaleSet) DeleteNodes(ctx context.Context, providerIDs []string) error 
 			running++
 		}
 		ids = append(ids, lastSegment(in.ProviderID)) // a Flexible VM's name as ARM spells it
+	}
+	g.mu.Unlock()
+	var read []cloudprovider.Instance
+	for _, pid := range unlisted {
+		in, found, err := g.readUnlisted(ctx, pid)
+		switch {
+		case err != nil:
+			return fmt.Errorf("deleting from scale set %s: instance %s is not in its last VM list yet and reading it failed: %w: %w", g.ID(), pid, err, cloudprovider.ErrNotSent)
+		case !found:
+			gone = append(gone, pid)
+		case in.State == cloudprovider.InstanceDeleting:
+		default:
+			if in.Error == nil {
+				running++
+			}
+			ids = append(ids, lastSegment(in.ProviderID))
+			read = append(read, in)
+		}
+	}
+	g.mu.Lock()
+	// Cached until the next list, so the deletion marks it (and lowers
+	// the capacity seen) as it marks the listed ones.
+	for _, in := range read {
+		if !slices.ContainsFunc(g.instances, func(c cloudprovider.Instance) bool {
+			return cloudprovider.ProviderIDKey(c.ProviderID) == cloudprovider.ProviderIDKey(in.ProviderID)
+		}) {
+			g.instances = append(g.instances, in)
+		}
 	}
 	if size-running < g.min {
 		g.mu.Unlock()

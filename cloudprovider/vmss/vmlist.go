@@ -2,13 +2,17 @@ package vmss
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
 	"k8s.io/klog/v2"
 
@@ -377,4 +381,34 @@ func (p *Provider) noteRefusal(logger klog.Logger, rg, name, why string) {
 	}
 	p.refusedSets[k] = why
 	logger.Error(fmt.Errorf("scale set %s/%s: %s", rg, name, why), "Refusing a scale set as a node group")
+}
+
+// maxUnlistedReads bounds the GETs one DeleteNodes call makes for VMs
+// newer than the scale set's last list.
+const maxUnlistedReads = 10
+
+// readUnlisted reads one Uniform VM the scale set's last list does not
+// show, by the scale-set VM API's GET (charged to the GetVMScaleSetVM
+// policies, not to the 30-minute VM-list budget: Microsoft's
+// compute-throttling-limits), so that a node that joined after the last
+// list can be deleted while lists are throttled. found is false when ARM
+// answers 404 (the VM is gone); a VM answered with an empty ID is being
+// deleted (statusOfScaleSetVM).
+func (g *scaleSet) readUnlisted(ctx context.Context, providerID string) (cloudprovider.Instance, bool, error) {
+	ctx, cancel := withTimeout(withResource(ctx, g.resourceID()))
+	defer cancel()
+	resp, err := g.p.vms.Get(ctx, g.rg, g.name, lastSegment(providerID), &armcompute.VirtualMachineScaleSetVMsClientGetOptions{
+		Expand: to.Ptr(armcompute.InstanceViewTypesInstanceView)})
+	if err != nil {
+		var re *azcore.ResponseError
+		if errors.As(err, &re) && re.StatusCode == http.StatusNotFound {
+			return cloudprovider.Instance{}, false, nil
+		}
+		return cloudprovider.Instance{}, false, classify(err)
+	}
+	st, ok := statusOfScaleSetVM(&resp.VirtualMachineScaleSetVM)
+	if !ok {
+		return cloudprovider.Instance{ProviderID: providerID, State: cloudprovider.InstanceDeleting}, true, nil
+	}
+	return instanceOf(st), true, nil
 }

@@ -56,6 +56,7 @@ type config struct {
 
 	// Per scale set options, each naming a --scale-set as rg/name.
 	flexible       []string
+	overprovision  []string
 	spot           []string
 	computerPrefix []string
 
@@ -114,6 +115,8 @@ func bindFlags(fs *pflag.FlagSet) *config {
 		`Scale set to create, "rg/name:SKU:capacity[:k=v,k=v]" (the optional last part is tags). Repeatable.`)
 	fs.StringArrayVar(&cfg.flexible, "flexible", nil,
 		`A --scale-set, "rg/name", of Flexible orchestration: its VMs are served by the Virtual Machines API filtered by scale set. Repeatable.`)
+	fs.StringArrayVar(&cfg.overprovision, "overprovision", nil,
+		`A Uniform --scale-set, "rg/name", with overprovision true (Azure's default for Uniform sets; AKS sets it false): each scale-out creates 20% extra VMs, deleted once the asked-for ones run. Repeatable.`)
 	fs.StringArrayVar(&cfg.spot, "spot", nil,
 		`A --scale-set, "rg/name[:Delete|Deallocate]", of Spot VMs with that eviction policy (ARM's default: Deallocate); their nodes carry AKS's Spot label and taint. Repeatable.`)
 	fs.StringArrayVar(&cfg.computerPrefix, "computer-name-prefix", nil,
@@ -345,8 +348,9 @@ func parseScaleSet(s string) (armsim.ScaleSetSpec, error) {
 	return spec, nil
 }
 
-// applySetOptions applies --flexible, --spot and --computer-name-prefix
-// to the scale sets they name; one that names no --scale-set is refused.
+// applySetOptions applies --flexible, --overprovision, --spot and
+// --computer-name-prefix to the scale sets they name; one that names no
+// --scale-set is refused, and so is overprovisioning a Flexible one.
 func (cfg *config) applySetOptions(specs []armsim.ScaleSetSpec) error {
 	byKey := make(map[string]*armsim.ScaleSetSpec, len(specs))
 	for i := range specs {
@@ -365,6 +369,16 @@ func (cfg *config) applySetOptions(specs []armsim.ScaleSetSpec) error {
 			return err
 		}
 		spec.Flexible = true
+	}
+	for _, v := range cfg.overprovision {
+		spec, err := set("overprovision", v, v)
+		if err != nil {
+			return err
+		}
+		if spec.Flexible {
+			return fmt.Errorf("--overprovision %q: a Flexible scale set does not overprovision", v)
+		}
+		spec.Overprovision = true
 	}
 	for _, v := range cfg.spot {
 		key, policy, _ := strings.Cut(v, ":")

@@ -123,12 +123,13 @@ func TestOperationFlags(t *testing.T) {
 	}
 }
 
-// TestScaleSetOptionFlags: --flexible, --spot and --computer-name-prefix
+// TestScaleSetOptionFlags: --flexible, --overprovision, --spot and
+// --computer-name-prefix
 // apply to the --scale-set they name; a flag naming none, or a bad
 // policy, is refused with the flag and value named.
 func TestScaleSetOptionFlags(t *testing.T) {
 	cfg := parse(t, "--scale-set=rg-a/gpu:Standard_D16s_v5:0", "--scale-set=rg-b/gpu:Standard_D16s_v5:0", "--scale-set=rg-b/spot:Standard_D16s_v5:0",
-		"--flexible=RG-B/gpu", "--spot=rg-b/spot:Delete", "--spot=rg-a/gpu",
+		"--flexible=RG-B/gpu", "--spot=rg-b/spot:Delete", "--spot=rg-a/gpu", "--overprovision=rg-b/spot",
 		"--computer-name-prefix=rg-a/gpu:aks-gpu-a-vmss", "--computer-name-prefix=rg-b/gpu:aks-gpu-b-vmss")
 	specs := make([]armsim.ScaleSetSpec, 0, len(cfg.scaleSets))
 	for _, s := range cfg.scaleSets {
@@ -144,7 +145,7 @@ func TestScaleSetOptionFlags(t *testing.T) {
 	want := []armsim.ScaleSetSpec{
 		{ResourceGroup: "rg-a", Name: "gpu", SKU: "Standard_D16s_v5", Spot: true, ComputerNamePrefix: "aks-gpu-a-vmss"},
 		{ResourceGroup: "rg-b", Name: "gpu", SKU: "Standard_D16s_v5", Flexible: true, ComputerNamePrefix: "aks-gpu-b-vmss"},
-		{ResourceGroup: "rg-b", Name: "spot", SKU: "Standard_D16s_v5", Spot: true, EvictionPolicy: armsim.EvictionDelete},
+		{ResourceGroup: "rg-b", Name: "spot", SKU: "Standard_D16s_v5", Spot: true, EvictionPolicy: armsim.EvictionDelete, Overprovision: true},
 	}
 	if !reflect.DeepEqual(specs, want) {
 		t.Fatalf("specs\n got %+v\nwant %+v", specs, want)
@@ -154,6 +155,8 @@ func TestScaleSetOptionFlags(t *testing.T) {
 		wantErr string
 	}{
 		{[]string{"--flexible=rg/none"}, `--flexible "rg/none": rg/none is no --scale-set`},
+		{[]string{"--overprovision=rg/none"}, `--overprovision "rg/none": rg/none is no --scale-set`},
+		{[]string{"--flexible=rg/gpu", "--overprovision=rg/gpu"}, `--overprovision "rg/gpu": a Flexible scale set does not overprovision`},
 		{[]string{"--spot=rg/gpu:Hibernate"}, `--spot "rg/gpu:Hibernate": eviction policy "Hibernate"`},
 		{[]string{"--computer-name-prefix=rg/gpu"}, `--computer-name-prefix "rg/gpu": want rg/name:prefix`},
 	} {
