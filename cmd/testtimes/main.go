@@ -55,10 +55,20 @@ func (s *summary) add(e event) {
 	key := [2]string{e.Package, e.Test}
 	switch {
 	case e.Test == "" && e.Action == "output":
-		// Package lines: ok/FAIL, build errors, TestMain's output.
-		if !strings.HasPrefix(e.Output, "=== ") {
+		// A package's result line is printed; the rest (TestMain's
+		// output, build errors, PASS/FAIL) only if the package fails.
+		if isResultLine(e.Output) {
 			fmt.Fprint(s.out, e.Output)
+		} else {
+			s.pending[key] = append(s.pending[key], e.Output)
 		}
+	case e.Test == "" && e.Action == "fail":
+		for _, line := range s.pending[key] {
+			fmt.Fprint(s.out, line)
+		}
+		delete(s.pending, key)
+	case e.Test == "" && (e.Action == "pass" || e.Action == "skip"):
+		delete(s.pending, key)
 	case e.Action == "output":
 		s.pending[key] = append(s.pending[key], e.Output)
 	case e.Action == "pass" || e.Action == "skip":
@@ -111,6 +121,17 @@ func (s *summary) slowest(n int) {
 		}
 		fmt.Fprintf(s.out, "  %6.1fs  %s %s%s\n", t.took.Seconds(), shortPkg(t.pkg), t.test, mark)
 	}
+}
+
+// isResultLine says whether a package-level line is go test's result for
+// the package ("ok  \tpkg\t1.2s", "FAIL\tpkg\t…", "?   \tpkg\t[no test files]").
+func isResultLine(line string) bool {
+	for _, p := range []string{"ok  \t", "FAIL\t", "?   \t"} {
+		if strings.HasPrefix(line, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func secs(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }

@@ -24,7 +24,13 @@ func TestSummary(t *testing.T) {
 		{Action: "fail", Package: "p", Test: "TestB", Elapsed: 7},
 		{Action: "run", Package: "p", Test: "TestC"},
 		{Action: "output", Package: "p", Test: "TestC", Output: "    c_test.go:3: hung here\n"},
+		{Action: "output", Package: "p", Output: "main: control plane up\n"},
 		{Action: "output", Package: "p", Output: "FAIL\tp\t9.1s\n"},
+		{Action: "fail", Package: "p"},
+		{Action: "output", Package: "q", Output: "q: quiet TestMain\n"},
+		{Action: "output", Package: "q", Output: "PASS\n"},
+		{Action: "output", Package: "q", Output: "ok  \tq\t1.0s\n"},
+		{Action: "pass", Package: "q"},
 	}
 	var out strings.Builder
 	s := newSummary(&out)
@@ -34,12 +40,12 @@ func TestSummary(t *testing.T) {
 	s.flush()
 	s.slowest(1)
 	got := out.String()
-	for _, want := range []string{"b_test.go:9: boom\n--- FAIL: TestB (7.00s)\n", "FAIL\tp\t9.1s\n", "c_test.go:3: hung here", "slowest tests (of 2; 9s of test time in all):\n     7.0s  p TestB FAILED\n"} {
+	for _, want := range []string{"b_test.go:9: boom\n--- FAIL: TestB (7.00s)\n", "FAIL\tp\t9.1s\n", "main: control plane up\n", "ok  \tq\t1.0s\n", "c_test.go:3: hung here", "slowest tests (of 2; 9s of test time in all):\n     7.0s  p TestB FAILED\n"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}
 	}
-	for _, not := range []string{"quiet", "sub: ok", "PASS: TestA", "TestA\n"} {
+	for _, not := range []string{"quiet", "sub: ok", "PASS: TestA", "TestA\n", "PASS\n"} {
 		if strings.Contains(got, not) {
 			t.Errorf("output has %q, from a test that passed:\n%s", not, got)
 		}
