@@ -68,11 +68,14 @@ func (sc *scenario) removeNodesAfter(set string) {
 	})
 }
 
-// 0 → 300 nodes at 120 nodes a minute, the autoscaler killed half-way and
+// 0 → 200 nodes at 120 nodes a minute, the autoscaler killed half-way and
 // restarted: no minute sees more than the limit (±10 %), every pod runs,
 // and the restarted autoscaler requests exactly what is still needed.
+// (200, not the 300 it was: the minutes before and after the failover
+// are the ones that could break the limit, and 100 nodes each side cover
+// them; the 100 more cost 50 s of a test that runs alone.)
 func TestSmoothingSpreadsNodeAdditions(t *testing.T) {
-	const pods, rate, burst = 300, 120, 5
+	const pods, rate, burst = 200, 120, 5
 	sc := newScenario(t)
 	sc.failover = true // kills or freezes a leader
 	set := sc.scaleSet("cpu", "Standard_D16s_v5", 0, nil)
@@ -92,9 +95,9 @@ func TestSmoothingSpreadsNodeAdditions(t *testing.T) {
 		st := cm.Data["status"]
 		return strings.Contains(st, "heldBy: rate") && strings.Contains(st, "nodeGroup: "+set), st
 	})
-	sc.eventually("120 nodes requested", 3*time.Minute, func() (bool, string) {
+	sc.eventually("half the nodes requested", 3*time.Minute, func() (bool, string) {
 		c := sc.capacity(set)
-		return c >= 120, fmt.Sprintf("capacity %d", c)
+		return c >= pods/2, fmt.Sprintf("capacity %d", c)
 	})
 	if err := first.Kill(); err != nil {
 		t.Fatal(err)
@@ -131,7 +134,7 @@ func TestSmoothingSpreadsNodeAdditions(t *testing.T) {
 // The control for the test above: the same scale-up with smoothing off
 // reaches the API server as one burst, which the rate check would refuse.
 func TestWithoutSmoothingNodesArriveInABurst(t *testing.T) {
-	const pods, rate = 300, 120
+	const pods, rate = 200, 120
 	sc := newScenario(t)
 	set := sc.scaleSet("cpu", "Standard_D16s_v5", 0, nil)
 	sc.removeNodesAfter(set)

@@ -86,12 +86,12 @@ func benchFleet(b *testing.B, flexible bool) (*fixture, []*apiv1.Node) {
 }
 
 // BenchmarkARMCallsPerHour: the ARM calls of an hour of refreshes of
-// the seeds' GPU layout (ibFleetHour). Reported per hour and, for the VM
+// the seeds' GPU layout (ibFleet). Reported per hour and, for the VM
 // lists, per 30 minutes (the window of HighCostGetVMScaleSet30Min).
 func BenchmarkARMCallsPerHour(b *testing.B) {
 	var perHour map[string]int
 	for i := 0; i < b.N; i++ {
-		perHour = ibFleetHour(b)
+		perHour = ibFleet(b, time.Hour)
 	}
 	total := 0
 	for _, c := range perHour {
@@ -104,25 +104,27 @@ func BenchmarkARMCallsPerHour(b *testing.B) {
 }
 
 // TestVMListsWithinBudgetAtTheSeedsSize: 75 quiet scale sets list their
-// VMs at most 300 times per 30 minutes (a third of what Microsoft's
+// VMs at most 300 times in 30 minutes (a third of what Microsoft's
 // example of HighCostGetVMScaleSet30Min allows the whole subscription),
-// and every set is listed within the hour. Before, each was listed every
-// minute: 2,250 per 30 minutes.
+// and every set is listed within them. Before, each was listed every
+// minute: 2,250 per 30 minutes. (30 minutes, the policy's window, not the
+// benchmark's hour: under -race an hour of 7,500 VMs' lists took 51 s of
+// the unit stage.)
 func TestVMListsWithinBudgetAtTheSeedsSize(t *testing.T) {
-	calls := ibFleetHour(t)
-	if n := calls[armsim.OpListVMs]; n > 600 || n < 75 {
-		t.Fatalf("%d VM lists in an hour of 75 quiet scale sets, want 75 to 600 (at most 300 per 30 minutes)", n)
+	calls := ibFleet(t, 30*time.Minute)
+	if n := calls[armsim.OpListVMs]; n > 300 || n < 75 {
+		t.Fatalf("%d VM lists in 30 minutes of 75 quiet scale sets, want 75 to 300", n)
 	}
 	if calls[armsim.OpThrottled] != 0 {
 		t.Fatalf("%d 429s in steady state", calls[armsim.OpThrottled])
 	}
 }
 
-// ibFleetHour refreshes 75 InfiniBand scale sets of 100 VMs
+// ibFleet refreshes 75 InfiniBand scale sets of 100 VMs
 // (singlePlacementGroup: the seeds' layout) every 10 s (the loop's scan
-// interval) for an hour of a fake clock, after their first lists, and
-// returns the simulator's calls of that hour.
-func ibFleetHour(tb testing.TB) map[string]int {
+// interval) for d of a fake clock, after their first lists, and returns
+// the simulator's calls of that time.
+func ibFleet(tb testing.TB, d time.Duration) map[string]int {
 	tb.Helper()
 	var sets []armsim.ScaleSetSpec
 	for i := 0; i < 75; i++ {
@@ -133,7 +135,7 @@ func ibFleetHour(tb testing.TB) map[string]int {
 	f := newFixture(tb, sets, withDiscovery(discoverySpec))
 	f.refresh()
 	f.sim.ResetCalls()
-	for t := time.Duration(0); t < time.Hour; t += 10 * time.Second {
+	for t := time.Duration(0); t < d; t += 10 * time.Second {
 		f.clock.Step(10 * time.Second)
 		f.refresh()
 	}

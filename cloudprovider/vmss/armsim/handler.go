@@ -103,7 +103,7 @@ func parseRoute(escapedPath string) (route, bool) {
 	case len(segs) == 8 && lit(2, "providers") && lit(3, "Microsoft.Compute") && lit(4, "locations") && lit(6, "operations"):
 		rt.ops = map[string]string{http.MethodGet: OpPollOperation}
 		rt.opID = segs[7]
-	case len(segs) >= 7 && len(segs) <= 10 && lit(2, "resourceGroups") && lit(4, "providers") &&
+	case len(segs) >= 7 && len(segs) <= 11 && lit(2, "resourceGroups") && lit(4, "providers") &&
 		lit(5, "Microsoft.Compute") && lit(6, "virtualMachineScaleSets"):
 		rt.rg = segs[3]
 		if len(segs) >= 8 {
@@ -120,6 +120,9 @@ func parseRoute(escapedPath string) (route, bool) {
 			rt.ops = map[string]string{http.MethodGet: OpListVMs}
 		case len(segs) == 10 && lit(8, "virtualMachines"):
 			rt.ops = map[string]string{http.MethodGet: OpGetVM}
+			rt.instance = segs[9]
+		case len(segs) == 11 && lit(8, "virtualMachines") && actionOps[strings.ToLower(segs[10])] != "":
+			rt.ops = map[string]string{http.MethodPost: actionOps[strings.ToLower(segs[10])]}
 			rt.instance = segs[9]
 		default:
 			return route{}, false
@@ -256,7 +259,7 @@ func (s *Server) dispatch(r *http.Request, rt route, op string, body []byte, now
 	if errResp != nil {
 		return *errResp
 	}
-	if set.flexible && (op == OpListVMs || op == OpGetVM) {
+	if set.flexible && (op == OpListVMs || op == OpGetVM || actionOf(op) != "") {
 		// A Flexible scale set's VMs are virtual machines of their own.
 		return errorResponse(http.StatusBadRequest, "OperationNotAllowed",
 			"Operation 'VirtualMachineScaleSets.virtualMachines.GET' is not allowed on Virtual Machine Scale Set '%s'.", set.name)
@@ -278,6 +281,8 @@ func (s *Server) dispatch(r *http.Request, rt route, op string, body []byte, now
 		return s.listVMs(r, set, now)
 	case OpGetVM:
 		return s.getVM(r, set, rt.instance)
+	case OpRestartVM, OpReimageVM, OpRedeployVM:
+		return s.vmAction(r, set, rt.instance, actionOf(op), now)
 	}
 	return errorResponse(http.StatusInternalServerError, "InternalServerError", "Unhandled operation %s.", op)
 }

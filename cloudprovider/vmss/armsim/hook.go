@@ -87,7 +87,7 @@ func (s *Server) Advance(ctx context.Context) {
 	s.mu.Lock()
 	removed, deallocated := s.transition(s.clock.Now())
 	if s.hook == nil {
-		s.gone = nil
+		s.gone, s.repaired = nil, nil
 		s.mu.Unlock()
 		return
 	}
@@ -153,9 +153,15 @@ func (s *Server) Advance(ctx context.Context) {
 			mu.Unlock()
 		}
 	})
+	s.mu.Lock()
+	repairs := s.repaired
+	s.repaired = nil
+	s.mu.Unlock()
+	unrepaired := s.tellRepaired(ctx, repairs)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.repaired = append(unrepaired, s.repaired...)
 	for _, rec := range ran {
 		rec.notified = true
 		rec.hookFailures = 0

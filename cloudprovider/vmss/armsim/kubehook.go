@@ -79,9 +79,15 @@ type KubeNodeHook struct {
 	running sync.WaitGroup
 	// gpuFaults are DegradeNextGPUs' GPUs dead from the start (nodehealth.go).
 	gpuFaults gpuFaults
+	// problems are, by node, the conditions SetNodeCondition set True
+	// (their types), which a repair that fixes the VM clears.
+	problems map[string]map[v1.NodeConditionType]bool
 }
 
-var _ NodeHook = (*KubeNodeHook)(nil)
+var (
+	_ NodeHook      = (*KubeNodeHook)(nil)
+	_ RepairWatcher = (*KubeNodeHook)(nil)
+)
 
 // NewKubeNodeHook returns a hook registering nodes through client as AKS
 // registers them (DefaultRealism), timed by the real clock.

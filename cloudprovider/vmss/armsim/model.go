@@ -297,6 +297,12 @@ type VMState struct {
 	// beside the requested ones of a scale-out (ScaleSetSpec.Overprovision):
 	// not in Capacity, deleted once the requested VMs are provisioned.
 	Overprovisioned bool
+	// Action is the repair action in progress (ActionRestart, …), "" for
+	// none; Broken says BreakVM's fault is still there; Host counts the
+	// hosts it has run on (a redeploy moves it: repair.go).
+	Action string
+	Broken bool
+	Host   int
 }
 
 // scaleSet is the simulator's record of a scale set. Guarded by Server.mu.
@@ -387,6 +393,16 @@ type vmRecord struct {
 	// deletion's operation.
 	before    vmBefore
 	deletedBy *operation
+	// action is the repair action in progress ("" when none: repair.go),
+	// done at actionEnd.
+	action    string
+	actionEnd time.Time
+	// broken: BreakVM's fault, which actions ranking at least fixedBy
+	// clear ("" fixedBy: none does).
+	broken  bool
+	fixedBy string
+	// host counts the hosts the VM has run on: a redeploy moves it.
+	host int
 }
 
 // vmBefore is the part of a VM's state that starting its deletion
@@ -400,6 +416,8 @@ type vmBefore struct {
 // powerState is the VM's power state as its instance view reports it.
 func (vm *vmRecord) powerState() string {
 	switch {
+	case vm.action != "":
+		return "starting" // rebooting, reimaged or moved: booting again
 	case vm.state == StateRunning, vm.state == StateFailed && vm.failedRunning:
 		return "running"
 	case vm.state == StateCreating && vm.booted:
@@ -589,6 +607,9 @@ func (s *Server) ScaleSet(rg, name string) (ScaleSetState, error) {
 			EvictAt:      vm.evictAt,
 
 			Overprovisioned: vm.extra,
+			Action:          vm.action,
+			Broken:          vm.broken,
+			Host:            vm.host,
 		})
 	}
 	return st, nil
@@ -1267,6 +1288,8 @@ func (s *Server) transition(now time.Time) (removed, deallocated []*vmRecord) {
 		s.landLate(set, true, now)
 		for _, vm := range set.vms {
 			switch {
+			case vm.action != "" && !now.Before(vm.actionEnd):
+				s.endAction(vm)
 			case !vm.evictAt.IsZero() && !now.Before(vm.evictAt) && vm.state == StateRunning:
 				if s.evict(vm, now) {
 					deallocated = append(deallocated, vm)

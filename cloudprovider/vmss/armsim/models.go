@@ -128,14 +128,17 @@ func spotProfile(set *scaleSet) (*armcompute.VirtualMachinePriorityTypes, *armco
 }
 
 // vmProvisioningState maps a VM state to ARM's provisioning state.
-func vmProvisioningState(state string) string {
-	switch state {
+func vmProvisioningState(rec *vmRecord) string {
+	if rec.action != "" {
+		return "Updating" // a repair action in progress (repair.go)
+	}
+	switch rec.state {
 	case StateRunning, StateDeallocated:
 		return "Succeeded"
 	case StateFailed:
 		return "Failed"
 	}
-	return state // Creating, Deleting
+	return rec.state // Creating, Deleting
 }
 
 // vmModel renders a scale set VM as ARM does, with its instance view if
@@ -151,7 +154,7 @@ func (s *Server) vmModel(rec *vmRecord, expand bool) *armcompute.VirtualMachineS
 		Tags:       ptrTags(set.tags),
 		SKU:        &armcompute.SKU{Name: to.Ptr(set.sku.Name), Tier: to.Ptr("Standard")},
 		Properties: &armcompute.VirtualMachineScaleSetVMProperties{
-			ProvisioningState:  to.Ptr(vmProvisioningState(rec.state)),
+			ProvisioningState:  to.Ptr(vmProvisioningState(rec)),
 			LatestModelApplied: to.Ptr(true),
 			VMID:               to.Ptr(rec.vmID),
 			TimeCreated:        to.Ptr(rec.created.UTC()),
@@ -187,7 +190,7 @@ func (s *Server) virtualMachineModel(rec *vmRecord, expand bool) *armcompute.Vir
 		Location: to.Ptr(s.opts.Location),
 		Tags:     ptrTags(set.tags),
 		Properties: &armcompute.VirtualMachineProperties{
-			ProvisioningState:      to.Ptr(vmProvisioningState(rec.state)),
+			ProvisioningState:      to.Ptr(vmProvisioningState(rec)),
 			VMID:                   to.Ptr(rec.vmID),
 			TimeCreated:            to.Ptr(rec.created.UTC()),
 			HardwareProfile:        &armcompute.HardwareProfile{VMSize: to.Ptr(armcompute.VirtualMachineSizeTypes(set.sku.Name))},

@@ -3,6 +3,7 @@ package armsim
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -64,7 +65,67 @@ func (h *KubeNodeHook) SetNodeCondition(ctx context.Context, nodeName string, c 
 	if err != nil {
 		return err
 	}
+	h.mu.Lock()
+	if c.Status == v1.ConditionTrue {
+		if h.problems == nil {
+			h.problems = map[string]map[v1.NodeConditionType]bool{}
+		}
+		if h.problems[nodeName] == nil {
+			h.problems[nodeName] = map[v1.NodeConditionType]bool{}
+		}
+		h.problems[nodeName][c.Type] = true
+	} else {
+		delete(h.problems[nodeName], c.Type)
+	}
+	h.mu.Unlock()
 	klog.V(2).InfoS("Set node condition", "node", nodeName, "type", c.Type, "status", c.Status, "reason", c.Reason)
+	return nil
+}
+
+// VMRepaired implements RepairWatcher as the node's own monitors would
+// see a repair action end. The Node object stays through a restart, a
+// reimage and a redeploy (the kubelet registers again under its name and
+// finds it: it keeps its taints, labels and cordon; the kubelet's
+// register-with-taints apply to a new Node only), so a node a repair
+// brings back keeps whatever the autoscaler put on it before. When the VM
+// is fixed, node-problem-detector reports each problem it had set False
+// ("RepairedBy<Action>"), and a GPU the device plugin had found unhealthy
+// is advertised again (allocatable back to capacity); when it is not, the
+// problems stay True, as a monitor finds them again after the boot.
+func (h *KubeNodeHook) VMRepaired(ctx context.Context, vm VM, action string, fixed bool) error {
+	name := nodeName(vm)
+	if !fixed {
+		klog.V(2).InfoS("Repair left the node broken", "node", name, "action", action)
+		return nil
+	}
+	h.mu.Lock()
+	var types []v1.NodeConditionType
+	for t := range h.problems[name] {
+		types = append(types, t)
+	}
+	delete(h.gpuFaults.dealt, name)
+	h.mu.Unlock()
+	slices.Sort(types)
+	reason := "RepairedBy" + strings.ToUpper(action[:1]) + action[1:]
+	for _, t := range types {
+		if err := h.SetNodeCondition(ctx, name, v1.NodeCondition{Type: t, Status: v1.ConditionFalse, Reason: reason,
+			Message: fmt.Sprintf("the problem cleared after a %s", action)}); err != nil {
+			return fmt.Errorf("clearing condition %s of node %s after a %s: %w", t, name, action, err)
+		}
+	}
+	if vm.SKU.GPUs > 0 {
+		if err := h.change(ctx, nodeChange{node: name, what: "advertise every GPU again", status: true,
+			apply: func(n *v1.Node) bool {
+				if _, ok := n.Status.Capacity[GPUResource]; !ok {
+					return false // the device plugin has not registered yet
+				}
+				c := n.Status.Capacity[GPUResource]
+				return setAllocatable(n, GPUResource, c.Value())
+			}}); err != nil {
+			return fmt.Errorf("advertising the GPUs of node %s after a %s: %w", name, action, err)
+		}
+	}
+	klog.V(2).InfoS("Repair fixed the node", "node", name, "action", action, "conditionsCleared", len(types))
 	return nil
 }
 

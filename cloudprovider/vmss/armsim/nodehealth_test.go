@@ -425,3 +425,51 @@ func TestKwokStagesKeepInjectedConditions(t *testing.T) {
 		t.Errorf("GPUs capacity %s allocatable %s after kwok's stages, want 8", c, a)
 	}
 }
+
+// TestVMRepairedClearsWhatAFixClears: a repair that fixes the VM clears
+// the problems node-problem-detector had reported (False, RepairedBy…)
+// and advertises its unhealthy GPUs again; one that does not leaves them.
+// The Node object stays either way, its cordon and taints as they were
+// (the kubelet's registration finds it).
+func TestVMRepairedClearsWhatAFixClears(t *testing.T) {
+	env := newHookEnv(t, DefaultRealism())
+	vm := gpuVM(t)
+	name := env.registered(t, vm)
+	ctx := t.Context()
+	env.step(DefaultDevicePluginDelay)
+	if err := env.hook.SetNodeCondition(ctx, name, v1.NodeCondition{Type: "XIDErrors", Status: v1.ConditionTrue, Reason: "XID79"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.hook.SetHealthyDevices(ctx, name, GPUResource, 7); err != nil {
+		t.Fatal(err)
+	}
+	n := env.node(t, name)
+	n.Spec.Unschedulable = true
+	if _, err := env.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	uid := n.UID
+	if err := env.hook.VMRepaired(ctx, vm, ActionRestart, false); err != nil {
+		t.Fatal(err)
+	}
+	n = env.node(t, name)
+	if c := condition(n, "XIDErrors"); c == nil || c.Status != v1.ConditionTrue {
+		t.Fatalf("after a restart that did not fix it: XIDErrors %+v, want still True", c)
+	}
+	if _, a := gpus(n); a != "7" {
+		t.Fatalf("after a restart that did not fix it: %s GPUs allocatable, want 7", a)
+	}
+	if err := env.hook.VMRepaired(ctx, vm, ActionReimage, true); err != nil {
+		t.Fatal(err)
+	}
+	n = env.node(t, name)
+	if c := condition(n, "XIDErrors"); c == nil || c.Status != v1.ConditionFalse || c.Reason != "RepairedByReimage" {
+		t.Fatalf("after a reimage that fixed it: XIDErrors %+v, want False, RepairedByReimage", c)
+	}
+	if _, a := gpus(n); a != "8" {
+		t.Fatalf("after a reimage that fixed it: %s GPUs allocatable, want 8", a)
+	}
+	if n.UID != uid || !n.Spec.Unschedulable {
+		t.Fatalf("the Node was replaced or uncordoned by the repair (uid %s → %s, unschedulable %t)", uid, n.UID, n.Spec.Unschedulable)
+	}
+}

@@ -93,6 +93,10 @@ type Options struct {
 	// is repeatable: the same seed and requests give the same boot times.
 	Seed        uint64
 	DeleteDelay time.Duration // Deleting -> gone (default 0: gone at the next Advance)
+	// RestartDuration, ReimageDuration and RedeployDuration are how long
+	// a VM's repair action lasts (repair.go; default 0: done at the next
+	// Advance). Azure publishes none; a GPU VM's take minutes.
+	RestartDuration, ReimageDuration, RedeployDuration time.Duration
 	// LRODuration is the least an asynchronous operation stays
 	// InProgress (default 0). An operation lasts as long as its VMs: a
 	// scale-out's until the VMs it creates are provisioned (boot and
@@ -142,14 +146,17 @@ type Server struct {
 	// Advance runs concurrently (Run and a test, say).
 	hookMu sync.Mutex
 
-	mu     sync.Mutex
-	rng    *rand.Rand            // boot jitter; seeded by Options.Seed
-	sets   map[string]*scaleSet  // by setKey
-	ops    map[string]*operation // by operation ID
-	gone   []*vmRecord           // removed VMs whose VMDeleted hook is pending
-	calls  map[string]int
-	thr    *throttler // ARM's buckets and the Compute policies'
-	writes []Write    // every write request, in order
+	mu   sync.Mutex
+	rng  *rand.Rand            // boot jitter; seeded by Options.Seed
+	sets map[string]*scaleSet  // by setKey
+	ops  map[string]*operation // by operation ID
+	gone []*vmRecord           // removed VMs whose VMDeleted hook is pending
+	// repaired are repair actions that ended, whose VMRepaired hook call
+	// is pending (repair.go).
+	repaired []*repairDone
+	calls    map[string]int
+	thr      *throttler // ARM's buckets and the Compute policies'
+	writes   []Write    // every write request, in order
 	// recordDeleting is set while a request is handled for the watcher:
 	// startDeleting then appends the VMs it moves to Deleting to deleting.
 	recordDeleting bool

@@ -158,7 +158,8 @@ const (
 // assumed category; Low Cost Get (GET of one scale set) 12/36, 800/2,400;
 // High Cost Get (List of the scale sets of a resource group) subscription
 // only, 360/1,080. The scale-set VMs table: Get (one VM) 12/36,
-// 2,000/6,000. The Virtual Machines table: Get Operation (status of an
+// 2,000/6,000; Update VMSS VMs (Restart, Reimage, and here Redeploy: see
+// repair.go) 4/12, 500/1,500. The Virtual Machines table: Get Operation (status of an
 // asynchronous operation) 15/45, 5,000/15,000.
 //
 // The VM list of a scale set (the scale-set VMs List, and the Virtual
@@ -194,6 +195,8 @@ func ComputePolicies() []Policy {
 		{Name: PolicyHighCostGetVMScaleSetSubscription, Ops: []string{OpListScaleSets}, Rate: perMin(1080, 360)},
 		{Name: PolicyGetVMScaleSetVMResource, Scope: ScopeResource, Ops: []string{OpGetVM}, Rate: perMin(36, 12)},
 		{Name: PolicyGetVMScaleSetVMSubscription, Ops: []string{OpGetVM}, Rate: perMin(6000, 2000)},
+		{Name: PolicyUpdateVMScaleSetVMResource, Scope: ScopeResource, Ops: []string{OpRestartVM, OpReimageVM, OpRedeployVM}, Rate: perMin(12, 4)},
+		{Name: PolicyUpdateVMScaleSetVMSubscription, Ops: []string{OpRestartVM, OpReimageVM, OpRedeployVM}, Rate: perMin(1500, 500)},
 		{Name: PolicyGetOperationResource, Scope: ScopeResource, Ops: []string{OpPollOperation}, Rate: perMin(45, 15)},
 		{Name: PolicyGetOperationSubscription, Ops: []string{OpPollOperation}, Rate: perMin(15000, 5000)},
 		{Name: PolicyHighCostGetVMScaleSet3Min, Ops: []string{OpListVMs, OpListVirtualMachines}, FixedWindow: true,
@@ -294,7 +297,8 @@ func (t Throttling) withDefaults() (Throttling, error) {
 		t.Compute = slices.Clone(t.Compute)
 	}
 	served := map[string]bool{OpListScaleSets: true, OpGetScaleSet: true, OpUpdateScaleSet: true, OpDeleteInstances: true,
-		OpListVMs: true, OpGetVM: true, OpListSKUs: true, OpPollOperation: true, OpListVirtualMachines: true}
+		OpListVMs: true, OpGetVM: true, OpListSKUs: true, OpPollOperation: true, OpListVirtualMachines: true,
+		OpRestartVM: true, OpReimageVM: true, OpRedeployVM: true}
 	seen := map[string]bool{}
 	for i := range t.Compute {
 		p := &t.Compute[i]
@@ -695,7 +699,7 @@ func (s *Server) computeCharges(r *http.Request, rt route, op string, body []byt
 	if set != nil {
 		about = strings.ToLower(s.scaleSetResourceID(set))
 		switch op {
-		case OpGetVM:
+		case OpGetVM, OpRestartVM, OpReimageVM, OpRedeployVM:
 			about = ""
 			if vm, ok := set.vmByKey(rt.instance); ok {
 				about = strings.ToLower(s.vmResourceID(vm))
