@@ -177,3 +177,41 @@ type Eviction struct {
 	// otherwise the cloud deleted it.
 	Deallocated bool
 }
+
+// RepairAction is an in-place repair of one machine: the machine (and its
+// node's name) is kept, so scarce capacity is not given back.
+type RepairAction string
+
+// The repair actions, cheapest first. AKS's node auto-repair tries them
+// in this order before it replaces a node ("Automatically repair Azure
+// Kubernetes Service (AKS) nodes": reboot, reimage, redeploy).
+const (
+	RepairReboot   RepairAction = "reboot"
+	RepairReimage  RepairAction = "reimage"
+	RepairRedeploy RepairAction = "redeploy"
+)
+
+// Repairer is implemented by node groups whose machines can be repaired in
+// place (Azure: restart, reimage and redeploy of a scale-set VM). A
+// provider that does not implement it only replaces.
+type Repairer interface {
+	// Repair asks the cloud to start action on the group's machine with
+	// the provider ID and returns once the cloud accepted it; the action
+	// runs on and RepairState follows it. An error matched by ErrNotSent
+	// asked nothing of the cloud.
+	Repair(ctx context.Context, providerID string, action RepairAction) error
+	// RepairState is what the provider knows of the last repair it started
+	// on the machine (false when it started none, or has forgotten it:
+	// after a restart, say). It never calls the cloud.
+	RepairState(providerID string) (RepairStatus, bool)
+}
+
+// RepairStatus is a repair the provider started.
+type RepairStatus struct {
+	Action  RepairAction
+	Started time.Time
+	// Done: the cloud's operation ended; Err is its failure (nil: it
+	// succeeded, which says the action ran, not that the node is well).
+	Done bool
+	Err  error
+}

@@ -2,6 +2,7 @@ package cloudprovider
 
 import (
 	"context"
+	"fmt"
 
 	apiv1 "k8s.io/api/core/v1"
 )
@@ -109,6 +110,30 @@ func (g *fencedGroup) DeleteNodes(ctx context.Context, providerIDs []string) err
 		return err
 	}
 	return g.NodeGroup.DeleteNodes(withWriteCheck(ctx, g.checkDeletion), providerIDs)
+}
+
+// Repair passes on to the wrapped group's Repair, checked against the
+// write guards and the deletion hold first (a reboot, reimage or redeploy
+// stops what runs on the machine as a deletion does), which travel with it;
+// a group that cannot repair refuses it unsent.
+func (g *fencedGroup) Repair(ctx context.Context, providerID string, action RepairAction) error {
+	r, ok := g.NodeGroup.(Repairer)
+	if !ok {
+		return fmt.Errorf("node group %s cannot repair machines in place: %w", g.ID(), ErrNotSent)
+	}
+	if err := g.checkDeletion(); err != nil {
+		return err
+	}
+	return r.Repair(withWriteCheck(ctx, g.checkDeletion), providerID, action)
+}
+
+// RepairState passes on the wrapped group's answer (none when it cannot
+// repair).
+func (g *fencedGroup) RepairState(providerID string) (RepairStatus, bool) {
+	if r, ok := g.NodeGroup.(Repairer); ok {
+		return r.RepairState(providerID)
+	}
+	return RepairStatus{}, false
 }
 
 func (g *fencedGroup) DecreaseTargetSize(ctx context.Context, delta int) error {

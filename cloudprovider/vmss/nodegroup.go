@@ -98,6 +98,9 @@ type scaleSet struct {
 	// optionsProblem is the last invalid autoscaling-options tags logged
 	// (each is logged once, when it first appears).
 	optionsProblem string
+	// repairs are the in-place repairs this process started, by machine
+	// (provider ID key): repair.go.
+	repairs map[string]*repairOp
 }
 
 // failedOp is a scale-up operation that ARM reported failed.

@@ -181,6 +181,11 @@ func (g *scaleSet) updateVMsLocked(vms []vmStatus, now time.Time) []cloudprovide
 			delete(g.deleting, k)
 		}
 	}
+	for k, r := range g.repairs {
+		if !listed[k] && r.status.Done {
+			delete(g.repairs, k) // the machine is gone
+		}
+	}
 	g.dropOverprovisionedLocked()
 	g.instances = append(g.instances, g.placeholdersLocked()...)
 	g.list.listedAt, g.list.err = now, ""

@@ -1,0 +1,128 @@
+package vmss
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
+	"k8s.io/klog/v2"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+)
+
+var _ cloudprovider.Repairer = (*scaleSet)(nil)
+
+// repairOp is a repair this process started on one machine.
+type repairOp struct {
+	status cloudprovider.RepairStatus
+}
+
+// Repair implements cloudprovider.Repairer for a Uniform scale set's VM:
+// POST .../virtualMachines/{instanceId}/restart, /reimage or /redeploy
+// (the Virtual Machine Scale Set VMs REST API), charged by the Compute RP
+// to the VM's "Update VMSS VMs" policy (4 a minute, a bucket of 12, per
+// VM: "Compute throttling limits"). The machine must be the group's, in
+// its last VM list and neither deleting nor coming; the write guards are
+// checked first (a fenced or paused process asks nothing). The operation
+// is followed in the background like a scale-up's (a poll error is not a
+// failure, up to opDeadline), and RepairState says how it ended. Flexible
+// scale sets are refused (ErrNotSent): their VMs' actions are the Virtual
+// Machines API's, not served yet.
+func (g *scaleSet) Repair(ctx context.Context, providerID string, action cloudprovider.RepairAction) error {
+	if g.flexible {
+		return fmt.Errorf("repairing %s in scale set %s: in-place repair of a Flexible scale set's VMs is not supported: %w", providerID, g.ID(), cloudprovider.ErrNotSent)
+	}
+	key := cloudprovider.ProviderIDKey(providerID)
+	g.mu.Lock()
+	var found *cloudprovider.Instance
+	for i := range g.instances {
+		if cloudprovider.ProviderIDKey(g.instances[i].ProviderID) == key {
+			found = &g.instances[i]
+			break
+		}
+	}
+	switch {
+	case !g.ownsLocked(key, found != nil) || isPlaceholder(key):
+		g.mu.Unlock()
+		return fmt.Errorf("repairing %s: not a machine of scale set %s: %w", providerID, g.ID(), cloudprovider.ErrNotSent)
+	case found == nil:
+		g.mu.Unlock()
+		return fmt.Errorf("repairing %s in scale set %s: not in its last VM list: %w", providerID, g.ID(), cloudprovider.ErrNotSent)
+	case found.State != cloudprovider.InstanceRunning:
+		g.mu.Unlock()
+		return fmt.Errorf("repairing %s in scale set %s: the machine is %s: %w", providerID, g.ID(), found.State, cloudprovider.ErrNotSent)
+	}
+	if r := g.repairs[key]; r != nil && !r.status.Done {
+		g.mu.Unlock()
+		return fmt.Errorf("repairing %s in scale set %s: its %s started at %s is still running: %w", providerID, g.ID(), r.status.Action,
+			r.status.Started.UTC().Format("15:04:05"), cloudprovider.ErrNotSent)
+	}
+	g.mu.Unlock()
+	if err := cloudprovider.CheckWrite(ctx); err != nil {
+		return err
+	}
+	instanceID := lastSegment(providerID)
+	follow, err := g.beginRepair(ctx, instanceID, action)
+	if err != nil {
+		return fmt.Errorf("repairing %s (%s) in scale set %s: %w", providerID, action, g.ID(), classify(err))
+	}
+	r := &repairOp{status: cloudprovider.RepairStatus{Action: action, Started: g.p.cfg.Clock.Now()}}
+	g.mu.Lock()
+	if g.repairs == nil {
+		g.repairs = map[string]*repairOp{}
+	}
+	g.repairs[key] = r
+	g.opSeq++
+	op := g.opSeq
+	g.mu.Unlock()
+	klog.FromContext(ctx).Info("Repairing a machine in place", "scaleSet", g.ID(), "instance", instanceID, "action", action)
+	follow("repair-"+string(action), op, func(res opResult) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		r.status.Done = true
+		switch res.outcome {
+		case opFailed:
+			r.status.Err = fmt.Errorf("%s of %s failed: %s: %s", action, instanceID, res.code, res.message)
+		case opPreempted:
+			r.status.Err = fmt.Errorf("%s of %s was preempted: %s", action, instanceID, res.message)
+		case opUnknown:
+			r.status.Err = fmt.Errorf("%s of %s: outcome unknown: %s", action, instanceID, res.why)
+		}
+	})
+	return nil
+}
+
+// beginRepair sends the action's POST and returns what starts following
+// its operation (watch, for the poller's type).
+func (g *scaleSet) beginRepair(ctx context.Context, instanceID string, action cloudprovider.RepairAction) (func(kind string, op int, done func(opResult)), error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	switch action {
+	case cloudprovider.RepairReboot:
+		p, err := g.p.vms.BeginRestart(ctx, g.rg, g.name, instanceID, nil)
+		return watcher(g, p), err
+	case cloudprovider.RepairReimage:
+		p, err := g.p.vms.BeginReimage(ctx, g.rg, g.name, instanceID, nil)
+		return watcher(g, p), err
+	case cloudprovider.RepairRedeploy:
+		p, err := g.p.vms.BeginRedeploy(ctx, g.rg, g.name, instanceID, nil)
+		return watcher(g, p), err
+	}
+	return nil, fmt.Errorf("unknown repair action %q: %w", action, cloudprovider.ErrNotSent)
+}
+
+// watcher binds watch to a poller.
+func watcher[T any](g *scaleSet, p *runtime.Poller[T]) func(kind string, op int, done func(opResult)) {
+	return func(kind string, op int, done func(opResult)) { watch(g, p, kind, op, done) }
+}
+
+// RepairState implements cloudprovider.Repairer.
+func (g *scaleSet) RepairState(providerID string) (cloudprovider.RepairStatus, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r, ok := g.repairs[cloudprovider.ProviderIDKey(providerID)]
+	if !ok {
+		return cloudprovider.RepairStatus{}, false
+	}
+	return r.status, true
+}

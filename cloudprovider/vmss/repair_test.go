@@ -1,0 +1,112 @@
+package vmss
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
+)
+
+// TestRepairInPlace: each repair action is one POST on the VM through the
+// real client, followed until ARM says it ended; the machine stays (no
+// deletion, the capacity unchanged), RepairState says the action and that
+// it succeeded, and a redeploy moves the VM to another host. A machine
+// not listed, one being deleted, a second action while one runs and a
+// Flexible set's VM are refused unsent; a fenced process asks nothing.
+func TestRepairInPlace(t *testing.T) {
+	for _, action := range []cloudprovider.RepairAction{cloudprovider.RepairReboot, cloudprovider.RepairReimage, cloudprovider.RepairRedeploy} {
+		t.Run(string(action), func(t *testing.T) {
+			d := 3 * time.Minute
+			f := newFixture(t, []armsim.ScaleSetSpec{gpuSet("gpu", 2, nil)}, withNodes("0:10:gpu"),
+				withSim(func(o *armsim.Options) { o.RestartDuration, o.ReimageDuration, o.RedeployDuration = d, d, d }))
+			f.sim.Advance(f.ctx)
+			f.refresh()
+			g := f.p.groups[setKey("rg", "gpu")]
+			st, _ := f.sim.ScaleSet("rg", "gpu")
+			pid := st.VMs[1].ProviderID
+			if err := f.sim.BreakVM("rg", "gpu", "1", armsim.ActionRestart); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Repair(f.ctx, pid, action); err != nil {
+				t.Fatalf("Repair: %v", err)
+			}
+			if err := g.Repair(f.ctx, pid, action); !errors.Is(err, cloudprovider.ErrNotSent) {
+				t.Fatalf("a second repair while one runs: %v, want refused unsent", err)
+			}
+			if s, ok := g.RepairState(pid); !ok || s.Action != action || s.Done {
+				t.Fatalf("RepairState right after: %+v %v; want %s, not done", s, ok, action)
+			}
+			f.advanceUntil("the repair to end", 30*time.Second, func() bool {
+				s, _ := g.RepairState(pid)
+				return s.Done
+			})
+			if s, _ := g.RepairState(pid); s.Err != nil {
+				t.Fatalf("repair ended with %v", s.Err)
+			}
+			vm := vmStateOf(t, f, "gpu", "1")
+			if vm.Broken || vm.State != armsim.StateRunning || (vm.Host != 0) != (action == cloudprovider.RepairRedeploy) {
+				t.Fatalf("VM after the %s: %+v", action, vm)
+			}
+			after, _ := f.sim.ScaleSet("rg", "gpu")
+			if after.Capacity != 2 || len(after.VMs) != 2 || f.sim.Calls()[armsim.OpDeleteInstances] != 0 {
+				t.Fatalf("capacity %d, %d VMs, %d deletions after an in-place repair", after.Capacity, len(after.VMs), f.sim.Calls()[armsim.OpDeleteInstances])
+			}
+		})
+	}
+	t.Run("refused", func(t *testing.T) {
+		f := newFixture(t, []armsim.ScaleSetSpec{gpuSet("gpu", 3, nil), flexSet("flex", 1, nil)}, withNodes("0:10:gpu", "0:10:flex"))
+		f.sim.Advance(f.ctx)
+		f.refresh()
+		g := f.p.groups[setKey("rg", "gpu")]
+		st, _ := f.sim.ScaleSet("rg", "gpu")
+		if err := g.DeleteNodes(f.ctx, []string{st.VMs[2].ProviderID}); err != nil {
+			t.Fatal(err)
+		}
+		fst, _ := f.sim.ScaleSet("rg", "flex")
+		for name, call := range map[string]func() error{
+			"deleting": func() error { return g.Repair(f.ctx, st.VMs[2].ProviderID, cloudprovider.RepairReboot) },
+			"unlisted": func() error {
+				return g.Repair(f.ctx, st.VMs[0].ProviderID[:len(st.VMs[0].ProviderID)-1]+"9", cloudprovider.RepairReboot)
+			},
+			"flexible": func() error {
+				return f.p.groups[setKey("rg", "flex")].Repair(f.ctx, fst.VMs[0].ProviderID, cloudprovider.RepairReboot)
+			},
+			"bad action": func() error { return g.Repair(f.ctx, st.VMs[0].ProviderID, "reinstall") },
+			"fenced": func() error {
+				fenced := cloudprovider.WithFence(f.p, func() error { return errors.New("not the leader") })
+				for _, fg := range fenced.NodeGroups() {
+					if fg.ID() == g.ID() {
+						return fg.(cloudprovider.Repairer).Repair(f.ctx, st.VMs[0].ProviderID, cloudprovider.RepairReboot)
+					}
+				}
+				return nil
+			},
+		} {
+			if err := call(); err == nil || (name != "fenced" && !errors.Is(err, cloudprovider.ErrNotSent)) || (name == "fenced" && cloudprovider.ClassOf(err) != cloudprovider.ClassFenced) {
+				t.Errorf("%s: %v, want refused unsent", name, err)
+			}
+		}
+		for _, op := range []string{armsim.OpRestartVM, armsim.OpReimageVM, armsim.OpRedeployVM} {
+			if n := f.sim.Calls()[op]; n != 0 {
+				t.Errorf("%d %s sent by refused repairs", n, op)
+			}
+		}
+	})
+}
+
+func vmStateOf(t *testing.T, f *fixture, set, instance string) armsim.VMState {
+	t.Helper()
+	st, err := f.sim.ScaleSet("rg", set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, vm := range st.VMs {
+		if vm.InstanceID == instance {
+			return vm
+		}
+	}
+	t.Fatalf("no VM %s in %s", instance, set)
+	return armsim.VMState{}
+}
