@@ -241,6 +241,26 @@ var commandLineOnly = map[string]string{
 	"azure-subscription-id":    "it decides which subscription the Azure credential acts on",
 	"kubeconfig":               "it decides where the Kubernetes credential is sent, and which one",
 	"balloon-image":            "it decides what code runs in the balloon pods on the nodes",
+	// Who leads: a replica with its own view of these can lead beside
+	// another, both writing to the cloud unfenced.
+	"leader-elect":                "it decides whether a replica acts without holding the Lease: two such replicas both write to the cloud",
+	"leader-elect-lease-duration": "it decides how long a leader's Lease holds unrenewed: replicas that disagree can both lead",
+	"leader-elect-renew-deadline": "it decides how long a leader acts without renewing its Lease: replicas that disagree can both lead",
+	"leader-elect-retry-period":   "it decides how often a standby tries the Lease: replicas that disagree can both lead",
+	"leader-elect-resource-name":  "it decides which Lease fences the replicas: two names, two leaders",
+	// APIs the chart grants RBAC for with them: on without the grant, the
+	// autoscaler waits for ever on an informer the API server refuses.
+	"enable-provisioning-requests": "it decides which APIs are watched, which needs the RBAC the chart grants with it",
+	"enable-capacity-buffers":      "it decides which APIs are watched, which needs the RBAC the chart grants with it",
+	// klog's outputs: where the logs go (out of kubectl logs, or onto the
+	// pod's disk).
+	"log_dir":           "it decides where the logs are written",
+	"log_file":          "it decides where the logs are written",
+	"log_file_max_size": "it decides where the logs are written (when a log file is cut)",
+	"logtostderr":       "it decides where the logs are written",
+	"alsologtostderr":   "it decides where the logs are written",
+	"one_output":        "it decides where the logs are written",
+	"stderrthreshold":   "it decides which logs reach the container's output",
 }
 
 // commandLineOnlyError is the refusal of key name in a flags file.

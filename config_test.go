@@ -23,18 +23,32 @@ import (
 // commandLineOnlyKeys are the flags a flags file may not set, with the
 // reason each refusal gives: the keys SECURITY.md calls privileged.
 var commandLineOnlyKeys = map[string]string{
-	"azure-arm-endpoint":       "it decides where the Azure credential is sent",
-	"azure-authority-host":     "it decides where the federated token or client secret is sent for an Azure token",
-	"azure-token-audience":     "it decides which resource the Azure token is requested for",
-	"azure-ca-file":            "it decides which servers are trusted with the Azure credential",
-	"azure-token-file":         "it decides which file is sent as the Azure bearer token",
-	"azure-client-secret-file": "it decides which file is sent as the Azure client secret",
-	"azure-auth":               "it decides which Azure credential is used",
-	"azure-tenant-id":          "it decides which Azure identity is used",
-	"azure-client-id":          "it decides which Azure identity is used",
-	"azure-subscription-id":    "it decides which subscription the Azure credential acts on",
-	"kubeconfig":               "it decides where the Kubernetes credential is sent, and which one",
-	"balloon-image":            "it decides what code runs in the balloon pods on the nodes",
+	"azure-arm-endpoint":           "it decides where the Azure credential is sent",
+	"azure-authority-host":         "it decides where the federated token or client secret is sent for an Azure token",
+	"azure-token-audience":         "it decides which resource the Azure token is requested for",
+	"azure-ca-file":                "it decides which servers are trusted with the Azure credential",
+	"azure-token-file":             "it decides which file is sent as the Azure bearer token",
+	"azure-client-secret-file":     "it decides which file is sent as the Azure client secret",
+	"azure-auth":                   "it decides which Azure credential is used",
+	"azure-tenant-id":              "it decides which Azure identity is used",
+	"azure-client-id":              "it decides which Azure identity is used",
+	"azure-subscription-id":        "it decides which subscription the Azure credential acts on",
+	"kubeconfig":                   "it decides where the Kubernetes credential is sent, and which one",
+	"balloon-image":                "it decides what code runs in the balloon pods on the nodes",
+	"leader-elect":                 "it decides whether a replica acts without holding the Lease: two such replicas both write to the cloud",
+	"leader-elect-lease-duration":  "it decides how long a leader's Lease holds unrenewed: replicas that disagree can both lead",
+	"leader-elect-renew-deadline":  "it decides how long a leader acts without renewing its Lease: replicas that disagree can both lead",
+	"leader-elect-retry-period":    "it decides how often a standby tries the Lease: replicas that disagree can both lead",
+	"leader-elect-resource-name":   "it decides which Lease fences the replicas: two names, two leaders",
+	"enable-provisioning-requests": "it decides which APIs are watched, which needs the RBAC the chart grants with it",
+	"enable-capacity-buffers":      "it decides which APIs are watched, which needs the RBAC the chart grants with it",
+	"log_dir":                      "it decides where the logs are written",
+	"log_file":                     "it decides where the logs are written",
+	"log_file_max_size":            "it decides where the logs are written (when a log file is cut)",
+	"logtostderr":                  "it decides where the logs are written",
+	"alsologtostderr":              "it decides where the logs are written",
+	"one_output":                   "it decides where the logs are written",
+	"stderrthreshold":              "it decides which logs reach the container's output",
 }
 
 // withProvider registers the provider's flags, as the binary does.
@@ -67,6 +81,8 @@ func commandLineOnlyCases() []struct {
 		tc{"two keys, both named", "azure-token-file: /var/run/secrets/kubernetes.io/serviceaccount/token\nazure-arm-endpoint: https://attacker.example\n", "",
 			[]string{refusal("azure-arm-endpoint") + "; " + refusal("azure-token-file")}},
 		tc{"with a bad value elsewhere: the key is named", "node-addition-burst: 0\nballoon-image: attacker.example/miner:1\n", "", []string{refusal("balloon-image")}},
+		tc{"leader election off: two unfenced leaders", "node-addition-rate: 60\nleader-elect: false\n", "", []string{refusal("leader-elect")}},
+		tc{"logs to a file on the pod's disk", "log_file: /tmp/x.log\nlogtostderr: false\n", "", []string{refusal("log_file") + "; " + refusal("logtostderr")}},
 	)
 }
 

@@ -852,6 +852,32 @@ func configOf(t *testing.T, r rendered) (string, map[string]any) {
 	return raw, m
 }
 
+// effectiveConfigOf is what the binary runs with: config.yaml's keys and
+// the command-line-only ones the Deployment passes as arguments
+// (--key=value: booleans as bool, the rest as strings).
+func effectiveConfigOf(t *testing.T, r rendered) map[string]any {
+	t.Helper()
+	_, cfg := configOf(t, r)
+	d := decode[*appsv1.Deployment](t, r.get(t, "Deployment", "vmss-autoscaler"))
+	for _, c := range d.Spec.Template.Spec.Containers {
+		for _, a := range c.Args {
+			k, v, ok := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+			if !ok || !strings.HasPrefix(a, "--") {
+				continue
+			}
+			switch v {
+			case "true":
+				cfg[k] = true
+			case "false":
+				cfg[k] = false
+			default:
+				cfg[k] = v
+			}
+		}
+	}
+	return cfg
+}
+
 // TestConfigKeysAreFlags: every key of the flags ConfigMap is a flag of the
 // binary (from its --help), as its --config loader demands.
 func TestConfigKeysAreFlags(t *testing.T) {
@@ -1297,7 +1323,7 @@ func TestRBACCoversTheCode(t *testing.T) {
 		"buffers only": "config: {enable-capacity-buffers: true}"} {
 		t.Run(name, func(t *testing.T) {
 			r := mustRender(t, parseValues(t, values))
-			_, cfg := configOf(t, r)
+			cfg := effectiveConfigOf(t, r)
 			str := func(k, def string) string {
 				if v, ok := cfg[k].(string); ok && v != "" {
 					return v

@@ -1,6 +1,7 @@
 package charts
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,19 +33,33 @@ func commandLineOnlyFlags(t *testing.T) []string {
 }
 
 // commandLineOnlyExamples are values the schema accepts for each.
-var commandLineOnlyExamples = map[string]string{
-	"azure-arm-endpoint":       "https://management.example",
-	"azure-authority-host":     "https://login.example/",
-	"azure-token-audience":     "https://management.example",
-	"azure-ca-file":            "/etc/vmss-autoscaler-ca/ca.pem",
-	"azure-token-file":         "/var/run/secrets/arm/token",
-	"azure-client-secret-file": "/var/run/secrets/sp/secret",
-	"azure-auth":               "client-secret",
-	"azure-tenant-id":          "00000000-0000-0000-0000-000000000002",
-	"azure-client-id":          "00000000-0000-0000-0000-000000000003",
-	"azure-subscription-id":    "00000000-0000-0000-0000-000000000001",
-	"kubeconfig":               "/etc/kubernetes/autoscaler.kubeconfig",
-	"balloon-image":            "registry.example/pause:3.10",
+var commandLineOnlyExamples = map[string]any{
+	"azure-arm-endpoint":           "https://management.example",
+	"azure-authority-host":         "https://login.example/",
+	"azure-token-audience":         "https://management.example",
+	"azure-ca-file":                "/etc/vmss-autoscaler-ca/ca.pem",
+	"azure-token-file":             "/var/run/secrets/arm/token",
+	"azure-client-secret-file":     "/var/run/secrets/sp/secret",
+	"azure-auth":                   "client-secret",
+	"azure-tenant-id":              "00000000-0000-0000-0000-000000000002",
+	"azure-client-id":              "00000000-0000-0000-0000-000000000003",
+	"azure-subscription-id":        "00000000-0000-0000-0000-000000000001",
+	"kubeconfig":                   "/etc/kubernetes/autoscaler.kubeconfig",
+	"balloon-image":                "registry.example/pause:3.10",
+	"leader-elect":                 true,
+	"leader-elect-lease-duration":  "15s",
+	"leader-elect-renew-deadline":  "10s",
+	"leader-elect-retry-period":    "2s",
+	"leader-elect-resource-name":   "vmss-autoscaler",
+	"enable-provisioning-requests": true,
+	"enable-capacity-buffers":      true,
+	"log_dir":                      "/tmp/logs",
+	"log_file":                     "/tmp/logs/vmss-autoscaler.log",
+	"log_file_max_size":            "1800",
+	"logtostderr":                  false,
+	"alsologtostderr":              true,
+	"one_output":                   true,
+	"stderrthreshold":              "2",
 }
 
 // TestCommandLineOnlyKeysAreArguments: the chart's list of command-line-only
@@ -91,7 +106,8 @@ func TestCommandLineOnlyKeysAreArguments(t *testing.T) {
 			}
 			c := decode[*appsv1.Deployment](t, r.get(t, "Deployment", "vmss-autoscaler")).Spec.Template.Spec.Containers[0]
 			checkArgs(t, "Deployment", c.Args, autoscalerFlags(t))
-			want := map[string]string{"azure-auth": "default"} // values.yaml's
+			// values.yaml's
+			want := map[string]any{"azure-auth": "default", "enable-provisioning-requests": false, "enable-capacity-buffers": false}
 			if values != nil {
 				want = commandLineOnlyExamples
 				for _, k := range []string{"scan-interval", "azure-resource-groups"} {
@@ -101,7 +117,7 @@ func TestCommandLineOnlyKeysAreArguments(t *testing.T) {
 				}
 			}
 			for k, v := range want {
-				if n := countArgs(c.Args, "--"+k+"="); n != 1 || !slices.Contains(c.Args, "--"+k+"="+v) {
+				if n := countArgs(c.Args, "--"+k+"="); n != 1 || !slices.Contains(c.Args, fmt.Sprintf("--%s=%v", k, v)) {
 					t.Errorf("args %q: want --%s=%s once", c.Args, k, v)
 				}
 			}

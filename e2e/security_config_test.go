@@ -12,9 +12,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// The flags ConfigMap may not choose where the Azure credential goes: an
-// edit naming azure-arm-endpoint (with a live key beside it) is refused
-// whole, with a ConfigRejected event naming the key; nothing of it applies,
+// The flags ConfigMap may not choose where the Azure credential goes, nor
+// turn leader election off: an edit naming azure-arm-endpoint and
+// leader-elect: false (with a live key beside them) is refused whole, with
+// a ConfigRejected event naming both keys; nothing of it applies,
 // nothing waits for a restart, the last good configuration stays. When
 // the kubelet refreshes the mounted --config file with that edit and the
 // autoscaler restarts, it refuses the file too and runs on the last good
@@ -46,15 +47,23 @@ func TestSecurityIdentityFlagsRefusedLive(t *testing.T) {
 		return c >= 1 && lg == flags, fmt.Sprintf("capacity %d, lastGoodConfig %q", c, lg)
 	})
 
-	edit := strings.Replace(flags, "node-addition-rate: 6", "node-addition-rate: 600", 1) + "azure-arm-endpoint: https://attacker.invalid\n"
+	// An edit that also turns leader election off: read again as --config
+	// at a restart, it made a replica lead beside the other, unfenced.
+	edit := strings.Replace(flags, "node-addition-rate: 6", "node-addition-rate: 600", 1) + "azure-arm-endpoint: https://attacker.invalid\nleader-elect: false\n"
 	cur, err := cms.Get(sc.ctx, cm.Name, metav1.GetOptions{})
 	must(t, err)
 	cur.Data["config.yaml"] = edit
 	_, err = cms.Update(sc.ctx, cur, metav1.UpdateOptions{})
 	must(t, err)
 	const why = "--azure-arm-endpoint: may be set on the command line only (it decides where the Azure credential is sent)"
-	sc.eventually("the edit refused with an event naming the key", 30*time.Second, func() (bool, string) {
-		n := sc.eventsWith("ConfigRejected", why)
+	const whyLeader = "--leader-elect: may be set on the command line only (it decides whether a replica acts without holding the Lease"
+	sc.eventually("the edit refused with an event naming the keys", 30*time.Second, func() (bool, string) {
+		n := 0
+		for _, e := range sc.events("ConfigRejected") {
+			if strings.Contains(e.Message, why) && strings.Contains(e.Message, whyLeader) {
+				n++
+			}
+		}
 		return n > 0, fmt.Sprintf("%d events %v", n, sc.events("ConfigRejected"))
 	})
 	_, body := sc.get(as, "/metrics")

@@ -125,14 +125,15 @@ Call: include "vmss-autoscaler.flag" (list . "flag-name" "default").
 
 {{/*
 The flags the binary takes on the command line only (config.go,
-commandLineOnly): identity, endpoints, credentials' files, images. It
+commandLineOnly): identity, endpoints, credentials' files, images, leader
+election, the APIs it needs RBAC for, where logs go. It
 refuses them in the flags ConfigMap, which its editors write, not the
 Deployment's: the chart passes these keys of .Values.config as arguments
 (commandLineOnlyArgs). charts/chart_test.go checks this list against the
 binary's --help.
 */}}
 {{- define "vmss-autoscaler.commandLineOnlyKeys" -}}
-azure-arm-endpoint azure-authority-host azure-token-audience azure-ca-file azure-token-file azure-client-secret-file azure-auth azure-tenant-id azure-client-id azure-subscription-id kubeconfig balloon-image
+azure-arm-endpoint azure-authority-host azure-token-audience azure-ca-file azure-token-file azure-client-secret-file azure-auth azure-tenant-id azure-client-id azure-subscription-id kubeconfig balloon-image leader-elect leader-elect-lease-duration leader-elect-renew-deadline leader-elect-retry-period leader-elect-resource-name enable-provisioning-requests enable-capacity-buffers log_dir log_file log_file_max_size logtostderr alsologtostderr one_output stderrthreshold
 {{- end }}
 
 {{/* The command-line-only keys of .Values.config whose value is set (not null, "" or []), as arguments: a YAML list. */}}
