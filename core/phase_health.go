@@ -1084,6 +1084,7 @@ func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Po
 		}
 		if v.Action == health.Drain {
 			a.setHealthState(c, "drained")
+			a.replace.brake.Dropped(n.Name) // nothing deleted: counted from its admission
 			continue
 		}
 		a.setHealthState(c, "deleting")
@@ -1171,6 +1172,7 @@ func (a *Autoscaler) pruneHealth(l *loop) {
 	for name := range hs.admitted {
 		if _, ok := l.snap.Index(name); !ok {
 			delete(hs.admitted, name)
+			a.replace.brake.Dropped(name) // gone: counted from its admission if never sent
 		}
 	}
 	for name := range hs.firstSeen {

@@ -42,6 +42,10 @@ type preflightState struct {
 	// cordoned are failed nodes this process cordoned: uncordoned if they
 	// pass again before they are deleted (the agent's periodic re-run).
 	cordoned map[string]bool
+	// sent are the admitted failed machines (node name, or provider ID
+	// without a node) whose deletion was sent once: one asked again (a
+	// lost deletion) is not charged to the replacement brake twice.
+	sent map[string]bool
 	// incidents are checks many nodes fail at once.
 	incidents incidents
 }
@@ -53,11 +57,12 @@ func (ps *preflightState) release(name string) {
 	delete(ps.cordoned, name)
 	delete(ps.admitted, name)
 	delete(ps.blocked, name)
+	delete(ps.sent, name)
 }
 
 func newPreflightState() *preflightState {
 	return &preflightState{blocked: map[string]string{}, admittedMachines: map[string]bool{}, deleted: map[string]time.Time{}, admitted: map[string]bool{},
-		cordoned: map[string]bool{}, incidents: newIncidents()}
+		cordoned: map[string]bool{}, sent: map[string]bool{}, incidents: newIncidents()}
 }
 
 // startingUp says a node is Ready but still starting up (a startup taint,
@@ -368,6 +373,8 @@ func (a *Autoscaler) pruneFailed(l *loop) {
 	for name := range a.preflight.admitted {
 		if _, ok := l.snap.Index(name); !ok {
 			delete(a.preflight.admitted, name)
+			delete(a.preflight.sent, name)
+			a.replace.brake.Dropped(name) // gone: counted from its admission if never sent
 		}
 	}
 	for name := range a.preflight.cordoned {

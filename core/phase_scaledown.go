@@ -164,6 +164,12 @@ func (a *Autoscaler) scaleDownPhase(ctx context.Context, l *loop) error {
 		// must see them counted even if this one dies mid-way.
 		if err := a.persistSafetyState(ctx, l.now); err != nil {
 			klog.FromContext(ctx).Error(err, "Scale-down not started: the brake's count could not be saved first; retried next loop")
+			for _, r := range d.Empty {
+				a.scaleDown.brake.Unreserve(r.Node.Name) // not carried out
+			}
+			for _, r := range d.Drain {
+				a.scaleDown.brake.Unreserve(r.Node.Name)
+			}
 			return nil
 		}
 	}

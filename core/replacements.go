@@ -204,11 +204,16 @@ func (a *Autoscaler) allowReplacement(l *loop, group, key string) bool {
 // admitted replacement was asked to be deleted now (the first time: a
 // lost deletion asked again is not charged twice).
 func (a *Autoscaler) replacementSent(l *loop, m actuation.Machine) {
-	key := m.ProviderID
+	a.replace.brake.Sent(l.now, m.Group, machineKey(m))
+}
+
+// machineKey names a replaced machine for the replacement brake: its
+// node's name, or its provider ID when it has no node.
+func machineKey(m actuation.Machine) string {
 	if m.Node != nil {
-		key = m.Node.Name
+		return m.Node.Name
 	}
-	a.replace.brake.Sent(l.now, m.Group, key)
+	return m.ProviderID
 }
 
 // reportReplacements says whether the brake held anything this loop: an
@@ -362,6 +367,8 @@ func (a *Autoscaler) removeFailedMachines(ctx context.Context, l *loop, del map[
 	for pid := range a.preflight.admittedMachines {
 		if !listed[pid] {
 			delete(a.preflight.admittedMachines, pid)
+			delete(a.preflight.sent, pid)
+			a.replace.brake.Dropped(pid)
 		}
 	}
 	if len(machines) > 0 {
@@ -378,7 +385,10 @@ func (a *Autoscaler) removeFailedMachines(ctx context.Context, l *loop, del map[
 		switch {
 		case o.Deleted:
 			deleted[o.Group]++
-			a.replacementSent(l, o.Machine)
+			if key := machineKey(o.Machine); !a.preflight.sent[key] {
+				a.preflight.sent[key] = true // asked again later: charged once
+				a.replacementSent(l, o.Machine)
+			}
 			if o.Node != nil {
 				// The preflight phase must not delete it again.
 				a.preflight.deleted[o.Node.Name] = l.now

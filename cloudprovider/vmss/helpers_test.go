@@ -336,6 +336,7 @@ func TestInstanceStateFromProvisioningAndPowerState(t *testing.T) {
 		{"running", vm("Succeeded", "ProvisioningState/succeeded", "PowerState/running"), cloudprovider.InstanceRunning, 0, "", ""},
 		{"creating", vm("Creating", "ProvisioningState/creating"), cloudprovider.InstanceCreating, 0, "", ""},
 		{"provisioned but starting", vm("Succeeded", "ProvisioningState/succeeded", "PowerState/starting"), cloudprovider.InstanceCreating, 0, "", ""},
+		{"restarted, reimaged or redeployed: booting again", vm("Updating", "ProvisioningState/updating", "PowerState/starting"), cloudprovider.InstanceRunning, 0, "", ""},
 		{"deleting", vm("Deleting", "ProvisioningState/deleting"), cloudprovider.InstanceDeleting, 0, "", ""},
 		{"deallocated", vm("Succeeded", "ProvisioningState/succeeded", "PowerState/deallocated"), cloudprovider.InstanceDeleting, 0, "", ""},
 		{"allocation failed", vm("Failed", "ProvisioningState/failed/AllocationFailed"), cloudprovider.InstanceRunning, cloudprovider.ClassOutOfCapacity, "AllocationFailed", ""},

@@ -305,9 +305,11 @@ func instanceOf(vm vmStatus) cloudprovider.Instance {
 	}
 	// The power state refines a VM that exists: one still starting is
 	// coming capacity; one deallocated (or going there) is not capacity.
+	// One Updating while it starts is an existing machine booting again
+	// (a restart, reimage or redeploy: repair.go), not capacity coming.
 	switch powerState(vm) {
 	case "starting":
-		if in.State == cloudprovider.InstanceRunning {
+		if in.State == cloudprovider.InstanceRunning && !strings.EqualFold(vm.provisioningState, "updating") {
 			in.State = cloudprovider.InstanceCreating
 		}
 	case "deallocating", "deallocated":
@@ -823,13 +825,13 @@ func (g *scaleSet) DeleteNodes(ctx context.Context, providerIDs []string) error 
 		if !known {
 			id, ok := numericInstanceID(key)
 			switch {
+			case ok && id <= g.maxInstanceID:
+				gone = append(gone, pid)
 			case !ok || len(unlisted) == maxUnlistedReads:
 				g.mu.Unlock()
 				return fmt.Errorf("deleting from scale set %s: instance %s is not in its last VM list yet: %w", g.ID(), pid, cloudprovider.ErrNotSent)
-			case id > g.maxInstanceID:
-				unlisted = append(unlisted, pid)
 			default:
-				gone = append(gone, pid)
+				unlisted = append(unlisted, pid)
 			}
 			continue
 		}
@@ -860,6 +862,14 @@ func (g *scaleSet) DeleteNodes(ctx context.Context, providerIDs []string) error 
 		}
 	}
 	g.mu.Lock()
+	if len(unlisted) > 0 {
+		// The lock was let go for the GETs: a list or another deletion
+		// may have changed the size meanwhile.
+		if size, err = g.sizeLocked(); err != nil {
+			g.mu.Unlock()
+			return err
+		}
+	}
 	// Cached until the next list, so the deletion marks it (and lowers
 	// the capacity seen) as it marks the listed ones.
 	for _, in := range read {

@@ -2,8 +2,11 @@ package vmss
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
 	"k8s.io/klog/v2"
 
@@ -48,7 +51,7 @@ func (g *scaleSet) Repair(ctx context.Context, providerID string, action cloudpr
 	case found == nil:
 		g.mu.Unlock()
 		return fmt.Errorf("repairing %s in scale set %s: not in its last VM list: %w", providerID, g.ID(), cloudprovider.ErrNotSent)
-	case found.State != cloudprovider.InstanceRunning:
+	case found.State != cloudprovider.InstanceRunning || g.deleting[key]:
 		g.mu.Unlock()
 		return fmt.Errorf("repairing %s in scale set %s: the machine is %s: %w", providerID, g.ID(), found.State, cloudprovider.ErrNotSent)
 	}
@@ -57,21 +60,34 @@ func (g *scaleSet) Repair(ctx context.Context, providerID string, action cloudpr
 		return fmt.Errorf("repairing %s in scale set %s: its %s started at %s is still running: %w", providerID, g.ID(), r.status.Action,
 			r.status.Started.UTC().Format("15:04:05"), cloudprovider.ErrNotSent)
 	}
-	g.mu.Unlock()
-	if err := cloudprovider.CheckWrite(ctx); err != nil {
-		return err
-	}
-	instanceID := lastSegment(providerID)
-	follow, err := g.beginRepair(ctx, instanceID, action)
-	if err != nil {
-		return fmt.Errorf("repairing %s (%s) in scale set %s: %w", providerID, action, g.ID(), classify(err))
-	}
+	// Taken before sending, so a second call cannot send another.
 	r := &repairOp{status: cloudprovider.RepairStatus{Action: action, Started: g.p.cfg.Clock.Now()}}
-	g.mu.Lock()
 	if g.repairs == nil {
 		g.repairs = map[string]*repairOp{}
 	}
 	g.repairs[key] = r
+	g.mu.Unlock()
+	instanceID := lastSegment(providerID)
+	follow, err := func() (func(string, int, func(opResult)), error) {
+		if err := cloudprovider.CheckWrite(ctx); err != nil {
+			return nil, err
+		}
+		return g.beginRepair(ctx, instanceID, action)
+	}()
+	if err != nil {
+		err = classify(err)
+		g.mu.Lock()
+		if cloudprovider.NotSent(err) || isDefiniteRefusal(err) {
+			delete(g.repairs, key) // nothing runs
+		} else {
+			// Unclear (a timeout, a 5xx): the action may run; it is
+			// not sent again before the caller's step times out.
+			r.status.Done, r.status.Err = true, fmt.Errorf("%s of %s: unclear answer: %w", action, instanceID, err)
+		}
+		g.mu.Unlock()
+		return fmt.Errorf("repairing %s (%s) in scale set %s: %w", providerID, action, g.ID(), err)
+	}
+	g.mu.Lock()
 	g.opSeq++
 	op := g.opSeq
 	g.mu.Unlock()
@@ -125,4 +141,11 @@ func (g *scaleSet) RepairState(providerID string) (cloudprovider.RepairStatus, b
 		return cloudprovider.RepairStatus{}, false
 	}
 	return r.status, true
+}
+
+// isDefiniteRefusal says ARM refused the request (a 4xx other than a
+// timeout): nothing was started.
+func isDefiniteRefusal(err error) bool {
+	var re *azcore.ResponseError
+	return errors.As(err, &re) && re.StatusCode >= 400 && re.StatusCode < 500 && re.StatusCode != http.StatusRequestTimeout
 }

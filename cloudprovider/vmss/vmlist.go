@@ -389,8 +389,10 @@ func (p *Provider) noteRefusal(logger klog.Logger, rg, name, why string) {
 }
 
 // maxUnlistedReads bounds the GETs one DeleteNodes call makes for VMs
-// newer than the scale set's last list.
-const maxUnlistedReads = 10
+// newer than the scale set's last list (each charged to its own VM's
+// GetVMScaleSetVM bucket and to the subscription's 6,000): past it the
+// call is refused unsent until a list shows them.
+const maxUnlistedReads = 100
 
 // readUnlisted reads one Uniform VM the scale set's last list does not
 // show, by the scale-set VM API's GET (charged to the GetVMScaleSetVM

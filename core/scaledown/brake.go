@@ -2,6 +2,7 @@ package scaledown
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -118,22 +119,34 @@ func (b *Brake) Record(now time.Time, group string) {
 func (b *Brake) Reserve(now time.Time, group, key string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	for i := range b.deletions {
+		if d := &b.deletions[i]; d.pending && d.key == key {
+			d.at, d.group = now, group // planned again: one reservation
+			return
+		}
+	}
 	b.deletions = append(b.deletions, deletion{at: now, group: group, key: key, pending: true})
 }
 
 // Sent says key's deletion was asked of the cloud now: it counts for a
 // window from now. One not reserved (or reserved longer ago than
-// MaxPending allows) is counted from now as well.
+// MaxPending allows) is counted from now as well, unless key's deletion
+// was sent within the window already (the same deletion asked again).
+// Callers call it for a machine's first deletion only: a lost deletion
+// asked again later is not charged twice.
 func (b *Brake) Sent(now time.Time, group, key string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.prune(now)
 	for i := range b.deletions {
-		if d := &b.deletions[i]; d.pending && d.key == key {
-			d.at, d.pending = now, false
+		if d := &b.deletions[i]; d.key == key {
+			if d.pending {
+				d.at, d.pending = now, false
+			}
 			return
 		}
 	}
-	b.deletions = append(b.deletions, deletion{at: now, group: group})
+	b.deletions = append(b.deletions, deletion{at: now, group: group, key: key})
 }
 
 // Dropped says key's reserved deletion will not be asked (the removal
@@ -147,6 +160,15 @@ func (b *Brake) Dropped(key string) {
 			return
 		}
 	}
+}
+
+// Unreserve forgets key's reserved deletion: the plan that reserved it
+// was not carried out at all (nothing was tainted or asked), so it
+// counts for nothing.
+func (b *Brake) Unreserve(key string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.deletions = slices.DeleteFunc(b.deletions, func(d deletion) bool { return d.pending && d.key == key })
 }
 
 // Recent is the number of deletions in the window, and of those decided
@@ -165,8 +187,11 @@ type Record struct {
 }
 
 // Records are the deletions in the window at now, oldest first; one
-// decided and not sent yet is kept as sent now (a new leader cannot know
-// whether it was).
+// decided and not sent yet is kept as sent at now rounded down to a tenth
+// of the window, not before its decision (a new leader cannot know
+// whether it was sent; the rounding keeps the saved state from changing
+// every loop while a drain runs: at most ten times a window, at the cost
+// of a tenth of its window).
 func (b *Brake) Records(now time.Time) []Record {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -175,7 +200,7 @@ func (b *Brake) Records(now time.Time) []Record {
 	for i, d := range b.deletions {
 		out[i] = Record{At: d.at, Group: d.group}
 		if d.pending {
-			out[i].At = now
+			out[i].At = maxTime(d.at, now.Truncate(max(b.opts.Window/10, time.Second)))
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
@@ -195,4 +220,11 @@ func (b *Brake) Restore(now time.Time, rs []Record) {
 		}
 	}
 	sort.SliceStable(b.deletions, func(i, j int) bool { return b.deletions[i].at.Before(b.deletions[j].at) })
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

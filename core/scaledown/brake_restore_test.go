@@ -77,14 +77,30 @@ func TestBrakeCountsFromTheSending(t *testing.T) {
 	if !b3.Allow(t0.Add(w+time.Minute), "g", 1, 1) {
 		t.Fatal("a lost reservation counts for ever")
 	}
+	// The same deletion sent again within the window (a lost deletion
+	// asked again), or planned twice before it was sent, counts once; a
+	// plan not carried out counts for nothing.
+	b6 := NewBrake(BrakeOptions{ClusterShare: 1, GroupShare: 1, Window: w, MaxPending: 10 * time.Minute})
+	b6.Reserve(t0, "g", "a")
+	b6.Reserve(t0.Add(time.Second), "g", "a")
+	b6.Sent(t0.Add(2*time.Second), "g", "a")
+	b6.Sent(t0.Add(20*time.Second), "g", "a")
+	b6.Sent(t0.Add(3*time.Second), "g", "m") // a machine never reserved
+	b6.Sent(t0.Add(4*time.Second), "g", "m")
+	b6.Reserve(t0, "g", "x")
+	b6.Unreserve("x")
+	if got := b6.Recent(t0.Add(25 * time.Second)); got != 2 {
+		t.Fatalf("%d deletions counted, want 2 (a and m, once each)", got)
+	}
 	// A new leader cannot know whether a reserved removal was sent: it is
-	// kept as sent at the save.
+	// kept as sent at the save (rounded down to a tenth of the window, not
+	// before its decision).
 	b4 := NewBrake(BrakeOptions{ClusterShare: 0.5, GroupShare: 1, Window: w, MaxPending: 10 * time.Minute})
 	b4.Reserve(t0, "g", "a")
 	saved := t0.Add(45 * time.Second)
 	b5 := NewBrake(BrakeOptions{ClusterShare: 0.5, GroupShare: 1, Window: w, MaxPending: 10 * time.Minute})
 	b5.Restore(saved, b4.Records(saved))
-	if b5.Allow(saved.Add(w-time.Second), "g", 1, 1) {
+	if b5.Allow(saved.Add(w-w/10-time.Second), "g", 1, 1) {
 		t.Fatal("a new leader forgot a removal reserved and perhaps sent")
 	}
 }

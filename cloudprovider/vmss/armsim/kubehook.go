@@ -135,6 +135,9 @@ func (h *KubeNodeHook) VMRunning(ctx context.Context, vm VM) error {
 func (h *KubeNodeHook) VMDeleted(ctx context.Context, vm VM) error {
 	name := nodeName(vm)
 	h.cancel(name)
+	h.mu.Lock()
+	delete(h.problems, name)
+	h.mu.Unlock()
 	err := h.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting node %s for VM %s: %w", name, vm.ProviderID, err)

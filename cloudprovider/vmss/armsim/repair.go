@@ -6,6 +6,9 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
 )
 
 // Repair actions on one scale-set VM, as Azure serves them (issue #42):
@@ -205,10 +208,25 @@ func (s *Server) tellRepaired(ctx context.Context, done []*repairDone) (failed [
 		return nil
 	}
 	for _, d := range done {
-		if err := w.VMRepaired(ctx, d.vm, d.action, d.fixed); err != nil {
+		err := w.VMRepaired(ctx, d.vm, d.action, d.fixed)
+		switch {
+		case err == nil:
+		case apierrors.IsNotFound(err):
+			// The node is gone (its VM deleted meanwhile): nothing to tell.
+		case d.tries+1 >= maxRepairHookTries:
+			klog.ErrorS(err, "Node hook failed to take a repair; giving up", "call", "VMRepaired",
+				"scaleSet", d.vm.ScaleSet, "instanceID", d.vm.InstanceID, "action", d.action, "tries", d.tries+1)
+		default:
+			if d.tries%50 == 0 {
+				klog.ErrorS(err, "Node hook failed; retrying at the next Advance", "call", "VMRepaired",
+					"scaleSet", d.vm.ScaleSet, "instanceID", d.vm.InstanceID, "action", d.action, "tries", d.tries+1)
+			}
 			d.tries++
 			failed = append(failed, d)
 		}
 	}
 	return failed
 }
+
+// maxRepairHookTries bounds the VMRepaired calls for one action.
+const maxRepairHookTries = 500
