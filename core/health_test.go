@@ -596,27 +596,64 @@ func TestHealthTakenOverCordonKeepsItsClock(t *testing.T) {
 	}
 }
 
-// TestHealthReplacementAtTheMinimumIsHeld: a group at its minimum keeps its
-// unhealthy node cordoned with a reason, nothing evicted: its machine could
-// not be deleted.
-func TestHealthReplacementAtTheMinimumIsHeld(t *testing.T) {
+// TestHealthReplacementAtTheMinimumIsBoughtFirst (#42): a group at its
+// minimum cannot lose a machine, so an unhealthy node due for replacement
+// has its replacement bought first (one scale-up of 1, not repeated); its
+// pods run on until the new node is Ready, then it is drained and its
+// machine deleted, the group back at its minimum. Before, it was held for
+// ever, cordoned with its pods on a broken machine. A group at its
+// minimum and maximum buys nothing and says why.
+func TestHealthReplacementAtTheMinimumIsBoughtFirst(t *testing.T) {
 	acts := &fakeActions{}
 	e := newEnv(t, withNodeWrites(acts), withOptions(func(o *Options) { o.ScaleDownEnabled = false }))
 	acts.graceful = e.clock
 	gpu := e.provider.AddGroup("gpu", 2, 20, gpuTemplate("gpu"), inmemory.WithTarget(2))
+	full := e.provider.AddGroup("full", 1, 1, gpuTemplate("full"), inmemory.WithTarget(1))
 	e.start()
 	e.register(gpu)
+	e.register(full)
 	e.setPolicy(xidPolicy, nil)
-	nodes := groupNodes(gpu)
-	e.gangOnNodes("train", nodes[:1])
+	nodes, badID := groupNodes(gpu), gpu.ProviderIDs()[0]
+	e.gangOnNodes("train", nodes[:1], grace(30))
 	e.condition(nodes[0], "XIDErrors", apiv1.ConditionTrue)
+	e.condition(groupNodes(full)[0], "XIDErrors", apiv1.ConditionTrue)
 	e.clock.Step(2 * time.Minute)
 	e.run()
-	if len(acts.evicted) != 0 || len(gpu.Deleted()) != 0 {
-		t.Fatalf("evicted %v, deleted %v at the group's minimum", acts.evicted, gpu.Deleted())
+	if got := fmt.Sprint(gpu.Increases()); got != "[1]" {
+		t.Fatalf("scale-ups %s of the group at its minimum, want its replacement bought first: [1]", got)
 	}
-	if got := testutil.ToFloat64(e.a.metrics.HealthHeld.WithLabelValues("gpu", heldMinSize)); got != 1 {
-		t.Fatalf("held for min-size %v, want 1", got)
+	if len(acts.evicted) != 0 || len(gpu.Deleted()) != 0 {
+		t.Fatalf("evicted %v, deleted %v before the replacement is Ready", acts.evicted, gpu.Deleted())
+	}
+	if ev := e.events(EventHealthReplacementFirst); len(ev) != 1 {
+		t.Fatalf("HealthReplacementFirst events %q, want 1", ev)
+	}
+	e.clock.Step(10 * time.Second)
+	e.run()
+	if got := fmt.Sprint(gpu.Increases()); got != "[1]" || len(acts.evicted) != 0 {
+		t.Fatalf("scale-ups %s, evicted %v while the replacement boots: want no second purchase, nothing evicted", got, acts.evicted)
+	}
+	e.register(gpu) // the replacement registers, Ready
+	e.clock.Step(10 * time.Second)
+	e.run()
+	if fmt.Sprint(acts.evicted) != "[train-0]" {
+		t.Fatalf("evicted %v once the replacement is Ready, want the bad node's pod", acts.evicted)
+	}
+	for i := 0; i < 5 && len(gpu.Deleted()) == 0; i++ { // its pod's grace, the pause
+		e.clock.Step(time.Minute)
+		e.run()
+	}
+	if got := gpu.Deleted(); fmt.Sprint(got) != fmt.Sprint([]string{badID}) {
+		t.Fatalf("deleted %v, want the bad node's machine", got)
+	}
+	if n, _ := gpu.TargetSize(); n != 2 {
+		t.Fatalf("target %d after the replacement, want the minimum 2", n)
+	}
+	if got := fmt.Sprint(full.Increases()); got != "[]" || len(full.Deleted()) != 0 {
+		t.Fatalf("group at its minimum and maximum: scale-ups %s, deleted %v; want nothing", got, full.Deleted())
+	}
+	if got := testutil.ToFloat64(e.a.metrics.HealthHeld.WithLabelValues("full", heldMinSize)); got < 1 {
+		t.Fatalf("held for min-size in the full group %v, want at least 1", got)
 	}
 }
 

@@ -204,7 +204,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.HealthUnhealthy = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "health_unhealthy_nodes",
 		Help: "Nodes matching a rule of the health policy now, by node group and rule (the strongest rule a node matches); absent when none."}, []string{"node_group", "rule"})
 	m.HealthActions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "health_actions_total",
-		Help: "What the health policy did to nodes: cordon, drain (evictions begun), replace (machine deleted), uncordon (recovered)."}, []string{"node_group", "rule", "action"})
+		Help: "What the health policy did to nodes: cordon, drain (evictions begun), replace (machine deleted), uncordon (recovered), buy-first (its replacement bought first, the group at its minimum)."}, []string{"node_group", "rule", "action"})
 	m.HealthHeld = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "health_held_total",
 		Help: "Health actions held back, per loop and node, by reason: paused, unready-guard, unconfirmed, incident, breaker, cordon-ceiling, cordon-cap, gang, min-size, brake, blocked."}, []string{"node_group", "reason"})
 	m.HealthBreaker = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "health_breaker_engaged",

@@ -115,6 +115,10 @@ type healthState struct {
 	cordoned  map[string]string    // node → rule: cordoned by health handling
 	admitted  map[string]bool      // drains and replacements the brake admitted
 	deleted   map[string]time.Time // machines deleted, until their Nodes go
+	// boughtFirst: node → the group's target once its replacement was
+	// bought, the group being at its minimum (replacementFirst): its
+	// drain waits until the group has that many Ready nodes.
+	boughtFirst map[string]int
 	// breakers: group → end of its storm cooldown; zero while the group
 	// is over maxUnhealthy. Absent: not engaged. breakerSince: when each
 	// engaged (the release counts from it).
@@ -148,7 +152,7 @@ type healthState struct {
 func newHealthState() *healthState {
 	return &healthState{policy: health.Default(), firstSeen: map[string]map[string]time.Time{},
 		told: map[string]string{}, heldTold: map[string]string{}, cordoned: map[string]string{},
-		admitted: map[string]bool{}, deleted: map[string]time.Time{}, breakers: map[string]time.Time{},
+		admitted: map[string]bool{}, deleted: map[string]time.Time{}, boughtFirst: map[string]int{}, breakers: map[string]time.Time{},
 		breakerSince: map[string]time.Time{}, incidents: map[string]time.Time{}, unhealthySeries: map[[2]string]bool{}}
 }
 
@@ -157,6 +161,7 @@ func (hs *healthState) release(name string) {
 	delete(hs.cordoned, name)
 	delete(hs.admitted, name)
 	delete(hs.heldTold, name)
+	delete(hs.boughtFirst, name)
 }
 
 // restoreLastGood takes the last good policy an earlier leader saved.
@@ -1044,10 +1049,11 @@ func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Po
 			a.holdHealth(ctx, l, c, heldGang, "another node of its gang is being drained: "+other)
 			continue
 		}
-		if gs := a.registry.Group(c.group); v.Action == health.Replace && gs != nil &&
-			(!gs.Readiness.TargetKnown || gs.Readiness.Target-planned[c.group] <= gs.Min) {
-			a.holdHealth(ctx, l, c, heldMinSize, fmt.Sprintf("node group %s is at its minimum size (%d) or its size is unknown: its machine cannot be deleted; the node stays cordoned, its pods run on", c.group, gs.Min))
-			continue
+		if v.Action == health.Replace {
+			if why := a.replacementFirst(ctx, l, c, planned[c.group]); why != "" {
+				a.holdHealth(ctx, l, c, heldMinSize, why)
+				continue
+			}
 		}
 		if _, ours := hs.cordoned[n.Name]; !ours && !hs.admitted[n.Name] {
 			// Cordoned by someone else (an upgrade, kured, an operator):
@@ -1092,6 +1098,60 @@ func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Po
 		toDelete = append(toDelete, actuation.MachineOf(c.group, n))
 	}
 	return toDelete
+}
+
+// EventHealthReplacementFirst is on an unhealthy node due for replacement
+// in a group at its minimum: its replacement was bought first.
+const EventHealthReplacementFirst = "HealthReplacementFirst"
+
+// replacementFirst says why a node due for replacement must wait ("" when
+// it may go on): a group at its minimum (planned: replacements already
+// sent this loop) cannot lose a machine, so its replacement is bought
+// first, one more node (through the loop's scale-up write, its failures
+// backing the group off as any scale-up's), and the drain waits until the
+// group has that many Ready nodes; the group is below its minimum of
+// usable nodes never, or for at most a boot when a new leader takes over
+// meanwhile. Before, such a node was held for ever, cordoned, its pods on
+// a broken machine. A group at its maximum too, backed off, or of unknown
+// size buys nothing and waits, saying why.
+func (a *Autoscaler) replacementFirst(ctx context.Context, l *loop, c *healthCandidate, planned int) string {
+	gs := a.registry.Group(c.group)
+	if gs == nil {
+		return ""
+	}
+	name, r := c.node.Name, gs.Readiness
+	if !r.TargetKnown {
+		return fmt.Sprintf("node group %s's size is unknown: its machine cannot be deleted; the node stays cordoned, its pods run on", c.group)
+	}
+	hs := a.health
+	if want, ok := hs.boughtFirst[name]; ok {
+		if r.Ready >= want {
+			return ""
+		}
+		return fmt.Sprintf("node group %s is at its minimum size (%d): its replacement was bought first; the drain waits for %d Ready nodes (%d now)", c.group, gs.Min, want, r.Ready)
+	}
+	if r.Target-planned > gs.Min {
+		return ""
+	}
+	switch {
+	case r.Target >= gs.Max:
+		return fmt.Sprintf("node group %s is at its minimum and maximum size (%d): no replacement can be bought first and its machine cannot be deleted; the node stays cordoned, its pods run on", c.group, gs.Min)
+	case gs.Backoff.Active:
+		return fmt.Sprintf("node group %s is at its minimum size (%d) and backed off (%s) until %s: its replacement cannot be bought first yet; the node stays cordoned, its pods run on",
+			c.group, gs.Min, backoffWhy(gs.Backoff), gs.Backoff.Until.UTC().Format(time.RFC3339))
+	}
+	if err := (increaser{a: a, l: l}).IncreaseSize(ctx, c.group, 1); err != nil {
+		return fmt.Sprintf("node group %s is at its minimum size (%d): buying its replacement first failed (retried next loop): %v", c.group, gs.Min, err)
+	}
+	want := a.registry.Group(c.group).Readiness.Target
+	hs.boughtFirst[name] = want
+	a.metrics.HealthActions.WithLabelValues(c.group, c.verdict.Rule, "buy-first").Inc()
+	klog.FromContext(ctx).Info("Bought an unhealthy node's replacement first: its group is at its minimum", "node", klog.KObj(c.node), "nodeGroup", c.group, "target", want)
+	if a.rec != nil {
+		a.rec.Event(nodeRef(c.node), apiv1.EventTypeNormal, EventHealthReplacementFirst,
+			fmt.Sprintf("node group %s is at its minimum size (%d): its replacement is bought first (target %d); the node is drained and replaced once it is Ready", c.group, gs.Min, want))
+	}
+	return fmt.Sprintf("node group %s is at its minimum size (%d): its replacement was bought first; the drain waits for %d Ready nodes (%d now)", c.group, gs.Min, want, r.Ready)
 }
 
 // replaceUnhealthy deletes the machines of drained unhealthy nodes
@@ -1167,6 +1227,11 @@ func (a *Autoscaler) pruneHealth(l *loop) {
 	for name := range hs.deleted {
 		if _, ok := l.snap.Index(name); !ok {
 			delete(hs.deleted, name)
+		}
+	}
+	for name := range hs.boughtFirst {
+		if _, ok := l.snap.Index(name); !ok {
+			delete(hs.boughtFirst, name)
 		}
 	}
 	for name := range hs.admitted {
