@@ -71,6 +71,7 @@ type Metrics struct {
 	// Passive node health (docs/health.md).
 	HealthUnhealthy *prometheus.GaugeVec
 	HealthActions   *prometheus.CounterVec
+	HealthRepairs   *prometheus.CounterVec
 	HealthHeld      *prometheus.CounterVec
 	HealthBreaker   *prometheus.GaugeVec
 	DegradedNodes   *prometheus.GaugeVec
@@ -203,6 +204,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.ConfigReloads, m.ConfigRestartRequired, m.ConfigFallback)
 	m.HealthUnhealthy = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "health_unhealthy_nodes",
 		Help: "Nodes matching a rule of the health policy now, by node group and rule (the strongest rule a node matches); absent when none."}, []string{"node_group", "rule"})
+	m.HealthRepairs = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "health_repairs_total",
+		Help: "In-place repair steps of unhealthy nodes (a replace rule's repair: reboot, reimage, redeploy) by outcome: started, fixed (the node stopped matching), timeout (it still matched after the rule's repairTimeout), failed (the cloud's operation failed or was refused)."}, []string{"node_group", "action", "outcome"})
 	m.HealthActions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "health_actions_total",
 		Help: "What the health policy did to nodes: cordon, drain (evictions begun), replace (machine deleted), uncordon (recovered), buy-first (its replacement bought first, the group at its minimum)."}, []string{"node_group", "rule", "action"})
 	m.HealthHeld = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "health_held_total",
@@ -218,7 +221,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.ProvReq = newProvreqMetrics(reg, ns)
 	m.Buffers = newBuffersMetrics(reg, ns)
 	m.SpotEvictions = newSpotMetrics(reg, ns)
-	reg.MustRegister(m.HealthUnhealthy, m.HealthActions, m.HealthHeld, m.HealthBreaker, m.DegradedNodes, m.HealthPaused, m.HealthIncidents)
+	reg.MustRegister(m.HealthUnhealthy, m.HealthActions, m.HealthRepairs, m.HealthHeld, m.HealthBreaker, m.DegradedNodes, m.HealthPaused, m.HealthIncidents)
 	reg.MustRegister(m.PreflightPending, m.PreflightResults, m.PreflightDuration, m.PreflightReplaced, m.PreflightIncidentNodes)
 	reg.MustRegister(m.QueueDepth, m.NodesReleased, m.NodesCancelled, m.NodesInFlight, m.AdditionRate, m.AdditionRateReason, m.RateChanges, m.AdditionTokens)
 	reg.MustRegister(m.UnneededNodes, m.KeptNodes, m.ScaledDownNodes, m.FailedScaleDowns, m.Evictions, m.BrakeEngaged, m.DrainsInFlight, m.ClusterUnhealthy, m.ReplacementBrakeEngaged, m.ReplacementsLost, m.GateRefused)

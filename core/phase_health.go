@@ -119,6 +119,8 @@ type healthState struct {
 	// bought, the group being at its minimum (replacementFirst): its
 	// drain waits until the group has that many Ready nodes.
 	boughtFirst map[string]int
+	// repairs are the repair ladders in progress, by node (repair.go).
+	repairs map[string]*RepairRun
 	// breakers: group → end of its storm cooldown; zero while the group
 	// is over maxUnhealthy. Absent: not engaged. breakerSince: when each
 	// engaged (the release counts from it).
@@ -152,7 +154,7 @@ type healthState struct {
 func newHealthState() *healthState {
 	return &healthState{policy: health.Default(), firstSeen: map[string]map[string]time.Time{},
 		told: map[string]string{}, heldTold: map[string]string{}, cordoned: map[string]string{},
-		admitted: map[string]bool{}, deleted: map[string]time.Time{}, boughtFirst: map[string]int{}, breakers: map[string]time.Time{},
+		admitted: map[string]bool{}, deleted: map[string]time.Time{}, boughtFirst: map[string]int{}, repairs: map[string]*RepairRun{}, breakers: map[string]time.Time{},
 		breakerSince: map[string]time.Time{}, incidents: map[string]time.Time{}, unhealthySeries: map[[2]string]bool{}}
 }
 
@@ -921,6 +923,7 @@ func (a *Autoscaler) recoverHealthy(ctx context.Context, l *loop, j judgement) {
 		if c, ok := j.cands[name]; !ok || !c.verdict.Due || c.verdict.Action < health.Drain {
 			delete(hs.admitted, name)
 			a.replace.brake.Dropped(name) // not replaced: counted from its admission
+			a.repaired(l, name)
 		}
 	}
 	for _, name := range sortedKeys(hs.cordoned) {
@@ -1093,6 +1096,9 @@ func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Po
 			a.replace.brake.Dropped(n.Name) // nothing deleted: counted from its admission
 			continue
 		}
+		if a.repairInPlace(ctx, l, c, verdictRule(v)) {
+			continue
+		}
 		a.setHealthState(c, "deleting")
 		planned[c.group]++
 		toDelete = append(toDelete, actuation.MachineOf(c.group, n))
@@ -1232,6 +1238,11 @@ func (a *Autoscaler) pruneHealth(l *loop) {
 	for name := range hs.boughtFirst {
 		if _, ok := l.snap.Index(name); !ok {
 			delete(hs.boughtFirst, name)
+		}
+	}
+	for name := range hs.repairs {
+		if _, ok := l.snap.Index(name); !ok {
+			delete(hs.repairs, name)
 		}
 	}
 	for name := range hs.admitted {

@@ -120,13 +120,17 @@ func (p *Provider) Refresh(context.Context) error {
 
 // Group is an in-memory node group.
 type Group struct {
-	p        *Provider
-	id       string
-	min, max int
-	initial  int
-	target   int
-	template *apiv1.Node
-	options  func(*cloudprovider.GroupOptions)
+	p  *Provider
+	id string
+	// repairs are the in-place repairs asked ("<provider ID> <action>"),
+	// and each machine's last one (Repair, FinishRepair).
+	repairs     []string
+	repairState map[string]cloudprovider.RepairStatus
+	min, max    int
+	initial     int
+	target      int
+	template    *apiv1.Node
+	options     func(*cloudprovider.GroupOptions)
 
 	instances []*instance
 	// failNext, when set, makes instances created by the next IncreaseSize fail.
@@ -518,4 +522,56 @@ func (g *Group) ProviderIDs() []string {
 		out = append(out, in.ProviderID)
 	}
 	return out
+}
+
+var _ cloudprovider.Repairer = (*Group)(nil)
+
+// Repair implements cloudprovider.Repairer: it records the action, which
+// runs until FinishRepair; a machine the group does not have, or one
+// already being repaired, is refused unsent.
+func (g *Group) Repair(_ context.Context, providerID string, action cloudprovider.RepairAction) error {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	key := cloudprovider.ProviderIDKey(providerID)
+	found := false
+	for _, in := range g.instances {
+		found = found || cloudprovider.ProviderIDKey(in.ProviderID) == key
+	}
+	if !found {
+		return fmt.Errorf("repairing %s: not a machine of node group %s: %w", providerID, g.id, cloudprovider.ErrNotSent)
+	}
+	if st, ok := g.repairState[key]; ok && !st.Done {
+		return fmt.Errorf("repairing %s: its %s runs: %w", providerID, st.Action, cloudprovider.ErrNotSent)
+	}
+	if g.repairState == nil {
+		g.repairState = map[string]cloudprovider.RepairStatus{}
+	}
+	g.repairState[key] = cloudprovider.RepairStatus{Action: action}
+	g.repairs = append(g.repairs, providerID+" "+string(action))
+	return nil
+}
+
+// RepairState implements cloudprovider.Repairer.
+func (g *Group) RepairState(providerID string) (cloudprovider.RepairStatus, bool) {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	st, ok := g.repairState[cloudprovider.ProviderIDKey(providerID)]
+	return st, ok
+}
+
+// FinishRepair ends the machine's repair, failed when err is not nil.
+func (g *Group) FinishRepair(providerID string, err error) {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	key := cloudprovider.ProviderIDKey(providerID)
+	st := g.repairState[key]
+	st.Done, st.Err = true, err
+	g.repairState[key] = st
+}
+
+// Repairs are the repairs asked, in order: "<provider ID> <action>".
+func (g *Group) Repairs() []string {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	return append([]string(nil), g.repairs...)
 }

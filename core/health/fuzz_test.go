@@ -21,6 +21,7 @@ func FuzzParseHealthPolicy(f *testing.F) {
 		"maxUnhealthy: 100%\nmemoryTolerance: 99.5%\nrules:\n- {name: a, taint: {key: example.com/bad, value: x, effect: NoExecute}, for: 90s, action: drain, cordonFirst: false}",
 		"rules:\n- {name: m, belowSKU: {resource: memory}, action: report}\n- {name: g, belowSKU: {resource: nvidia.com/gpu}, action: replace, cordonFirst: true}",
 		"rules:\n- {name: a, condition: {type: X, status: True}, action: reboot}",
+		"rules:\n- {name: r, condition: {type: X, status: \"True\"}, action: replace, repair: [reboot, reimage], repairTimeout: 30m}",
 		"rules:\n- {name: a, action: report}\n- {name: a, condition: {type: X, status: \"True\"}, taint: {key: k}, action: drain}",
 		"maxUnhealthy: 0%\nmemoryTolerance: NaN%\nstormCooldown: -1s\nrules: {}",
 		"rules: [&a {name: x, condition: {type: Y, status: \"True\"}, action: cordon}, *a]",
@@ -99,6 +100,14 @@ func checkInvariants(t *testing.T, data string, p *Policy) {
 		names = append(names, r.Name)
 		if r.Action < Report || r.Action > Replace || strings.HasPrefix(r.Action.String(), "Action(") {
 			t.Fatalf("Parse(%q): rule %d action %d", data, i, r.Action)
+		}
+		if len(r.Repair) > 0 && (r.Action != Replace || len(r.Repair) > len(repairSteps) || r.RepairTimeout < time.Minute || r.RepairTimeout > 6*time.Hour) {
+			t.Fatalf("Parse(%q): rule %d repairs %v (timeout %v) on %s", data, i, r.Repair, r.RepairTimeout, r.Action)
+		}
+		for k := 1; k < len(r.Repair); k++ {
+			if slices.Index(repairSteps, r.Repair[k]) <= slices.Index(repairSteps, r.Repair[k-1]) || slices.Index(repairSteps, r.Repair[k-1]) < 0 {
+				t.Fatalf("Parse(%q): rule %d repair steps %v out of order", data, i, r.Repair)
+			}
 		}
 		if r.CordonFirst && r.Action < Drain {
 			t.Fatalf("Parse(%q): rule %d cordons first on %s", data, i, r.Action)

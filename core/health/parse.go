@@ -45,7 +45,7 @@ const (
 // The fields of each level of the policy, as written (case-sensitive).
 const (
 	policyFields    = "maxUnhealthy, stormCooldown, memoryTolerance, breakerReleaseAfter, breakerReleaseNodes, rules"
-	ruleFields      = "name, condition, taint, belowSKU, for, action, cordonFirst, evictLocalScratch"
+	ruleFields      = "name, condition, taint, belowSKU, for, action, cordonFirst, evictLocalScratch, repair, repairTimeout"
 	conditionFields = "type, status, matchHealthyStatus"
 	taintFields     = "key, value, effect"
 	belowSKUFields  = "resource"
@@ -444,7 +444,55 @@ func (v *validator) rule(path string, x any) Rule {
 			r.CordonFirst = b
 		}
 	}
+	r.Repair, r.RepairTimeout = v.repair(path, m, r.Action)
 	return r
+}
+
+// repair reads a rule's repair steps and their timeout: only on a replace
+// rule, each a known step, in the order reboot, reimage, redeploy, none
+// twice; the timeout from 1m to 6h (DefaultRepairTimeout when absent).
+func (v *validator) repair(path string, m map[string]any, action Action) ([]RepairStep, time.Duration) {
+	x, present := m["repair"]
+	_, hasTimeout := m["repairTimeout"]
+	if !present || x == nil {
+		if hasTimeout {
+			v.fail("%s.repairTimeout: only with repair steps", path)
+		}
+		return nil, 0
+	}
+	if action != Replace {
+		v.fail("%s.repair: only a replace rule repairs its node before replacing it, not a %s rule", path, action)
+		return nil, 0
+	}
+	list, ok := x.([]any)
+	if !ok {
+		v.fail("%s.repair: %s: must be a list of steps (reboot, reimage, redeploy), got %s", path, show(x), kindOf(x))
+		return nil, 0
+	}
+	var steps []RepairStep
+	last := -1
+	for i, e := range list {
+		s, isText := e.(string)
+		at := slices.Index(repairSteps, RepairStep(s))
+		switch {
+		case !isText:
+			v.fail("%s.repair[%d]: %s: must be reboot, reimage or redeploy, got %s", path, i, show(e), kindOf(e))
+		case at < 0:
+			v.fail("%s.repair[%d]: %q: must be reboot, reimage or redeploy", path, i, s)
+		case at <= last:
+			v.fail("%s.repair[%d]: %q: the steps go cheapest first, each once: reboot, reimage, redeploy", path, i, s)
+		default:
+			steps, last = append(steps, RepairStep(s)), at
+		}
+	}
+	if len(list) == 0 {
+		v.fail("%s.repair: empty: leave it out to replace at once", path)
+	}
+	timeout := v.duration(path, m, "repairTimeout", DefaultRepairTimeout)
+	if timeout < time.Minute || timeout > 6*time.Hour {
+		v.fail("%s.repairTimeout: %s: must be from 1m to 6h", path, timeout)
+	}
+	return steps, timeout
 }
 
 func (v *validator) condition(path string, x any) *ConditionMatch {
@@ -572,7 +620,9 @@ type outRule struct {
 	Action      string        `json:"action"`
 	CordonFirst *bool         `json:"cordonFirst,omitempty"`
 	// EvictLocalScratch only where it differs from its default.
-	EvictLocalScratch *bool `json:"evictLocalScratch,omitempty"`
+	EvictLocalScratch *bool    `json:"evictLocalScratch,omitempty"`
+	Repair            []string `json:"repair,omitempty"`
+	RepairTimeout     string   `json:"repairTimeout,omitempty"`
 }
 
 type outCondition struct {
@@ -622,6 +672,12 @@ func (p *Policy) Marshal() ([]byte, error) {
 		if r.EvictLocalScratch != (r.Action == Replace) {
 			b := r.EvictLocalScratch
 			o.EvictLocalScratch = &b
+		}
+		for _, st := range r.Repair {
+			o.Repair = append(o.Repair, string(st))
+		}
+		if len(r.Repair) > 0 {
+			o.RepairTimeout = r.RepairTimeout.String()
 		}
 		out.Rules = append(out.Rules, o)
 	}

@@ -162,7 +162,32 @@ type Rule struct {
 	// unless the policy says `cordonFirst: false`; always false for report
 	// and cordon.
 	CordonFirst bool
+	// Repair are the in-place repairs a replace rule tries, in order, on
+	// the drained node before its machine is deleted (`repair: [reboot,
+	// reimage]`): each is given RepairTimeout for the node to stop
+	// matching the rule. None: the machine is replaced at once.
+	Repair        []RepairStep
+	RepairTimeout time.Duration
 }
+
+// RepairStep is an in-place repair, cheapest first: "reboot", "reimage",
+// "redeploy" (cloudprovider.RepairAction's values).
+type RepairStep string
+
+// The repair steps, in the order a rule may list them.
+const (
+	RepairReboot   RepairStep = "reboot"
+	RepairReimage  RepairStep = "reimage"
+	RepairRedeploy RepairStep = "redeploy"
+)
+
+// repairSteps are the steps in their only allowed order.
+var repairSteps = []RepairStep{RepairReboot, RepairReimage, RepairRedeploy}
+
+// DefaultRepairTimeout is each repair step's time for the node to stop
+// matching when the rule gives none: a GPU VM's reboot, or a reimage's
+// boot with the driver extension, plus a monitor's next look.
+const DefaultRepairTimeout = 20 * time.Minute
 
 // ConditionMatch matches a node condition.
 type ConditionMatch struct {

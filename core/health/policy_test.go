@@ -187,6 +187,14 @@ func TestParseErrors(t *testing.T) {
 		{"too many rules", many.String(), []string{"rules: at most 100 rules, got 101"}},
 		{"rule a string", "rules: [x]", []string{"rules[0]:", `"x"`, "want a map"}},
 		{"unknown rule field", rulesYAML(ok + "acton: drain"), []string{`rules[0]: unknown field "acton"`}},
+		{"repair on a drain rule", rulesYAML("name: a\ncondition: {type: X, status: \"True\"}\naction: drain\nrepair: [reboot]"), []string{"rules[0].repair: only a replace rule repairs"}},
+		{"repair step unknown", rulesYAML(ok + "repair: [reboot, reinstall]"), []string{`rules[0].repair[1]: "reinstall": must be reboot, reimage or redeploy`}},
+		{"repair steps out of order", rulesYAML(ok + "repair: [reimage, reboot]"), []string{`rules[0].repair[1]: "reboot": the steps go cheapest first, each once`}},
+		{"repair step twice", rulesYAML(ok + "repair: [reboot, reboot]"), []string{`rules[0].repair[1]: "reboot": the steps go cheapest first, each once`}},
+		{"repair empty", rulesYAML(ok + "repair: []"), []string{"rules[0].repair: empty"}},
+		{"repair a string", rulesYAML(ok + "repair: reboot"), []string{"rules[0].repair:", "must be a list"}},
+		{"repair timeout too short", rulesYAML(ok + "repair: [reboot]\nrepairTimeout: 30s"), []string{"rules[0].repairTimeout: 30s: must be from 1m to 6h"}},
+		{"repair timeout alone", rulesYAML(ok + "repairTimeout: 10m"), []string{"rules[0].repairTimeout: only with repair steps"}},
 		{"name missing", rulesYAML("condition: {type: X, status: \"True\"}\naction: report"), []string{"rules[0].name: required"}},
 		{"name not a label", rulesYAML("name: GPU_bad\ncondition: {type: X, status: \"True\"}\naction: report"), []string{"rules[0].name:", `"GPU_bad"`, "DNS label"}},
 		{"name too long", rulesYAML("name: " + strings.Repeat("a", 64) + "\ncondition: {type: X, status: \"True\"}\naction: report"), []string{"rules[0].name:", "DNS label"}},
@@ -383,6 +391,8 @@ func TestMarshalRoundTrips(t *testing.T) {
 		rulesYAML("name: a\ntaint: {key: example.com/bad, value: \"true\", effect: NoSchedule}\nfor: 90s\naction: drain\ncordonFirst: false"),
 		rulesYAML("name: \"007\"\ntaint: {key: k}\naction: cordon\ncordonFirst: false"),
 		rulesYAML("name: m\nbelowSKU: {resource: memory}\naction: report"),
+		rulesYAML("name: x\ncondition: {type: XIDErrors, status: \"True\"}\naction: replace\nrepair: [reboot, redeploy]\nrepairTimeout: 45m"),
+		rulesYAML("name: x\ncondition: {type: XIDErrors, status: \"True\"}\naction: replace\nrepair: [reimage]"),
 	} {
 		p, err := Parse(y)
 		if err != nil {

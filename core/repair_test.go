@@ -1,0 +1,111 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	apiv1 "k8s.io/api/core/v1"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
+)
+
+// repairPolicy replaces an XID node after trying a reboot, then a
+// reimage, each given 10 minutes.
+const repairPolicy = `
+maxUnhealthy: 1
+rules:
+- name: xid-error
+  condition: {type: XIDErrors, status: "True"}
+  for: 1m
+  action: replace
+  repair: [reboot, reimage]
+  repairTimeout: 10m
+`
+
+// drainedForRepair brings node 3 of an 8-node gang to the ladder: its XID
+// lasted the rule's minute, its pod was evicted with its 30 s and is gone.
+func drainedForRepair(t *testing.T, e *env, acts *fakeActions, nodes []string) {
+	t.Helper()
+	e.gangOnNodes("train", nodes, grace(30))
+	e.condition(nodes[3], "XIDErrors", apiv1.ConditionTrue)
+	e.run()
+	e.clock.Step(time.Minute)
+	e.run()
+	if fmt.Sprint(acts.evicted) != "[train-3]" {
+		t.Fatalf("evicted %v, want the bad node's pod", acts.evicted)
+	}
+	e.clock.Step(30*time.Second + actuation.GraceMargin)
+	e.run()
+}
+
+// TestRepairLadderKeepsTheMachineARebootOrReimageFixes (#42): a drained
+// XID node is rebooted, not replaced; the reboot does not fix it within
+// its 10 minutes, so it is reimaged; the reimage does: the node stops
+// matching, is uncordoned and kept (HealthRepaired), its machine never
+// deleted. Before, its machine was deleted at once.
+func TestRepairLadderKeepsTheMachineARebootOrReimageFixes(t *testing.T) {
+	e, acts, gpu := healthEnvWithSafety(t, 8, repairPolicy)
+	nodes, pids := groupNodes(gpu), gpu.ProviderIDs()
+	drainedForRepair(t, e, acts, nodes)
+	if got := gpu.Repairs(); fmt.Sprint(got) != fmt.Sprint([]string{pids[3] + " reboot"}) || len(gpu.Deleted()) != 0 {
+		t.Fatalf("repairs %v, deleted %v once drained: want a reboot, no deletion", got, gpu.Deleted())
+	}
+	if ev := e.events(EventHealthRepair); len(ev) != 1 {
+		t.Fatalf("HealthRepair events %q, want 1", ev)
+	}
+	e.clock.Step(5 * time.Minute)
+	gpu.FinishRepair(pids[3], nil) // the reboot ran; the XID stays
+	e.run()
+	e.failover() // a new leader goes on with the ladder where it was
+	e.run()
+	if got := gpu.Repairs(); len(got) != 1 || len(gpu.Deleted()) != 0 {
+		t.Fatalf("repairs %v, deleted %v within the reboot's 10 minutes (and across a failover)", got, gpu.Deleted())
+	}
+	e.clock.Step(5 * time.Minute)
+	e.run()
+	if got := gpu.Repairs(); fmt.Sprint(got) != fmt.Sprint([]string{pids[3] + " reboot", pids[3] + " reimage"}) || len(gpu.Deleted()) != 0 {
+		t.Fatalf("repairs %v, deleted %v after the reboot's 10 minutes: want a reimage next", got, gpu.Deleted())
+	}
+	if got := testutil.ToFloat64(e.a.metrics.HealthRepairs.WithLabelValues("gpu", "reboot", "timeout")); got != 1 {
+		t.Fatalf("reboot timeouts %v, want 1", got)
+	}
+	gpu.FinishRepair(pids[3], nil)
+	e.condition(nodes[3], "XIDErrors", apiv1.ConditionFalse) // the reimage fixed it
+	e.clock.Step(time.Minute)
+	e.run()
+	if len(gpu.Deleted()) != 0 || !slices.Contains(acts.uncordoned, nodes[3]) {
+		t.Fatalf("deleted %v, uncordoned %v: want the fixed node kept and uncordoned", gpu.Deleted(), acts.uncordoned)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.HealthRepairs.WithLabelValues("gpu", "reimage", "fixed")); got != 1 {
+		t.Fatalf("reimage fixes %v, want 1", got)
+	}
+	if ev := e.events(EventHealthRepaired); len(ev) != 1 {
+		t.Fatalf("HealthRepaired events %q, want 1", ev)
+	}
+}
+
+// TestRepairLadderEndsInAReplacement: the reboot fails in the cloud (the
+// next step at once), the reimage does not fix the node within its 10
+// minutes: the machine is replaced as without a ladder.
+func TestRepairLadderEndsInAReplacement(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 8, repairPolicy)
+	nodes, pids := groupNodes(gpu), gpu.ProviderIDs()
+	drainedForRepair(t, e, acts, nodes)
+	gpu.FinishRepair(pids[3], errors.New("restart of 3 failed: InternalExecutionError"))
+	e.run()
+	if got := gpu.Repairs(); len(got) != 2 || got[1] != pids[3]+" reimage" {
+		t.Fatalf("repairs %v after the reboot failed: want the reimage next", got)
+	}
+	e.clock.Step(10 * time.Minute)
+	e.run()
+	if got := gpu.Deleted(); fmt.Sprint(got) != fmt.Sprint([]string{pids[3]}) {
+		t.Fatalf("deleted %v after the last step timed out, want the bad node's machine", got)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.HealthRepairs.WithLabelValues("gpu", "reboot", "failed")); got != 1 {
+		t.Fatalf("reboot failures %v, want 1", got)
+	}
+}
