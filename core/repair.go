@@ -91,6 +91,17 @@ func (a *Autoscaler) repairInPlace(ctx context.Context, l *loop, c *healthCandid
 		}
 		run.Step, run.Action, run.Started = run.Step+1, string(rule.Repair[run.Step+1]), time.Time{}
 	}
+	// A repair stops what runs on the machine, as a deletion does: it
+	// waits for the same pods a deletion would (a pod still within its
+	// grace, one bound in the cordon window).
+	if h, err := a.remover.Holder(ctx, name); err != nil || h != nil {
+		why := "its pods could not be read"
+		if h != nil {
+			why = h.String()
+		}
+		a.setHealthState(c, fmt.Sprintf("repair (%s) waits: %s", run.Action, why))
+		return true
+	}
 	err := rep.Repair(ctx, pid, cloudprovider.RepairAction(run.Action))
 	switch {
 	case err == nil:

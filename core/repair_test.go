@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apiv1 "k8s.io/api/core/v1"
 
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
 )
 
@@ -28,7 +29,8 @@ rules:
 
 // drainedForRepair brings node 3 of an 8-node gang to the ladder: its XID
 // lasted the rule's minute, its pod was evicted with its 30 s and is gone.
-func drainedForRepair(t *testing.T, e *env, acts *fakeActions, nodes []string) {
+func drainedForRepair(t *testing.T, e *env, acts *fakeActions, g *inmemory.Group) {
+	nodes := groupNodes(g)
 	t.Helper()
 	e.gangOnNodes("train", nodes, grace(30))
 	e.condition(nodes[3], "XIDErrors", apiv1.ConditionTrue)
@@ -38,7 +40,12 @@ func drainedForRepair(t *testing.T, e *env, acts *fakeActions, nodes []string) {
 	if fmt.Sprint(acts.evicted) != "[train-3]" {
 		t.Fatalf("evicted %v, want the bad node's pod", acts.evicted)
 	}
-	e.clock.Step(30*time.Second + actuation.GraceMargin)
+	e.clock.Step(10 * time.Second)
+	e.run()
+	if got := g.Repairs(); len(got) != 0 {
+		t.Fatalf("repairs %v while the evicted pod is within its grace: a reboot would kill it", got)
+	}
+	e.clock.Step(20*time.Second + actuation.GraceMargin)
 	e.run()
 }
 
@@ -50,7 +57,7 @@ func drainedForRepair(t *testing.T, e *env, acts *fakeActions, nodes []string) {
 func TestRepairLadderKeepsTheMachineARebootOrReimageFixes(t *testing.T) {
 	e, acts, gpu := healthEnvWithSafety(t, 8, repairPolicy)
 	nodes, pids := groupNodes(gpu), gpu.ProviderIDs()
-	drainedForRepair(t, e, acts, nodes)
+	drainedForRepair(t, e, acts, gpu)
 	if got := gpu.Repairs(); fmt.Sprint(got) != fmt.Sprint([]string{pids[3] + " reboot"}) || len(gpu.Deleted()) != 0 {
 		t.Fatalf("repairs %v, deleted %v once drained: want a reboot, no deletion", got, gpu.Deleted())
 	}
@@ -93,8 +100,8 @@ func TestRepairLadderKeepsTheMachineARebootOrReimageFixes(t *testing.T) {
 // minutes: the machine is replaced as without a ladder.
 func TestRepairLadderEndsInAReplacement(t *testing.T) {
 	e, acts, gpu := healthEnv(t, 8, repairPolicy)
-	nodes, pids := groupNodes(gpu), gpu.ProviderIDs()
-	drainedForRepair(t, e, acts, nodes)
+	pids := gpu.ProviderIDs()
+	drainedForRepair(t, e, acts, gpu)
 	gpu.FinishRepair(pids[3], errors.New("restart of 3 failed: InternalExecutionError"))
 	e.run()
 	if got := gpu.Repairs(); len(got) != 2 || got[1] != pids[3]+" reimage" {

@@ -245,6 +245,14 @@ func (r *Remover) sayOverdue(o Outcome) {
 		len(o.Overdue), pods, GraceMargin, o.Overdue[0].Namespace, o.Overdue[0].Name)
 }
 
+// Holder is the first pod that keeps node's machine from being stopped
+// (HolderOf), nil when none: what a deletion waits for, and an in-place
+// repair too (a reboot stops what runs as a deletion does).
+func (r *Remover) Holder(ctx context.Context, node string) (*Holder, error) {
+	h, _, err := r.holder(ctx, node)
+	return h, err
+}
+
 // holder looks at a node's pods: the cache first (a holder there needs no
 // API call), then a fresh read. With no holder it also returns the pods
 // only out of time (overdue), from the read that found none.
