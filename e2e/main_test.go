@@ -102,6 +102,15 @@ func (h *filterHook) VMDeleted(ctx context.Context, vm armsim.VM) error {
 	return h.hookFor(vm).VMDeleted(ctx, vm)
 }
 
+// VMRepaired is armsim.RepairWatcher's: told to the VM's hook when it
+// watches repairs (a scenario's fault hook clears what a fix clears).
+func (h *filterHook) VMRepaired(ctx context.Context, vm armsim.VM, action string, fixed bool) error {
+	if w, ok := h.hookFor(vm).(armsim.RepairWatcher); ok {
+		return w.VMRepaired(ctx, vm, action, fixed)
+	}
+	return nil
+}
+
 // VMsDeleting is armsim.DeletionWatcher's: the never-kill check.
 func (h *filterHook) VMsDeleting(ctx context.Context, vms []armsim.VM) {
 	h.watcher.VMsDeleting(ctx, vms)
@@ -156,8 +165,10 @@ func runMain(m *testing.M) int {
 	}
 	hook := &filterHook{inner: realisticHook(cp), watcher: never, silent: map[string]bool{}, own: map[string]armsim.NodeHook{}}
 	// VMs boot in 1 s ± 0.5 s: compressed, but not in lockstep.
+	// Repairs compressed too: a reboot in 10 s, a reimage or redeploy in 20 s.
 	sim, err := armsim.New(armsim.Options{SubscriptionID: subscription, Location: "eastus", BootDelay: time.Second,
-		BootJitter: 500 * time.Millisecond, Seed: 1, Hook: hook, Throttling: suiteThrottling()})
+		BootJitter: 500 * time.Millisecond, Seed: 1, Hook: hook, Throttling: suiteThrottling(),
+		RestartDuration: 10 * time.Second, ReimageDuration: 20 * time.Second, RedeployDuration: 20 * time.Second})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: ARM simulator:", err)
 		return 1

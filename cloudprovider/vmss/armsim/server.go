@@ -378,7 +378,8 @@ type Write struct {
 	// Capacity is the sku.capacity a scale-set update asked for, or -1.
 	Capacity int
 	// InstanceIDs are the instances an instance deletion named (instance
-	// IDs, or a Flexible scale set's VM names), as sent.
+	// IDs, or a Flexible scale set's VM names), as sent, or the one VM a
+	// repair action (OpRestartVM, …) was on.
 	InstanceIDs []string
 	// Caller names who sent it: CallerOf its bearer token. A test that
 	// gives each process a token of its own tells their writes apart.
@@ -406,6 +407,11 @@ func (s *Server) logWrite(r *http.Request, body []byte, status int, now time.Tim
 	w := Write{At: now, Method: r.Method, Status: status, Capacity: -1, Caller: CallerOf(token)}
 	if rt, ok := parseRoute(r.URL.EscapedPath()); ok {
 		w.ResourceGroup, w.ScaleSet, w.Op = rt.rg, rt.name, rt.ops[r.Method]
+	}
+	if actionOf(w.Op) != "" {
+		if rt, ok := parseRoute(r.URL.EscapedPath()); ok {
+			w.InstanceIDs = []string{rt.instance} // the VM a repair action is on
+		}
 	}
 	if w.Op == OpDeleteInstances {
 		var req struct {
