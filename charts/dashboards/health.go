@@ -21,7 +21,7 @@ func health() *dashboard.DashboardBuilder {
 		WithPanel(stacked("Actions per minute by action", "short", 12,
 			q(`sum by (action) (rate(vmss_autoscaler_health_actions_total{job=~"$job", node_group=~"$node_group"}[$__rate_interval])) * 60`, "{{action}}"),
 		).
-			Description("cordon, drain (evictions begun), replace (machine deleted), uncordon (the node recovered).")).
+			Description("cordon, drain (evictions begun), replace (machine deleted), uncordon (the node recovered), buy-first (a replacement bought first, the group at its minimum).")).
 		WithPanel(stacked("Held actions by reason", "short", 12,
 			q(`sum by (reason) (increase(vmss_autoscaler_health_held_total{job=~"$job", node_group=~"$node_group"}[$__rate_interval]))`, "{{reason}}"),
 		).
