@@ -195,6 +195,10 @@ const (
 // place (Azure: restart, reimage and redeploy of a scale-set VM). A
 // provider that does not implement it only replaces.
 type Repairer interface {
+	// CanRepair says whether the group's machines can be repaired at all
+	// (a Flexible scale set's cannot yet; a wrapper around a group that
+	// cannot repair answers false): when not, they are only replaced.
+	CanRepair() bool
 	// Repair asks the cloud to start action on the group's machine with
 	// the provider ID and returns once the cloud accepted it; the action
 	// runs on and RepairState follows it. An error matched by ErrNotSent

@@ -127,6 +127,13 @@ func (g *fencedGroup) Repair(ctx context.Context, providerID string, action Repa
 	return r.Repair(withWriteCheck(ctx, g.checkDeletion), providerID, action)
 }
 
+// CanRepair passes on the wrapped group's answer (false when it has no
+// Repair).
+func (g *fencedGroup) CanRepair() bool {
+	r, ok := g.NodeGroup.(Repairer)
+	return ok && r.CanRepair()
+}
+
 // RepairState passes on the wrapped group's answer (none when it cannot
 // repair).
 func (g *fencedGroup) RepairState(providerID string) (RepairStatus, bool) {

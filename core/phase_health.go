@@ -115,10 +115,10 @@ type healthState struct {
 	cordoned  map[string]string    // node → rule: cordoned by health handling
 	admitted  map[string]bool      // drains and replacements the brake admitted
 	deleted   map[string]time.Time // machines deleted, until their Nodes go
-	// boughtFirst: node → the group's target once its replacement was
-	// bought, the group being at its minimum (replacementFirst): its
-	// drain waits until the group has that many Ready nodes.
-	boughtFirst map[string]int
+	// boughtFirst: node → its replacement bought first, the group being
+	// at its minimum (replacementFirst): its drain waits until the group
+	// keeps its minimum of Ready nodes without it.
+	boughtFirst map[string]boughtFirst
 	// repairs are the repair ladders in progress, by node (repair.go).
 	repairs map[string]*RepairRun
 	// breakers: group → end of its storm cooldown; zero while the group
@@ -154,7 +154,7 @@ type healthState struct {
 func newHealthState() *healthState {
 	return &healthState{policy: health.Default(), firstSeen: map[string]map[string]time.Time{},
 		told: map[string]string{}, heldTold: map[string]string{}, cordoned: map[string]string{},
-		admitted: map[string]bool{}, deleted: map[string]time.Time{}, boughtFirst: map[string]int{}, repairs: map[string]*RepairRun{}, breakers: map[string]time.Time{},
+		admitted: map[string]bool{}, deleted: map[string]time.Time{}, boughtFirst: map[string]boughtFirst{}, repairs: map[string]*RepairRun{}, breakers: map[string]time.Time{},
 		breakerSince: map[string]time.Time{}, incidents: map[string]time.Time{}, unhealthySeries: map[[2]string]bool{}}
 }
 
@@ -926,6 +926,13 @@ func (a *Autoscaler) recoverHealthy(ctx context.Context, l *loop, j judgement) {
 			a.repaired(l, name)
 		}
 	}
+	for _, name := range sortedKeys(hs.repairs) {
+		// A run restored by a failover whose node recovered meanwhile
+		// (no admission of this leader to drop) ends here.
+		if c, ok := j.cands[name]; j.judged[name] && (!ok || !c.verdict.Due || c.verdict.Action < health.Drain) {
+			a.repaired(l, name)
+		}
+	}
 	for _, name := range sortedKeys(hs.cordoned) {
 		if !j.judged[name] {
 			continue
@@ -1106,6 +1113,11 @@ func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Po
 	return toDelete
 }
 
+// boughtFirst is a replacement bought first: when.
+type boughtFirst struct {
+	at time.Time
+}
+
 // EventHealthReplacementFirst is on an unhealthy node due for replacement
 // in a group at its minimum: its replacement was bought first.
 const EventHealthReplacementFirst = "HealthReplacementFirst"
@@ -1130,14 +1142,45 @@ func (a *Autoscaler) replacementFirst(ctx context.Context, l *loop, c *healthCan
 		return fmt.Sprintf("node group %s's size is unknown: its machine cannot be deleted; the node stays cordoned, its pods run on", c.group)
 	}
 	hs := a.health
-	if want, ok := hs.boughtFirst[name]; ok {
-		if r.Ready >= want {
-			return ""
+	// Nodes of the group already on their way out (admitted for a
+	// replacement, not deleted yet, or waiting for the replacement bought
+	// for them) do not count.
+	leaving := planned
+	for other := range hs.admitted {
+		if g, ok := l.groupOf[other]; ok && other != name && g.ID() == c.group && hs.deleted[other].IsZero() {
+			leaving++
 		}
-		return fmt.Sprintf("node group %s is at its minimum size (%d): its replacement was bought first; the drain waits for %d Ready nodes (%d now)", c.group, gs.Min, want, r.Ready)
 	}
-	if r.Target-planned > gs.Min {
+	for other := range hs.boughtFirst {
+		if g, ok := l.groupOf[other]; ok && other != name && g.ID() == c.group && !hs.admitted[other] {
+			leaving++
+		}
+	}
+	rebuy := false
+	if b, ok := hs.boughtFirst[name]; ok {
+		switch {
+		case r.Ready-1-leaving >= gs.Min:
+			return "" // without it, the group keeps its minimum of Ready nodes
+		case l.now.Sub(b.at) > a.opts.MaxNodeProvisionTime+a.opts.Preflight.MaxPreflightTime:
+			// The bought machine failed or never became Ready (it may
+			// still count in the target): bought again below, the
+			// group's backoff applying.
+			delete(hs.boughtFirst, name)
+			rebuy = true
+		default:
+			return fmt.Sprintf("node group %s is at its minimum size (%d): its replacement was bought first; the drain waits for it to be Ready (%d Ready, %d of them leaving)", c.group, gs.Min, r.Ready, leaving+1)
+		}
+	}
+	// Enough machines without it: more than the minimum in the target,
+	// and the minimum Ready without it or machines still coming (a
+	// machine that never came is in the target, not coming).
+	if !rebuy && r.Target-leaving > gs.Min && (r.Ready-1-leaving >= gs.Min || r.Upcoming > 0) {
 		return ""
+	}
+	for other := range hs.boughtFirst {
+		if g, ok := l.groupOf[other]; ok && other != name && g.ID() == c.group && !hs.admitted[other] {
+			return fmt.Sprintf("node group %s is at its minimum size (%d): another of its nodes (%s) waits for the replacement bought for it first; one at a time", c.group, gs.Min, other)
+		}
 	}
 	switch {
 	case r.Target >= gs.Max:
@@ -1150,14 +1193,14 @@ func (a *Autoscaler) replacementFirst(ctx context.Context, l *loop, c *healthCan
 		return fmt.Sprintf("node group %s is at its minimum size (%d): buying its replacement first failed (retried next loop): %v", c.group, gs.Min, err)
 	}
 	want := a.registry.Group(c.group).Readiness.Target
-	hs.boughtFirst[name] = want
+	hs.boughtFirst[name] = boughtFirst{at: l.now}
 	a.metrics.HealthActions.WithLabelValues(c.group, c.verdict.Rule, "buy-first").Inc()
 	klog.FromContext(ctx).Info("Bought an unhealthy node's replacement first: its group is at its minimum", "node", klog.KObj(c.node), "nodeGroup", c.group, "target", want)
 	if a.rec != nil {
 		a.rec.Event(nodeRef(c.node), apiv1.EventTypeNormal, EventHealthReplacementFirst,
 			fmt.Sprintf("node group %s is at its minimum size (%d): its replacement is bought first (target %d); the node is drained and replaced once it is Ready", c.group, gs.Min, want))
 	}
-	return fmt.Sprintf("node group %s is at its minimum size (%d): its replacement was bought first; the drain waits for %d Ready nodes (%d now)", c.group, gs.Min, want, r.Ready)
+	return fmt.Sprintf("node group %s is at its minimum size (%d): its replacement was bought first (target %d); the drain waits for it to be Ready", c.group, gs.Min, want)
 }
 
 // replaceUnhealthy deletes the machines of drained unhealthy nodes

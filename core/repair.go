@@ -48,8 +48,11 @@ type RepairRun struct {
 	// Step indexes the rule's repair steps; Action is that step.
 	Step   int    `json:"step"`
 	Action string `json:"action"`
-	// Started is when the step was asked of the cloud (zero: not yet).
+	// Started is when the step was asked of the cloud (zero: not yet);
+	// Asked when it was first tried (a step the cloud will not take is
+	// given up after the rule's repairTimeout too).
 	Started time.Time `json:"started,omitzero"`
+	Asked   time.Time `json:"asked,omitzero"`
 }
 
 // repairInPlace runs the rule's repair ladder on a drained node due for
@@ -61,27 +64,40 @@ func (a *Autoscaler) repairInPlace(ctx context.Context, l *loop, c *healthCandid
 		return false
 	}
 	g, ok := l.byID[c.group]
-	rep, canRepair := g.(cloudprovider.Repairer)
-	if !ok || !canRepair {
+	rep, isRepairer := g.(cloudprovider.Repairer)
+	if !ok || !isRepairer || !rep.CanRepair() {
 		return false
 	}
 	hs, name, pid := a.health, c.node.Name, c.node.Spec.ProviderID
 	run := hs.repairs[name]
-	if run == nil || run.Rule != rule.Name || run.Step >= len(rule.Repair) {
+	// A run of another rule, or one whose step began longer ago than the
+	// loops could have left it (a stale run a new leader restored), starts
+	// over.
+	stale := run != nil && !run.Asked.IsZero() && l.now.Sub(run.Asked) > 4*rule.RepairTimeout
+	if run == nil || run.Rule != rule.Name || run.Step >= len(rule.Repair) || stale {
 		run = &RepairRun{Rule: rule.Name, Step: 0, Action: string(rule.Repair[0])}
 		hs.repairs[name] = run
 	}
-	if !run.Started.IsZero() {
+	// The whole ladder is one admission of the replacement brake: it
+	// stays reserved while the ladder runs, however long.
+	a.replace.brake.Reserve(l.now, c.group, name)
+	if run.Asked.IsZero() {
+		run.Asked = l.now
+	}
+	if !run.Started.IsZero() || l.now.Sub(run.Asked) >= rule.RepairTimeout {
 		st, known := rep.RepairState(pid)
-		failed := known && st.Done && st.Err != nil && string(st.Action) == run.Action
-		if !failed && l.now.Sub(run.Started) < rule.RepairTimeout {
+		failed := !run.Started.IsZero() && known && st.Done && st.Err != nil && string(st.Action) == run.Action
+		if !failed && l.now.Sub(run.Asked) < rule.RepairTimeout {
 			a.setHealthState(c, "repairing: "+run.Action)
 			return true
 		}
 		why := fmt.Sprintf("still matches %s after it", rule.RepairTimeout)
 		outcome := "timeout"
-		if failed {
+		switch {
+		case failed:
 			why, outcome = st.Err.Error(), "failed"
+		case run.Started.IsZero():
+			why, outcome = fmt.Sprintf("not taken by the cloud within %s", rule.RepairTimeout), "failed"
 		}
 		a.endRepairStep(ctx, l, c, run, outcome, why)
 		if run.Step+1 >= len(rule.Repair) {
@@ -89,7 +105,7 @@ func (a *Autoscaler) repairInPlace(ctx context.Context, l *loop, c *healthCandid
 			klog.FromContext(ctx).Info("Repairs did not fix the node; replacing its machine", "node", klog.KObj(c.node), "nodeGroup", c.group, "rule", rule.Name)
 			return false
 		}
-		run.Step, run.Action, run.Started = run.Step+1, string(rule.Repair[run.Step+1]), time.Time{}
+		run.Step, run.Action, run.Started, run.Asked = run.Step+1, string(rule.Repair[run.Step+1]), time.Time{}, l.now
 	}
 	// A repair stops what runs on the machine, as a deletion does: it
 	// waits for the same pods a deletion would (a pod still within its
@@ -102,10 +118,17 @@ func (a *Autoscaler) repairInPlace(ctx context.Context, l *loop, c *healthCandid
 		a.setHealthState(c, fmt.Sprintf("repair (%s) waits: %s", run.Action, why))
 		return true
 	}
+	// Write-ahead, as a deletion: the next leader must know the step was
+	// asked, or it would ask it again.
+	if err := a.persistSafetyState(ctx, l.now); err != nil {
+		klog.FromContext(ctx).Error(err, "Repair not sent: the safety state could not be saved first; retried next loop", "node", klog.KObj(c.node))
+		a.setHealthState(c, "repairing: "+run.Action)
+		return true
+	}
 	err := rep.Repair(ctx, pid, cloudprovider.RepairAction(run.Action))
 	switch {
 	case err == nil:
-		run.Started = l.now
+		run.Started, run.Asked = l.now, l.now
 		a.metrics.HealthRepairs.WithLabelValues(c.group, run.Action, "started").Inc()
 		klog.FromContext(ctx).Info("Repairing an unhealthy node in place", "node", klog.KObj(c.node), "nodeGroup", c.group, "rule", rule.Name, "action", run.Action)
 		if a.rec != nil {
@@ -119,7 +142,7 @@ func (a *Autoscaler) repairInPlace(ctx context.Context, l *loop, c *healthCandid
 	default:
 		// Refused or failed in the cloud: the step counts as failed now,
 		// with no time given.
-		run.Started = l.now.Add(-rule.RepairTimeout)
+		run.Started, run.Asked = l.now.Add(-rule.RepairTimeout), l.now.Add(-rule.RepairTimeout)
 		klog.FromContext(ctx).Error(err, "Repairing an unhealthy node failed; the next step next loop", "node", klog.KObj(c.node), "action", run.Action)
 	}
 	a.setHealthState(c, "repairing: "+run.Action)

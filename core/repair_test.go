@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,5 +115,115 @@ func TestRepairLadderEndsInAReplacement(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(e.a.metrics.HealthRepairs.WithLabelValues("gpu", "reboot", "failed")); got != 1 {
 		t.Fatalf("reboot failures %v, want 1", got)
+	}
+}
+
+// TestRepairLadderNotForGroupsThatCannotRepair: a group whose machines
+// cannot be repaired in place (a Flexible scale set's) replaces its
+// broken node at once; before, the ladder asked again every loop, and
+// the node stayed drained for good.
+func TestRepairLadderNotForGroupsThatCannotRepair(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 8, repairPolicy)
+	gpu.SetCannotRepair(true)
+	drainedForRepair(t, e, acts, gpu)
+	if got := gpu.Deleted(); len(got) != 1 || len(gpu.Repairs()) != 0 {
+		t.Fatalf("deleted %v, repairs %v: want the machine replaced at once", got, gpu.Repairs())
+	}
+}
+
+// TestRepairStepTheCloudNeverTakesIsGivenUp: a step the cloud never
+// reports done, then never takes (the next one refused while the first
+// still runs), is given up after the rule's repairTimeout each: the
+// machine is replaced within the ladder's time, not held for ever.
+func TestRepairStepTheCloudNeverTakesIsGivenUp(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 8, repairPolicy)
+	drainedForRepair(t, e, acts, gpu)
+	for i := 0; i < 5 && len(gpu.Deleted()) == 0; i++ {
+		e.clock.Step(10 * time.Minute)
+		e.run()
+	}
+	if got := gpu.Deleted(); len(got) != 1 {
+		t.Fatalf("deleted %v 50 minutes into a ladder of 2 × 10 minutes whose reboot never ends", got)
+	}
+}
+
+// TestRepairRunOfARecoveredNodeIsForgotten: a node that recovers during a
+// ladder ends it (fixed); when it breaks again weeks later, the ladder
+// starts from its first step, not from the old one's expired clock.
+func TestRepairRunOfARecoveredNodeIsForgotten(t *testing.T) {
+	e, acts, gpu := healthEnvWithSafety(t, 8, repairPolicy)
+	nodes, pids := groupNodes(gpu), gpu.ProviderIDs()
+	drainedForRepair(t, e, acts, gpu)
+	e.failover() // the run is restored; this leader admitted nothing
+	e.condition(nodes[3], "XIDErrors", apiv1.ConditionFalse)
+	e.run()
+	gpu.FinishRepair(pids[3], nil)
+	e.clock.Step(30 * 24 * time.Hour)
+	e.condition(nodes[3], "XIDErrors", apiv1.ConditionTrue)
+	e.run()
+	e.clock.Step(time.Minute)
+	e.run()
+	e.clock.Step(30*time.Second + actuation.GraceMargin)
+	e.run()
+	if got := gpu.Deleted(); len(got) != 0 {
+		t.Fatalf("deleted %v when the node broke again: the ladder was skipped", got)
+	}
+	if got := gpu.Repairs(); len(got) != 2 || got[1] != pids[3]+" reboot" {
+		t.Fatalf("repairs %v: want a second reboot, the ladder from its start", got)
+	}
+}
+
+// TestReplacementFirstTwoBrokenNodesAtTheMinimum: two broken nodes of a
+// group at its minimum of 4 are replaced one at a time, each with its own
+// purchase, the group never below its minimum; and a bought
+// node that never becomes Ready is bought again after the provision and
+// preflight times, not waited on for ever.
+func TestReplacementFirstTwoBrokenNodesAtTheMinimum(t *testing.T) {
+	acts := &fakeActions{}
+	e := newEnv(t, withNodeWrites(acts), withOptions(func(o *Options) { o.ScaleDownEnabled = false }))
+	acts.graceful = e.clock
+	gpu := e.provider.AddGroup("gpu", 4, 20, gpuTemplate("gpu"), inmemory.WithTarget(4))
+	e.start()
+	e.register(gpu)
+	e.setPolicy("maxUnhealthy: 2\n"+strings.TrimPrefix(xidPolicy, "\nmaxUnhealthy: 1\n"), nil)
+	nodes, pids := groupNodes(gpu), gpu.ProviderIDs()
+	e.gangOnNodes("train", nodes[:1], grace(30))
+	e.gangOnNodes("eval", nodes[1:2], grace(30))
+	for _, n := range nodes[:2] {
+		e.condition(n, "XIDErrors", apiv1.ConditionTrue)
+	}
+	e.clock.Step(2 * time.Minute)
+	e.run()
+	e.run()
+	if got := fmt.Sprint(gpu.Increases()); got != "[1]" || len(acts.evicted) != 0 {
+		t.Fatalf("scale-ups %s, evicted %v: want one purchase at a time, nothing evicted before it is Ready", got, acts.evicted)
+	}
+	// The first purchase never registers: bought again once the
+	// provision and preflight times have passed and the group's backoff
+	// for the machine that never came has run out; nothing evicted
+	// meanwhile.
+	e.clock.Step(DefaultOptions().MaxNodeProvisionTime + DefaultOptions().Preflight.MaxPreflightTime)
+	for i := 0; i < 60 && len(gpu.Increases()) < 2; i++ {
+		e.clock.Step(time.Minute)
+		e.run()
+		if len(acts.evicted) != 0 {
+			t.Fatalf("evicted %v while the group lacks the machine bought for it", acts.evicted)
+		}
+	}
+	if got := fmt.Sprint(gpu.Increases()); got != "[1 1]" {
+		t.Fatalf("scale-ups %s an hour after the first purchase never came: want it bought again", got)
+	}
+	e.register(gpu) // both bought machines register, Ready
+	both := func() bool { d := gpu.Deleted(); return slices.Contains(d, pids[0]) && slices.Contains(d, pids[1]) }
+	for i := 0; i < 30 && !both(); i++ {
+		e.clock.Step(time.Minute)
+		e.run()
+		e.register(gpu)
+	}
+	if !both() {
+		t.Fatalf("deleted %v, want both broken machines (and the one that never came)", gpu.Deleted())
+	}
+	if n, _ := gpu.TargetSize(); n < 4 {
+		t.Fatalf("target %d, below the minimum", n)
 	}
 }

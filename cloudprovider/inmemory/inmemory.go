@@ -124,8 +124,9 @@ type Group struct {
 	id string
 	// repairs are the in-place repairs asked ("<provider ID> <action>"),
 	// and each machine's last one (Repair, FinishRepair).
-	repairs     []string
-	repairState map[string]cloudprovider.RepairStatus
+	repairs      []string
+	repairState  map[string]cloudprovider.RepairStatus
+	cannotRepair bool
 	min, max    int
 	initial     int
 	target      int
@@ -525,6 +526,20 @@ func (g *Group) ProviderIDs() []string {
 }
 
 var _ cloudprovider.Repairer = (*Group)(nil)
+
+// CanRepair implements cloudprovider.Repairer: unless SetCannotRepair.
+func (g *Group) CanRepair() bool {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	return !g.cannotRepair
+}
+
+// SetCannotRepair makes the group's machines not repairable in place.
+func (g *Group) SetCannotRepair(v bool) {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	g.cannotRepair = v
+}
 
 // Repair implements cloudprovider.Repairer: it records the action, which
 // runs until FinishRepair; a machine the group does not have, or one

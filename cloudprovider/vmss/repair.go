@@ -20,6 +20,10 @@ type repairOp struct {
 	status cloudprovider.RepairStatus
 }
 
+// CanRepair implements cloudprovider.Repairer: a Uniform scale set's VMs
+// can be repaired in place, a Flexible one's not yet.
+func (g *scaleSet) CanRepair() bool { return !g.flexible }
+
 // Repair implements cloudprovider.Repairer for a Uniform scale set's VM:
 // POST .../virtualMachines/{instanceId}/restart, /reimage or /redeploy
 // (the Virtual Machine Scale Set VMs REST API), charged by the Compute RP
