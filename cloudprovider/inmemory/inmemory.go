@@ -127,11 +127,11 @@ type Group struct {
 	repairs      []string
 	repairState  map[string]cloudprovider.RepairStatus
 	cannotRepair bool
-	min, max    int
-	initial     int
-	target      int
-	template    *apiv1.Node
-	options     func(*cloudprovider.GroupOptions)
+	min, max     int
+	initial      int
+	target       int
+	template     *apiv1.Node
+	options      func(*cloudprovider.GroupOptions)
 
 	instances []*instance
 	// failNext, when set, makes instances created by the next IncreaseSize fail.
