@@ -119,8 +119,12 @@ type healthState struct {
 	// at its minimum (replacementFirst): its drain waits until the group
 	// keeps its minimum of Ready nodes without it.
 	boughtFirst map[string]boughtFirst
-	// repairs are the repair ladders in progress, by node (repair.go).
-	repairs map[string]*RepairRun
+	// repairs are the repair ladders in progress, by node (repair.go);
+	// repairWhy why a node's due step is not asked yet; repairsAdopted:
+	// this leader read the ladders its predecessor left on the nodes.
+	repairs        map[string]*RepairRun
+	repairWhy      map[string]string
+	repairsAdopted bool
 	// breakers: group → end of its storm cooldown; zero while the group
 	// is over maxUnhealthy. Absent: not engaged. breakerSince: when each
 	// engaged (the release counts from it).
@@ -154,7 +158,7 @@ type healthState struct {
 func newHealthState() *healthState {
 	return &healthState{policy: health.Default(), firstSeen: map[string]map[string]time.Time{},
 		told: map[string]string{}, heldTold: map[string]string{}, cordoned: map[string]string{},
-		admitted: map[string]bool{}, deleted: map[string]time.Time{}, boughtFirst: map[string]boughtFirst{}, repairs: map[string]*RepairRun{}, breakers: map[string]time.Time{},
+		admitted: map[string]bool{}, deleted: map[string]time.Time{}, boughtFirst: map[string]boughtFirst{}, repairs: map[string]*RepairRun{}, repairWhy: map[string]string{}, breakers: map[string]time.Time{},
 		breakerSince: map[string]time.Time{}, incidents: map[string]time.Time{}, unhealthySeries: map[[2]string]bool{}}
 }
 
@@ -484,6 +488,10 @@ func (a *Autoscaler) nodeHealth(ctx context.Context, l *loop) error {
 	slices.Sort(rep.breakers)
 	if a.actions == nil {
 		return nil
+	}
+	if !paused {
+		a.adoptRepairs(ctx, l)
+		a.followRepairs(ctx, l, pol, j)
 	}
 	a.recoverHealthy(ctx, l, j)
 	a.retryLostDeletions(ctx, l, hs.deleted, "health")
@@ -917,24 +925,24 @@ func (hs *healthState) inIncident(c *healthCandidate) string {
 func (a *Autoscaler) recoverHealthy(ctx context.Context, l *loop, j judgement) {
 	hs := a.health
 	for _, name := range sortedKeys(hs.admitted) {
-		if !j.judged[name] {
+		if !j.judged[name] || a.repairUnverified(name, nodeOf(l, name)) {
 			continue
 		}
 		if c, ok := j.cands[name]; !ok || !c.verdict.Due || c.verdict.Action < health.Drain {
 			delete(hs.admitted, name)
 			a.replace.brake.Dropped(name) // not replaced: counted from its admission
-			a.repaired(l, name)
+			a.repaired(ctx, l, name)
 		}
 	}
 	for _, name := range sortedKeys(hs.repairs) {
 		// A run restored by a failover whose node recovered meanwhile
 		// (no admission of this leader to drop) ends here.
-		if c, ok := j.cands[name]; j.judged[name] && (!ok || !c.verdict.Due || c.verdict.Action < health.Drain) {
-			a.repaired(l, name)
+		if c, ok := j.cands[name]; j.judged[name] && !a.repairUnverified(name, nodeOf(l, name)) && (!ok || !c.verdict.Due || c.verdict.Action < health.Drain) {
+			a.repaired(ctx, l, name)
 		}
 	}
 	for _, name := range sortedKeys(hs.cordoned) {
-		if !j.judged[name] {
+		if !j.judged[name] || a.repairUnverified(name, nodeOf(l, name)) {
 			continue
 		}
 		if c, ok := j.cands[name]; ok && c.cordonWanted() {
@@ -1257,6 +1265,14 @@ func (a *Autoscaler) holdHealth(ctx context.Context, l *loop, c *healthCandidate
 	}
 }
 
+// nodeOf is the node of that name in the loop's snapshot, nil when none.
+func nodeOf(l *loop, name string) *apiv1.Node {
+	if idx, ok := l.snap.Index(name); ok {
+		return l.snap.NodeInfo(idx).Node()
+	}
+	return nil
+}
+
 func (a *Autoscaler) setHealthState(c *healthCandidate, state string) {
 	if c.entry != nil {
 		c.entry.State = state
@@ -1286,6 +1302,7 @@ func (a *Autoscaler) pruneHealth(l *loop) {
 	for name := range hs.repairs {
 		if _, ok := l.snap.Index(name); !ok {
 			delete(hs.repairs, name)
+			delete(hs.repairWhy, name)
 		}
 	}
 	for name := range hs.admitted {

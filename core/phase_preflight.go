@@ -108,6 +108,9 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 		logger.V(2).Info("Node passed preflight", "node", klog.KObj(p.Node), "nodeGroup", p.Group, "took", took.Round(time.Second))
 	}
 	for _, f := range act.PreflightNewFailures {
+		if a.repairOwns(f.Node.Name) {
+			continue // a repair step's check: the ladder's (repair.go)
+		}
 		result := "failed"
 		if f.Node.Labels[a.opts.Preflight.Label] != preflight.ValueFailed {
 			result = "timeout"
@@ -148,7 +151,9 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 	atOnce := settling{held: a.settlingCordons(l, act.PreflightFailed)}
 	for _, f := range act.PreflightFailed {
 		n := f.Node
-		if _, done := ps.deleted[n.Name]; done {
+		if _, done := ps.deleted[n.Name]; done || a.repairOwns(n.Name) {
+			// A node a repair ladder sent through preflight again is the
+			// ladder's: a failure moves it to its next step (repair.go).
 			continue
 		}
 		if _, on := l.incidents[a.opts.Preflight.FailedCheck(n)]; on {

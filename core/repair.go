@@ -2,37 +2,49 @@ package core
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	apiv1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/health"
+	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
 )
 
 // The repair ladder (#42). An 8-GPU VM given back to Azure may not come
 // back (H100 capacity is scarce), so a replace rule may list in-place
 // repairs (`repair: [reboot, reimage, redeploy]`, cheapest first, as AKS's
-// node auto-repair orders them) that are tried on the drained node, one
-// at a time, before its machine is deleted: each is asked of the cloud
-// (cloudprovider.Repairer; the same write guards and deletion hold as a
-// deletion) and given the rule's repairTimeout for the node to stop
-// matching. A node that stops matching is fixed: it is released like any
-// node that recovers (uncordoned, HealthRecovered) and HealthRepaired says
-// by which step. A step that fails in the cloud or times out moves to the
-// next; past the last, the machine is replaced as before. The whole
-// ladder is one admission of the replacement brake (taken at the drain):
-// a repair that fixes the node counts a window from that admission, as a
-// drain does; a ladder that ends in a replacement counts from the
-// deletion. A new leader goes on with the ladder where the last left it
-// (the safety state's healthRepairs).
+// node auto-repair orders them: "Node auto-repair", learn.microsoft.com
+// aks/node-auto-repair) that are tried on the drained node, one at a
+// time, before its machine is deleted. Each step:
 //
-// Not yet: preflight again after a repair (the chart's admission policy
-// lets the autoscaler put back neither the preflight taint nor its label),
-// and a memory of the steps that fixed a node which breaks again later
-// (it starts from the first step).
+//  1. is written ahead on the node (RepairAnnotation: a new leader reads
+//     it and never asks the step twice), then asked of the cloud
+//     (cloudprovider.Repairer: the same write guards and pod holds as a
+//     deletion);
+//  2. when the cloud's operation ends, sends the node through preflight
+//     again (the preflight taint and the pending label put back,
+//     preflight.AgainAnnotation: the kubelet of a rebooted or reimaged
+//     machine registers again under its old Node object, which keeps
+//     its old labels and gains no taint, so nothing else would gate it);
+//  3. is done when the node passed preflight again and no longer matches
+//     the rule: it is released like any node that recovers (uncordoned,
+//     HealthRecovered) and HealthRepaired says by which step. A step
+//     that fails in the cloud, fails preflight, or has not brought the
+//     node back within its timeout (the rule's StepTimeout) moves to the
+//     next; past the last, the machine is replaced as before.
+//
+// The whole ladder is one admission of the replacement brake (taken at
+// the drain): a repair that fixes the node counts a window from that
+// admission, as a drain does; a ladder that ends in a replacement counts
+// from the deletion. A node that a step fixed and that breaks again under
+// the same rule within repairMemory starts at the step after it (a flaky
+// GPU is not rebooted for ever).
 
 // Repair events.
 const (
@@ -41,142 +53,431 @@ const (
 	EventHealthRepaired     = "HealthRepaired"
 )
 
-// RepairRun is a node's repair ladder in progress, kept in the safety
-// state for the next leader.
+// repairReplace is the Action of a run past its last step: the machine
+// is replaced.
+const repairReplace = "replace"
+
+// repairMemory is how long a step that fixed a node is remembered: the
+// node breaking again under the same rule within it starts at the next.
+const repairMemory = 7 * 24 * time.Hour
+
+// maxRepairHistory bounds the outcomes a repair record keeps.
+const maxRepairHistory = 8
+
+// RepairRun is a node's repair ladder in progress, kept on the node
+// (RepairAnnotation) for the next leader.
 type RepairRun struct {
 	Rule string `json:"rule"`
-	// Step indexes the rule's repair steps; Action is that step.
+	// Step indexes the rule's repair steps; Action is that step
+	// (repairReplace past the last).
 	Step   int    `json:"step"`
 	Action string `json:"action"`
-	// Started is when the step was asked of the cloud (zero: not yet);
-	// Asked when it was first tried (a step the cloud will not take is
-	// given up after the rule's repairTimeout too).
-	Started time.Time `json:"started,omitzero"`
+	// Asked is when the step was first due (a step the cloud will not
+	// take is given up after its timeout too); Started when it was
+	// asked of the cloud (zero: not yet); Again when its node was sent
+	// through preflight again (zero: not yet).
 	Asked   time.Time `json:"asked,omitzero"`
+	Started time.Time `json:"started,omitzero"`
+	Again   time.Time `json:"again,omitzero"`
+}
+
+// active says the run still owns its node: a step is due or running.
+func (r *RepairRun) active() bool { return r.Action != repairReplace }
+
+// RepairOutcome is one step's end in a node's repair record.
+type RepairOutcome struct {
+	Rule    string    `json:"rule"`
+	Action  string    `json:"action"`
+	Outcome string    `json:"outcome"`
+	At      time.Time `json:"at"`
+}
+
+// repairRecord is RepairAnnotation's value.
+type repairRecord struct {
+	Run     *RepairRun      `json:"run,omitempty"`
+	History []RepairOutcome `json:"history,omitempty"`
+}
+
+// readRepairRecord reads a node's repair record; a garbled one is empty.
+func readRepairRecord(n *apiv1.Node) repairRecord {
+	var rec repairRecord
+	if s := n.Annotations[actuation.RepairAnnotation]; s != "" {
+		if json.Unmarshal([]byte(s), &rec) != nil {
+			return repairRecord{}
+		}
+	}
+	return rec
+}
+
+// writeRepairRecord sets the node's run (nil: none) and adds an outcome
+// (nil: none) to its record, and with again sends it through preflight
+// again, in one write.
+func (a *Autoscaler) writeRepairRecord(ctx context.Context, node string, run *RepairRun, out *RepairOutcome, again *actuation.PreflightAgain) error {
+	return a.actions.UpdateRepair(ctx, node, func(old string) string {
+		var rec repairRecord
+		if old != "" && json.Unmarshal([]byte(old), &rec) != nil {
+			rec = repairRecord{}
+		}
+		rec.Run = nil
+		if run != nil {
+			r := *run
+			rec.Run = &r
+		}
+		if out != nil {
+			rec.History = append(rec.History, *out)
+		}
+		if n := len(rec.History); n > maxRepairHistory {
+			rec.History = rec.History[n-maxRepairHistory:]
+		}
+		if rec.Run == nil && len(rec.History) == 0 {
+			return ""
+		}
+		b, _ := json.Marshal(rec) // plain data: cannot fail
+		return string(b)
+	}, again)
+}
+
+// preflightAgain is the write that sends a node through preflight again
+// at now; nil when the preflight gate is off.
+func (a *Autoscaler) preflightAgain(now time.Time) *actuation.PreflightAgain {
+	o := a.opts.Preflight
+	if !o.Enabled {
+		return nil
+	}
+	return &actuation.PreflightAgain{Taint: o.Taint, Label: o.Label, Value: preflight.ValuePending, AgainAnnotation: preflight.AgainAnnotation, At: now}
+}
+
+// repairerOf is the group's Repairer when its machines can be repaired
+// in place.
+func repairerOf(l *loop, group string) cloudprovider.Repairer {
+	rep, ok := l.byID[group].(cloudprovider.Repairer)
+	if !ok || !rep.CanRepair() {
+		return nil
+	}
+	return rep
 }
 
 // repairInPlace runs the rule's repair ladder on a drained node due for
-// replacement: true while the node waits on a repair (or one is being
-// started), false when the ladder is done (or the rule has none, or the
-// group cannot repair) and its machine may be deleted.
+// replacement: true while the ladder owns the node (a step due, running,
+// or bringing it back), false when the ladder is done (or the rule has
+// none, or the group cannot repair) and its machine may be deleted. The
+// steps are asked and followed by followRepairs.
 func (a *Autoscaler) repairInPlace(ctx context.Context, l *loop, c *healthCandidate, rule health.Rule) bool {
 	if len(rule.Repair) == 0 {
 		return false
 	}
-	g, ok := l.byID[c.group]
-	rep, isRepairer := g.(cloudprovider.Repairer)
-	if !ok || !isRepairer || !rep.CanRepair() {
+	rep := repairerOf(l, c.group)
+	if rep == nil {
 		return false
 	}
-	hs, name, pid := a.health, c.node.Name, c.node.Spec.ProviderID
+	hs, name := a.health, c.node.Name
 	run := hs.repairs[name]
-	// A run of another rule, or one whose step began longer ago than the
-	// loops could have left it (a stale run a new leader restored), starts
-	// over.
-	stale := run != nil && !run.Asked.IsZero() && l.now.Sub(run.Asked) > 4*rule.RepairTimeout
-	if run == nil || run.Rule != rule.Name || run.Step >= len(rule.Repair) || stale {
-		run = &RepairRun{Rule: rule.Name, Step: 0, Action: string(rule.Repair[0])}
+	// A run of another rule or of other steps (the policy changed), or
+	// one whose step was due longer ago than the loops could have left
+	// it (a stale record a new leader read), starts over.
+	stale := run != nil && !run.Asked.IsZero() && l.now.Sub(run.Asked) > 4*rule.StepTimeout(-1)
+	if run == nil || run.Rule != rule.Name || stale || (run.active() && (run.Step >= len(rule.Repair) || string(rule.Repair[run.Step]) != run.Action)) {
+		run = a.newRepairRun(ctx, l, c.node, rule)
 		hs.repairs[name] = run
 	}
 	// The whole ladder is one admission of the replacement brake: it
 	// stays reserved while the ladder runs, however long.
 	a.replace.brake.Reserve(l.now, c.group, name)
+	if !run.active() {
+		return false
+	}
+	if run.Started.IsZero() {
+		a.askRepair(ctx, l, c.node, c.group, rep, run, rule)
+	}
+	state := "repairing: " + run.Action
+	if run.Started.IsZero() {
+		state = fmt.Sprintf("repair (%s) waits: %s", run.Action, hs.repairWhy[name])
+	}
+	a.setHealthState(c, state)
+	return true
+}
+
+// newRepairRun starts a node's ladder: at its first step, or past the
+// step that fixed it within repairMemory under the same rule.
+func (a *Autoscaler) newRepairRun(ctx context.Context, l *loop, n *apiv1.Node, rule health.Rule) *RepairRun {
+	run := &RepairRun{Rule: rule.Name, Action: string(rule.Repair[0])}
+	hist := readRepairRecord(n).History
+	for i := len(hist) - 1; i >= 0; i-- {
+		h := hist[i]
+		if h.Outcome != "fixed" || h.Rule != rule.Name || l.now.Sub(h.At) > repairMemory {
+			continue
+		}
+		at := slices.Index(rule.Repair, health.RepairStep(h.Action))
+		if at < 0 {
+			break
+		}
+		run.Step = at + 1
+		run.Action = repairReplace
+		if run.Step < len(rule.Repair) {
+			run.Action = string(rule.Repair[run.Step])
+		}
+		klog.FromContext(ctx).Info("Node broke again after a repair fixed it; the ladder goes on past that step", "node", klog.KObj(n), "rule", rule.Name,
+			"fixedBy", h.Action, "fixedAt", h.At, "next", run.Action)
+		if a.rec != nil {
+			a.rec.Event(nodeRef(n), apiv1.EventTypeWarning, EventHealthRepairFailed,
+				fmt.Sprintf("%s fixed it %s ago and it broke again (health rule %q): next %s", h.Action, l.now.Sub(h.At).Round(time.Minute), rule.Name, run.Action))
+		}
+		break
+	}
+	return run
+}
+
+// askRepair asks the cloud for the run's step on its drained node, once
+// no pod a deletion would wait for is there, with the step written ahead
+// on the node and the brake's count saved first.
+func (a *Autoscaler) askRepair(ctx context.Context, l *loop, n *apiv1.Node, group string, rep cloudprovider.Repairer, run *RepairRun, rule health.Rule) {
+	hs, name, logger := a.health, n.Name, klog.FromContext(ctx)
 	if run.Asked.IsZero() {
 		run.Asked = l.now
-	}
-	if !run.Started.IsZero() || l.now.Sub(run.Asked) >= rule.RepairTimeout {
-		st, known := rep.RepairState(pid)
-		failed := !run.Started.IsZero() && known && st.Done && st.Err != nil && string(st.Action) == run.Action
-		if !failed && l.now.Sub(run.Asked) < rule.RepairTimeout {
-			a.setHealthState(c, "repairing: "+run.Action)
-			return true
-		}
-		why := fmt.Sprintf("still matches %s after it", rule.RepairTimeout)
-		outcome := "timeout"
-		switch {
-		case failed:
-			why, outcome = st.Err.Error(), "failed"
-		case run.Started.IsZero():
-			why, outcome = fmt.Sprintf("not taken by the cloud within %s", rule.RepairTimeout), "failed"
-		}
-		a.endRepairStep(ctx, l, c, run, outcome, why)
-		if run.Step+1 >= len(rule.Repair) {
-			delete(hs.repairs, name)
-			klog.FromContext(ctx).Info("Repairs did not fix the node; replacing its machine", "node", klog.KObj(c.node), "nodeGroup", c.group, "rule", rule.Name)
-			return false
-		}
-		run.Step, run.Action, run.Started, run.Asked = run.Step+1, string(rule.Repair[run.Step+1]), time.Time{}, l.now
 	}
 	// A repair stops what runs on the machine, as a deletion does: it
 	// waits for the same pods a deletion would (a pod still within its
 	// grace, one bound in the cordon window).
 	if h, err := a.remover.Holder(ctx, name); err != nil || h != nil {
-		why := "its pods could not be read"
+		hs.repairWhy[name] = "its pods could not be read"
 		if h != nil {
-			why = h.String()
+			hs.repairWhy[name] = h.String()
 		}
-		a.setHealthState(c, fmt.Sprintf("repair (%s) waits: %s", run.Action, why))
-		return true
+		return
 	}
-	// Write-ahead, as a deletion: the next leader must know the step was
-	// asked, or it would ask it again.
 	if err := a.persistSafetyState(ctx, l.now); err != nil {
-		klog.FromContext(ctx).Error(err, "Repair not sent: the safety state could not be saved first; retried next loop", "node", klog.KObj(c.node))
-		a.setHealthState(c, "repairing: "+run.Action)
-		return true
+		hs.repairWhy[name] = "the brake's count could not be saved"
+		logger.Error(err, "Repair not sent: the safety state could not be saved first; retried next loop", "node", klog.KObj(n))
+		return
 	}
-	err := rep.Repair(ctx, pid, cloudprovider.RepairAction(run.Action))
+	// Write-ahead: the next leader must know the step was asked, or it
+	// would ask it again.
+	sent := *run
+	sent.Started = l.now
+	if err := a.writeRepairRecord(ctx, name, &sent, nil, nil); err != nil {
+		hs.repairWhy[name] = "its repair record could not be written"
+		logger.Error(err, "Repair not sent: the node's repair record could not be written first; retried next loop", "node", klog.KObj(n))
+		return
+	}
+	err := rep.Repair(ctx, n.Spec.ProviderID, cloudprovider.RepairAction(run.Action))
 	switch {
 	case err == nil:
-		run.Started, run.Asked = l.now, l.now
-		a.metrics.HealthRepairs.WithLabelValues(c.group, run.Action, "started").Inc()
-		klog.FromContext(ctx).Info("Repairing an unhealthy node in place", "node", klog.KObj(c.node), "nodeGroup", c.group, "rule", rule.Name, "action", run.Action)
+		delete(hs.repairWhy, name)
+		run.Started = l.now
+		a.metrics.HealthRepairs.WithLabelValues(group, run.Action, "started").Inc()
+		logger.Info("Repairing an unhealthy node in place", "node", klog.KObj(n), "nodeGroup", group, "rule", rule.Name, "action", run.Action)
 		if a.rec != nil {
-			a.rec.Event(nodeRef(c.node), apiv1.EventTypeWarning, EventHealthRepair,
-				fmt.Sprintf("%s (health rule %q, step %d of %d): it has %s to stop matching, else the next step", run.Action, rule.Name, run.Step+1, len(rule.Repair), rule.RepairTimeout))
+			a.rec.Event(nodeRef(n), apiv1.EventTypeWarning, EventHealthRepair,
+				fmt.Sprintf("%s (health rule %q, step %d of %d): it has %s to pass preflight again and stop matching, else the next step",
+					run.Action, rule.Name, run.Step+1, len(rule.Repair), rule.StepTimeout(run.Step)))
 		}
 	case cloudprovider.NotSent(err):
 		// Held (throttled, fenced, the unready guard) or not listed yet:
 		// asked again next loop.
-		klog.FromContext(ctx).V(2).Info("Repair not sent; asked again next loop", "node", klog.KObj(c.node), "action", run.Action, "err", err.Error())
+		hs.repairWhy[name] = err.Error()
+		logger.V(2).Info("Repair not sent; asked again next loop", "node", klog.KObj(n), "action", run.Action, "err", err.Error())
 	default:
-		// Refused or failed in the cloud: the step counts as failed now,
-		// with no time given.
-		run.Started, run.Asked = l.now.Add(-rule.RepairTimeout), l.now.Add(-rule.RepairTimeout)
-		klog.FromContext(ctx).Error(err, "Repairing an unhealthy node failed; the next step next loop", "node", klog.KObj(c.node), "action", run.Action)
+		// Refused or failed in the cloud: the step failed, the next one
+		// is asked next loop.
+		a.nextRepairStep(ctx, l, n, group, run, rule, "failed", err.Error(), true)
 	}
-	a.setHealthState(c, "repairing: "+run.Action)
-	return true
 }
 
-// endRepairStep says that a step did not fix the node.
-func (a *Autoscaler) endRepairStep(ctx context.Context, l *loop, c *healthCandidate, run *RepairRun, outcome, why string) {
-	a.metrics.HealthRepairs.WithLabelValues(c.group, run.Action, outcome).Inc()
-	klog.FromContext(ctx).Info("Repair did not fix the node", "node", klog.KObj(c.node), "nodeGroup", c.group, "action", run.Action, "outcome", outcome, "why", why)
+// followRepairs moves every active ladder on: a step the cloud ended
+// sends its node through preflight again; a step that failed in the
+// cloud or in preflight, or ran out of time, gives way to the next; a
+// due step of a node no rule judged this loop (it is going through
+// preflight again, or NotReady) is asked here, a judged one's by
+// repairInPlace after its drain.
+func (a *Autoscaler) followRepairs(ctx context.Context, l *loop, pol *health.Policy, j judgement) {
+	hs := a.health
+	for _, name := range sortedKeys(hs.repairs) {
+		run := hs.repairs[name]
+		idx, ok := l.snap.Index(name)
+		g, grouped := l.groupOf[name]
+		rule := pol.Rule(run.Rule)
+		if !ok || !grouped || !run.active() {
+			continue
+		}
+		if rule == nil || run.Step >= len(rule.Repair) || string(rule.Repair[run.Step]) != run.Action {
+			// The policy changed under the ladder: the node's judgement
+			// decides again (a new ladder if it still matches).
+			delete(hs.repairs, name)
+			delete(hs.repairWhy, name)
+			continue
+		}
+		n, group := l.snap.NodeInfo(idx).Node(), g.ID()
+		rep := repairerOf(l, group)
+		if rep == nil {
+			continue
+		}
+		_, judgedBad := j.cands[name]
+		if a.followRepair(ctx, l, n, group, rep, run, *rule, judgedBad) && run.active() && run.Started.IsZero() && !judgedBad {
+			a.askRepair(ctx, l, n, group, rep, run, *rule)
+		}
+	}
+}
+
+// followRepair moves one ladder on; true when it moved to another step.
+func (a *Autoscaler) followRepair(ctx context.Context, l *loop, n *apiv1.Node, group string, rep cloudprovider.Repairer, run *RepairRun, rule health.Rule, judgedBad bool) bool {
+	timeout := rule.StepTimeout(run.Step)
+	next := func(outcome, why string) bool {
+		a.nextRepairStep(ctx, l, n, group, run, rule, outcome, why, judgedBad)
+		return true
+	}
+	if run.Started.IsZero() {
+		switch {
+		case !run.Asked.IsZero() && l.now.Sub(run.Asked) >= timeout:
+			return next("failed", fmt.Sprintf("not taken by the cloud within %s", timeout))
+		case !judgedBad:
+			a.askRepair(ctx, l, n, group, rep, run, rule)
+		}
+		return false
+	}
+	st, known := rep.RepairState(n.Spec.ProviderID)
+	known = known && string(st.Action) == run.Action
+	state, why := a.opts.Preflight.Classify(n, l.now)
+	switch {
+	case known && st.Done && st.Err != nil:
+		return next("failed", st.Err.Error())
+	case known && !st.Done:
+		if l.now.Sub(run.Started) >= timeout {
+			return next("timeout", fmt.Sprintf("the cloud's %s did not end within %s", run.Action, timeout))
+		}
+	case run.Again.IsZero():
+		// Done, or unknown to this process (a new leader: whatever the
+		// machine is now, preflight tells).
+		a.sendThroughPreflight(ctx, l, n, run)
+	case state == preflight.Failed && a.sawAgain(n, run):
+		return next("preflight-failed", why)
+	case l.now.Sub(run.Started) >= timeout:
+		return next("timeout", fmt.Sprintf("not back (preflight passed, the rule no longer matching) %s after it", timeout))
+	}
+	return false
+}
+
+// sendThroughPreflight puts the preflight taint and pending label back on
+// a node whose repair step the cloud ended: it takes work again only
+// once the agent passed it.
+func (a *Autoscaler) sendThroughPreflight(ctx context.Context, l *loop, n *apiv1.Node, run *RepairRun) {
+	again := *run
+	again.Again = l.now
+	if err := a.writeRepairRecord(ctx, n.Name, &again, nil, a.preflightAgain(l.now)); err != nil {
+		klog.FromContext(ctx).Error(err, "Sending a repaired node through preflight again; retried next loop", "node", klog.KObj(n))
+		return
+	}
+	run.Again = l.now
+	klog.FromContext(ctx).Info("Repair step ended in the cloud; the node goes through preflight again", "node", klog.KObj(n), "action", run.Action)
+}
+
+// sawAgain says the node as the loop sees it was sent through preflight
+// again for the run's step (the informer has the write): its preflight
+// state is the repaired machine's, not the broken one's.
+func (a *Autoscaler) sawAgain(n *apiv1.Node, run *RepairRun) bool {
+	if run.Again.IsZero() {
+		return false
+	}
+	if !a.opts.Preflight.Enabled {
+		return true
+	}
+	at, ok := preflight.AgainAt(n, run.Again.Add(time.Second))
+	return ok && !at.Before(run.Again.Truncate(time.Second))
+}
+
+// repairUnverified says a ladder owns the node and its step has not
+// brought it back yet (the cloud's operation runs, or the node has not
+// been through preflight since): it stays cordoned whatever its rules
+// say, as the broken machine's condition may have cleared only because
+// it went down.
+func (a *Autoscaler) repairUnverified(name string, n *apiv1.Node) bool {
+	run := a.health.repairs[name]
+	if run == nil || !run.active() || run.Started.IsZero() {
+		return false
+	}
+	return n == nil || !a.sawAgain(n, run)
+}
+
+// nextRepairStep ends the run's step as not fixing the node and moves the
+// run to the next step (asked next loop) or, past the last, to the
+// replacement. A node no rule judges that runs out of steps before its
+// step ended is sent through preflight again: the gate's deadline
+// replaces it if it does not pass.
+func (a *Autoscaler) nextRepairStep(ctx context.Context, l *loop, n *apiv1.Node, group string, run *RepairRun, rule health.Rule, outcome, why string, judged bool) {
+	a.metrics.HealthRepairs.WithLabelValues(group, run.Action, outcome).Inc()
+	klog.FromContext(ctx).Info("Repair did not fix the node", "node", klog.KObj(n), "nodeGroup", group, "action", run.Action, "outcome", outcome, "why", why)
 	if a.rec != nil {
-		a.rec.Event(nodeRef(c.node), apiv1.EventTypeWarning, EventHealthRepairFailed,
+		a.rec.Event(nodeRef(n), apiv1.EventTypeWarning, EventHealthRepairFailed,
 			fmt.Sprintf("%s did not fix it (%s): %s", run.Action, outcome, why))
 	}
+	out := &RepairOutcome{Rule: run.Rule, Action: run.Action, Outcome: outcome, At: l.now}
+	checked := !run.Again.IsZero()
+	run.Step++
+	run.Asked, run.Started, run.Again = l.now, time.Time{}, time.Time{}
+	var again *actuation.PreflightAgain
+	if run.Step < len(rule.Repair) {
+		run.Action = string(rule.Repair[run.Step])
+	} else {
+		run.Action = repairReplace
+		klog.FromContext(ctx).Info("Repairs did not fix the node; replacing its machine", "node", klog.KObj(n), "nodeGroup", group, "rule", rule.Name)
+		if !judged && !checked {
+			again = a.preflightAgain(l.now)
+		}
+	}
+	if err := a.writeRepairRecord(ctx, n.Name, run, out, again); err != nil {
+		klog.FromContext(ctx).Error(err, "Writing a node's repair record", "node", klog.KObj(n))
+	}
 }
 
-// repaired says that the node a ladder was repairing stopped matching: a
-// step fixed it.
-func (a *Autoscaler) repaired(l *loop, name string) {
+// repaired says that the node a ladder was repairing is back: a step
+// fixed it.
+func (a *Autoscaler) repaired(ctx context.Context, l *loop, name string) {
 	run, ok := a.health.repairs[name]
 	if !ok {
 		return
 	}
 	delete(a.health.repairs, name)
-	if run.Started.IsZero() {
-		return // it recovered before the step was asked
+	delete(a.health.repairWhy, name)
+	if run.Started.IsZero() || !run.active() {
+		return // it recovered before the step was asked, or after the last
 	}
 	group := ""
 	if g, ok := l.groupOf[name]; ok {
 		group = g.ID()
 	}
 	a.metrics.HealthRepairs.WithLabelValues(group, run.Action, "fixed").Inc()
+	if err := a.writeRepairRecord(ctx, name, nil, &RepairOutcome{Rule: run.Rule, Action: run.Action, Outcome: "fixed", At: l.now}, nil); err != nil {
+		klog.FromContext(ctx).Error(err, "Writing a node's repair record", "node", name)
+	}
 	if idx, ok := l.snap.Index(name); ok && a.rec != nil {
 		a.rec.Event(nodeRef(l.snap.NodeInfo(idx).Node()), apiv1.EventTypeNormal, EventHealthRepaired,
-			fmt.Sprintf("fixed by %s (health rule %q): the machine is kept", run.Action, run.Rule))
+			fmt.Sprintf("fixed by %s (health rule %q): passed preflight again, the machine is kept", run.Action, run.Rule))
 	}
+}
+
+// adoptRepairs reads, once per leadership, the ladders an earlier leader
+// left on the nodes it cordoned (RepairAnnotation).
+func (a *Autoscaler) adoptRepairs(ctx context.Context, l *loop) {
+	hs := a.health
+	if hs.repairsAdopted {
+		return
+	}
+	hs.repairsAdopted = true
+	for _, n := range l.nodes {
+		if _, ours := actuation.CordonedBy(n); !ours || n.Annotations[actuation.RepairAnnotation] == "" {
+			continue
+		}
+		if rec := readRepairRecord(n); rec.Run != nil && hs.repairs[n.Name] == nil {
+			hs.repairs[n.Name] = rec.Run
+		}
+	}
+	if len(hs.repairs) > 0 {
+		klog.FromContext(ctx).Info("Repair ladders read back from the nodes", "nodes", len(hs.repairs))
+	}
+}
+
+// repairOwns says an active ladder owns the node: its preflight results
+// are the ladder's, not the preflight gate's.
+func (a *Autoscaler) repairOwns(name string) bool {
+	run := a.health.repairs[name]
+	return run != nil && run.active()
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
+	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
 )
 
 // repairPolicy replaces an XID node after trying a reboot, then a
@@ -50,6 +51,37 @@ func drainedForRepair(t *testing.T, e *env, acts *fakeActions, g *inmemory.Group
 	e.run()
 }
 
+// passPreflightOf plays the preflight agent passing a node: its taint
+// removed, its label passed.
+func (e *env) passPreflightOf(node string) {
+	e.updateNode(node, func(n *apiv1.Node) {
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t apiv1.Taint) bool { return t.Key == preflight.DefaultTaintKey })
+		n.Labels[preflight.DefaultLabel] = preflight.ValuePassed
+	})
+}
+
+// nodeObj is the node as the API server has it.
+func (e *env) nodeObj(name string) *apiv1.Node {
+	e.t.Helper()
+	obj, ok, err := e.nodes.GetByKey(name)
+	if err != nil || !ok {
+		e.t.Fatalf("node %s: %v", name, err)
+	}
+	return obj.(*apiv1.Node)
+}
+
+// sentThroughPreflight says the node carries the preflight taint and the
+// pending label again.
+func sentThroughPreflight(e *env, node string) bool {
+	obj, ok, _ := e.nodes.GetByKey(node)
+	if !ok {
+		return false
+	}
+	n := obj.(*apiv1.Node)
+	return n.Labels[preflight.DefaultLabel] == preflight.ValuePending &&
+		slices.ContainsFunc(n.Spec.Taints, func(t apiv1.Taint) bool { return t.Key == preflight.DefaultTaintKey })
+}
+
 // TestRepairLadderKeepsTheMachineARebootOrReimageFixes (#42): a drained
 // XID node is rebooted, not replaced; the reboot does not fix it within
 // its 10 minutes, so it is reimaged; the reimage does: the node stops
@@ -65,16 +97,25 @@ func TestRepairLadderKeepsTheMachineARebootOrReimageFixes(t *testing.T) {
 	if ev := e.events(EventHealthRepair); len(ev) != 1 {
 		t.Fatalf("HealthRepair events %q, want 1", ev)
 	}
+	if rec := readRepairRecord(e.nodeObj(nodes[3])); rec.Run == nil || rec.Run.Action != "reboot" || rec.Run.Started.IsZero() {
+		t.Fatalf("repair record %+v: want the reboot written on the node before it was sent", rec)
+	}
 	e.clock.Step(5 * time.Minute)
 	gpu.FinishRepair(pids[3], nil) // the reboot ran; the XID stays
 	e.run()
-	e.failover() // a new leader goes on with the ladder where it was
+	if !sentThroughPreflight(e, nodes[3]) {
+		t.Fatalf("node %s after its reboot: want the preflight taint and pending label back", nodes[3])
+	}
+	e.failover() // a new leader goes on with the ladder where it was, from the node
 	e.run()
 	if got := gpu.Repairs(); len(got) != 1 || len(gpu.Deleted()) != 0 {
 		t.Fatalf("repairs %v, deleted %v within the reboot's 10 minutes (and across a failover)", got, gpu.Deleted())
 	}
+	e.passPreflightOf(nodes[3]) // the agent passes it; the XID is still there
 	e.clock.Step(5 * time.Minute)
 	e.run()
+	e.clock.Step(DefaultOptions().NodeDeleteDelayAfterTaint)
+	e.run() // this leader's pause after the cordon, as before any deletion, ends
 	if got := gpu.Repairs(); fmt.Sprint(got) != fmt.Sprint([]string{pids[3] + " reboot", pids[3] + " reimage"}) || len(gpu.Deleted()) != 0 {
 		t.Fatalf("repairs %v, deleted %v after the reboot's 10 minutes: want a reimage next", got, gpu.Deleted())
 	}
@@ -85,6 +126,12 @@ func TestRepairLadderKeepsTheMachineARebootOrReimageFixes(t *testing.T) {
 	e.condition(nodes[3], "XIDErrors", apiv1.ConditionFalse) // the reimage fixed it
 	e.clock.Step(time.Minute)
 	e.run()
+	if slices.Contains(acts.uncordoned, nodes[3]) || !sentThroughPreflight(e, nodes[3]) {
+		t.Fatalf("uncordoned %v before the reimaged node passed preflight again", acts.uncordoned)
+	}
+	e.passPreflightOf(nodes[3])
+	e.clock.Step(time.Minute)
+	e.run()
 	if len(gpu.Deleted()) != 0 || !slices.Contains(acts.uncordoned, nodes[3]) {
 		t.Fatalf("deleted %v, uncordoned %v: want the fixed node kept and uncordoned", gpu.Deleted(), acts.uncordoned)
 	}
@@ -93,6 +140,75 @@ func TestRepairLadderKeepsTheMachineARebootOrReimageFixes(t *testing.T) {
 	}
 	if ev := e.events(EventHealthRepaired); len(ev) != 1 {
 		t.Fatalf("HealthRepaired events %q, want 1", ev)
+	}
+	rec := readRepairRecord(e.nodeObj(nodes[3]))
+	var outcomes []string
+	for _, h := range rec.History {
+		outcomes = append(outcomes, h.Action+" "+h.Outcome)
+	}
+	if rec.Run != nil || fmt.Sprint(outcomes) != "[reboot timeout reimage fixed]" {
+		t.Fatalf("repair record %+v: want no run, the history [reboot timeout reimage fixed]", rec)
+	}
+}
+
+// TestRepairPreflightFailureIsTheNextStep: a rebooted node that fails
+// preflight again is the ladder's, not the preflight gate's: it is
+// reimaged next, not replaced (and not uncordoned).
+func TestRepairPreflightFailureIsTheNextStep(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 8, repairPolicy)
+	nodes, pids := groupNodes(gpu), gpu.ProviderIDs()
+	drainedForRepair(t, e, acts, gpu)
+	gpu.FinishRepair(pids[3], nil)
+	e.run()
+	e.updateNode(nodes[3], func(n *apiv1.Node) { n.Labels[preflight.DefaultLabel] = preflight.ValueFailed })
+	e.clock.Step(10 * time.Second)
+	e.run()
+	if got := gpu.Repairs(); fmt.Sprint(got) != fmt.Sprint([]string{pids[3] + " reboot", pids[3] + " reimage"}) || len(gpu.Deleted()) != 0 {
+		t.Fatalf("repairs %v, deleted %v after the rebooted node failed preflight: want a reimage, no deletion", got, gpu.Deleted())
+	}
+	if got := testutil.ToFloat64(e.a.metrics.HealthRepairs.WithLabelValues("gpu", "reboot", "preflight-failed")); got != 1 {
+		t.Fatalf("reboot preflight failures %v, want 1", got)
+	}
+	// The reimage fails preflight too: the last step, the gate replaces it.
+	gpu.FinishRepair(pids[3], nil)
+	e.run()
+	if !sentThroughPreflight(e, nodes[3]) {
+		t.Fatalf("node %s after its reimage: want it sent through preflight again", nodes[3])
+	}
+	e.updateNode(nodes[3], func(n *apiv1.Node) { n.Labels[preflight.DefaultLabel] = preflight.ValueFailed })
+	for i := 0; i < 5 && len(gpu.Deleted()) == 0; i++ {
+		e.clock.Step(time.Minute)
+		e.run()
+	}
+	if got := gpu.Deleted(); fmt.Sprint(got) != fmt.Sprint([]string{pids[3]}) || slices.Contains(acts.uncordoned, nodes[3]) {
+		t.Fatalf("deleted %v, uncordoned %v after every step failed preflight: want the machine replaced", got, acts.uncordoned)
+	}
+}
+
+// TestRepairConditionClearedWhileTheMachineIsDownIsNotAFix: the XID
+// condition clears while the reboot still runs (the monitor lost the GPU
+// with the machine): the node stays cordoned until the machine is back
+// and passed preflight again.
+func TestRepairConditionClearedWhileTheMachineIsDownIsNotAFix(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 8, repairPolicy)
+	nodes, pids := groupNodes(gpu), gpu.ProviderIDs()
+	drainedForRepair(t, e, acts, gpu)
+	e.condition(nodes[3], "XIDErrors", apiv1.ConditionFalse)
+	e.clock.Step(time.Minute)
+	e.run()
+	if slices.Contains(acts.uncordoned, nodes[3]) {
+		t.Fatalf("uncordoned %v while its reboot runs", acts.uncordoned)
+	}
+	gpu.FinishRepair(pids[3], nil)
+	e.run()
+	e.run()
+	if slices.Contains(acts.uncordoned, nodes[3]) || !sentThroughPreflight(e, nodes[3]) {
+		t.Fatalf("uncordoned %v before preflight passed again", acts.uncordoned)
+	}
+	e.passPreflightOf(nodes[3])
+	e.run()
+	if !slices.Contains(acts.uncordoned, nodes[3]) || len(gpu.Deleted()) != 0 {
+		t.Fatalf("uncordoned %v, deleted %v once it passed: want it kept and uncordoned", acts.uncordoned, gpu.Deleted())
 	}
 }
 
@@ -147,29 +263,46 @@ func TestRepairStepTheCloudNeverTakesIsGivenUp(t *testing.T) {
 	}
 }
 
-// TestRepairRunOfARecoveredNodeIsForgotten: a node that recovers during a
-// ladder ends it (fixed); when it breaks again weeks later, the ladder
-// starts from its first step, not from the old one's expired clock.
+// TestRepairRunOfARecoveredNodeIsForgotten: a node a reboot fixed that
+// breaks again within repairMemory starts its next ladder at the reimage
+// (a flaky GPU is not rebooted for ever); one that breaks again weeks
+// later starts from the reboot.
 func TestRepairRunOfARecoveredNodeIsForgotten(t *testing.T) {
-	e, acts, gpu := healthEnvWithSafety(t, 8, repairPolicy)
-	nodes, pids := groupNodes(gpu), gpu.ProviderIDs()
-	drainedForRepair(t, e, acts, gpu)
-	e.failover() // the run is restored; this leader admitted nothing
-	e.condition(nodes[3], "XIDErrors", apiv1.ConditionFalse)
-	e.run()
-	gpu.FinishRepair(pids[3], nil)
-	e.clock.Step(30 * 24 * time.Hour)
-	e.condition(nodes[3], "XIDErrors", apiv1.ConditionTrue)
-	e.run()
-	e.clock.Step(time.Minute)
-	e.run()
-	e.clock.Step(30*time.Second + actuation.GraceMargin)
-	e.run()
-	if got := gpu.Deleted(); len(got) != 0 {
-		t.Fatalf("deleted %v when the node broke again: the ladder was skipped", got)
-	}
-	if got := gpu.Repairs(); len(got) != 2 || got[1] != pids[3]+" reboot" {
-		t.Fatalf("repairs %v: want a second reboot, the ladder from its start", got)
+	for _, tc := range []struct {
+		name  string
+		after time.Duration
+		want  string
+	}{
+		{"a day later: the reimage", 24 * time.Hour, "reimage"},
+		{"a month later: the reboot again", 30 * 24 * time.Hour, "reboot"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, acts, gpu := healthEnvWithSafety(t, 8, repairPolicy)
+			nodes, pids := groupNodes(gpu), gpu.ProviderIDs()
+			drainedForRepair(t, e, acts, gpu)
+			e.failover() // the run is read back from the node; this leader admitted nothing
+			e.condition(nodes[3], "XIDErrors", apiv1.ConditionFalse)
+			gpu.FinishRepair(pids[3], nil)
+			e.run()
+			e.passPreflightOf(nodes[3])
+			e.run()
+			if !slices.Contains(acts.uncordoned, nodes[3]) {
+				t.Fatalf("uncordoned %v: want the rebooted node back", acts.uncordoned)
+			}
+			e.clock.Step(tc.after)
+			e.condition(nodes[3], "XIDErrors", apiv1.ConditionTrue)
+			e.run()
+			e.clock.Step(time.Minute)
+			e.run()
+			e.clock.Step(30*time.Second + actuation.GraceMargin)
+			e.run()
+			if got := gpu.Deleted(); len(got) != 0 {
+				t.Fatalf("deleted %v when the node broke again: the ladder was skipped", got)
+			}
+			if got := gpu.Repairs(); len(got) != 2 || got[1] != pids[3]+" "+tc.want {
+				t.Fatalf("repairs %v: want a %s next", got, tc.want)
+			}
+		})
 	}
 }
 

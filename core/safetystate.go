@@ -25,7 +25,8 @@ type SafetyStore interface {
 // one made: the deletions both brakes counted in their windows, the
 // groups' backoffs and health breakers. (Which nodes preflight and health
 // handling cordoned is on the nodes themselves:
-// actuation.CordonedAnnotation.)
+// actuation.CordonedAnnotation; their repair ladders too:
+// actuation.RepairAnnotation.)
 type safetyState struct {
 	ScaleDownDeletions []scaledown.Record           `json:"scaleDownDeletions,omitempty"`
 	Replacements       []scaledown.Record           `json:"replacements,omitempty"`
@@ -43,9 +44,6 @@ type safetyState struct {
 	// replacement within --health-failure-window that have not backed it
 	// off yet: a new leader does not start the count of a bad image again.
 	HealthFailures map[string][]YoungFailure `json:"healthFailures,omitempty"`
-	// HealthRepairs are the nodes' repair ladders in progress (repair.go),
-	// by node: a new leader goes on where this one left them.
-	HealthRepairs map[string]RepairRun `json:"healthRepairs,omitempty"`
 }
 
 // restoreSafetyState reads the safety state back once, before the first
@@ -75,9 +73,6 @@ func (a *Autoscaler) restoreSafetyState(ctx context.Context) error {
 	a.registry.RestoreBackoffs(now, st.Backoffs)
 	a.spot.restore(now, a.opts.SpotEvictionWindow, st.SpotEvictions)
 	a.health.youngFailures = recentFailures(now, a.opts.HealthFailureWindow, st.HealthFailures)
-	for node, run := range st.HealthRepairs {
-		a.health.repairs[node] = &run
-	}
 	a.health.restoreLastGood(ctx, st.HealthPolicy)
 	for id, until := range st.HealthBreakers {
 		if until.IsZero() || now.Before(until) {
@@ -118,12 +113,6 @@ func (a *Autoscaler) persistSafetyState(ctx context.Context, now time.Time) erro
 		HealthFailures:     recentFailures(now, a.opts.HealthFailureWindow, a.health.youngFailures),
 	}
 	st.HealthPolicy = a.health.lastGood
-	if len(a.health.repairs) > 0 {
-		st.HealthRepairs = map[string]RepairRun{}
-		for node, run := range a.health.repairs {
-			st.HealthRepairs[node] = *run
-		}
-	}
 	if len(a.health.breakers) > 0 {
 		st.HealthBreakers = map[string]time.Time{}
 		for id, until := range a.health.breakers {

@@ -46,6 +46,9 @@ type fakeActions struct {
 	// nodes, when set, get the cordons and uncordons (with the
 	// annotation), as the API server's nodes would.
 	nodes cache.Indexer
+	// repairWrites are the nodes whose repair record was written, once
+	// per write; preflightAgain those sent through preflight again.
+	repairWrites, preflightAgain []string
 }
 
 func (f *fakeActions) AddTaint(_ context.Context, node string, t apiv1.Taint) error {
@@ -136,6 +139,23 @@ func (f *fakeActions) Uncordon(_ context.Context, node string) error {
 		n.Spec.Unschedulable = false
 		delete(n.Annotations, actuation.CordonedAnnotation)
 	})
+}
+
+func (f *fakeActions) UpdateRepair(_ context.Context, node string, change func(string) string, again *actuation.PreflightAgain) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var refused error
+	err := f.writeNode(node, func(n *apiv1.Node) { _, refused = actuation.ChangeRepair(n, change, again) })
+	if err == nil {
+		err = refused
+	}
+	if err == nil {
+		f.repairWrites = append(f.repairWrites, node)
+		if again != nil {
+			f.preflightAgain = append(f.preflightAgain, node)
+		}
+	}
+	return err
 }
 
 func (f *fakeActions) taintsOf(node string) []string {

@@ -23,6 +23,11 @@ const (
 	DefaultFailureAnnotation = "vmss-autoscaler.io/preflight-failure"
 	// PassedAtAnnotation is set by the agent when the node passed (RFC 3339).
 	PassedAtAnnotation = "vmss-autoscaler.io/preflight-passed-at"
+	// AgainAnnotation is set by the autoscaler when it sends a node that
+	// had passed through preflight again (after an in-place repair: the
+	// taint and the pending label put back), RFC 3339: the node's
+	// --max-preflight-time counts from it, not from its registration.
+	AgainAnnotation = "vmss-autoscaler.io/preflight-again-at"
 
 	ValuePending = "pending"
 	ValuePassed  = "passed"
@@ -128,8 +133,12 @@ func (o Options) Classify(n *apiv1.Node, now time.Time) (State, string) {
 	if !o.HasTaint(n) {
 		return Passed, ""
 	}
-	if age := now.Sub(n.CreationTimestamp.Time); age >= o.MaxPreflightTime {
-		return Failed, fmt.Sprintf("preflight not passed %s after registration (--max-preflight-time %s)", age.Round(time.Second), o.MaxPreflightTime)
+	since, what := n.CreationTimestamp.Time, "registration"
+	if t, ok := AgainAt(n, now); ok && t.After(since) {
+		since, what = t, "it was sent through preflight again"
+	}
+	if age := now.Sub(since); age >= o.MaxPreflightTime {
+		return Failed, fmt.Sprintf("preflight not passed %s after %s (--max-preflight-time %s)", age.Round(time.Second), what, o.MaxPreflightTime)
 	}
 	return Pending, ""
 }
@@ -159,6 +168,17 @@ func (o Options) StripTemplate(n *apiv1.Node) {
 	}
 	n.Spec.Taints = taints
 	delete(n.Labels, o.Label)
+}
+
+// AgainAt is when the autoscaler sent the node through preflight again
+// (AgainAnnotation); false when it never did, or the annotation is not a
+// time before now.
+func AgainAt(n *apiv1.Node, now time.Time) (time.Time, bool) {
+	t, err := time.Parse(time.RFC3339, n.Annotations[AgainAnnotation])
+	if err != nil || t.After(now) {
+		return time.Time{}, false
+	}
+	return t, true
 }
 
 // PassedAt is when the node passed: the agent's annotation, else now.

@@ -43,6 +43,12 @@ func TestClassify(t *testing.T) {
 		{"other taints are not the gate", to.Node("n", "8", "8Gi", old, to.Taint("openai.com/team", "rl")), nil, Passed, ""},
 		{"gate off: everything passes", to.Node("n", "8", "8Gi", old, to.Taint(DefaultTaintKey, "pending"), to.NodeLabels(DefaultLabel, ValueFailed)),
 			func(o *Options) { o.Enabled = false }, Passed, ""},
+		{"old node sent through preflight again: pending within the deadline from then", to.Node("n", "8", "8Gi", old, to.Taint(DefaultTaintKey, "pending"), to.NodeLabels(DefaultLabel, ValuePending),
+			withAnnotation(AgainAnnotation, t0.Add(-5*time.Minute).Format(time.RFC3339))), nil, Pending, ""},
+		{"sent again, past the deadline from then: failed", to.Node("n", "8", "8Gi", old, to.Taint(DefaultTaintKey, "pending"),
+			withAnnotation(AgainAnnotation, t0.Add(-21*time.Minute).Format(time.RFC3339))), nil, Failed, "after it was sent through preflight again"},
+		{"a future or garbled again-at counts from registration", to.Node("n", "8", "8Gi", old, to.Taint(DefaultTaintKey, "pending"),
+			withAnnotation(AgainAnnotation, t0.Add(time.Hour).Format(time.RFC3339))), nil, Failed, "after registration"},
 		{"configured names", to.Node("n", "8", "8Gi", born, to.Taint("example.com/burn-in", "x")),
 			func(o *Options) { o.Taint.Key = "example.com/burn-in" }, Pending, ""},
 	} {

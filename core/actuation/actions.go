@@ -7,7 +7,9 @@ package actuation
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	apiv1 "k8s.io/api/core/v1"
@@ -33,6 +35,13 @@ type NodeActions interface {
 	// (it carries CordonedAnnotation); a node cordoned by anyone else is
 	// left as it is.
 	Uncordon(ctx context.Context, node string) error
+	// UpdateRepair changes the node's repair record (RepairAnnotation):
+	// change gets the record there now ("" for none) and returns the
+	// new one. With again, the same write sends the node through
+	// preflight again. Only on a node this autoscaler cordoned
+	// (ErrNotCordoned otherwise: the chart's admission policy refuses
+	// it too).
+	UpdateRepair(ctx context.Context, node string, change func(old string) string, again *PreflightAgain) error
 }
 
 // KubeNodeActions implements NodeActions with client-go.
@@ -151,6 +160,93 @@ func (k *KubeNodeActions) updateNode(ctx context.Context, node string, change fu
 		return nil
 	}
 	return err
+}
+
+// RepairAnnotation is the node's repair record, written by the autoscaler:
+// the repair ladder in progress and the last steps' outcomes (JSON, at
+// most MaxRepairRecord bytes). A new leader reads it to go on.
+const RepairAnnotation = "vmss-autoscaler.io/repair"
+
+// MaxRepairRecord bounds RepairAnnotation's value (the chart's admission
+// policy refuses a longer one).
+const MaxRepairRecord = 4096
+
+// ErrNotCordoned: the node is not cordoned by this autoscaler.
+var ErrNotCordoned = errors.New("the node is not cordoned by vmss-autoscaler")
+
+// PreflightAgain sends a node through preflight again: the preflight
+// taint added (unless one with its key is there), the preflight label
+// set to Value (pending), AgainAnnotation set to At.
+type PreflightAgain struct {
+	Taint           apiv1.Taint
+	Label, Value    string
+	AgainAnnotation string
+	At              time.Time
+}
+
+// UpdateRepair implements NodeActions.
+func (k *KubeNodeActions) UpdateRepair(ctx context.Context, node string, change func(string) string, again *PreflightAgain) error {
+	var refused error
+	err := k.updateNode(ctx, node, func(n *apiv1.Node) bool {
+		var changed bool
+		changed, refused = ChangeRepair(n, change, again)
+		return changed
+	})
+	if err == nil {
+		err = refused
+	}
+	if err != nil {
+		return fmt.Errorf("writing the repair record of node %s: %w", node, err)
+	}
+	return nil
+}
+
+// ChangeRepair makes UpdateRepair's change on n (a copy the caller
+// writes back): whether it changed n, or why it may not.
+func ChangeRepair(n *apiv1.Node, change func(string) string, again *PreflightAgain) (bool, error) {
+	if _, ours := CordonedBy(n); !ours {
+		return false, ErrNotCordoned
+	}
+	old := n.Annotations[RepairAnnotation]
+	rec := change(old)
+	if len(rec) > MaxRepairRecord {
+		return false, fmt.Errorf("repair record of %d bytes, over %d", len(rec), MaxRepairRecord)
+	}
+	changed := rec != old
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	if rec == "" {
+		delete(n.Annotations, RepairAnnotation)
+	} else {
+		n.Annotations[RepairAnnotation] = rec
+	}
+	if again != nil {
+		changed = applyPreflightAgain(n, again) || changed
+	}
+	return changed, nil
+}
+
+// applyPreflightAgain changes n as again says; whether it changed.
+func applyPreflightAgain(n *apiv1.Node, again *PreflightAgain) bool {
+	changed := false
+	if !slices.ContainsFunc(n.Spec.Taints, func(t apiv1.Taint) bool { return t.Key == again.Taint.Key }) {
+		n.Spec.Taints = append(n.Spec.Taints, again.Taint)
+		changed = true
+	}
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	if n.Labels[again.Label] != again.Value {
+		n.Labels[again.Label] = again.Value
+		changed = true
+	}
+	at := again.At.UTC().Format(time.RFC3339)
+	if n.Annotations[again.AgainAnnotation] != at {
+		n.Annotations[again.AgainAnnotation] = at
+		changed = true
+	}
+	return changed
 }
 
 // Evict implements NodeActions.

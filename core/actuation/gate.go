@@ -146,6 +146,13 @@ func (a *guarded) Cordon(ctx context.Context, node, reason string) error {
 	return a.inner.Cordon(ctx, node, reason)
 }
 
+func (a *guarded) UpdateRepair(ctx context.Context, node string, change func(string) string, again *PreflightAgain) error {
+	if err := a.gate.Write("repair-record"); err != nil {
+		return fmt.Errorf("writing the repair record of node %s: %w", node, err)
+	}
+	return a.inner.UpdateRepair(ctx, node, change, again)
+}
+
 func (a *guarded) Uncordon(ctx context.Context, node string) error {
 	if err := a.gate.Write("uncordon"); err != nil {
 		return fmt.Errorf("uncordoning node %s: %w", node, err)

@@ -32,6 +32,10 @@ func (r *recordingActions) Cordon(context.Context, string, string) error {
 	return nil
 }
 func (r *recordingActions) Uncordon(context.Context, string) error { r.calls["uncordon"]++; return nil }
+func (r *recordingActions) UpdateRepair(context.Context, string, func(string) string, *PreflightAgain) error {
+	r.calls["repair-record"]++
+	return nil
+}
 
 // TestGateGuardsEveryWrite: under the hold nothing is tainted, cordoned or
 // evicted, while a taint may still be removed; behind a closed fence
@@ -45,6 +49,9 @@ func TestGateGuardsEveryWrite(t *testing.T) {
 		"evict":    func(ctx context.Context, a NodeActions) error { return a.Evict(ctx, pod, 0) },
 		"cordon":   func(ctx context.Context, a NodeActions) error { return a.Cordon(ctx, "n", "test") },
 		"uncordon": func(ctx context.Context, a NodeActions) error { return a.Uncordon(ctx, "n") },
+		"repair-record": func(ctx context.Context, a NodeActions) error {
+			return a.UpdateRepair(ctx, "n", func(string) string { return "{}" }, nil)
+		},
 	}
 	for _, tc := range []struct {
 		name     string
@@ -54,8 +61,8 @@ func TestGateGuardsEveryWrite(t *testing.T) {
 		sent     map[string]bool
 		sentinel error
 	}{
-		{name: "open", sent: map[string]bool{"taint": true, "untaint": true, "evict": true, "cordon": true, "uncordon": true}},
-		{name: "held", hold: "7 of 9 managed nodes unready", rule: "hold", sent: map[string]bool{"untaint": true, "uncordon": true}, sentinel: ErrHeld},
+		{name: "open", sent: map[string]bool{"taint": true, "untaint": true, "evict": true, "cordon": true, "uncordon": true, "repair-record": true}},
+		{name: "held", hold: "7 of 9 managed nodes unready", rule: "hold", sent: map[string]bool{"untaint": true, "uncordon": true, "repair-record": true}, sentinel: ErrHeld},
 		{name: "fenced", fence: errors.New("lease not renewed"), rule: "fence", sent: map[string]bool{}, sentinel: ErrFenced},
 		{name: "fenced and held", hold: "unready", fence: errors.New("lease lost"), rule: "fence", sent: map[string]bool{}, sentinel: ErrFenced},
 	} {

@@ -104,6 +104,16 @@ func checkInvariants(t *testing.T, data string, p *Policy) {
 		if len(r.Repair) > 0 && (r.Action != Replace || len(r.Repair) > len(repairSteps) || r.RepairTimeout < time.Minute || r.RepairTimeout > 6*time.Hour) {
 			t.Fatalf("Parse(%q): rule %d repairs %v (timeout %v) on %s", data, i, r.Repair, r.RepairTimeout, r.Action)
 		}
+		for k := range r.Repair {
+			if d := r.StepTimeout(k); d < time.Minute || d > 6*time.Hour {
+				t.Fatalf("Parse(%q): rule %d repair step %s has timeout %v", data, i, r.Repair[k], d)
+			}
+		}
+		for st := range r.StepTimeouts {
+			if !slices.Contains(r.Repair, st) {
+				t.Fatalf("Parse(%q): rule %d has a timeout for %s, not one of its steps %v", data, i, st, r.Repair)
+			}
+		}
 		for k := 1; k < len(r.Repair); k++ {
 			if slices.Index(repairSteps, r.Repair[k]) <= slices.Index(repairSteps, r.Repair[k-1]) || slices.Index(repairSteps, r.Repair[k-1]) < 0 {
 				t.Fatalf("Parse(%q): rule %d repair steps %v out of order", data, i, r.Repair)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -444,30 +445,32 @@ func (v *validator) rule(path string, x any) Rule {
 			r.CordonFirst = b
 		}
 	}
-	r.Repair, r.RepairTimeout = v.repair(path, m, r.Action)
+	r.Repair, r.RepairTimeout, r.StepTimeouts = v.repair(path, m, r.Action)
 	return r
 }
 
-// repair reads a rule's repair steps and their timeout: only on a replace
+// repair reads a rule's repair steps and their timeouts: only on a replace
 // rule, each a known step, in the order reboot, reimage, redeploy, none
-// twice; the timeout from 1m to 6h (DefaultRepairTimeout when absent).
-func (v *validator) repair(path string, m map[string]any, action Action) ([]RepairStep, time.Duration) {
+// twice; repairTimeout is one duration for every step, or a map of step
+// to duration (a step it leaves out has DefaultRepairTimeout), each from
+// 1m to 6h.
+func (v *validator) repair(path string, m map[string]any, action Action) ([]RepairStep, time.Duration, map[RepairStep]time.Duration) {
 	x, present := m["repair"]
 	_, hasTimeout := m["repairTimeout"]
 	if !present || x == nil {
 		if hasTimeout {
 			v.fail("%s.repairTimeout: only with repair steps", path)
 		}
-		return nil, 0
+		return nil, 0, nil
 	}
 	if action != Replace {
 		v.fail("%s.repair: only a replace rule repairs its node before replacing it, not a %s rule", path, action)
-		return nil, 0
+		return nil, 0, nil
 	}
 	list, ok := x.([]any)
 	if !ok {
 		v.fail("%s.repair: %s: must be a list of steps (reboot, reimage, redeploy), got %s", path, show(x), kindOf(x))
-		return nil, 0
+		return nil, 0, nil
 	}
 	var steps []RepairStep
 	last := -1
@@ -488,11 +491,32 @@ func (v *validator) repair(path string, m map[string]any, action Action) ([]Repa
 	if len(list) == 0 {
 		v.fail("%s.repair: empty: leave it out to replace at once", path)
 	}
-	timeout := v.duration(path, m, "repairTimeout", DefaultRepairTimeout)
-	if timeout < time.Minute || timeout > 6*time.Hour {
-		v.fail("%s.repairTimeout: %s: must be from 1m to 6h", path, timeout)
+	inRange := func(field string, d time.Duration) {
+		if d < time.Minute || d > 6*time.Hour {
+			v.fail("%s.%s: %s: must be from 1m to 6h", path, field, d)
+		}
 	}
-	return steps, timeout
+	perStep, isMap := m["repairTimeout"].(map[string]any)
+	if !isMap {
+		timeout := v.duration(path, m, "repairTimeout", DefaultRepairTimeout)
+		inRange("repairTimeout", timeout)
+		return steps, timeout, nil
+	}
+	byStep := map[RepairStep]time.Duration{}
+	for _, k := range slices.Sorted(maps.Keys(perStep)) {
+		if !slices.Contains(steps, RepairStep(k)) {
+			v.fail("%s.repairTimeout.%s: not a step of this rule's repair %v", path, k, steps)
+			continue
+		}
+		if _, isText := perStep[k].(string); !isText {
+			v.fail("%s.repairTimeout.%s: %s: must be a duration such as 15m, got %s", path, k, show(perStep[k]), kindOf(perStep[k]))
+			continue
+		}
+		d := v.duration(path+".repairTimeout", perStep, k, DefaultRepairTimeout)
+		inRange("repairTimeout."+k, d)
+		byStep[RepairStep(k)] = d
+	}
+	return steps, DefaultRepairTimeout, byStep
 }
 
 func (v *validator) condition(path string, x any) *ConditionMatch {
@@ -622,7 +646,8 @@ type outRule struct {
 	// EvictLocalScratch only where it differs from its default.
 	EvictLocalScratch *bool    `json:"evictLocalScratch,omitempty"`
 	Repair            []string `json:"repair,omitempty"`
-	RepairTimeout     string   `json:"repairTimeout,omitempty"`
+	// RepairTimeout is a duration, or a map of step to duration.
+	RepairTimeout any `json:"repairTimeout,omitempty"`
 }
 
 type outCondition struct {
@@ -676,7 +701,14 @@ func (p *Policy) Marshal() ([]byte, error) {
 		for _, st := range r.Repair {
 			o.Repair = append(o.Repair, string(st))
 		}
-		if len(r.Repair) > 0 {
+		switch {
+		case len(r.StepTimeouts) > 0:
+			byStep := map[string]string{}
+			for st, d := range r.StepTimeouts {
+				byStep[string(st)] = d.String()
+			}
+			o.RepairTimeout = byStep
+		case len(r.Repair) > 0:
 			o.RepairTimeout = r.RepairTimeout.String()
 		}
 		out.Rules = append(out.Rules, o)

@@ -164,10 +164,41 @@ type Rule struct {
 	CordonFirst bool
 	// Repair are the in-place repairs a replace rule tries, in order, on
 	// the drained node before its machine is deleted (`repair: [reboot,
-	// reimage]`): each is given RepairTimeout for the node to stop
-	// matching the rule. None: the machine is replaced at once.
-	Repair        []RepairStep
+	// reimage]`): each is given its timeout (StepTimeout) to bring the
+	// node back. None: the machine is replaced at once.
+	Repair []RepairStep
+	// RepairTimeout is every step's timeout, but those StepTimeouts
+	// names (`repairTimeout: {reboot: 10m, reimage: 40m}`).
 	RepairTimeout time.Duration
+	StepTimeouts  map[RepairStep]time.Duration
+}
+
+// Rule is the policy's rule of that name, nil when it has none.
+func (p *Policy) Rule(name string) *Rule {
+	for i := range p.Rules {
+		if p.Rules[i].Name == name {
+			return &p.Rules[i]
+		}
+	}
+	return nil
+}
+
+// StepTimeout is the time the rule's i-th repair step has to bring the
+// node back (the machine's operation, its boot, preflight again, and the
+// rule no longer matching); the rule's longest step timeout for an i out
+// of range.
+func (r *Rule) StepTimeout(i int) time.Duration {
+	if i >= 0 && i < len(r.Repair) {
+		if d, ok := r.StepTimeouts[r.Repair[i]]; ok {
+			return d
+		}
+		return r.RepairTimeout
+	}
+	longest := r.RepairTimeout
+	for _, d := range r.StepTimeouts {
+		longest = max(longest, d)
+	}
+	return longest
 }
 
 // RepairStep is an in-place repair, cheapest first: "reboot", "reimage",

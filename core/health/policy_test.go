@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -195,6 +196,10 @@ func TestParseErrors(t *testing.T) {
 		{"repair a string", rulesYAML(ok + "repair: reboot"), []string{"rules[0].repair:", "must be a list"}},
 		{"repair timeout too short", rulesYAML(ok + "repair: [reboot]\nrepairTimeout: 30s"), []string{"rules[0].repairTimeout: 30s: must be from 1m to 6h"}},
 		{"repair timeout alone", rulesYAML(ok + "repairTimeout: 10m"), []string{"rules[0].repairTimeout: only with repair steps"}},
+		{"repair timeout of a step not listed", rulesYAML(ok + "repair: [reboot]\nrepairTimeout: {reboot: 10m, reimage: 30m}"), []string{"rules[0].repairTimeout.reimage: not a step of this rule's repair [reboot]"}},
+		{"repair timeout of a step too long", rulesYAML(ok + "repair: [reboot, reimage]\nrepairTimeout: {reimage: 7h}"), []string{"rules[0].repairTimeout.reimage: 7h0m0s: must be from 1m to 6h"}},
+		{"repair timeout of a step a number", rulesYAML(ok + "repair: [reboot]\nrepairTimeout: {reboot: 10}"), []string{"rules[0].repairTimeout.reboot: 10: must be a duration"}},
+		{"repair timeout of a step not a duration", rulesYAML(ok + "repair: [reboot]\nrepairTimeout: {reboot: soon}"), []string{`rules[0].repairTimeout.reboot: "soon": not a duration`}},
 		{"name missing", rulesYAML("condition: {type: X, status: \"True\"}\naction: report"), []string{"rules[0].name: required"}},
 		{"name not a label", rulesYAML("name: GPU_bad\ncondition: {type: X, status: \"True\"}\naction: report"), []string{"rules[0].name:", `"GPU_bad"`, "DNS label"}},
 		{"name too long", rulesYAML("name: " + strings.Repeat("a", 64) + "\ncondition: {type: X, status: \"True\"}\naction: report"), []string{"rules[0].name:", "DNS label"}},
@@ -393,6 +398,7 @@ func TestMarshalRoundTrips(t *testing.T) {
 		rulesYAML("name: m\nbelowSKU: {resource: memory}\naction: report"),
 		rulesYAML("name: x\ncondition: {type: XIDErrors, status: \"True\"}\naction: replace\nrepair: [reboot, redeploy]\nrepairTimeout: 45m"),
 		rulesYAML("name: x\ncondition: {type: XIDErrors, status: \"True\"}\naction: replace\nrepair: [reimage]"),
+		rulesYAML("name: x\ncondition: {type: XIDErrors, status: \"True\"}\naction: replace\nrepair: [reboot, reimage, redeploy]\nrepairTimeout: {reboot: 10m, redeploy: 1h}"),
 	} {
 		p, err := Parse(y)
 		if err != nil {
@@ -416,6 +422,31 @@ func TestPercent(t *testing.T) {
 	for share, want := range map[float64]string{0: "0%", 0.1: "10%", 0.07: "7%", 0.125: "12.5%", 0.025: "2.5%", 0.99: "99%"} {
 		if got := percent(share); got != want {
 			t.Errorf("percent(%v) = %q, want %q", share, got, want)
+		}
+	}
+}
+
+// TestRepairStepTimeouts: repairTimeout as one duration times every
+// step; as a map, each named step its own, the others the default.
+func TestRepairStepTimeouts(t *testing.T) {
+	for _, tc := range []struct {
+		timeout string
+		want    []time.Duration
+	}{
+		{"", []time.Duration{DefaultRepairTimeout, DefaultRepairTimeout, DefaultRepairTimeout}},
+		{"\nrepairTimeout: 45m", []time.Duration{45 * time.Minute, 45 * time.Minute, 45 * time.Minute}},
+		{"\nrepairTimeout: {reboot: 10m, redeploy: 1h}", []time.Duration{10 * time.Minute, DefaultRepairTimeout, time.Hour}},
+	} {
+		p, err := Parse(rulesYAML("name: x\ncondition: {type: XIDErrors, status: \"True\"}\naction: replace\nrepair: [reboot, reimage, redeploy]" + tc.timeout))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.timeout, err)
+		}
+		var got []time.Duration
+		for i := range p.Rules[0].Repair {
+			got = append(got, p.Rules[0].StepTimeout(i))
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%q: step timeouts %v, want %v", tc.timeout, got, tc.want)
 		}
 	}
 }
