@@ -88,13 +88,16 @@ func healthEnvWithSafety(t *testing.T, nodes int, policy string) (*env, *fakeAct
 	return newHealthEnv(t, nodes, policy, true)
 }
 
-func newHealthEnv(t *testing.T, nodes int, policy string, safety bool) (*env, *fakeActions, *inmemory.Group) {
+func newHealthEnv(t *testing.T, nodes int, policy string, safety bool, opts ...func(*Options)) (*env, *fakeActions, *inmemory.Group) {
 	acts := &fakeActions{}
 	e := newEnv(t, withNodeWrites(acts), withOptions(func(o *Options) {
 		o.ScaleDownEnabled = false // the subject is health, not scale-down
 		o.ReplacementBrakeMinNodes = 100
 		// The default pause between a cordon and a drain or deletion.
 		o.NodeDeleteDelayAfterTaint = DefaultOptions().NodeDeleteDelayAfterTaint
+		for _, f := range opts {
+			f(o)
+		}
 	}))
 	if safety {
 		e.safety = &memSafety{}

@@ -72,6 +72,7 @@ type Metrics struct {
 	HealthUnhealthy *prometheus.GaugeVec
 	HealthActions   *prometheus.CounterVec
 	HealthRepairs   *prometheus.CounterVec
+	HealthRepairing *prometheus.GaugeVec
 	HealthHeld      *prometheus.CounterVec
 	HealthBreaker   *prometheus.GaugeVec
 	DegradedNodes   *prometheus.GaugeVec
@@ -221,7 +222,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.ProvReq = newProvreqMetrics(reg, ns)
 	m.Buffers = newBuffersMetrics(reg, ns)
 	m.SpotEvictions = newSpotMetrics(reg, ns)
-	reg.MustRegister(m.HealthUnhealthy, m.HealthActions, m.HealthRepairs, m.HealthHeld, m.HealthBreaker, m.DegradedNodes, m.HealthPaused, m.HealthIncidents)
+	m.HealthRepairing = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "health_repairing_nodes",
+		Help: "Nodes in a repair ladder now, by the step they are at: due (waiting to be asked: pods still terminating, throttled), cloud (the machine's operation runs), preflight (sent through preflight again, waiting to pass and for the rule to clear), replace (no step fixed it)."}, []string{"node_group", "stage"})
+	reg.MustRegister(m.HealthUnhealthy, m.HealthActions, m.HealthRepairs, m.HealthRepairing, m.HealthHeld, m.HealthBreaker, m.DegradedNodes, m.HealthPaused, m.HealthIncidents)
 	reg.MustRegister(m.PreflightPending, m.PreflightResults, m.PreflightDuration, m.PreflightReplaced, m.PreflightIncidentNodes)
 	reg.MustRegister(m.QueueDepth, m.NodesReleased, m.NodesCancelled, m.NodesInFlight, m.AdditionRate, m.AdditionRateReason, m.RateChanges, m.AdditionTokens)
 	reg.MustRegister(m.UnneededNodes, m.KeptNodes, m.ScaledDownNodes, m.FailedScaleDowns, m.Evictions, m.BrakeEngaged, m.DrainsInFlight, m.ClusterUnhealthy, m.ReplacementBrakeEngaged, m.ReplacementsLost, m.GateRefused)

@@ -198,6 +198,9 @@ type healthReport struct {
 	// (health.Unjudged), capped, and how many more.
 	notJudged     []string
 	notJudgedMore int
+	// repairs are the repair ladders in progress (capped), and how many more.
+	repairs     []HealthRepair
+	repairsMore int
 }
 
 // healthPolicy reads the policy's ConfigMap from the cache, parsing it
@@ -470,6 +473,7 @@ func (a *Autoscaler) nodeHealth(ctx context.Context, l *loop) error {
 	hs := a.health
 	rep := &healthReport{paused: paused, degraded: map[string][]string{}}
 	l.health = rep
+	defer func() { rep.repairs, rep.repairsMore = a.repairReport(l, pol) }()
 	v := 0.0
 	if paused {
 		v = 1

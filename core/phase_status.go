@@ -40,9 +40,10 @@ func (a *Autoscaler) writeStatus(ctx context.Context, l *loop) error {
 	st.ReplacementsBlocked = l.replacementsBlocked
 	st.PreflightIncidents = l.incidents
 	st.PreflightFailuresSettling = l.failuresSettling
-	if h := l.health; h != nil && (h.paused || len(h.nodes) > 0 || len(h.breakers) > 0 || len(h.incidents) > 0 || len(h.notJudged) > 0 || a.health.policyErr != "") {
+	if h := l.health; h != nil && (h.paused || len(h.nodes) > 0 || len(h.breakers) > 0 || len(h.incidents) > 0 || len(h.notJudged) > 0 || len(h.repairs) > 0 || a.health.policyErr != "") {
 		st.Health = &HealthStatus{Paused: h.paused, PolicyError: a.health.policyErr, Unhealthy: h.nodes, More: h.more, Breakers: h.breakers,
-			Incidents: h.incidents, Cordoned: h.cordoned, CordonCeiling: h.ceiling, NotJudged: h.notJudged, NotJudgedMore: h.notJudgedMore}
+			Incidents: h.incidents, Cordoned: h.cordoned, CordonCeiling: h.ceiling, NotJudged: h.notJudged, NotJudgedMore: h.notJudgedMore,
+			Repairs: h.repairs, RepairsMore: h.repairsMore}
 	}
 	st.ProvisioningRequests = a.provisioningRequestsStatus(l)
 	st.CapacityBuffers = a.buffersStatus(l)

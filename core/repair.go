@@ -481,3 +481,78 @@ func (a *Autoscaler) repairOwns(name string) bool {
 	run := a.health.repairs[name]
 	return run != nil && run.active()
 }
+
+// repairReport lists the ladders in progress for the status, the first
+// maxHealthListed by node name.
+func (a *Autoscaler) repairReport(l *loop, pol *health.Policy) ([]HealthRepair, int) {
+	hs := a.health
+	a.setRepairingGauge(l)
+	var out []HealthRepair
+	more := 0
+	for _, name := range sortedKeys(hs.repairs) {
+		if len(out) == maxHealthListed {
+			more++
+			continue
+		}
+		run := hs.repairs[name]
+		r := HealthRepair{Node: name, Rule: run.Rule, Step: run.Action, Since: run.Asked.UTC()}
+		if g, ok := l.groupOf[name]; ok {
+			r.NodeGroup = g.ID()
+		}
+		if rule := pol.Rule(run.Rule); rule != nil && run.active() {
+			r.Step = fmt.Sprintf("%d/%d %s", run.Step+1, len(rule.Repair), run.Action)
+		}
+		switch stage := repairStage(run); stage {
+		case "replace":
+			r.State = "replacing: no step fixed it"
+		case "due":
+			r.State = "due"
+			if why := hs.repairWhy[name]; why != "" {
+				r.State += ": " + why
+			}
+		case "cloud":
+			r.State, r.Since = "in the cloud", run.Started.UTC()
+		default:
+			r.State, r.Since = "preflight again, then the rule must clear", run.Again.UTC()
+		}
+		out = append(out, r)
+	}
+	return out, more
+}
+
+// repairStage is where a run is, for the metric: due, cloud, preflight,
+// replace.
+func repairStage(run *RepairRun) string {
+	switch {
+	case !run.active():
+		return "replace"
+	case run.Started.IsZero():
+		return "due"
+	case run.Again.IsZero():
+		return "cloud"
+	}
+	return "preflight"
+}
+
+// repairStages are repairStage's values.
+var repairStages = []string{"due", "cloud", "preflight", "replace"}
+
+// setRepairingGauge sets health_repairing_nodes for every group that can
+// repair, every stage (0 included: a group whose repairs ended reads 0,
+// not its last count).
+func (a *Autoscaler) setRepairingGauge(l *loop) {
+	counts := map[[2]string]int{}
+	for name, run := range a.health.repairs {
+		if g, ok := l.groupOf[name]; ok {
+			counts[[2]string{g.ID(), repairStage(run)}]++
+		}
+	}
+	for id := range l.byID {
+		if repairerOf(l, id) == nil {
+			continue
+		}
+		for _, st := range repairStages {
+			a.metrics.HealthRepairing.WithLabelValues(id, st).Set(float64(counts[[2]string{id, st}]))
+		}
+	}
+}

@@ -106,6 +106,9 @@ func TestRepairLadderKeepsTheMachineARebootOrReimageFixes(t *testing.T) {
 	if !sentThroughPreflight(e, nodes[3]) {
 		t.Fatalf("node %s after its reboot: want the preflight taint and pending label back", nodes[3])
 	}
+	if last := e.status.writes[len(e.status.writes)-1]; !strings.Contains(last, "step: 1/2 reboot") || !strings.Contains(last, "state: preflight again") {
+		t.Fatalf("status lacks the node's repair (step 1/2 reboot, preflight again):\n%s", last)
+	}
 	e.failover() // a new leader goes on with the ladder where it was, from the node
 	e.run()
 	if got := gpu.Repairs(); len(got) != 1 || len(gpu.Deleted()) != 0 {
@@ -153,9 +156,11 @@ func TestRepairLadderKeepsTheMachineARebootOrReimageFixes(t *testing.T) {
 
 // TestRepairPreflightFailureIsTheNextStep: a rebooted node that fails
 // preflight again is the ladder's, not the preflight gate's: it is
-// reimaged next, not replaced (and not uncordoned).
+// reimaged next, not replaced (and not uncordoned); and it is a broken
+// machine, not the group's new machines going bad: with the group's
+// backoff at the first preflight failure, the group still scales up.
 func TestRepairPreflightFailureIsTheNextStep(t *testing.T) {
-	e, acts, gpu := healthEnv(t, 8, repairPolicy)
+	e, acts, gpu := newHealthEnv(t, 8, repairPolicy, false, func(o *Options) { o.PreflightFailuresBeforeBackoff = 1 })
 	nodes, pids := groupNodes(gpu), gpu.ProviderIDs()
 	drainedForRepair(t, e, acts, gpu)
 	gpu.FinishRepair(pids[3], nil)
@@ -168,6 +173,15 @@ func TestRepairPreflightFailureIsTheNextStep(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(e.a.metrics.HealthRepairs.WithLabelValues("gpu", "reboot", "preflight-failed")); got != 1 {
 		t.Fatalf("reboot preflight failures %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.Backoff.WithLabelValues("gpu")); got != 0 {
+		t.Fatalf("gpu backoff %v after a repaired node failed preflight, want 0", got)
+	}
+	before := len(gpu.Increases())
+	e.add(pendingPods(1, "more", wholeGPU()...))
+	e.run()
+	if got := gpu.Increases(); len(got) != before+1 {
+		t.Fatalf("increases %v: want the group to scale up for a new pod", got)
 	}
 	// The reimage fails preflight too: the last step, the gate replaces it.
 	gpu.FinishRepair(pids[3], nil)

@@ -264,6 +264,22 @@ type HealthStatus struct {
 	// how many more.
 	NotJudged     []string `json:"notJudged,omitempty"`
 	NotJudgedMore int      `json:"notJudgedMore,omitempty"`
+	// Repairs are the repair ladders in progress (the first 20, and
+	// how many more).
+	Repairs     []HealthRepair `json:"repairs,omitempty"`
+	RepairsMore int            `json:"repairsMore,omitempty"`
+}
+
+// HealthRepair is a node's repair ladder in progress: its rule, the step
+// ("2/3 reimage"), where the step is ("due: <why not asked yet>", "in
+// the cloud", "preflight again", "replacing") and since when.
+type HealthRepair struct {
+	Node      string    `json:"node"`
+	NodeGroup string    `json:"nodeGroup"`
+	Rule      string    `json:"rule"`
+	Step      string    `json:"step"`
+	State     string    `json:"state"`
+	Since     time.Time `json:"since"`
 }
 
 // HealthNode is an unhealthy node: the rule it matches (the strongest),

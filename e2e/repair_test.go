@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
+	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
 )
 
 // TestRepairAtTheMinimumBuysTheReplacementFirst (#42): a pool of one H100
@@ -71,23 +74,29 @@ const repairXIDPolicy = `rules:
 `
 
 // TestRepairRebootKeepsTheMachineElseReplaced (#42): two H100 pools of
-// one node each run a whole-node pod; both GPUs throw XID 79. Pool A's
-// fault is one a reboot clears: its node is drained, its VM restarted
-// (ARM's restart of the scale-set VM), the monitor reports the XID
-// cleared, the node is uncordoned and kept — the VM never deleted. Pool
-// B's fault nothing clears: its VM is restarted, a minute later
-// reimaged, a minute later deleted, as without a ladder. Both pods run
+// one node each, behind the preflight gate with the real agent, run a
+// whole-node pod; both GPUs throw XID 79. Pool A's fault is one a reboot
+// clears: its node is drained, its VM restarted (ARM's restart of the
+// scale-set VM), sent through preflight again (taint and pending label
+// back; the agent passes it again), the monitor reports the XID cleared,
+// and the node is uncordoned and kept — the VM never deleted, its repair
+// record on the node. Pool B's fault nothing clears: its VM is
+// restarted, passes preflight with the XID still there, a minute later
+// is reimaged, a minute later deleted, as without a ladder. Both pods run
 // again; the never-kill invariant holds (each was evicted with its grace
 // before its machine was stopped). Before, both machines were deleted at
-// once.
+// once, and a rebooted node took work without preflight.
 func TestRepairRebootKeepsTheMachineElseReplaced(t *testing.T) {
 	t.Parallel()
 	sc := newScenario(t)
-	poolA := sc.scaleSet("gpua", h100, 0, nil)
-	poolB := sc.scaleSet("gpub", h100, 0, nil)
+	poolA := sc.scaleSet("gpua", h100, 0, preflightTags())
+	poolB := sc.scaleSet("gpub", h100, 0, preflightTags())
 	hook := sc.faultHook(poolA, poolB)
 	sc.healthPolicy(repairXIDPolicy)
+	start := time.Now()
 	p := sc.autoscaler("autoscaler", "--nodes=0:3:"+poolA, "--nodes=0:3:"+poolB)
+	prom := sc.prometheus(sc.addr(p))
+	sc.runAgents(func(string, int) bool { return false }, poolA, poolB)
 	sc.workload("a", 1, "90", 8, poolA)
 	sc.workload("b", 1, "90", 8, poolB)
 	sc.eventually("both pods Running", 3*time.Minute, allRunning(sc, 2))
@@ -97,6 +106,7 @@ func TestRepairRebootKeepsTheMachineElseReplaced(t *testing.T) {
 	}
 	nodeA, nodeB := nodeOf("a"), nodeOf("b")
 	vmA, vmB := sc.vmOfNode(poolA, nodeA), sc.vmOfNode(poolB, nodeB)
+	broke := time.Now().Truncate(time.Second)
 	must(t, sc.s.sim.BreakVM(sc.rg, poolA, vmA, armsim.ActionRestart))
 	must(t, sc.s.sim.BreakVM(sc.rg, poolB, vmB, ""))
 	sc.setCondition(hook, nodeA, xidError, apiv1.ConditionTrue, "XID79", "GPU 0: XID 79, GPU has fallen off the bus")
@@ -117,6 +127,23 @@ func TestRepairRebootKeepsTheMachineElseReplaced(t *testing.T) {
 		return n != nil && !n.Spec.Unschedulable && vmLeft && sc.nodeEvents(core.EventHealthRepaired, nodeA) > 0 && slices.Equal(got, []string{armsim.OpRestartVM}),
 			fmt.Sprintf("node there %v, VM left %v, actions on it %v, %d HealthRepaired", n != nil, vmLeft, got, sc.nodeEvents(core.EventHealthRepaired, nodeA))
 	})
+	// It went through preflight again, and passed, after the reboot.
+	n := sc.node(nodeA)
+	passedAt, err := time.Parse(time.RFC3339, n.Annotations[preflight.PassedAtAnnotation])
+	againAt, err2 := time.Parse(time.RFC3339, n.Annotations[preflight.AgainAnnotation])
+	if err != nil || err2 != nil || againAt.Before(broke) || passedAt.Before(againAt) || n.Labels[preflight.DefaultLabel] != preflight.ValuePassed ||
+		slices.ContainsFunc(n.Spec.Taints, func(t apiv1.Taint) bool { return t.Key == preflight.DefaultTaintKey }) {
+		t.Fatalf("node %s after its repair: label %q, sent again at %q, passed at %q (broke at %s), taints %+v: want preflight passed again after the reboot",
+			nodeA, n.Labels[preflight.DefaultLabel], n.Annotations[preflight.AgainAnnotation], n.Annotations[preflight.PassedAtAnnotation], broke.Format(time.RFC3339), n.Spec.Taints)
+	}
+	var rec struct {
+		Run     any `json:"run"`
+		History []struct{ Action, Outcome string }
+	}
+	if err := json.Unmarshal([]byte(n.Annotations[actuation.RepairAnnotation]), &rec); err != nil || rec.Run != nil ||
+		len(rec.History) != 1 || rec.History[0].Action != "reboot" || rec.History[0].Outcome != "fixed" {
+		t.Fatalf("node %s's repair record %q (%v): want no run and one outcome, reboot fixed", nodeA, n.Annotations[actuation.RepairAnnotation], err)
+	}
 	sc.eventually("pool B's node rebooted, reimaged, then its VM deleted", 5*time.Minute, func() (bool, string) {
 		_, vmLeft := sc.vms(poolB)[vmB]
 		got := actions(poolB, vmB)
@@ -133,4 +160,7 @@ func TestRepairRebootKeepsTheMachineElseReplaced(t *testing.T) {
 			t.Errorf("%s = %v, want 1", series, got)
 		}
 	}
+	// The health dashboard's repair panels (TestDashboardsShowDataFromARealPrometheus
+	// leaves them to this scenario, which repairs).
+	sc.panelsShowData(prom, "health.json", "health_repair", start)
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
 	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
+	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
 )
 
 // The admission policies that hold the autoscaler's own ServiceAccount to
@@ -120,6 +122,13 @@ func TestSecurityAutoscalerNodeWritesHeld(t *testing.T) {
 	a, probe := ps.node(ps.prefix+"-node-a"), ps.node(ps.prefix+"-probe")
 	operator := ps.node(ps.prefix + "-cordoned")
 	must(t, update(ctx, admin, operator.Name, func(n *apiv1.Node) { n.Spec.Unschedulable = true }))
+	// A node that passed preflight (the agent's writes), which the
+	// autoscaler did not cordon.
+	passed := ps.node(ps.prefix + "-passed")
+	must(t, update(ctx, admin, passed.Name, func(n *apiv1.Node) {
+		n.Spec.Taints = withoutTaint(n.Spec.Taints, preflight.DefaultTaintKey)
+		n.Labels[preflight.DefaultLabel] = preflight.ValuePassed
+	}))
 
 	// The API server loads a new policy within a moment: probe with a label
 	// on the probe node (taken back if admitted) until refused.
@@ -132,6 +141,10 @@ func TestSecurityAutoscalerNodeWritesHeld(t *testing.T) {
 	})
 
 	const taintsMsg = "vmss-autoscaler may add or remove only its ToBeDeletedByClusterAutoscaler and DeletionCandidateOfClusterAutoscaler taints"
+	const labelsMsg = "vmss-autoscaler may not change the labels of a node (but the vmss-autoscaler.io/preflight label to pending, on a node it cordoned)"
+	const preflightLabelMsg = "vmss-autoscaler may set the vmss-autoscaler.io/preflight label only to pending, only on a node it cordoned, and never remove it"
+	const preflightTaintMsg = "vmss-autoscaler may add the vmss-autoscaler.io/preflight taint (NoSchedule) only to a node it cordoned, and never remove it"
+	const recordMsg = "vmss-autoscaler may write its vmss-autoscaler.io/repair (at most 4096 bytes) and vmss-autoscaler.io/preflight-again-at annotations only on a node it cordoned"
 	const cordonMsg = "vmss-autoscaler may cordon a node only with its vmss-autoscaler.io/cordoned annotation, set that annotation only as it cordons, and uncordon only a node it cordoned (removing the annotation)"
 	annotate := func(n *apiv1.Node, k, v string) {
 		if n.Annotations == nil {
@@ -154,15 +167,19 @@ func TestSecurityAutoscalerNodeWritesHeld(t *testing.T) {
 		{"remove the team taint", a.Name, func(n *apiv1.Node) { n.Spec.Taints = withoutTaint(n.Spec.Taints, "openai.com/team") }, taintsMsg},
 		{"remove the preflight taint", a.Name, func(n *apiv1.Node) {
 			n.Spec.Taints = withoutTaint(n.Spec.Taints, "vmss-autoscaler.io/preflight")
-		}, taintsMsg},
-		{"add a label (attract sensitive pods)", a.Name, func(n *apiv1.Node) { n.Labels["example.com/secure-zone"] = "true" },
-			"vmss-autoscaler may not change the labels of a node"},
-		{"change the team label", a.Name, func(n *apiv1.Node) { n.Labels["openai.com/team"] = "other" },
-			"vmss-autoscaler may not change the labels of a node"},
-		{"mark the node passed", a.Name, func(n *apiv1.Node) { n.Labels["vmss-autoscaler.io/preflight"] = "passed" },
-			"vmss-autoscaler may not change the labels of a node"},
+		}, preflightTaintMsg},
+		{"add the preflight taint to a node it did not cordon", passed.Name, func(n *apiv1.Node) {
+			n.Spec.Taints = append(n.Spec.Taints, apiv1.Taint{Key: preflight.DefaultTaintKey, Value: "pending", Effect: apiv1.TaintEffectNoSchedule})
+		}, preflightTaintMsg},
+		{"send a node it did not cordon through preflight again", passed.Name, func(n *apiv1.Node) { n.Labels[preflight.DefaultLabel] = preflight.ValuePending },
+			preflightLabelMsg},
+		{"remove the preflight label", a.Name, func(n *apiv1.Node) { delete(n.Labels, preflight.DefaultLabel) }, preflightLabelMsg},
+		{"a repair record on a node it did not cordon", passed.Name, func(n *apiv1.Node) { annotate(n, actuation.RepairAnnotation, "{}") }, recordMsg},
+		{"add a label (attract sensitive pods)", a.Name, func(n *apiv1.Node) { n.Labels["example.com/secure-zone"] = "true" }, labelsMsg},
+		{"change the team label", a.Name, func(n *apiv1.Node) { n.Labels["openai.com/team"] = "other" }, labelsMsg},
+		{"mark the node passed", a.Name, func(n *apiv1.Node) { n.Labels["vmss-autoscaler.io/preflight"] = "passed" }, preflightLabelMsg},
 		{"add another annotation", a.Name, func(n *apiv1.Node) { annotate(n, "example.com/other", "x") },
-			"vmss-autoscaler may change only its vmss-autoscaler.io/cordoned annotation of a node"},
+			"vmss-autoscaler may change only its vmss-autoscaler.io/cordoned, vmss-autoscaler.io/repair and vmss-autoscaler.io/preflight-again-at annotations of a node"},
 		{"cordon without its annotation", a.Name, func(n *apiv1.Node) { n.Spec.Unschedulable = true }, cordonMsg},
 		{"its annotation without a cordon", a.Name, func(n *apiv1.Node) { annotate(n, actuation.CordonedAnnotation, "x") }, cordonMsg},
 		{"uncordon an operator's cordon", operator.Name, func(n *apiv1.Node) { n.Spec.Unschedulable = false }, cordonMsg},
@@ -234,6 +251,30 @@ func TestSecurityAutoscalerNodeWritesHeld(t *testing.T) {
 	if _, ok := get(a.Name).Annotations[actuation.CordonedAnnotation]; ok {
 		t.Fatal("its stale cordon annotation was not removed")
 	}
+	// A repair ladder's writes, by its own code: on a node it cordoned,
+	// its record and preflight again (taint, pending label, again-at) are
+	// admitted; a record over 4096 bytes is not; on a node it did not
+	// cordon the code writes nothing (ErrNotCordoned).
+	again := &actuation.PreflightAgain{Taint: apiv1.Taint{Key: preflight.DefaultTaintKey, Value: "pending", Effect: apiv1.TaintEffectNoSchedule},
+		Label: preflight.DefaultLabel, Value: preflight.ValuePending, AgainAnnotation: preflight.AgainAnnotation, At: now}
+	record := func(string) string { return `{"run":{"rule":"xid-error","step":0,"action":"reboot"}}` }
+	if err := acts.UpdateRepair(ctx, passed.Name, record, again); !errors.Is(err, actuation.ErrNotCordoned) {
+		t.Fatalf("repair write on a node it did not cordon: %v, want ErrNotCordoned", err)
+	}
+	must(t, acts.Cordon(ctx, passed.Name, "health:xid-error"))
+	must(t, acts.UpdateRepair(ctx, passed.Name, record, again))
+	n = get(passed.Name)
+	if n.Labels[preflight.DefaultLabel] != preflight.ValuePending || taint(n, preflight.DefaultTaintKey) == nil ||
+		n.Annotations[actuation.RepairAnnotation] == "" || n.Annotations[preflight.AgainAnnotation] == "" {
+		t.Fatalf("after sending it through preflight again: labels %v, taints %+v, annotations %v", n.Labels, n.Spec.Taints, n.Annotations)
+	}
+	t.Log("admitted: on a node it cordoned, its repair record and preflight again")
+	wantRefused(t, "a repair record over 4096 bytes", update(ctx, ps.as, passed.Name, func(n *apiv1.Node) {
+		annotate(n, actuation.RepairAnnotation, strings.Repeat("x", 4097))
+	}), recordMsg)
+	wantRefused(t, "mark a node it cordoned passed", update(ctx, ps.as, passed.Name, func(n *apiv1.Node) {
+		n.Labels[preflight.DefaultLabel] = preflight.ValuePassed
+	}), preflightLabelMsg)
 	// Nothing else of the node changed.
 	n = get(a.Name)
 	if own := ownTaints(n); len(own) != 2 || n.Labels["openai.com/team"] != "rl" || n.Labels["vmss-autoscaler.io/preflight"] != "pending" ||

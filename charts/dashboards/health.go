@@ -33,5 +33,13 @@ func health() *dashboard.DashboardBuilder {
 		WithPanel(series("Degraded nodes by group", "short", 12,
 			q(`sum by (node_group) (vmss_autoscaler_degraded_nodes{job=~"$job", node_group=~"$node_group"})`, "{{node_group}}"),
 		).
-			Description("Nodes advertising less than their VM size (fewer GPUs, memory beyond memoryTolerance): never the group's template."))
+			Description("Nodes advertising less than their VM size (fewer GPUs, memory beyond memoryTolerance): never the group's template.")).
+		WithPanel(stacked("Nodes in a repair ladder by stage", "short", 12,
+			q(`sum by (stage) (vmss_autoscaler_health_repairing_nodes{job=~"$job", node_group=~"$node_group"})`, "{{stage}}"),
+		).
+			Description("Nodes a replace rule's repair steps (reboot, reimage, redeploy) are trying to keep: due (waiting for its pods, or throttled), cloud (the VM's operation runs), preflight (sent through preflight again; the rule must clear), replace (no step fixed it).")).
+		WithPanel(stacked("Repair steps per hour by step and outcome", "short", 12,
+			q(`sum by (action, outcome) (increase(vmss_autoscaler_health_repairs_total{job=~"$job", node_group=~"$node_group"}[1h]))`, "{{action}} {{outcome}}"),
+		).
+			Description("started; fixed (passed preflight again, the rule cleared: the machine kept); timeout, failed (the cloud's operation), preflight-failed: the next step, or past the last a replacement."))
 }

@@ -547,7 +547,9 @@ func (r *Registry) preflightFailure(act *Actions, group string, n *apiv1.Node, w
 	r.preflightFailed[n.Name] = true
 	act.PreflightNewFailures = append(act.PreflightNewFailures, res)
 	limit, window := r.opts.PreflightFailuresBeforeBackoff, r.opts.PreflightFailureWindow
-	if limit <= 0 {
+	if _, again := preflight.AgainAt(n, now); limit <= 0 || again {
+		// A machine a repair sent through preflight again is a broken
+		// machine, not a sign that the group's new machines are bad.
 		return
 	}
 	recent := r.preflightFailures[group][:0]

@@ -230,9 +230,41 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// renderHealth lists the unhealthy nodes: rule, action, where each is.
+// renderHealth lists the unhealthy nodes (rule, action, where each is)
+// and the repair ladders in progress.
 func renderHealth(w io.Writer, h *core.HealthStatus) error {
-	if h == nil || len(h.Unhealthy) == 0 {
+	if h == nil {
+		return nil
+	}
+	if err := renderUnhealthy(w, h); err != nil {
+		return err
+	}
+	return renderRepairs(w, h)
+}
+
+// renderRepairs lists the repair ladders: rule, step, where it is, since.
+func renderRepairs(w io.Writer, h *core.HealthStatus) error {
+	if len(h.Repairs) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(tw, "REPAIRING NODE\tGROUP\tRULE\tSTEP\tSTATE\tSINCE")
+	for _, r := range h.Repairs {
+		fmt.Fprintln(tw, strings.Join([]string{r.Node, r.NodeGroup, r.Rule, r.Step, r.State, r.Since.Format(time.RFC3339)}, "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if h.RepairsMore > 0 {
+		fmt.Fprintf(w, "(and %d more)\n", h.RepairsMore)
+	}
+	return nil
+}
+
+// renderUnhealthy lists the unhealthy nodes.
+func renderUnhealthy(w io.Writer, h *core.HealthStatus) error {
+	if len(h.Unhealthy) == 0 {
 		return nil
 	}
 	fmt.Fprintln(w)

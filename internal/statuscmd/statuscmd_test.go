@@ -82,7 +82,11 @@ func TestTableFromStatus(t *testing.T) {
 		Health: &core.HealthStatus{Paused: true, PolicyError: `rules[0].action: "reboot": must be one of report, cordon, drain, replace`,
 			Breakers: []string{"gpu"}, Incidents: []string{"xid-error"}, Cordoned: 2, CordonCeiling: 2, More: 3, Unhealthy: []core.HealthNode{
 				{Node: "gpu-1", NodeGroup: "gpu", Rule: "xid-error", Action: "replace", State: "held: breaker"},
-				{Node: "gpu-2", NodeGroup: "gpu", Rule: "xid-error", Action: "replace", State: "cordoned"}}},
+				{Node: "gpu-2", NodeGroup: "gpu", Rule: "xid-error", Action: "replace", State: "cordoned"}},
+			Repairs: []core.HealthRepair{
+				{Node: "gpu-3", NodeGroup: "gpu", Rule: "xid-error", Step: "2/3 reimage", State: "in the cloud", Since: now.Add(-5 * time.Minute).UTC()},
+				{Node: "gpu-4", NodeGroup: "gpu", Rule: "xid-error", Step: "1/3 reboot", State: "due: pod ml/train-4 is terminating", Since: now.Add(-time.Minute).UTC()}},
+			RepairsMore: 2},
 	}
 	provreqs := core.Status{
 		LastChange: now.Add(-time.Minute), Nodes: 2, ReadyNodes: 2,
@@ -216,6 +220,11 @@ func TestTableFromStatus(t *testing.T) {
 			{"gpu-1", "gpu", "xid-error", "replace", "held: breaker"},
 			{"gpu-2", "gpu", "xid-error", "replace", "cordoned"},
 			{"(and 3 more)"},
+			{""},
+			{"REPAIRING NODE", "GROUP", "RULE", "STEP", "STATE", "SINCE"},
+			{"gpu-3", "gpu", "xid-error", "2/3 reimage", "in the cloud", now.Add(-5 * time.Minute).UTC().Format(time.RFC3339)},
+			{"gpu-4", "gpu", "xid-error", "1/3 reboot", "due: pod ml/train-4 is terminating", now.Add(-time.Minute).UTC().Format(time.RFC3339)},
+			{"(and 2 more)"},
 		}, []string{
 			`WARNING: health policy: rules[0].action: "reboot": must be one of report, cordon, drain, replace.`,
 			"WARNING: health actions paused (annotation vmss-autoscaler.io/health-paused): unhealthy nodes are reported only.",

@@ -112,6 +112,12 @@ Call: include "vmss-autoscaler.flag" (list . "flag-name" "default").
 {{- include "vmss-autoscaler.flag" (list . "preflight-label" "vmss-autoscaler.io/preflight") }}
 {{- end }}
 
+{{/* The preflight taint's effect: the part of --preflight-taint after ":". */}}
+{{- define "vmss-autoscaler.preflightTaintEffect" -}}
+{{- $t := include "vmss-autoscaler.flag" (list . "preflight-taint" "vmss-autoscaler.io/preflight=pending:NoSchedule") }}
+{{- regexReplaceAll "^[^:]*:" $t "" }}
+{{- end }}
+
 {{/* The preflight taint's key: the part of --preflight-taint before "=" or ":". */}}
 {{- define "vmss-autoscaler.preflightTaintKey" -}}
 {{- $t := include "vmss-autoscaler.flag" (list . "preflight-taint" "vmss-autoscaler.io/preflight=pending:NoSchedule") }}
