@@ -481,6 +481,7 @@ func (a *Autoscaler) nodeHealth(ctx context.Context, l *loop) error {
 	a.metrics.HealthPaused.Set(v)
 
 	j := a.judgeNodes(ctx, l, pol, rep)
+	a.countRepairing(l, j)
 	a.firstEvaluation(ctx, j)
 	a.updateBreakers(ctx, l, pol, j)
 	a.updateIncidents(ctx, l, pol, j)
@@ -1059,6 +1060,12 @@ func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Po
 			continue
 		}
 		if breaker && !releasing {
+			// A node drained before the breaker engaged goes on with its
+			// repair ladder (a step on a drained machine disrupts
+			// nothing); its replacement waits like any other.
+			if hs.admitted[n.Name] && a.repairOwns(n.Name) && a.repairInPlace(ctx, l, c, verdictRule(v)) {
+				continue
+			}
 			a.countYoungFailure(ctx, l, c, false)
 			a.holdHealth(ctx, l, c, heldBreaker, fmt.Sprintf("node group %s's health breaker holds (maxUnhealthy %s)", c.group, pol.MaxUnhealthy.String()))
 			continue

@@ -412,7 +412,9 @@ func (a *Autoscaler) nextRepairStep(ctx context.Context, l *loop, n *apiv1.Node,
 	out := &RepairOutcome{Rule: run.Rule, Action: run.Action, Outcome: outcome, At: l.now}
 	checked := !run.Again.IsZero()
 	run.Step++
-	run.Asked, run.Started, run.Again = l.now, time.Time{}, time.Time{}
+	// The next step is due: its clock starts when it is first tried
+	// (askRepair), not while the node is held (a breaker, its pods).
+	run.Asked, run.Started, run.Again = time.Time{}, time.Time{}, time.Time{}
 	var again *actuation.PreflightAgain
 	if run.Step < len(rule.Repair) {
 		run.Action = string(rule.Repair[run.Step])
@@ -475,6 +477,22 @@ func (a *Autoscaler) adoptRepairs(ctx context.Context, l *loop) {
 	}
 }
 
+// countRepairing counts, for the breakers, the nodes of an active ladder
+// that no rule judged this loop (the machine down, or going through
+// preflight again): until the ladder ends each is still an unhealthy
+// node of its group, as it was when it was drained.
+func (a *Autoscaler) countRepairing(l *loop, j judgement) {
+	for name, run := range a.health.repairs {
+		if !run.active() || j.judged[name] {
+			continue
+		}
+		if g, ok := l.groupOf[name]; ok {
+			j.over[g.ID()]++
+			j.live[g.ID()]++
+		}
+	}
+}
+
 // repairOwns says an active ladder owns the node: its preflight results
 // are the ladder's, not the preflight gate's.
 func (a *Autoscaler) repairOwns(name string) bool {
@@ -495,7 +513,10 @@ func (a *Autoscaler) repairReport(l *loop, pol *health.Policy) ([]HealthRepair, 
 			continue
 		}
 		run := hs.repairs[name]
-		r := HealthRepair{Node: name, Rule: run.Rule, Step: run.Action, Since: run.Asked.UTC()}
+		r := HealthRepair{Node: name, Rule: run.Rule, Step: run.Action}
+		if !run.Asked.IsZero() {
+			r.Since = run.Asked.UTC()
+		}
 		if g, ok := l.groupOf[name]; ok {
 			r.NodeGroup = g.ID()
 		}

@@ -374,3 +374,44 @@ func TestReplacementFirstTwoBrokenNodesAtTheMinimum(t *testing.T) {
 		t.Fatalf("target %d, below the minimum", n)
 	}
 }
+
+// TestRepairingNodesCountForTheBreaker: under the default maxUnhealthy
+// (20 %: one node of 8), a node whose machine is going through preflight
+// again after its reboot is still an unhealthy node of its group: a
+// second node turning bad meanwhile engages the breaker and is not
+// drained. Before, the repairing node dropped out of the count and the
+// second was drained too, and so on, a node at a time. The ladder itself
+// goes on under the breaker.
+func TestRepairingNodesCountForTheBreaker(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 8, strings.TrimPrefix(repairPolicy, "\nmaxUnhealthy: 1"))
+	nodes, pids := groupNodes(gpu), gpu.ProviderIDs()
+	drainedForRepair(t, e, acts, gpu)
+	gpu.FinishRepair(pids[3], nil)
+	e.run()
+	if !sentThroughPreflight(e, nodes[3]) {
+		t.Fatalf("node %s not sent through preflight again", nodes[3])
+	}
+	e.gangOnNodes("eval", nodes[5:6], grace(30))
+	e.condition(nodes[5], "XIDErrors", apiv1.ConditionTrue)
+	for range 3 {
+		e.clock.Step(time.Minute)
+		e.run()
+	}
+	if slices.Contains(acts.evicted, "eval-0") || slices.Contains(acts.evicted, "train-5") {
+		t.Fatalf("evicted %v: a second node drained while the first is in its repair ladder", acts.evicted)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.HealthBreaker.WithLabelValues("gpu")); got != 1 {
+		t.Fatalf("breaker %v, want engaged", got)
+	}
+	// The rebooted node passes preflight with its XID still there: its
+	// ladder goes on under the breaker (a step on a drained machine
+	// disrupts nothing), the reimage asked after the reboot's 10 minutes.
+	e.passPreflightOf(nodes[3])
+	for range 8 {
+		e.clock.Step(time.Minute)
+		e.run()
+	}
+	if got := gpu.Repairs(); fmt.Sprint(got) != fmt.Sprint([]string{pids[3] + " reboot", pids[3] + " reimage"}) || len(gpu.Deleted()) != 0 {
+		t.Fatalf("repairs %v, deleted %v under the breaker: want the ladder to go on (a reimage), nothing deleted", got, gpu.Deleted())
+	}
+}

@@ -279,7 +279,7 @@ type HealthRepair struct {
 	Rule      string    `json:"rule"`
 	Step      string    `json:"step"`
 	State     string    `json:"state"`
-	Since     time.Time `json:"since"`
+	Since     time.Time `json:"since,omitzero"`
 }
 
 // HealthNode is an unhealthy node: the rule it matches (the strongest),

@@ -80,9 +80,10 @@ const repairXIDPolicy = `rules:
 // scale-set VM), sent through preflight again (taint and pending label
 // back; the agent passes it again), the monitor reports the XID cleared,
 // and the node is uncordoned and kept — the VM never deleted, its repair
-// record on the node. Pool B's fault nothing clears: its VM is
-// restarted, passes preflight with the XID still there, a minute later
-// is reimaged, a minute later deleted, as without a ladder. Both pods run
+// record on the node. Pool B, a Flexible scale set, has a fault nothing
+// clears: its VM is restarted (the Virtual Machines API's restart),
+// passes preflight with the XID still there, a minute later is reimaged,
+// a minute later deleted, as without a ladder. Both pods run
 // again; the never-kill invariant holds (each was evicted with its grace
 // before its machine was stopped). Before, both machines were deleted at
 // once, and a rebooted node took work without preflight.
@@ -90,7 +91,11 @@ func TestRepairRebootKeepsTheMachineElseReplaced(t *testing.T) {
 	t.Parallel()
 	sc := newScenario(t)
 	poolA := sc.scaleSet("gpua", h100, 0, preflightTags())
-	poolB := sc.scaleSet("gpub", h100, 0, preflightTags())
+	// Pool B is a Flexible scale set: its VM's repairs are the Virtual
+	// Machines API's.
+	poolB := sc.prefix + "-gpub"
+	must(t, sc.s.sim.AddScaleSet(armsim.ScaleSetSpec{ResourceGroup: sc.rg, Name: poolB, SKU: h100, Tags: preflightTags(), Flexible: true}))
+	sc.sets = append(sc.sets, poolB)
 	hook := sc.faultHook(poolA, poolB)
 	sc.healthPolicy(repairXIDPolicy)
 	start := time.Now()
@@ -147,7 +152,7 @@ func TestRepairRebootKeepsTheMachineElseReplaced(t *testing.T) {
 	sc.eventually("pool B's node rebooted, reimaged, then its VM deleted", 5*time.Minute, func() (bool, string) {
 		_, vmLeft := sc.vms(poolB)[vmB]
 		got := actions(poolB, vmB)
-		return !vmLeft && slices.Equal(got, []string{armsim.OpRestartVM, armsim.OpReimageVM, armsim.OpDeleteInstances}),
+		return !vmLeft && slices.Equal(got, []string{armsim.OpRestartVirtualMachine, armsim.OpReimageVirtualMachine, armsim.OpDeleteInstances}),
 			fmt.Sprintf("VM left %v, actions on it %v", vmLeft, got)
 	})
 	sc.eventually("both pods Running again", 3*time.Minute, allRunning(sc, 2))

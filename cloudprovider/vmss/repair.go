@@ -20,25 +20,25 @@ type repairOp struct {
 	status cloudprovider.RepairStatus
 }
 
-// CanRepair implements cloudprovider.Repairer: a Uniform scale set's VMs
-// can be repaired in place, a Flexible one's not yet.
-func (g *scaleSet) CanRepair() bool { return !g.flexible }
+// CanRepair implements cloudprovider.Repairer: a scale set's VMs can be
+// repaired in place, Uniform (the scale-set VM API) or Flexible (the
+// Virtual Machines API).
+func (g *scaleSet) CanRepair() bool { return true }
 
-// Repair implements cloudprovider.Repairer for a Uniform scale set's VM:
-// POST .../virtualMachines/{instanceId}/restart, /reimage or /redeploy
-// (the Virtual Machine Scale Set VMs REST API), charged by the Compute RP
-// to the VM's "Update VMSS VMs" policy (4 a minute, a bucket of 12, per
-// VM: "Compute throttling limits"). The machine must be the group's, in
-// its last VM list and neither deleting nor coming; the write guards are
-// checked first (a fenced or paused process asks nothing). The operation
-// is followed in the background like a scale-up's (a poll error is not a
-// failure, up to opDeadline), and RepairState says how it ended. Flexible
-// scale sets are refused (ErrNotSent): their VMs' actions are the Virtual
-// Machines API's, not served yet.
+// Repair implements cloudprovider.Repairer. A Uniform scale set's VM:
+// POST .../virtualMachineScaleSets/{set}/virtualMachines/{instanceId}/
+// restart, /reimage or /redeploy (the Virtual Machine Scale Set VMs REST
+// API), charged by the Compute RP to the VM's "Update VMSS VMs" policy (4
+// a minute, a bucket of 12, per VM: "Compute throttling limits"). A
+// Flexible scale set's VM is a virtual machine of its own: POST
+// .../virtualMachines/{vmName}/restart, /reimage or /redeploy (the
+// Virtual Machines REST API), charged to that VM's "Update VM" policy, of
+// the same numbers. The machine must be the group's, in its last VM list
+// and neither deleting nor coming; the write guards are checked first (a
+// fenced or paused process asks nothing). The operation is followed in
+// the background like a scale-up's (a poll error is not a failure, up to
+// opDeadline), and RepairState says how it ended.
 func (g *scaleSet) Repair(ctx context.Context, providerID string, action cloudprovider.RepairAction) error {
-	if g.flexible {
-		return fmt.Errorf("repairing %s in scale set %s: in-place repair of a Flexible scale set's VMs is not supported: %w", providerID, g.ID(), cloudprovider.ErrNotSent)
-	}
 	key := cloudprovider.ProviderIDKey(providerID)
 	g.mu.Lock()
 	var found *cloudprovider.Instance
@@ -117,6 +117,9 @@ func (g *scaleSet) Repair(ctx context.Context, providerID string, action cloudpr
 func (g *scaleSet) beginRepair(ctx context.Context, instanceID string, action cloudprovider.RepairAction) (func(kind string, op int, done func(opResult)), error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
+	if g.flexible {
+		return g.beginFlexibleRepair(ctx, instanceID, action)
+	}
 	switch action {
 	case cloudprovider.RepairReboot:
 		p, err := g.p.vms.BeginRestart(ctx, g.rg, g.name, instanceID, nil)
@@ -126,6 +129,24 @@ func (g *scaleSet) beginRepair(ctx context.Context, instanceID string, action cl
 		return watcher(g, p), err
 	case cloudprovider.RepairRedeploy:
 		p, err := g.p.vms.BeginRedeploy(ctx, g.rg, g.name, instanceID, nil)
+		return watcher(g, p), err
+	}
+	return nil, fmt.Errorf("unknown repair action %q: %w", action, cloudprovider.ErrNotSent)
+}
+
+// beginFlexibleRepair is beginRepair for a Flexible scale set's VM,
+// named by instanceID (its VM name), in the scale set's resource group.
+func (g *scaleSet) beginFlexibleRepair(ctx context.Context, vmName string, action cloudprovider.RepairAction) (func(kind string, op int, done func(opResult)), error) {
+	vms := g.p.virtualMachines
+	switch action {
+	case cloudprovider.RepairReboot:
+		p, err := vms.BeginRestart(ctx, g.rg, vmName, nil)
+		return watcher(g, p), err
+	case cloudprovider.RepairReimage:
+		p, err := vms.BeginReimage(ctx, g.rg, vmName, nil)
+		return watcher(g, p), err
+	case cloudprovider.RepairRedeploy:
+		p, err := vms.BeginRedeploy(ctx, g.rg, vmName, nil)
 		return watcher(g, p), err
 	}
 	return nil, fmt.Errorf("unknown repair action %q: %w", action, cloudprovider.ErrNotSent)

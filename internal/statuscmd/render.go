@@ -251,7 +251,11 @@ func renderRepairs(w io.Writer, h *core.HealthStatus) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
 	fmt.Fprintln(tw, "REPAIRING NODE\tGROUP\tRULE\tSTEP\tSTATE\tSINCE")
 	for _, r := range h.Repairs {
-		fmt.Fprintln(tw, strings.Join([]string{r.Node, r.NodeGroup, r.Rule, r.Step, r.State, r.Since.Format(time.RFC3339)}, "\t"))
+		since := "-"
+		if !r.Since.IsZero() {
+			since = r.Since.Format(time.RFC3339)
+		}
+		fmt.Fprintln(tw, strings.Join([]string{r.Node, r.NodeGroup, r.Rule, r.Step, r.State, since}, "\t"))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

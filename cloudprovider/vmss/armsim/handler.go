@@ -98,6 +98,10 @@ func parseRoute(escapedPath string) (route, bool) {
 	case len(segs) == 7 && lit(2, "resourceGroups") && lit(4, "providers") && lit(5, "Microsoft.Compute") && lit(6, "virtualMachines"):
 		rt.rg = segs[3]
 		rt.ops = map[string]string{http.MethodGet: OpListVirtualMachines}
+	case len(segs) == 9 && lit(2, "resourceGroups") && lit(4, "providers") && lit(5, "Microsoft.Compute") && lit(6, "virtualMachines") &&
+		flexActionOps[strings.ToLower(segs[8])] != "":
+		rt.rg, rt.instance = segs[3], segs[7]
+		rt.ops = map[string]string{http.MethodPost: flexActionOps[strings.ToLower(segs[8])]}
 	case len(segs) == 5 && lit(2, "providers") && lit(3, "Microsoft.Compute") && lit(4, "skus"):
 		rt.ops = map[string]string{http.MethodGet: OpListSKUs}
 	case len(segs) == 8 && lit(2, "providers") && lit(3, "Microsoft.Compute") && lit(4, "locations") && lit(6, "operations"):
@@ -254,12 +258,14 @@ func (s *Server) dispatch(r *http.Request, rt route, op string, body []byte, now
 		return s.listScaleSets(rt, now)
 	case OpListVirtualMachines:
 		return s.listVirtualMachines(r, rt, now)
+	case OpRestartVirtualMachine, OpReimageVirtualMachine, OpRedeployVirtualMachine:
+		return s.flexVMAction(r, rt, op, now)
 	}
 	set, errResp := s.resolveSet(rt, now)
 	if errResp != nil {
 		return *errResp
 	}
-	if set.flexible && (op == OpListVMs || op == OpGetVM || actionOf(op) != "") {
+	if set.flexible && (op == OpListVMs || op == OpGetVM || actionOps[actionOf(op)] == op) {
 		// A Flexible scale set's VMs are virtual machines of their own.
 		return errorResponse(http.StatusBadRequest, "OperationNotAllowed",
 			"Operation 'VirtualMachineScaleSets.virtualMachines.GET' is not allowed on Virtual Machine Scale Set '%s'.", set.name)

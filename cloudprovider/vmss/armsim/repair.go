@@ -44,6 +44,16 @@ import (
 // here (ASSUMED: the Virtual Machines table lists Redeploy under "Update
 // VM", of the same numbers).
 //
+// A Flexible scale set's VMs are virtual machines of their own: the same
+// three actions are the Virtual Machines REST API's, POST
+// .../resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachines/
+// {vmName}/restart, /reimage and /redeploy ("Virtual Machines - Restart",
+// "- Reimage", "- Redeploy"), answered the same way; the scale-set VM path
+// on a Flexible set is refused as Azure refuses it. The Compute RP charges
+// them to the Virtual Machines table's "Update VM" policy, whose REST APIs
+// list Restart, Redeploy and Reimage (per VM 4 a minute refilling 12, per
+// subscription 500 refilling 1,500: "Compute throttling limits").
+//
 // Faults: BreakVM marks a running VM broken with the least action that
 // fixes it (a transient fault: restart; a corrupt OS: reimage; bad
 // hardware: redeploy; "" for a fault nothing but a new machine fixes).
@@ -64,19 +74,62 @@ const (
 	ActionRedeploy = "redeploy"
 )
 
+// Operation names of the three actions on a Flexible set's VM (the
+// Virtual Machines API), counted by Server.Calls.
+const (
+	OpRestartVirtualMachine  = "RestartVirtualMachine"
+	OpReimageVirtualMachine  = "ReimageVirtualMachine"
+	OpRedeployVirtualMachine = "RedeployVirtualMachine"
+)
+
 // Compute policies of the actions (the simulator's names of the "Update
-// VMSS VMs" buckets).
+// VMSS VMs" and "Update VM" buckets).
 const (
 	PolicyUpdateVMScaleSetVMResource     = "UpdateVMScaleSetVMResource"
 	PolicyUpdateVMScaleSetVMSubscription = "UpdateVMScaleSetVMSubscription"
+	PolicyUpdateVMResource               = "UpdateVMResource"
+	PolicyUpdateVMSubscription           = "UpdateVMSubscription"
 )
 
 var actionOps = map[string]string{ActionRestart: OpRestartVM, ActionReimage: OpReimageVM, ActionRedeploy: OpRedeployVM}
 
+// flexActionOps are the actions' operations on a Flexible set's VM.
+var flexActionOps = map[string]string{ActionRestart: OpRestartVirtualMachine, ActionReimage: OpReimageVirtualMachine, ActionRedeploy: OpRedeployVirtualMachine}
+
+// flexSetOfVM is the Flexible scale set of the resource group that has a
+// VM of that name, nil when none. Callers hold s.mu.
+func (s *Server) flexSetOfVM(rg, name string) *scaleSet {
+	prefix := strings.ToLower(rg) + "/"
+	for key, set := range s.sets {
+		if !set.flexible || !strings.HasPrefix(key, prefix) {
+			continue
+		}
+		if _, ok := set.vmByKey(name); ok {
+			return set
+		}
+	}
+	return nil
+}
+
+// flexVMAction answers a restart, reimage or redeploy of a Flexible set's
+// VM through the Virtual Machines API. Callers hold s.mu.
+func (s *Server) flexVMAction(r *http.Request, rt route, op string, now time.Time) response {
+	set := s.flexSetOfVM(rt.rg, rt.instance)
+	if set == nil {
+		return errorResponse(http.StatusNotFound, "ResourceNotFound",
+			"The Resource 'Microsoft.Compute/virtualMachines/%s' under resource group '%s' was not found.", rt.instance, rt.rg)
+	}
+	rt.name = set.name
+	if _, errResp := s.resolveSet(rt, now); errResp != nil {
+		return *errResp
+	}
+	return s.vmAction(r, set, rt.instance, actionOf(op), now)
+}
+
 // actionOf is the action of an operation name ("" for other operations).
 func actionOf(op string) string {
 	for a, o := range actionOps {
-		if o == op {
+		if o == op || flexActionOps[a] == op {
 			return a
 		}
 	}

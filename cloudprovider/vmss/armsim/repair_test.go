@@ -195,3 +195,71 @@ func TestRepairActionsRefused(t *testing.T) {
 		t.Fatalf("VM 3's restart after VM 0's bucket emptied: %v", err)
 	}
 }
+
+// TestRepairActionsOnAFlexibleVM: a Flexible scale set's VM is restarted,
+// reimaged and redeployed through the Virtual Machines API (the real
+// client's VirtualMachinesClient), served like a scale-set VM's action —
+// 202, an operation InProgress for the action's duration, then
+// Succeeded, the fault cleared, the hook told — and charged to the "Update
+// VM" policy of that VM; an unknown VM name is 404.
+func TestRepairActionsOnAFlexibleVM(t *testing.T) {
+	for _, action := range []string{ActionRestart, ActionReimage, ActionRedeploy} {
+		t.Run(action, func(t *testing.T) {
+			hook := &repairHook{recordingHook: newRecordingHook()}
+			d := 3 * time.Minute
+			e := newTestEnv(t, Options{Hook: hook, RestartDuration: d, ReimageDuration: d, RedeployDuration: d},
+				ScaleSetSpec{ResourceGroup: testRG, Name: "flex", SKU: "Standard_D16s_v5", Capacity: 2, Flexible: true})
+			ctx := context.Background()
+			e.srv.Advance(ctx)
+			st, _ := e.srv.ScaleSet(testRG, "flex")
+			name := st.VMs[1].InstanceID
+			if err := e.srv.BreakVM(testRG, "flex", name, ActionRestart); err != nil {
+				t.Fatal(err)
+			}
+			var raw *http.Response
+			cctx := policy.WithCaptureResponse(ctx, &raw)
+			var err error
+			switch action {
+			case ActionRestart:
+				_, err = e.virtualMachines.BeginRestart(cctx, testRG, name, nil)
+			case ActionReimage:
+				_, err = e.virtualMachines.BeginReimage(cctx, testRG, name, nil)
+			case ActionRedeploy:
+				_, err = e.virtualMachines.BeginRedeploy(cctx, testRG, name, nil)
+			}
+			if err != nil {
+				t.Fatalf("%s of %s: %v", action, name, err)
+			}
+			if raw.StatusCode != http.StatusAccepted || !strings.Contains(raw.Header.Get(headerRemainingResource), PolicyUpdateVMResource) {
+				t.Fatalf("%s answered %d, %s %q; want 202 charged to %s", action, raw.StatusCode, headerRemainingResource,
+					raw.Header.Get(headerRemainingResource), PolicyUpdateVMResource)
+			}
+			async := raw.Header.Get("Azure-AsyncOperation")
+			if op := e.opStatus(t, async); op.Status != "InProgress" {
+				t.Fatalf("operation %s right after the %s, want InProgress", op.Status, action)
+			}
+			e.clock.Step(d)
+			e.srv.Advance(ctx)
+			if op := e.opStatus(t, async); op.Status != "Succeeded" {
+				t.Fatalf("operation %s after the %s's duration, want Succeeded", op.Status, action)
+			}
+			if got := vmStateOf(t, e.srv, "flex", name); got.Broken || got.Action != "" || (got.Host != 0) != (action == ActionRedeploy) {
+				t.Fatalf("VM after the %s: %+v", action, got)
+			}
+			if want := fmt.Sprintf("%s %s fixed=true", name, action); len(hook.calls()) != 1 || hook.calls()[0] != want {
+				t.Fatalf("hook told %v, want [%s]", hook.calls(), want)
+			}
+			w := e.srv.Writes()[len(e.srv.Writes())-1]
+			if w.ScaleSet != "flex" || len(w.InstanceIDs) != 1 || w.InstanceIDs[0] != name || actionOf(w.Op) != action {
+				t.Fatalf("write logged %+v, want the %s of %s in flex", w, action, name)
+			}
+		})
+	}
+	t.Run("unknown VM", func(t *testing.T) {
+		e := newTestEnv(t, Options{}, ScaleSetSpec{ResourceGroup: testRG, Name: "flex", SKU: "Standard_D16s_v5", Capacity: 1, Flexible: true})
+		_, err := e.virtualMachines.BeginRestart(context.Background(), testRG, "flex_00000000", nil)
+		if re := responseError(t, err); re.StatusCode != http.StatusNotFound {
+			t.Fatalf("restart of an unknown VM: %d %s, want 404", re.StatusCode, re.ErrorCode)
+		}
+	})
+}

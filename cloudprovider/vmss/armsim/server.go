@@ -411,6 +411,9 @@ func (s *Server) logWrite(r *http.Request, body []byte, status int, now time.Tim
 	if actionOf(w.Op) != "" {
 		if rt, ok := parseRoute(r.URL.EscapedPath()); ok {
 			w.InstanceIDs = []string{rt.instance} // the VM a repair action is on
+			if set := s.flexSetOfVM(rt.rg, rt.instance); rt.name == "" && set != nil {
+				w.ScaleSet = set.name // a Flexible set's VM, by the Virtual Machines API
+			}
 		}
 	}
 	if w.Op == OpDeleteInstances {

@@ -160,7 +160,8 @@ const (
 // only, 360/1,080. The scale-set VMs table: Get (one VM) 12/36,
 // 2,000/6,000; Update VMSS VMs (Restart, Reimage, and here Redeploy: see
 // repair.go) 4/12, 500/1,500. The Virtual Machines table: Get Operation (status of an
-// asynchronous operation) 15/45, 5,000/15,000.
+// asynchronous operation) 15/45, 5,000/15,000; Update VM (Restart,
+// Reimage, Redeploy of a Flexible set's VM: repair.go) 4/12, 500/1,500.
 //
 // The VM list of a scale set (the scale-set VMs List, and the Virtual
 // Machines List filtered by a Flexible scale set with instance view) is
@@ -197,6 +198,8 @@ func ComputePolicies() []Policy {
 		{Name: PolicyGetVMScaleSetVMSubscription, Ops: []string{OpGetVM}, Rate: perMin(6000, 2000)},
 		{Name: PolicyUpdateVMScaleSetVMResource, Scope: ScopeResource, Ops: []string{OpRestartVM, OpReimageVM, OpRedeployVM}, Rate: perMin(12, 4)},
 		{Name: PolicyUpdateVMScaleSetVMSubscription, Ops: []string{OpRestartVM, OpReimageVM, OpRedeployVM}, Rate: perMin(1500, 500)},
+		{Name: PolicyUpdateVMResource, Scope: ScopeResource, Ops: []string{OpRestartVirtualMachine, OpReimageVirtualMachine, OpRedeployVirtualMachine}, Rate: perMin(12, 4)},
+		{Name: PolicyUpdateVMSubscription, Ops: []string{OpRestartVirtualMachine, OpReimageVirtualMachine, OpRedeployVirtualMachine}, Rate: perMin(1500, 500)},
 		{Name: PolicyGetOperationResource, Scope: ScopeResource, Ops: []string{OpPollOperation}, Rate: perMin(45, 15)},
 		{Name: PolicyGetOperationSubscription, Ops: []string{OpPollOperation}, Rate: perMin(15000, 5000)},
 		{Name: PolicyHighCostGetVMScaleSet3Min, Ops: []string{OpListVMs, OpListVirtualMachines}, FixedWindow: true,
@@ -298,7 +301,7 @@ func (t Throttling) withDefaults() (Throttling, error) {
 	}
 	served := map[string]bool{OpListScaleSets: true, OpGetScaleSet: true, OpUpdateScaleSet: true, OpDeleteInstances: true,
 		OpListVMs: true, OpGetVM: true, OpListSKUs: true, OpPollOperation: true, OpListVirtualMachines: true,
-		OpRestartVM: true, OpReimageVM: true, OpRedeployVM: true}
+		OpRestartVM: true, OpReimageVM: true, OpRedeployVM: true, OpRestartVirtualMachine: true, OpReimageVirtualMachine: true, OpRedeployVirtualMachine: true}
 	seen := map[string]bool{}
 	for i := range t.Compute {
 		p := &t.Compute[i]
@@ -677,6 +680,8 @@ func (s *Server) computeCharges(r *http.Request, rt route, op string, body []byt
 		if o, ok := s.ops[rt.opID]; ok && o.set != nil {
 			set = o.set
 		}
+	case OpRestartVirtualMachine, OpReimageVirtualMachine, OpRedeployVirtualMachine:
+		set = s.flexSetOfVM(rt.rg, rt.instance)
 	case OpListVirtualMachines:
 		q := r.URL.Query()
 		if q.Get("$filter") == "" || q.Get("$expand") == "" {
@@ -699,7 +704,7 @@ func (s *Server) computeCharges(r *http.Request, rt route, op string, body []byt
 	if set != nil {
 		about = strings.ToLower(s.scaleSetResourceID(set))
 		switch op {
-		case OpGetVM, OpRestartVM, OpReimageVM, OpRedeployVM:
+		case OpGetVM, OpRestartVM, OpReimageVM, OpRedeployVM, OpRestartVirtualMachine, OpReimageVirtualMachine, OpRedeployVirtualMachine:
 			about = ""
 			if vm, ok := set.vmByKey(rt.instance); ok {
 				about = strings.ToLower(s.vmResourceID(vm))
