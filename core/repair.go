@@ -271,9 +271,10 @@ func (a *Autoscaler) askRepair(ctx context.Context, l *loop, n *apiv1.Node, grou
 				fmt.Sprintf("%s (health rule %q, step %d of %d): it has %s to pass preflight again and stop matching, else the next step",
 					run.Action, rule.Name, run.Step+1, len(rule.Repair), rule.StepTimeout(run.Step)))
 		}
-	case cloudprovider.NotSent(err):
-		// Held (throttled, fenced, the unready guard) or not listed yet:
-		// asked again next loop.
+	case cloudprovider.NotSent(err) || cloudprovider.IsThrottled(err):
+		// Held (fenced, the unready guard), not listed yet, or throttled
+		// by ARM or the VM's Compute policy (a 429 runs nothing): asked
+		// again next loop, the provider honouring the Retry-After.
 		hs.repairWhy[name] = err.Error()
 		logger.V(2).Info("Repair not sent; asked again next loop", "node", klog.KObj(n), "action", run.Action, "err", err.Error())
 	default:

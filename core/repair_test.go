@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apiv1 "k8s.io/api/core/v1"
 
+	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
@@ -413,5 +414,26 @@ func TestRepairingNodesCountForTheBreaker(t *testing.T) {
 	}
 	if got := gpu.Repairs(); fmt.Sprint(got) != fmt.Sprint([]string{pids[3] + " reboot", pids[3] + " reimage"}) || len(gpu.Deleted()) != 0 {
 		t.Fatalf("repairs %v, deleted %v under the breaker: want the ladder to go on (a reimage), nothing deleted", got, gpu.Deleted())
+	}
+}
+
+// TestRepairThrottledIsAskedAgain: a reboot answered 429 (ARM's or the
+// VM's Compute policy) ran nothing: it is asked again, not counted as a
+// failed step (before, the ladder skipped to the reimage).
+func TestRepairThrottledIsAskedAgain(t *testing.T) {
+	e, acts, gpu := healthEnv(t, 8, repairPolicy)
+	pids := gpu.ProviderIDs()
+	gpu.FailNextRepairs(cloudprovider.NewError(cloudprovider.ClassThrottled, "TooManyRequests", "", errors.New("429 UpdateVMScaleSetVMResource")))
+	drainedForRepair(t, e, acts, gpu)
+	if got := gpu.Repairs(); len(got) != 0 {
+		t.Fatalf("repairs %v: the throttled reboot ran", got)
+	}
+	e.clock.Step(10 * time.Second)
+	e.run()
+	if got := gpu.Repairs(); fmt.Sprint(got) != fmt.Sprint([]string{pids[3] + " reboot"}) {
+		t.Fatalf("repairs %v after a throttled reboot: want the reboot asked again", got)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.HealthRepairs.WithLabelValues("gpu", "reboot", "failed")); got != 0 {
+		t.Fatalf("reboot failures %v, want 0", got)
 	}
 }

@@ -127,6 +127,9 @@ type Group struct {
 	repairs      []string
 	repairState  map[string]cloudprovider.RepairStatus
 	cannotRepair bool
+	// repairErrs are the errors the next Repair calls return, in order
+	// (nothing recorded for them).
+	repairErrs []error
 	min, max     int
 	initial      int
 	target       int
@@ -534,6 +537,14 @@ func (g *Group) CanRepair() bool {
 	return !g.cannotRepair
 }
 
+// FailNextRepairs makes the next Repair calls return errs, one each,
+// asking nothing (a throttled or refused request).
+func (g *Group) FailNextRepairs(errs ...error) {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	g.repairErrs = append(g.repairErrs, errs...)
+}
+
 // SetCannotRepair makes the group's machines not repairable in place.
 func (g *Group) SetCannotRepair(v bool) {
 	g.p.mu.Lock()
@@ -554,6 +565,11 @@ func (g *Group) Repair(_ context.Context, providerID string, action cloudprovide
 	}
 	if !found {
 		return fmt.Errorf("repairing %s: not a machine of node group %s: %w", providerID, g.id, cloudprovider.ErrNotSent)
+	}
+	if len(g.repairErrs) > 0 {
+		err := g.repairErrs[0]
+		g.repairErrs = g.repairErrs[1:]
+		return err
 	}
 	if st, ok := g.repairState[key]; ok && !st.Done {
 		return fmt.Errorf("repairing %s: its %s runs: %w", providerID, st.Action, cloudprovider.ErrNotSent)
