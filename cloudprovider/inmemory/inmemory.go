@@ -130,11 +130,11 @@ type Group struct {
 	// repairErrs are the errors the next Repair calls return, in order
 	// (nothing recorded for them).
 	repairErrs []error
-	min, max     int
-	initial      int
-	target       int
-	template     *apiv1.Node
-	options      func(*cloudprovider.GroupOptions)
+	min, max   int
+	initial    int
+	target     int
+	template   *apiv1.Node
+	options    func(*cloudprovider.GroupOptions)
 
 	instances []*instance
 	// failNext, when set, makes instances created by the next IncreaseSize fail.
