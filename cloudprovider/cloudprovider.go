@@ -216,6 +216,10 @@ type RepairStatus struct {
 	Started time.Time
 	// Done: the cloud's operation ended; Err is its failure (nil: it
 	// succeeded, which says the action ran, not that the node is well).
-	Done bool
-	Err  error
+	// Unknown: what the cloud answered leaves the outcome unknown (a
+	// timeout, a 5xx, an operation no longer followed): the action may
+	// have run, or still run; Err says why.
+	Done    bool
+	Unknown bool
+	Err     error
 }

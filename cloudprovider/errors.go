@@ -44,6 +44,10 @@ const (
 // its outcome is certain — nothing changed.
 var ErrNotSent = errors.New("refused before it was sent")
 
+// ErrOutcomeUnknown says a write was sent and the cloud's answer leaves
+// its outcome unknown (a timeout, a 5xx): it may have run, or still run.
+var ErrOutcomeUnknown = errors.New("the outcome is unknown")
+
 // NotSent says err is a write that certainly reached nothing: refused by
 // the provider before sending (ErrNotSent), by the fence or by a hold.
 func NotSent(err error) bool {

@@ -64,7 +64,7 @@ const HealthPausedAnnotation = "vmss-autoscaler.io/health-paused"
 const HealthConfirmAnnotation = "vmss-autoscaler.io/health-policy-confirmed"
 
 // cordonHealth prefixes the reason on health cordons: "health/<rule>".
-const cordonHealth = "health/"
+const cordonHealth = actuation.HealthCordonPrefix
 
 // Reasons a health action is held, for the metric, events and status.
 const (
@@ -480,6 +480,9 @@ func (a *Autoscaler) nodeHealth(ctx context.Context, l *loop) error {
 	}
 	a.metrics.HealthPaused.Set(v)
 
+	// The ladders an earlier leader left on the nodes, read back before
+	// anything counts or releases them (paused or not).
+	a.adoptRepairs(ctx, l)
 	j := a.judgeNodes(ctx, l, pol, rep)
 	a.countRepairing(l, j)
 	a.firstEvaluation(ctx, j)
@@ -494,17 +497,15 @@ func (a *Autoscaler) nodeHealth(ctx context.Context, l *loop) error {
 	if a.actions == nil {
 		return nil
 	}
+	var toDelete []actuation.Machine
 	if !paused {
-		a.adoptRepairs(ctx, l)
-		a.followRepairs(ctx, l, pol, j)
+		toDelete = a.followRepairs(ctx, l, pol, j)
 	}
 	a.recoverHealthy(ctx, l, j)
 	a.retryLostDeletions(ctx, l, hs.deleted, "health")
-	if len(j.cands) == 0 {
-		a.pruneHealth(l)
-		return nil
+	if len(j.cands) > 0 {
+		toDelete = append(toDelete, a.actOnUnhealthy(ctx, l, pol, paused, j)...)
 	}
-	toDelete := a.actOnUnhealthy(ctx, l, pol, paused, j)
 	a.replaceUnhealthy(ctx, l, toDelete, j.cands)
 	a.pruneHealth(l)
 	return nil

@@ -102,7 +102,11 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 	logger := klog.FromContext(ctx)
 	act := l.actions
 	for _, p := range act.PreflightPassed {
-		took := preflight.PassedAt(p.Node, l.now).Sub(p.Node.CreationTimestamp.Time)
+		since := p.Node.CreationTimestamp.Time
+		if t, ok := preflight.AgainAt(p.Node, l.now); ok && t.After(since) {
+			since = t // a repaired node's second pass
+		}
+		took := preflight.PassedAt(p.Node, l.now).Sub(since)
 		a.metrics.PreflightDuration.WithLabelValues(p.Group).Observe(took.Seconds())
 		a.metrics.PreflightResults.WithLabelValues(p.Group, "passed").Inc()
 		logger.V(2).Info("Node passed preflight", "node", klog.KObj(p.Node), "nodeGroup", p.Group, "took", took.Round(time.Second))
@@ -129,6 +133,9 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 	for g, n := range pending {
 		a.metrics.PreflightPending.WithLabelValues(g).Set(float64(n))
 	}
+	// The repair ladders an earlier leader left: their nodes' preflight
+	// results are theirs (repairOwns), from this leader's first loop.
+	a.adoptRepairs(ctx, l)
 	l.incidents = a.detectIncidents(ctx, l, act.PreflightFailed)
 	if a.actions == nil {
 		a.pruneFailed(l)

@@ -3,8 +3,10 @@ package core
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	apiv1 "k8s.io/api/core/v1"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/health"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
 )
@@ -72,13 +75,23 @@ type RepairRun struct {
 	// (repairReplace past the last).
 	Step   int    `json:"step"`
 	Action string `json:"action"`
-	// Asked is when the step was first due (a step the cloud will not
-	// take is given up after its timeout too); Started when it was
-	// asked of the cloud (zero: not yet); Again when its node was sent
-	// through preflight again (zero: not yet).
+	// Since is when the ladder began (a record older than the node's
+	// cordon is a stale one, not read back).
+	Since time.Time `json:"since,omitzero"`
+	// Asked is when the step was first tried (a step the cloud will not
+	// take is given up after its timeout); Started when it was asked of
+	// the cloud (zero: not yet); Again when the node was last sent
+	// through preflight again (zero: not since the machine was touched).
 	Asked   time.Time `json:"asked,omitzero"`
 	Started time.Time `json:"started,omitzero"`
 	Again   time.Time `json:"again,omitzero"`
+	// Touched: a step was asked of the cloud since the node last passed
+	// preflight: until it passes again (after Again) it takes no work,
+	// whatever its rules say. BootID is the node's boot ID when the step
+	// was asked: a new leader that does not know the cloud's operation
+	// waits for it to change.
+	Touched bool   `json:"touched,omitempty"`
+	BootID  string `json:"bootID,omitempty"`
 }
 
 // active says the run still owns its node: a step is due or running.
@@ -167,17 +180,25 @@ func (a *Autoscaler) repairInPlace(ctx context.Context, l *loop, c *healthCandid
 		return false
 	}
 	rep := repairerOf(l, c.group)
-	if rep == nil {
+	hs, name := a.health, c.node.Name
+	why, ours := actuation.CordonedBy(c.node)
+	ours = (ours && strings.HasPrefix(why, cordonHealth)) || hs.cordoned[name] != ""
+	if rep == nil || !ours {
+		// Not repairable in place, or cordoned by someone else (an
+		// operator, an upgrade): replaced as before.
 		return false
 	}
-	hs, name := a.health, c.node.Name
 	run := hs.repairs[name]
 	// A run of another rule or of other steps (the policy changed), or
-	// one whose step was due longer ago than the loops could have left
-	// it (a stale record a new leader read), starts over.
+	// one whose step was tried longer ago than the loops could have
+	// left it, starts over; what the machine went through is kept.
 	stale := run != nil && !run.Asked.IsZero() && l.now.Sub(run.Asked) > 4*rule.StepTimeout(-1)
 	if run == nil || run.Rule != rule.Name || stale || (run.active() && (run.Step >= len(rule.Repair) || string(rule.Repair[run.Step]) != run.Action)) {
+		old := run
 		run = a.newRepairRun(ctx, l, c.node, rule)
+		if old != nil {
+			run.Touched, run.Again, run.BootID = old.Touched, old.Again, old.BootID
+		}
 		hs.repairs[name] = run
 	}
 	// The whole ladder is one admission of the replacement brake: it
@@ -200,7 +221,7 @@ func (a *Autoscaler) repairInPlace(ctx context.Context, l *loop, c *healthCandid
 // newRepairRun starts a node's ladder: at its first step, or past the
 // step that fixed it within repairMemory under the same rule.
 func (a *Autoscaler) newRepairRun(ctx context.Context, l *loop, n *apiv1.Node, rule health.Rule) *RepairRun {
-	run := &RepairRun{Rule: rule.Name, Action: string(rule.Repair[0])}
+	run := &RepairRun{Rule: rule.Name, Action: string(rule.Repair[0]), Since: l.now}
 	hist := readRepairRecord(n).History
 	for i := len(hist) - 1; i >= 0; i-- {
 		h := hist[i]
@@ -253,7 +274,7 @@ func (a *Autoscaler) askRepair(ctx context.Context, l *loop, n *apiv1.Node, grou
 	// Write-ahead: the next leader must know the step was asked, or it
 	// would ask it again.
 	sent := *run
-	sent.Started = l.now
+	sent.Started, sent.Touched, sent.Again, sent.BootID = l.now, true, time.Time{}, n.Status.NodeInfo.BootID
 	if err := a.writeRepairRecord(ctx, name, &sent, nil, nil); err != nil {
 		hs.repairWhy[name] = "its repair record could not be written"
 		logger.Error(err, "Repair not sent: the node's repair record could not be written first; retried next loop", "node", klog.KObj(n))
@@ -261,9 +282,11 @@ func (a *Autoscaler) askRepair(ctx context.Context, l *loop, n *apiv1.Node, grou
 	}
 	err := rep.Repair(ctx, n.Spec.ProviderID, cloudprovider.RepairAction(run.Action))
 	switch {
-	case err == nil:
+	case err == nil || errors.Is(err, cloudprovider.ErrOutcomeUnknown):
+		// Sent (an unclear answer included: the action may run, and is
+		// followed as running until its step times out).
 		delete(hs.repairWhy, name)
-		run.Started = l.now
+		run.Started, run.Touched, run.Again, run.BootID = sent.Started, true, time.Time{}, sent.BootID
 		a.metrics.HealthRepairs.WithLabelValues(group, run.Action, "started").Inc()
 		logger.Info("Repairing an unhealthy node in place", "node", klog.KObj(n), "nodeGroup", group, "rule", rule.Name, "action", run.Action)
 		if a.rec != nil {
@@ -280,31 +303,27 @@ func (a *Autoscaler) askRepair(ctx context.Context, l *loop, n *apiv1.Node, grou
 	default:
 		// Refused or failed in the cloud: the step failed, the next one
 		// is asked next loop.
-		a.nextRepairStep(ctx, l, n, group, run, rule, "failed", err.Error(), true)
+		a.nextRepairStep(ctx, l, n, group, run, rule, "failed", err.Error())
 	}
 }
 
-// followRepairs moves every active ladder on: a step the cloud ended
-// sends its node through preflight again; a step that failed in the
-// cloud or in preflight, or ran out of time, gives way to the next; a
-// due step of a node no rule judged this loop (it is going through
-// preflight again, or NotReady) is asked here, a judged one's by
-// repairInPlace after its drain.
-func (a *Autoscaler) followRepairs(ctx context.Context, l *loop, pol *health.Policy, j judgement) {
+// followRepairs moves every ladder on: a step the cloud ended sends its
+// node through preflight again; a step that failed in the cloud or in
+// preflight, or ran out of time, gives way to the next; a due step of a
+// node no rule judged this loop (it is going through preflight again, or
+// NotReady) is asked here, a judged bad one's by repairInPlace after its
+// drain; a judged node that stopped matching after its machine was
+// touched is sent through preflight again, not repaired further. It
+// returns the machines of ladders that ended with their node NotReady and
+// no preflight gate to catch it: they are replaced.
+func (a *Autoscaler) followRepairs(ctx context.Context, l *loop, pol *health.Policy, j judgement) []actuation.Machine {
 	hs := a.health
+	var giveUp []actuation.Machine
 	for _, name := range sortedKeys(hs.repairs) {
 		run := hs.repairs[name]
 		idx, ok := l.snap.Index(name)
 		g, grouped := l.groupOf[name]
-		rule := pol.Rule(run.Rule)
-		if !ok || !grouped || !run.active() {
-			continue
-		}
-		if rule == nil || run.Step >= len(rule.Repair) || string(rule.Repair[run.Step]) != run.Action {
-			// The policy changed under the ladder: the node's judgement
-			// decides again (a new ladder if it still matches).
-			delete(hs.repairs, name)
-			delete(hs.repairWhy, name)
+		if !ok || !grouped {
 			continue
 		}
 		n, group := l.snap.NodeInfo(idx).Node(), g.ID()
@@ -312,25 +331,55 @@ func (a *Autoscaler) followRepairs(ctx context.Context, l *loop, pol *health.Pol
 		if rep == nil {
 			continue
 		}
+		rule := pol.Rule(run.Rule)
+		if run.active() && (rule == nil || run.Step >= len(rule.Repair) || string(rule.Repair[run.Step]) != run.Action) {
+			// The policy changed under the ladder: it ends. A node whose
+			// machine it touched is still verified before it takes work;
+			// a new ladder starts if the node still matches a rule.
+			if !a.repairUnverified(name, n) {
+				delete(hs.repairs, name)
+				delete(hs.repairWhy, name)
+				continue
+			}
+			run.Action, run.Rule = repairReplace, "" // over; of no rule (repairInPlace starts anew)
+		}
 		_, judgedBad := j.cands[name]
-		if a.followRepair(ctx, l, n, group, rep, run, *rule, judgedBad) && run.active() && run.Started.IsZero() && !judgedBad {
+		if !run.active() {
+			if m, ok := a.followEndedRepair(ctx, l, n, group, rep, run, j.judged[name]); ok {
+				giveUp = append(giveUp, m)
+			}
+			continue
+		}
+		// The ladder's admission of the replacement brake stays reserved
+		// whoever judges the node.
+		a.replace.brake.Reserve(l.now, group, name)
+		if a.followRepair(ctx, l, n, group, rep, run, *rule, j.judged[name], judgedBad) && run.active() && !j.judged[name] {
 			a.askRepair(ctx, l, n, group, rep, run, *rule)
 		}
 	}
+	return giveUp
 }
 
 // followRepair moves one ladder on; true when it moved to another step.
-func (a *Autoscaler) followRepair(ctx context.Context, l *loop, n *apiv1.Node, group string, rep cloudprovider.Repairer, run *RepairRun, rule health.Rule, judgedBad bool) bool {
+func (a *Autoscaler) followRepair(ctx context.Context, l *loop, n *apiv1.Node, group string, rep cloudprovider.Repairer, run *RepairRun, rule health.Rule, judged, judgedBad bool) bool {
 	timeout := rule.StepTimeout(run.Step)
 	next := func(outcome, why string) bool {
-		a.nextRepairStep(ctx, l, n, group, run, rule, outcome, why, judgedBad)
+		a.nextRepairStep(ctx, l, n, group, run, rule, outcome, why)
 		return true
 	}
 	if run.Started.IsZero() {
 		switch {
 		case !run.Asked.IsZero() && l.now.Sub(run.Asked) >= timeout:
 			return next("failed", fmt.Sprintf("not taken by the cloud within %s", timeout))
-		case !judgedBad:
+		case judgedBad:
+			// Asked by repairInPlace after its drain.
+		case judged:
+			// It no longer matches: an earlier step may have fixed it.
+			// Verified, not repaired further.
+			if run.Touched && run.Again.IsZero() && !repairRunning(rep, n) {
+				a.sendThroughPreflight(ctx, l, n, run)
+			}
+		default:
 			a.askRepair(ctx, l, n, group, rep, run, rule)
 		}
 		return false
@@ -338,37 +387,74 @@ func (a *Autoscaler) followRepair(ctx context.Context, l *loop, n *apiv1.Node, g
 	st, known := rep.RepairState(n.Spec.ProviderID)
 	known = known && string(st.Action) == run.Action
 	state, why := a.opts.Preflight.Classify(n, l.now)
+	late := l.now.Sub(run.Started) >= timeout
 	switch {
-	case known && st.Done && st.Err != nil:
+	case known && st.Done && st.Err != nil && !st.Unknown:
 		return next("failed", st.Err.Error())
-	case known && !st.Done:
-		if l.now.Sub(run.Started) >= timeout {
+	case known && (!st.Done || st.Unknown):
+		// Running, or its outcome unknown (it may run): waited for.
+		if late {
 			return next("timeout", fmt.Sprintf("the cloud's %s did not end within %s", run.Action, timeout))
 		}
+	case !known && run.BootID != "" && n.Status.NodeInfo.BootID == run.BootID:
+		// A new leader, not knowing the operation: the node has not
+		// booted again since the step was asked.
+		if late {
+			return next("timeout", fmt.Sprintf("the node did not boot again within %s", timeout))
+		}
 	case run.Again.IsZero():
-		// Done, or unknown to this process (a new leader: whatever the
-		// machine is now, preflight tells).
-		a.sendThroughPreflight(ctx, l, n, run)
+		// Done (or, to a new leader, the node booted again): through
+		// preflight again before anything else.
+		if !a.sendThroughPreflight(ctx, l, n, run) && late {
+			return next("timeout", fmt.Sprintf("not sent through preflight again within %s", timeout))
+		}
 	case state == preflight.Failed && a.sawAgain(n, run):
 		return next("preflight-failed", why)
-	case l.now.Sub(run.Started) >= timeout:
+	case late:
 		return next("timeout", fmt.Sprintf("not back (preflight passed, the rule no longer matching) %s after it", timeout))
 	}
 	return false
 }
 
+// followEndedRepair follows a ladder past its last step (its machine is
+// being replaced): a node whose machine it touched is sent through
+// preflight again once nothing runs on the machine (the gate's deadline
+// replaces it if it does not pass), and a NotReady node no gate will
+// catch (the gate off, or the node passed it) is given up: its machine
+// is returned for deletion.
+func (a *Autoscaler) followEndedRepair(ctx context.Context, l *loop, n *apiv1.Node, group string, rep cloudprovider.Repairer, run *RepairRun, judged bool) (actuation.Machine, bool) {
+	if run.Touched && run.Again.IsZero() && !repairRunning(rep, n) {
+		a.sendThroughPreflight(ctx, l, n, run)
+	}
+	if judged || clusterstate.IsReady(n) {
+		return actuation.Machine{}, false
+	}
+	if st, _ := a.opts.Preflight.Classify(n, l.now); a.opts.Preflight.Enabled && st != preflight.Passed {
+		return actuation.Machine{}, false
+	}
+	return actuation.MachineOf(group, n), true
+}
+
+// repairRunning says the cloud's last repair of the node's machine runs
+// (or its outcome is unknown) as far as this process knows.
+func repairRunning(rep cloudprovider.Repairer, n *apiv1.Node) bool {
+	st, known := rep.RepairState(n.Spec.ProviderID)
+	return known && (!st.Done || st.Unknown)
+}
+
 // sendThroughPreflight puts the preflight taint and pending label back on
 // a node whose repair step the cloud ended: it takes work again only
 // once the agent passed it.
-func (a *Autoscaler) sendThroughPreflight(ctx context.Context, l *loop, n *apiv1.Node, run *RepairRun) {
+func (a *Autoscaler) sendThroughPreflight(ctx context.Context, l *loop, n *apiv1.Node, run *RepairRun) bool {
 	again := *run
 	again.Again = l.now
 	if err := a.writeRepairRecord(ctx, n.Name, &again, nil, a.preflightAgain(l.now)); err != nil {
 		klog.FromContext(ctx).Error(err, "Sending a repaired node through preflight again; retried next loop", "node", klog.KObj(n))
-		return
+		return false
 	}
 	run.Again = l.now
-	klog.FromContext(ctx).Info("Repair step ended in the cloud; the node goes through preflight again", "node", klog.KObj(n), "action", run.Action)
+	klog.FromContext(ctx).Info("The node's machine was repaired; it goes through preflight again", "node", klog.KObj(n), "action", run.Action)
+	return true
 }
 
 // sawAgain says the node as the loop sees it was sent through preflight
@@ -385,25 +471,22 @@ func (a *Autoscaler) sawAgain(n *apiv1.Node, run *RepairRun) bool {
 	return ok && !at.Before(run.Again.Truncate(time.Second))
 }
 
-// repairUnverified says a ladder owns the node and its step has not
-// brought it back yet (the cloud's operation runs, or the node has not
-// been through preflight since): it stays cordoned whatever its rules
-// say, as the broken machine's condition may have cleared only because
-// it went down.
+// repairUnverified says a ladder touched the node's machine and the node
+// has not passed preflight since it was sent through again: it stays
+// cordoned whatever its rules say (a condition may have cleared only
+// because the machine went down).
 func (a *Autoscaler) repairUnverified(name string, n *apiv1.Node) bool {
 	run := a.health.repairs[name]
-	if run == nil || !run.active() || run.Started.IsZero() {
+	if run == nil || !run.Touched {
 		return false
 	}
 	return n == nil || !a.sawAgain(n, run)
 }
 
 // nextRepairStep ends the run's step as not fixing the node and moves the
-// run to the next step (asked next loop) or, past the last, to the
-// replacement. A node no rule judges that runs out of steps before its
-// step ended is sent through preflight again: the gate's deadline
-// replaces it if it does not pass.
-func (a *Autoscaler) nextRepairStep(ctx context.Context, l *loop, n *apiv1.Node, group string, run *RepairRun, rule health.Rule, outcome, why string, judged bool) {
+// run to the next step (asked when first tried) or, past the last, to the
+// replacement. What the machine went through (Touched, Again) is kept.
+func (a *Autoscaler) nextRepairStep(ctx context.Context, l *loop, n *apiv1.Node, group string, run *RepairRun, rule health.Rule, outcome, why string) {
 	a.metrics.HealthRepairs.WithLabelValues(group, run.Action, outcome).Inc()
 	klog.FromContext(ctx).Info("Repair did not fix the node", "node", klog.KObj(n), "nodeGroup", group, "action", run.Action, "outcome", outcome, "why", why)
 	if a.rec != nil {
@@ -411,22 +494,17 @@ func (a *Autoscaler) nextRepairStep(ctx context.Context, l *loop, n *apiv1.Node,
 			fmt.Sprintf("%s did not fix it (%s): %s", run.Action, outcome, why))
 	}
 	out := &RepairOutcome{Rule: run.Rule, Action: run.Action, Outcome: outcome, At: l.now}
-	checked := !run.Again.IsZero()
 	run.Step++
-	// The next step is due: its clock starts when it is first tried
-	// (askRepair), not while the node is held (a breaker, its pods).
-	run.Asked, run.Started, run.Again = time.Time{}, time.Time{}, time.Time{}
-	var again *actuation.PreflightAgain
+	// The next step's clock starts when it is first tried (askRepair),
+	// not while the node is held (a breaker, its pods).
+	run.Asked, run.Started = time.Time{}, time.Time{}
 	if run.Step < len(rule.Repair) {
 		run.Action = string(rule.Repair[run.Step])
 	} else {
 		run.Action = repairReplace
 		klog.FromContext(ctx).Info("Repairs did not fix the node; replacing its machine", "node", klog.KObj(n), "nodeGroup", group, "rule", rule.Name)
-		if !judged && !checked {
-			again = a.preflightAgain(l.now)
-		}
 	}
-	if err := a.writeRepairRecord(ctx, n.Name, run, out, again); err != nil {
+	if err := a.writeRepairRecord(ctx, n.Name, run, out, nil); err != nil {
 		klog.FromContext(ctx).Error(err, "Writing a node's repair record", "node", klog.KObj(n))
 	}
 }
@@ -440,8 +518,13 @@ func (a *Autoscaler) repaired(ctx context.Context, l *loop, name string) {
 	}
 	delete(a.health.repairs, name)
 	delete(a.health.repairWhy, name)
-	if run.Started.IsZero() || !run.active() {
-		return // it recovered before the step was asked, or after the last
+	if !run.Touched {
+		// It recovered before any step touched the machine: the record
+		// keeps no run.
+		if err := a.writeRepairRecord(ctx, name, nil, nil, nil); err != nil {
+			klog.FromContext(ctx).Error(err, "Writing a node's repair record", "node", name)
+		}
+		return
 	}
 	group := ""
 	if g, ok := l.groupOf[name]; ok {
@@ -466,12 +549,22 @@ func (a *Autoscaler) adoptRepairs(ctx context.Context, l *loop) {
 	}
 	hs.repairsAdopted = true
 	for _, n := range l.nodes {
-		if _, ours := actuation.CordonedBy(n); !ours || n.Annotations[actuation.RepairAnnotation] == "" {
+		why, ours := actuation.CordonedBy(n)
+		if !ours || !strings.HasPrefix(why, cordonHealth) || n.Annotations[actuation.RepairAnnotation] == "" {
 			continue
 		}
-		if rec := readRepairRecord(n); rec.Run != nil && hs.repairs[n.Name] == nil {
-			hs.repairs[n.Name] = rec.Run
+		rec := readRepairRecord(n)
+		if rec.Run == nil || hs.repairs[n.Name] != nil {
+			continue
 		}
+		// A run older than the node's cordon is a stale record (the
+		// node was released and cordoned again since), not this ladder.
+		if _, at, ok := strings.Cut(why, " "); ok {
+			if t, err := time.Parse(time.RFC3339, at); err == nil && rec.Run.Since.Before(t.Add(-time.Minute)) {
+				continue
+			}
+		}
+		hs.repairs[n.Name] = rec.Run
 	}
 	if len(hs.repairs) > 0 {
 		klog.FromContext(ctx).Info("Repair ladders read back from the nodes", "nodes", len(hs.repairs))

@@ -437,3 +437,103 @@ func TestRepairThrottledIsAskedAgain(t *testing.T) {
 		t.Fatalf("reboot failures %v, want 0", got)
 	}
 }
+
+// TestRepairNodeIsVerifiedBeforeItTakesWork: however a ladder leaves a
+// node whose machine a step touched — the step failed in the cloud and
+// the next one is throttled, the health policy paused across a failover,
+// the rule's repair steps changed — a node whose XID cleared stays
+// cordoned until it passed preflight again. Before, each was uncordoned
+// at once, without preflight.
+func TestRepairNodeIsVerifiedBeforeItTakesWork(t *testing.T) {
+	throttled := cloudprovider.NewError(cloudprovider.ClassThrottled, "TooManyRequests", "", errors.New("429"))
+	for _, tc := range []struct {
+		name string
+		// after runs once the reboot was asked, before the XID clears.
+		after func(e *env, gpu *inmemory.Group, pid string)
+	}{
+		{"the reboot failed, the reimage throttled", func(e *env, gpu *inmemory.Group, pid string) {
+			gpu.FailNextRepairs(throttled, throttled, throttled)
+			gpu.FinishRepair(pid, errors.New("restart failed: InternalExecutionError"))
+			e.run()
+		}},
+		{"paused across a failover", func(e *env, gpu *inmemory.Group, pid string) {
+			gpu.FinishRepair(pid, nil)
+			e.setPolicy(repairPolicy, map[string]string{HealthPausedAnnotation: "true"})
+			e.failover()
+		}},
+		{"the repair steps changed", func(e *env, gpu *inmemory.Group, pid string) {
+			gpu.FinishRepair(pid, nil)
+			e.setPolicy(strings.Replace(repairPolicy, "[reboot, reimage]", "[reimage]", 1), nil)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, acts, gpu := healthEnvWithSafety(t, 8, repairPolicy)
+			nodes, pids := groupNodes(gpu), gpu.ProviderIDs()
+			drainedForRepair(t, e, acts, gpu)
+			tc.after(e, gpu, pids[3])
+			e.condition(nodes[3], "XIDErrors", apiv1.ConditionFalse)
+			for range 3 {
+				e.clock.Step(time.Minute)
+				e.run()
+			}
+			if slices.Contains(acts.uncordoned, nodes[3]) || len(gpu.Deleted()) != 0 {
+				t.Fatalf("uncordoned %v, deleted %v: want node %s kept cordoned until it passed preflight again", acts.uncordoned, gpu.Deleted(), nodes[3])
+			}
+			if strings.HasPrefix(tc.name, "paused") {
+				e.setPolicy(repairPolicy, nil)
+				e.run()
+			}
+			if !sentThroughPreflight(e, nodes[3]) {
+				t.Fatalf("node %s not sent through preflight again", nodes[3])
+			}
+			e.passPreflightOf(nodes[3])
+			e.run()
+			e.run()
+			if !slices.Contains(acts.uncordoned, nodes[3]) || len(gpu.Deleted()) != 0 {
+				t.Fatalf("uncordoned %v, deleted %v once it passed: want it back", acts.uncordoned, gpu.Deleted())
+			}
+		})
+	}
+}
+
+// TestRepairNotForANodeCordonedByAnOperator: a node an operator (an
+// upgrade, kured) had cordoned is replaced as before, not repaired: the
+// autoscaler may not write its repair record or preflight on it. Before,
+// the ladder waited out every step timeout, asking nothing.
+func TestRepairNotForANodeCordonedByAnOperator(t *testing.T) {
+	e, _, gpu := healthEnv(t, 8, repairPolicy)
+	nodes := groupNodes(gpu)
+	e.updateNode(nodes[3], func(n *apiv1.Node) { n.Spec.Unschedulable = true })
+	e.condition(nodes[3], "XIDErrors", apiv1.ConditionTrue)
+	for i := 0; i < 10 && len(gpu.Deleted()) == 0; i++ {
+		e.clock.Step(time.Minute)
+		e.run()
+	}
+	if got := gpu.Repairs(); len(got) != 0 || len(gpu.Deleted()) != 1 {
+		t.Fatalf("repairs %v, deleted %v: want the operator's cordoned node replaced, not repaired", got, gpu.Deleted())
+	}
+}
+
+// TestRepairNotReadyAfterTheLastStepWithoutTheGate: with the preflight
+// gate off, a node left NotReady by its ladder (the reboot never ends,
+// the reimage never taken) is replaced once the ladder is over, not kept
+// cordoned for ever.
+func TestRepairNotReadyAfterTheLastStepWithoutTheGate(t *testing.T) {
+	e, acts, gpu := newHealthEnv(t, 8, repairPolicy, false, func(o *Options) { o.Preflight.Enabled = false })
+	nodes, pids := groupNodes(gpu), gpu.ProviderIDs()
+	drainedForRepair(t, e, acts, gpu)
+	e.updateNode(nodes[3], func(n *apiv1.Node) {
+		for i := range n.Status.Conditions {
+			if n.Status.Conditions[i].Type == apiv1.NodeReady {
+				n.Status.Conditions[i].Status = apiv1.ConditionFalse
+			}
+		}
+	})
+	for i := 0; i < 40 && len(gpu.Deleted()) == 0; i++ {
+		e.clock.Step(time.Minute)
+		e.run()
+	}
+	if got := gpu.Deleted(); fmt.Sprint(got) != fmt.Sprint([]string{pids[3]}) {
+		t.Fatalf("deleted %v 40 minutes into a ladder of 2 × 10 minutes, its node NotReady: want its machine replaced", got)
+	}
+}

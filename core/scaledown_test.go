@@ -107,7 +107,11 @@ func (f *fakeActions) Cordon(_ context.Context, node, reason string) error {
 		if n.Annotations == nil {
 			n.Annotations = map[string]string{}
 		}
-		n.Annotations[actuation.CordonedAnnotation] = reason + " " + time.Now().UTC().Format(time.RFC3339)
+		now := time.Now()
+		if f.graceful != nil {
+			now = f.graceful.Now() // the env's clock, as the autoscaler's
+		}
+		n.Annotations[actuation.CordonedAnnotation] = reason + " " + now.UTC().Format(time.RFC3339)
 	})
 }
 

@@ -142,9 +142,9 @@ func TestSecurityAutoscalerNodeWritesHeld(t *testing.T) {
 
 	const taintsMsg = "vmss-autoscaler may add or remove only its ToBeDeletedByClusterAutoscaler and DeletionCandidateOfClusterAutoscaler taints"
 	const labelsMsg = "vmss-autoscaler may not change the labels of a node (but the vmss-autoscaler.io/preflight label to pending, on a node it cordoned)"
-	const preflightLabelMsg = "vmss-autoscaler may set the vmss-autoscaler.io/preflight label only to pending, only on a node it cordoned, and never remove it"
-	const preflightTaintMsg = "vmss-autoscaler may add the vmss-autoscaler.io/preflight taint (NoSchedule) only to a node it cordoned, and never remove it"
-	const recordMsg = "vmss-autoscaler may write its vmss-autoscaler.io/repair (at most 4096 bytes) and vmss-autoscaler.io/preflight-again-at annotations only on a node it cordoned"
+	const preflightLabelMsg = "vmss-autoscaler may set the vmss-autoscaler.io/preflight label only to pending, only on a node its health handling cordoned, and never remove it"
+	const preflightTaintMsg = "vmss-autoscaler may add the vmss-autoscaler.io/preflight taint (NoSchedule) only to a node its health handling cordoned, and never remove it"
+	const recordMsg = "vmss-autoscaler may write its vmss-autoscaler.io/repair (at most 4096 bytes) and vmss-autoscaler.io/preflight-again-at annotations only on a node its health handling cordoned"
 	const cordonMsg = "vmss-autoscaler may cordon a node only with its vmss-autoscaler.io/cordoned annotation, set that annotation only as it cordons, and uncordon only a node it cordoned (removing the annotation)"
 	annotate := func(n *apiv1.Node, k, v string) {
 		if n.Annotations == nil {
@@ -261,7 +261,17 @@ func TestSecurityAutoscalerNodeWritesHeld(t *testing.T) {
 	if err := acts.UpdateRepair(ctx, passed.Name, record, again); !errors.Is(err, actuation.ErrNotCordoned) {
 		t.Fatalf("repair write on a node it did not cordon: %v, want ErrNotCordoned", err)
 	}
-	must(t, acts.Cordon(ctx, passed.Name, "health:xid-error"))
+	// Its cordon for a failed preflight is not a health cordon: no
+	// repair record there.
+	must(t, acts.Cordon(ctx, passed.Name, "preflight-failed"))
+	wantRefused(t, "a repair record on a node cordoned for preflight", update(ctx, ps.as, passed.Name, func(n *apiv1.Node) {
+		annotate(n, actuation.RepairAnnotation, "{}")
+	}), recordMsg)
+	must(t, acts.Uncordon(ctx, passed.Name))
+	// Without its preflight label (a pool that joins ungated), the
+	// label is added as pending.
+	must(t, update(ctx, admin, passed.Name, func(n *apiv1.Node) { delete(n.Labels, preflight.DefaultLabel) }))
+	must(t, acts.Cordon(ctx, passed.Name, "health/xid-error"))
 	must(t, acts.UpdateRepair(ctx, passed.Name, record, again))
 	n = get(passed.Name)
 	if n.Labels[preflight.DefaultLabel] != preflight.ValuePending || taint(n, preflight.DefaultTaintKey) == nil ||
@@ -270,7 +280,7 @@ func TestSecurityAutoscalerNodeWritesHeld(t *testing.T) {
 	}
 	t.Log("admitted: on a node it cordoned, its repair record and preflight again")
 	wantRefused(t, "a repair record over 4096 bytes", update(ctx, ps.as, passed.Name, func(n *apiv1.Node) {
-		annotate(n, actuation.RepairAnnotation, strings.Repeat("x", 4097))
+		annotate(n, actuation.RepairAnnotation, strings.Repeat("é", 2049)) // 2,049 runes, 4,098 bytes
 	}), recordMsg)
 	wantRefused(t, "mark a node it cordoned passed", update(ctx, ps.as, passed.Name, func(n *apiv1.Node) {
 		n.Labels[preflight.DefaultLabel] = preflight.ValuePassed

@@ -171,12 +171,16 @@ func (o Options) StripTemplate(n *apiv1.Node) {
 }
 
 // AgainAt is when the autoscaler sent the node through preflight again
-// (AgainAnnotation); false when it never did, or the annotation is not a
-// time before now.
+// (AgainAnnotation); false when it never did or the annotation is not a
+// time. A time after now (another replica's clock ahead of this one's)
+// is now.
 func AgainAt(n *apiv1.Node, now time.Time) (time.Time, bool) {
 	t, err := time.Parse(time.RFC3339, n.Annotations[AgainAnnotation])
-	if err != nil || t.After(now) {
+	if err != nil {
 		return time.Time{}, false
+	}
+	if t.After(now) {
+		return now, true
 	}
 	return t, true
 }

@@ -47,8 +47,10 @@ func TestClassify(t *testing.T) {
 			withAnnotation(AgainAnnotation, t0.Add(-5*time.Minute).Format(time.RFC3339))), nil, Pending, ""},
 		{"sent again, past the deadline from then: failed", to.Node("n", "8", "8Gi", old, to.Taint(DefaultTaintKey, "pending"),
 			withAnnotation(AgainAnnotation, t0.Add(-21*time.Minute).Format(time.RFC3339))), nil, Failed, "after it was sent through preflight again"},
-		{"a future or garbled again-at counts from registration", to.Node("n", "8", "8Gi", old, to.Taint(DefaultTaintKey, "pending"),
-			withAnnotation(AgainAnnotation, t0.Add(time.Hour).Format(time.RFC3339))), nil, Failed, "after registration"},
+		{"a garbled again-at counts from registration", to.Node("n", "8", "8Gi", old, to.Taint(DefaultTaintKey, "pending"),
+			withAnnotation(AgainAnnotation, "yesterday")), nil, Failed, "after registration"},
+		{"a future again-at (another replica's clock ahead) counts from now", to.Node("n", "8", "8Gi", old, to.Taint(DefaultTaintKey, "pending"),
+			withAnnotation(AgainAnnotation, t0.Add(time.Hour).Format(time.RFC3339))), nil, Pending, ""},
 		{"configured names", to.Node("n", "8", "8Gi", born, to.Taint("example.com/burn-in", "x")),
 			func(o *Options) { o.Taint.Key = "example.com/burn-in" }, Pending, ""},
 	} {

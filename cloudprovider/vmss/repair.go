@@ -84,9 +84,11 @@ func (g *scaleSet) Repair(ctx context.Context, providerID string, action cloudpr
 		if cloudprovider.NotSent(err) || isDefiniteRefusal(err) {
 			delete(g.repairs, key) // nothing runs
 		} else {
-			// Unclear (a timeout, a 5xx): the action may run; it is
-			// not sent again before the caller's step times out.
-			r.status.Done, r.status.Err = true, fmt.Errorf("%s of %s: unclear answer: %w", action, instanceID, err)
+			// Unclear (a timeout, a 5xx): the action may run; the
+			// caller treats it as running until its step times out.
+			r.status.Done, r.status.Unknown, r.status.Err = true, true, fmt.Errorf("%s of %s: unclear answer: %w", action, instanceID, err)
+			g.mu.Unlock()
+			return fmt.Errorf("repairing %s (%s) in scale set %s: %w: %w", providerID, action, g.ID(), cloudprovider.ErrOutcomeUnknown, err)
 		}
 		g.mu.Unlock()
 		return fmt.Errorf("repairing %s (%s) in scale set %s: %w", providerID, action, g.ID(), err)
@@ -106,6 +108,7 @@ func (g *scaleSet) Repair(ctx context.Context, providerID string, action cloudpr
 		case opPreempted:
 			r.status.Err = fmt.Errorf("%s of %s was preempted: %s", action, instanceID, res.message)
 		case opUnknown:
+			r.status.Unknown = true
 			r.status.Err = fmt.Errorf("%s of %s: outcome unknown: %s", action, instanceID, res.why)
 		}
 	})

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	apiv1 "k8s.io/api/core/v1"
@@ -171,8 +172,14 @@ const RepairAnnotation = "vmss-autoscaler.io/repair"
 // policy refuses a longer one).
 const MaxRepairRecord = 4096
 
-// ErrNotCordoned: the node is not cordoned by this autoscaler.
-var ErrNotCordoned = errors.New("the node is not cordoned by vmss-autoscaler")
+// ErrNotCordoned: the node is not cordoned by this autoscaler's health
+// handling.
+var ErrNotCordoned = errors.New("the node is not cordoned by vmss-autoscaler's health handling")
+
+// HealthCordonPrefix begins the reason of a health cordon ("health/<rule>"
+// in CordonedAnnotation): the only cordons whose nodes a repair ladder
+// may write (the chart's admission policy holds the same).
+const HealthCordonPrefix = "health/"
 
 // PreflightAgain sends a node through preflight again: the preflight
 // taint added (unless one with its key is there), the preflight label
@@ -204,7 +211,7 @@ func (k *KubeNodeActions) UpdateRepair(ctx context.Context, node string, change 
 // ChangeRepair makes UpdateRepair's change on n (a copy the caller
 // writes back): whether it changed n, or why it may not.
 func ChangeRepair(n *apiv1.Node, change func(string) string, again *PreflightAgain) (bool, error) {
-	if _, ours := CordonedBy(n); !ours {
+	if why, ours := CordonedBy(n); !ours || !strings.HasPrefix(why, HealthCordonPrefix) {
 		return false, ErrNotCordoned
 	}
 	old := n.Annotations[RepairAnnotation]

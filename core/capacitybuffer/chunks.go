@@ -154,6 +154,11 @@ func chunksWithin(limits ResourceList, t *apiv1.PodTemplateSpec) (int32, string,
 		if lim.Sign() < 0 {
 			return 0, "", notReady(ReasonInvalidSpec, "spec.limits.%s: %s, must not be negative", n, lim.String())
 		}
+		if per.Sign() < 0 {
+			// The API server refuses a negative request in a pod; a
+			// template is not validated as one.
+			return 0, "", notReady(ReasonInvalidSpec, "a chunk requests %s %s: a request must not be negative", per.String(), n)
+		}
 		var k int64
 		if lim.CmpInt64(1<<40) < 0 && per.MilliValue() > 0 {
 			// Exact in thousandths (300m over 100m is 3, not 2.9999).
@@ -170,7 +175,7 @@ func chunksWithin(limits ResourceList, t *apiv1.PodTemplateSpec) (int32, string,
 	if binding == "" {
 		return 0, "", notReady(ReasonInvalidSpec, "spec.limits (%s) bounds nothing: one chunk requests none of these resources", strings.Join(names, ", "))
 	}
-	return int32(min(best, MaxChunks+1)), binding, nil
+	return int32(max(0, min(best, MaxChunks+1))), binding, nil
 }
 
 // podRequests is what one chunk requests (limits standing for missing
