@@ -608,7 +608,8 @@ func mergeErrors(a, b <-chan error) <-chan error {
 // ctx ends; a listen error is sent.
 func serve(ctx context.Context, addr string, mux http.Handler) <-chan error {
 	errc := make(chan error, 1)
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 2 * time.Minute, IdleTimeout: secureserve.DefaultIdleTimeout}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		errc <- fmt.Errorf("--address=%s: %w", addr, err)
@@ -616,7 +617,9 @@ func serve(ctx context.Context, addr string, mux http.Handler) <-chan error {
 	}
 	klog.FromContext(ctx).Info("Serving metrics and health", "address", ln.Addr().String())
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		// As the secure listener: idle keep-alives closed, connections
+		// bounded.
+		if err := srv.Serve(secureserve.LimitListener(ln, secureserve.DefaultMaxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("metrics server: %w", err)
 		}
 	}()

@@ -142,6 +142,9 @@ type Autoscaler struct {
 	spot *spotState
 
 	lastStatus string
+	// lastStatusErr is the last status write's failure ("" when it
+	// succeeded): the event is told once per run of failures.
+	lastStatusErr string
 	// unhealthy is the unready guard's reason in the previous loop, for
 	// events on its transitions.
 	unhealthy string

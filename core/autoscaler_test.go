@@ -87,9 +87,16 @@ func (p envPods) Fresh(_ context.Context, node string) ([]*apiv1.Pod, error) {
 	return out, nil
 }
 
-type memStatus struct{ writes []string }
+type memStatus struct {
+	writes []string
+	// fail, when set, fails every write (nothing kept).
+	fail error
+}
 
 func (m *memStatus) WriteStatus(_ context.Context, s string) error {
+	if m.fail != nil {
+		return m.fail
+	}
 	m.writes = append(m.writes, s)
 	return nil
 }

@@ -10,31 +10,34 @@ import (
 // vmss_autoscaler_. They are registered on the registry given to
 // NewMetrics, never on a global one.
 type Metrics struct {
-	LoopDuration       prometheus.Histogram
-	PhaseDuration      *prometheus.HistogramVec
-	LoopErrors         *prometheus.CounterVec
-	LastSuccessfulLoop prometheus.Gauge
-	UnschedulablePods  prometheus.Gauge
-	ExpectedPods       prometheus.Gauge
-	PodsAwaitingNodes  prometheus.Gauge
-	Nodes              *prometheus.GaugeVec
-	TargetSize         *prometheus.GaugeVec
-	MinSize            *prometheus.GaugeVec
-	MaxSize            *prometheus.GaugeVec
-	ScaleUps           *prometheus.CounterVec
-	ScaledUpNodes      *prometheus.CounterVec
-	FailedScaleUps     *prometheus.CounterVec
-	FailedRunning      *prometheus.GaugeVec
-	Backoff            *prometheus.GaugeVec
-	SizeUnknown        *prometheus.CounterVec
-	SnapshotRebuilt    prometheus.Gauge
-	UnneededNodes      prometheus.Gauge
-	KeptNodes          *prometheus.GaugeVec
-	ScaledDownNodes    *prometheus.CounterVec
-	FailedScaleDowns   *prometheus.CounterVec
-	Evictions          *prometheus.CounterVec
-	BrakeEngaged       prometheus.Gauge
-	ClusterUnhealthy   prometheus.Gauge
+	LoopDuration  prometheus.Histogram
+	PhaseDuration *prometheus.HistogramVec
+	LoopErrors    *prometheus.CounterVec
+	// StatusWriteFailures counts status ConfigMap writes that failed
+	// (never a failed loop).
+	StatusWriteFailures prometheus.Counter
+	LastSuccessfulLoop  prometheus.Gauge
+	UnschedulablePods   prometheus.Gauge
+	ExpectedPods        prometheus.Gauge
+	PodsAwaitingNodes   prometheus.Gauge
+	Nodes               *prometheus.GaugeVec
+	TargetSize          *prometheus.GaugeVec
+	MinSize             *prometheus.GaugeVec
+	MaxSize             *prometheus.GaugeVec
+	ScaleUps            *prometheus.CounterVec
+	ScaledUpNodes       *prometheus.CounterVec
+	FailedScaleUps      *prometheus.CounterVec
+	FailedRunning       *prometheus.GaugeVec
+	Backoff             *prometheus.GaugeVec
+	SizeUnknown         *prometheus.CounterVec
+	SnapshotRebuilt     prometheus.Gauge
+	UnneededNodes       prometheus.Gauge
+	KeptNodes           *prometheus.GaugeVec
+	ScaledDownNodes     *prometheus.CounterVec
+	FailedScaleDowns    *prometheus.CounterVec
+	Evictions           *prometheus.CounterVec
+	BrakeEngaged        prometheus.Gauge
+	ClusterUnhealthy    prometheus.Gauge
 	// ReplacementBrakeEngaged is 1 when the replacement brake held a deletion.
 	ReplacementBrakeEngaged prometheus.Gauge
 	// ReplacementsLost counts replacement deletions found lost (the node
@@ -232,6 +235,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range trigger.Reasons() {
 		m.Loops.WithLabelValues(r.String())
 	}
+	m.StatusWriteFailures = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "status_write_failures_total",
+		Help: "Writes of the status ConfigMap that failed (the API server, a refused object); the loop goes on, and the write is tried again next loop."})
+	reg.MustRegister(m.StatusWriteFailures)
 	reg.MustRegister(m.LoopDuration, m.PhaseDuration, m.LoopErrors, m.Loops, m.LastSuccessfulLoop, m.UnschedulablePods, m.ExpectedPods,
 		m.PodsAwaitingNodes, m.Nodes, m.TargetSize, m.MinSize, m.MaxSize, m.ScaleUps, m.ScaledUpNodes,
 		m.FailedScaleUps, m.FailedRunning, m.Backoff, m.SizeUnknown, m.SnapshotRebuilt)

@@ -2,7 +2,8 @@ package core
 
 import (
 	"context"
-	"fmt"
+
+	apiv1 "k8s.io/api/core/v1"
 
 	"k8s.io/klog/v2"
 
@@ -48,7 +49,7 @@ func (a *Autoscaler) writeStatus(ctx context.Context, l *loop) error {
 	st.ProvisioningRequests = a.provisioningRequestsStatus(l)
 	st.CapacityBuffers = a.buffersStatus(l)
 	st.LastChange = l.now.UTC()
-	cmp, full, err := renderStatus(st)
+	cmp, full, err := boundStatus(&st)
 	if err != nil {
 		return err
 	}
@@ -60,11 +61,25 @@ func (a *Autoscaler) writeStatus(ctx context.Context, l *loop) error {
 		return nil
 	}
 	if err := a.status.WriteStatus(ctx, full); err != nil {
-		return fmt.Errorf("writing status: %w", err)
+		// The status is for people; the loop's work is done. A write
+		// that fails (the API server, a refused size) is counted and
+		// told, never a failed loop (which /healthz would turn into a
+		// restart of the leader, then of the standby).
+		a.metrics.StatusWriteFailures.Inc()
+		klog.FromContext(ctx).Error(err, "Writing the status ConfigMap; retried next loop")
+		if a.rec != nil && a.lastStatusErr == "" {
+			a.groupEvent(apiv1.EventTypeWarning, EventStatusWriteFailed, capText("writing the status failed: "+err.Error(), maxStatusMessage))
+		}
+		a.lastStatusErr = err.Error()
+		return nil
 	}
-	a.lastStatus = cmp
+	a.lastStatus, a.lastStatusErr = cmp, ""
 	return nil
 }
+
+// EventStatusWriteFailed is on the status ConfigMap when writing it
+// fails (the first failure of a run of them).
+const EventStatusWriteFailed = "StatusWriteFailed"
 
 func groupStatus(gs *clusterstate.GroupState) GroupStatus {
 	r := gs.Readiness

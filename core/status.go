@@ -54,6 +54,9 @@ type Status struct {
 	// CapacityBuffers are where the buffers' chunks are (with
 	// --enable-capacity-buffers).
 	CapacityBuffers *CapacityBuffersStatus `json:"capacityBuffers,omitempty"`
+	// Truncated says the status was cut to fit its ConfigMap beside the
+	// safety state (statusbound.go).
+	Truncated string `json:"truncated,omitempty"`
 }
 
 // WarmPoolStatus is a group's warm pool in the status.

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -8,14 +9,19 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"sigs.k8s.io/yaml"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/core"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/capacitybuffer"
 	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/statuscmd"
 )
 
 func bufferGVR() schema.GroupVersionResource {
@@ -57,6 +63,7 @@ func TestCapacityBufferKeepsWarmGPUNodes(t *testing.T) {
 		ok := r != nil && r.Status == metav1.ConditionTrue && p != nil && p.Status == metav1.ConditionTrue && b.Status.Replicas != nil && *b.Status.Replicas == 2
 		return ok, fmt.Sprintf("status %+v", b.Status)
 	})
+	sc.tenantBufferText(as)
 	sc.warmChunks(as, 2, 2*time.Minute)
 	sc.eventually("two ready GPU nodes", time.Minute, func() (bool, string) {
 		return len(sc.readyNodeNames(gpu)) == 2, fmt.Sprint(sc.readyNodeNames(gpu))
@@ -114,6 +121,60 @@ func (sc *scenario) createBuffer(name, template string, replicas int64) {
 	if _, err := sc.dynamic().Resource(bufferGVR()).Namespace(sc.ns).Create(sc.ctx, u, metav1.CreateOptions{}); err != nil {
 		sc.t.Fatalf("creating CapacityBuffer %s: %v", name, err)
 	}
+}
+
+// tenantBufferText (#40, TestTenant… in spirit: it needs this scenario's
+// autoscaler, the only one serving buffers): a buffer whose template name
+// is 600 KB, or carries an escape sequence, is refused by the API server
+// (the chart's CRD: an object name, at most 253 characters); one of 253
+// characters naming no template is NotReady, and the loop, the status
+// ConfigMap and `vmss-autoscaler status` stay healthy, the message cut.
+// Before, the 600 KB name was taken, copied twice into the status, which
+// then failed every loop past the API server's 1 MiB.
+func (sc *scenario) tenantBufferText(as *harness.Process) {
+	sc.t.Helper()
+	for name, template := range map[string]string{"huge": strings.Repeat("a", 600<<10), "escape": "t\x1b]52;c;Y3VybHxzaA==\x07"} {
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": capacitybuffer.GroupVersion.String(), "kind": capacitybuffer.Kind,
+			"metadata": map[string]any{"name": name, "namespace": sc.ns},
+			"spec":     map[string]any{"podTemplateRef": map[string]any{"name": template}, "replicas": int64(1)},
+		}}
+		_, err := sc.dynamic().Resource(bufferGVR()).Namespace(sc.ns).Create(sc.ctx, u, metav1.CreateOptions{})
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.podTemplateRef.name") {
+			sc.t.Fatalf("creating buffer %s with a template name of %d bytes: %v, want refused as invalid (spec.podTemplateRef.name)", name, len(template), err)
+		}
+	}
+	long := strings.Repeat("l", 253)
+	sc.createBuffer("long", long, 1)
+	sc.eventually("the buffer naming no template NotReady", time.Minute, func() (bool, string) {
+		c := apimeta.FindStatusCondition(sc.buffer("long").Status.Conditions, capacitybuffer.ReadyForProvisioning)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == capacitybuffer.ReasonPodTemplateNotFound, fmt.Sprintf("%+v", c)
+	})
+	sc.eventually("the status ConfigMap listing it, its message cut", time.Minute, func() (bool, string) {
+		cm, err := sc.s.cp.Client.CoreV1().ConfigMaps(sc.ns).Get(sc.ctx, "vmss-autoscaler-status", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		var st core.Status
+		if err := yaml.Unmarshal([]byte(cm.Data["status"]), &st); err != nil || st.CapacityBuffers == nil {
+			return false, fmt.Sprintf("status %v", err)
+		}
+		for _, b := range st.CapacityBuffers.Buffers {
+			if b.Buffer == sc.ns+"/long" {
+				return len(b.Message) <= 512 && strings.Contains(b.Message, "not ready"), fmt.Sprintf("message of %d bytes: %.80s", len(b.Message), b.Message)
+			}
+		}
+		return false, fmt.Sprintf("%d buffers listed", len(st.CapacityBuffers.Buffers))
+	})
+	_, body := sc.get(as, "/metrics")
+	if strings.Contains(body, `vmss_autoscaler_loop_errors_total{phase="status"}`) || metricValue(body, "vmss_autoscaler_status_write_failures_total") != 0 {
+		sc.t.Fatal("the status phase failed, or a status write")
+	}
+	var out bytes.Buffer
+	if err := statuscmd.Main(sc.ctx, []string{"--kubeconfig=" + sc.s.cp.Kubeconfig, "--namespace=" + sc.ns}, &out); err != nil || !strings.Contains(out.String(), sc.ns+"/long") {
+		sc.t.Fatalf("vmss-autoscaler status: %v\n%s", err, out.String())
+	}
+	must(sc.t, sc.dynamic().Resource(bufferGVR()).Namespace(sc.ns).Delete(sc.ctx, "long", metav1.DeleteOptions{}))
 }
 
 // buffer reads a CapacityBuffer.

@@ -296,3 +296,34 @@ func TestScalableCache(t *testing.T) {
 		t.Fatalf("%d reads and %d deferred for %d new objects at once, want at most %d reads", reads-n, deferred, 3*refreshBurst, refreshBurst)
 	}
 }
+
+// TestResolveRefusesNamesTheAPIWouldNot (#40): a template name of 550 KB,
+// one carrying an escape sequence, a kind or an API group that is no
+// identifier: each is InvalidSpec, naming the field, quoting at most 64
+// bytes of the value. Before, the whole name was copied twice into the
+// status ConfigMap, which then grew past the API server's 1 MiB.
+func TestResolveRefusesNamesTheAPIWouldNot(t *testing.T) {
+	api := &fakeAPI{templates: map[string]*apiv1.PodTemplate{}, scalables: map[string]scalable{}}
+	one := int32(1)
+	for _, tc := range []struct {
+		name, field string
+		spec        Spec
+	}{
+		{"a 550 KB template name", "spec.podTemplateRef.name", Spec{PodTemplateRef: &LocalObjectRef{Name: strings.Repeat("a", 550<<10)}, Replicas: &one}},
+		{"an escape sequence", "spec.podTemplateRef.name", Spec{PodTemplateRef: &LocalObjectRef{Name: "t\x1b]52;c;eHg=\x07"}, Replicas: &one}},
+		{"a kind with a slash", "spec.scalableRef.kind", Spec{ScalableRef: &ScalableRef{APIGroup: "apps", Kind: "Deploy/ment", Name: "d"}, Replicas: &one}},
+		{"an API group in capitals", "spec.scalableRef.apiGroup", Spec{ScalableRef: &ScalableRef{APIGroup: "Apps", Kind: "Deployment", Name: "d"}, Replicas: &one}},
+		{"a scalable name of 300 bytes", "spec.scalableRef.name", Spec{ScalableRef: &ScalableRef{APIGroup: "apps", Kind: "Deployment", Name: strings.Repeat("d", 300)}, Replicas: &one}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Resolve(context.Background(), api, &CapacityBuffer{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "b"}, Spec: tc.spec})
+			var nr *NotReadyError
+			if !errors.As(err, &nr) || nr.Reason != ReasonInvalidSpec || !strings.HasPrefix(err.Error(), tc.field+": ") {
+				t.Fatalf("Resolve: %v, want InvalidSpec naming %s", err, tc.field)
+			}
+			if len(err.Error()) > 400 || strings.ContainsRune(err.Error(), '\x1b') {
+				t.Fatalf("error of %d bytes (escape %v): the value must be quoted cut", len(err.Error()), strings.ContainsRune(err.Error(), '\x1b'))
+			}
+		})
+	}
+}

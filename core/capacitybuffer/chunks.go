@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	apiv1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/podspec"
@@ -66,6 +69,9 @@ func Resolve(ctx context.Context, api API, b *CapacityBuffer) (Chunks, error) {
 	case s.PodTemplateRef != nil && s.ScalableRef != nil:
 		return c, notReady(ReasonInvalidSpec, "spec.podTemplateRef (%q) and spec.scalableRef (%s %q) are both set: set one", s.PodTemplateRef.Name, s.ScalableRef.Kind, s.ScalableRef.Name)
 	case s.PodTemplateRef != nil:
+		if err := validName("spec.podTemplateRef.name", s.PodTemplateRef.Name); err != nil {
+			return c, err
+		}
 		if s.Percentage != nil {
 			return c, notReady(ReasonInvalidSpec, "spec.percentage (%d) needs spec.scalableRef: it is a percentage of its replicas", *s.Percentage)
 		}
@@ -76,6 +82,9 @@ func Resolve(ctx context.Context, api API, b *CapacityBuffer) (Chunks, error) {
 		c.Template, c.TemplateRef, c.TemplateGeneration = &pt.Template, pt.Name, pt.Generation
 		c.Source = "PodTemplate " + pt.Name
 	case s.ScalableRef != nil:
+		if err := validScalableRef(*s.ScalableRef); err != nil {
+			return c, err
+		}
 		t, r, err := api.Scalable(ctx, b.Namespace, *s.ScalableRef)
 		var unsupported *UnsupportedScalableError
 		var missing *ScalableNotFoundError
@@ -133,6 +142,47 @@ func Resolve(ctx context.Context, api API, b *CapacityBuffer) (Chunks, error) {
 	}
 	c.Replicas = *want
 	return c, nil
+}
+
+// kindPattern is an API kind: a CamelCase identifier.
+var kindPattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]{0,62}$`)
+
+// validName checks an object name as the API defines it (a DNS
+// subdomain, at most 253 characters): the CRD says so, but a buffer
+// written before it did, or through an older CRD, is user text all the
+// same; its value is quoted cut, never whole, in the error.
+func validName(field, name string) error {
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return notReady(ReasonInvalidSpec, "%s: %s: not an object name: %s", field, quoteCut(name), errs[0])
+	}
+	return nil
+}
+
+// validScalableRef checks a scalableRef's API group, kind and name.
+func validScalableRef(r ScalableRef) error {
+	if r.APIGroup != "" {
+		if errs := validation.IsDNS1123Subdomain(r.APIGroup); len(errs) > 0 {
+			return notReady(ReasonInvalidSpec, "spec.scalableRef.apiGroup: %s: not an API group: %s", quoteCut(r.APIGroup), errs[0])
+		}
+	}
+	if !kindPattern.MatchString(r.Kind) {
+		return notReady(ReasonInvalidSpec, "spec.scalableRef.kind: %s: not a kind (a CamelCase identifier of at most 63 characters)", quoteCut(r.Kind))
+	}
+	return validName("spec.scalableRef.name", r.Name)
+}
+
+// quoteCut quotes at most the first 64 bytes of s (a valid cut: whole
+// runes), saying how long it was when it was longer.
+func quoteCut(s string) string {
+	const n = 64
+	if len(s) <= n {
+		return strconv.Quote(s)
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(s[:cut]), len(s))
 }
 
 // chunksWithin is the number of chunks whose total requests fit the

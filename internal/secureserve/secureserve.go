@@ -36,7 +36,29 @@ type Options struct {
 	CertFile, KeyFile string
 	// AlwaysAllowPaths are served without authentication or authorization.
 	AlwaysAllowPaths []string
+	// IdleTimeout closes a keep-alive connection idle this long, and
+	// MaxConns bounds the connections open at once (the next ones wait
+	// to be accepted): whoever reaches the port cannot hold it open for
+	// good. Zero: DefaultIdleTimeout, DefaultMaxConns.
+	IdleTimeout time.Duration
+	MaxConns    int
 }
+
+// Defaults of Options.IdleTimeout and MaxConns: a scraper every 15 s
+// keeps its connection; 256 is far above the few scrapers and probes a
+// replica has.
+const (
+	DefaultIdleTimeout = 90 * time.Second
+	DefaultMaxConns    = 256
+)
+
+// Timeouts of a request on the secure listener: reading it (headers and
+// its small body), and writing the answer (a /metrics page of a 7,500-node
+// cluster is a few MiB).
+const (
+	readTimeout  = 30 * time.Second
+	writeTimeout = 2 * time.Minute
+)
 
 // Handler serves h to requests whose bearer token the authenticator
 // accepts (401 otherwise) and that the authorizer allows for the HTTP
@@ -177,11 +199,19 @@ func Serve(ctx context.Context, o Options, h http.Handler) (net.Addr, <-chan err
 	// Headers up to 64 KiB (a ServiceAccount token is about 1 KiB, an
 	// OIDC one a few): net/http's default of 1 MiB would let every
 	// TokenReview carry a megabyte.
+	idle, maxConns := o.IdleTimeout, o.MaxConns
+	if idle <= 0 {
+		idle = DefaultIdleTimeout
+	}
+	if maxConns <= 0 {
+		maxConns = DefaultMaxConns
+	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, TLSConfig: cfg, MaxHeaderBytes: maxHeaderBytes,
+		ReadTimeout: readTimeout, WriteTimeout: writeTimeout, IdleTimeout: idle,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
 	errc := make(chan error, 1)
 	go func() {
-		if err := srv.Serve(tls.NewListener(ln, cfg)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(tls.NewListener(LimitListener(ln, maxConns), cfg)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("secure metrics server: %w", err)
 		}
 	}()
@@ -192,4 +222,50 @@ func Serve(ctx context.Context, o Options, h http.Handler) (net.Addr, <-chan err
 		_ = srv.Shutdown(sctx)
 	}()
 	return ln.Addr(), errc, nil
+}
+
+// LimitListener accepts at most n connections open at once: Accept waits
+// for one to close (golang.org/x/net/netutil's LimitListener, the same
+// idea in a few lines).
+func LimitListener(l net.Listener, n int) net.Listener {
+	return &limitListener{Listener: l, sem: make(chan struct{}, n), done: make(chan struct{})}
+}
+
+type limitListener struct {
+	net.Listener
+	sem       chan struct{}
+	closeOnce sync.Once
+	done      chan struct{}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.sem <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+}
+
+func (l *limitListener) Close() error {
+	err := l.Listener.Close()
+	l.closeOnce.Do(func() { close(l.done) })
+	return err
+}
+
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }

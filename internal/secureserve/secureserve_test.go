@@ -1,13 +1,17 @@
 package secureserve
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -103,4 +107,82 @@ func TestTLSOptions(t *testing.T) {
 			t.Errorf("Serve(%+v): %v, want an error naming the TLS flags", o, err)
 		}
 	}
+}
+
+// TestIdleAndExtraConnectionsBounded (#40): a keep-alive connection left
+// idle is closed after IdleTimeout (before, it stayed open for good: 200
+// of 200 after 15 s), and past MaxConns a new connection is not served
+// until one closes.
+func TestIdleAndExtraConnectionsBounded(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	addr, _, err := Serve(ctx, Options{Address: "127.0.0.1:0", IdleTimeout: 300 * time.Millisecond, MaxConns: 2},
+		Handler(mux, tokens, rbac, []string{"/healthz"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := func() (*tls.Conn, error) {
+		d := &net.Dialer{Timeout: 5 * time.Second}
+		return tls.DialWithDialer(d, "tcp", addr.String(), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // self-signed test server
+	}
+	get := func(c *tls.Conn) error {
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			return err
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.Body.Close()
+	}
+	a, err := dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = a.Close() }()
+	if err := get(a); err != nil {
+		t.Fatal(err)
+	}
+	// Idle: the server closes it (a read ends) within a deadline far
+	// above IdleTimeout.
+	_ = a.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := a.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("an idle keep-alive connection was not closed by the server: %v", err)
+	}
+	// Two connections held open: a third is accepted only once one closes.
+	b, err := dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	third := make(chan error, 1)
+	go func() {
+		d, err := dial()
+		if err == nil {
+			err = get(d)
+			_ = d.Close()
+		}
+		third <- err
+	}()
+	select {
+	case err := <-third:
+		t.Fatalf("a third connection served while two are open (MaxConns 2): %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	_ = b.Close()
+	select {
+	case err := <-third:
+		if err != nil {
+			t.Fatalf("the third connection once one closed: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the third connection not served after one of the two closed")
+	}
+	_ = c.Close()
 }

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"sigs.k8s.io/yaml"
 
@@ -28,7 +29,11 @@ const (
 func Render(w io.Writer, v *View, format string, now time.Time) error {
 	switch format {
 	case OutputTable, "":
-		return renderTable(w, v, now)
+		// The status quotes text tenants wrote (a CapacityBuffer's
+		// template name, a ProvisioningRequest's): an escape sequence
+		// there must not reach the operator's terminal (an OSC 52
+		// clipboard write, a cursor move hiding a line).
+		return renderTable(&printable{w: w}, v, now)
 	case OutputJSON:
 		data, err := json.MarshalIndent(v, "", "  ")
 		if err != nil {
@@ -435,4 +440,44 @@ func sortedKeys(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// printable writes what it is given with every rune that is not
+// printable (but newlines and tabs) escaped as \u{XXXX}, and every byte
+// that is not UTF-8 as \x{XX}: what reaches the terminal is text.
+type printable struct{ w io.Writer }
+
+func (p *printable) Write(b []byte) (int, error) {
+	clean := true
+	for _, r := range string(b) {
+		if !shown(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return p.w.Write(b)
+	}
+	var out strings.Builder
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			fmt.Fprintf(&out, `\x{%02x}`, b[i])
+		case shown(r):
+			out.WriteRune(r)
+		default:
+			fmt.Fprintf(&out, `\u{%04x}`, r)
+		}
+		i += max(size, 1)
+	}
+	if _, err := io.WriteString(p.w, out.String()); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+// shown says a rune goes to the terminal as it is.
+func shown(r rune) bool {
+	return r == '\n' || r == '\t' || (r != utf8.RuneError && unicode.IsPrint(r))
 }

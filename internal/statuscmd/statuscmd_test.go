@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -584,5 +585,26 @@ func TestShortDuration(t *testing.T) {
 		if got := shortDuration(d); got != want {
 			t.Errorf("shortDuration(%s) = %q, want %q", d, got, want)
 		}
+	}
+}
+
+// TestTableEscapesWhatTenantsWrote (#40): a buffer message with an
+// escape sequence (an OSC 52 clipboard write, a cursor move), a C1
+// control and a byte that is not UTF-8 reaches the table escaped; the
+// table's own newlines and tabs are kept.
+func TestTableEscapesWhatTenantsWrote(t *testing.T) {
+	st := &core.Status{LastChange: now, CapacityBuffers: &core.CapacityBuffersStatus{Buffers: []core.CapacityBufferStatus{{
+		Buffer: "ml/b", Message: "not ready: \x1b]52;c;Y3VybCBldmlsfHNo\x07\x1b[2A\u009b\xff done"}}}}
+	var out bytes.Buffer
+	if err := Render(&out, FromStatus("configmap kube-system/vmss-autoscaler-status", st), OutputTable, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range out.String() {
+		if r != '\n' && r != '\t' && !unicode.IsPrint(r) {
+			t.Fatalf("the table carries %U:\n%q", r, out.String())
+		}
+	}
+	if !strings.Contains(out.String(), `\u{001b}]52;c;Y3VybCBldmlsfHNo\u{0007}\u{001b}[2A\u{009b}\x{ff} done`) {
+		t.Fatalf("the message is not shown escaped:\n%s", out.String())
 	}
 }
