@@ -1,18 +1,21 @@
 package core
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	apiv1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/provreq"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/podspec"
 )
 
 // Pods a ReplicaSet is about to have scheduled (--scale-up-for-expected-pods).
@@ -26,6 +29,14 @@ import (
 // them now — its pods the scheduler has not tried yet, and the replicas
 // it has yet to create — as copies, so their nodes are bought with the
 // first ones' instead of behind the scheduler's verdicts.
+//
+// The pods to come are made from the ReplicaSet's spec.template, never
+// from a pod: anyone who may create pods in its namespace may give a pod
+// of any shape the ReplicaSet as its controller, and one hand-made 8-GPU
+// pod copied for 5,000 replicas to come bought a GPU group's maximum. An
+// unschedulable pod stands for its twins only when it asks what the
+// template asks (matchesTemplate); one that differs is planned as itself
+// and triggers nothing for its siblings (#40).
 //
 // Copies are virtual (like a ProvisioningRequest's booked pods): no
 // event, no count of real pods, no gang membership; planned with their
@@ -71,8 +82,12 @@ func (a *Autoscaler) expectedPods(l *loop, pending []*apiv1.Pod) []*apiv1.Pod {
 		return nil
 	}
 	type owner struct {
-		rs     *appsv1.ReplicaSet
-		sample *apiv1.Pod
+		rs *appsv1.ReplicaSet
+		// base is the pod its controller creates, made from its
+		// spec.template (never from a pod: a pod anyone may give the
+		// ReplicaSet as owner); nil until one of its unschedulable pods
+		// is such a pod.
+		base *apiv1.Pod
 	}
 	var owners map[types.UID]*owner
 	var order []types.UID
@@ -81,22 +96,29 @@ func (a *Autoscaler) expectedPods(l *loop, pending []*apiv1.Pod) []*apiv1.Pod {
 			continue
 		}
 		uid, name, _ := replicaSetOf(p)
-		if o, seen := owners[uid]; seen {
-			if o != nil && p.CreationTimestamp.After(o.sample.CreationTimestamp.Time) {
-				o.sample = p // the newest: the one most like those to come
+		o, seen := owners[uid]
+		if !seen {
+			if owners == nil {
+				owners = map[types.UID]*owner{}
 			}
+			rs, err := a.listers.ReplicaSets.ReplicaSets(p.Namespace).Get(name)
+			if err != nil || rs.UID != uid || !expectsPods(rs) {
+				owners[uid] = nil
+				continue
+			}
+			o = &owner{rs: rs}
+			owners[uid] = o
+		}
+		if o == nil || o.base != nil {
 			continue
 		}
-		if owners == nil {
-			owners = map[types.UID]*owner{}
+		// Its unschedulable pod stands for its twins only when it is
+		// what its template makes (a pod that differs — made by hand
+		// with another shape — triggers nothing for its siblings).
+		if base := templatePod(o.rs, p); base != nil {
+			o.base = base
+			order = append(order, uid)
 		}
-		rs, err := a.listers.ReplicaSets.ReplicaSets(p.Namespace).Get(name)
-		if err != nil || rs.UID != uid || !expectsPods(rs) {
-			owners[uid] = nil
-			continue
-		}
-		owners[uid] = &owner{rs: rs, sample: p}
-		order = append(order, uid)
 	}
 	if len(order) == 0 {
 		return nil
@@ -114,8 +136,11 @@ func (a *Autoscaler) expectedPods(l *loop, pending []*apiv1.Pod) []*apiv1.Pod {
 	// each (it gives a few hundred a second).
 	for _, p := range l.unbound {
 		uid, _, ok := replicaSetOf(p)
-		if !ok || owners[uid] == nil || !counts(p) || !untried(p) || !a.mayExpect(l, p) {
+		if !ok || owners[uid] == nil || owners[uid].base == nil || !counts(p) || !untried(p) || !a.mayExpect(l, p) {
 			continue
+		}
+		if !matchesTemplate(p, owners[uid].base) {
+			continue // planned once the scheduler tried it, as itself
 		}
 		if !add(p, 0) {
 			return out
@@ -148,7 +173,7 @@ func (a *Autoscaler) expectedPods(l *loop, pending []*apiv1.Pod) []*apiv1.Pod {
 			continue // its pods unknown: none expected rather than too many
 		}
 		for i := 0; i < int(*o.rs.Spec.Replicas)-have[uid]; i++ {
-			if !add(o.sample, i+1) {
+			if !add(o.base, i+1) {
 				return out
 			}
 		}
@@ -200,6 +225,90 @@ func expectsPods(rs *appsv1.ReplicaSet) bool {
 	}
 	for _, c := range rs.Status.Conditions {
 		if c.Type == appsv1.ReplicaSetReplicaFailure && c.Status == apiv1.ConditionTrue {
+			return false
+		}
+	}
+	return true
+}
+
+// templatePod is the pod rs's controller creates from its spec.template,
+// for planning (what admission adds aside: the sample's priority, once its
+// priority class is the template's): nil when sample, one of rs's
+// unschedulable pods, is not such a pod (matchesTemplate).
+func templatePod(rs *appsv1.ReplicaSet, sample *apiv1.Pod) *apiv1.Pod {
+	t := rs.Spec.Template
+	base := &apiv1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: rs.Namespace, Name: rs.Name + "-template", UID: types.UID("template/" + string(rs.UID)),
+			Labels: t.Labels, Annotations: t.Annotations, CreationTimestamp: sample.CreationTimestamp,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))}},
+		Spec:   *t.Spec.DeepCopy(),
+		Status: apiv1.PodStatus{Phase: apiv1.PodPending},
+	}
+	// As the API server defaults a pod: a container's limits stand for
+	// its missing requests.
+	podspec.LimitsAsRequests(base.Spec.Containers)
+	podspec.LimitsAsRequests(base.Spec.InitContainers)
+	if !matchesTemplate(sample, base) {
+		return nil
+	}
+	base.Spec.Priority, base.Spec.PreemptionPolicy = sample.Spec.Priority, sample.Spec.PreemptionPolicy
+	if base.Spec.SchedulerName == "" {
+		base.Spec.SchedulerName = sample.Spec.SchedulerName
+	}
+	return base
+}
+
+// matchesTemplate says p asks what the template pod base asks, for
+// scheduling: the same containers' requests, node selector,
+// affinity, topology spread, priority class, runtime class and resource
+// claims, and at least base's tolerations (admission adds its own).
+func matchesTemplate(p, base *apiv1.Pod) bool {
+	ps, bs := &p.Spec, &base.Spec
+	if !sameResources(ps.Containers, bs.Containers) || !sameResources(ps.InitContainers, bs.InitContainers) ||
+		!apiequality.Semantic.DeepEqual(ps.NodeSelector, bs.NodeSelector) || !apiequality.Semantic.DeepEqual(ps.Affinity, bs.Affinity) ||
+		!apiequality.Semantic.DeepEqual(ps.TopologySpreadConstraints, bs.TopologySpreadConstraints) ||
+		ps.PriorityClassName != bs.PriorityClassName || !apiequality.Semantic.DeepEqual(ps.RuntimeClassName, bs.RuntimeClassName) ||
+		len(ps.ResourceClaims) != len(bs.ResourceClaims) || !apiequality.Semantic.DeepEqual(ps.Overhead, bs.Overhead) && bs.Overhead != nil {
+		return false
+	}
+	for _, t := range bs.Tolerations {
+		if !slices.ContainsFunc(ps.Tolerations, func(pt apiv1.Toleration) bool { return pt.MatchToleration(&t) }) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameResources says two containers lists request the same, container by
+// container (a container's limits standing for its missing requests;
+// limits alone, which a LimitRange may add, do not schedule).
+func sameResources(a, b []apiv1.Container) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		ra, rb := a[i].Resources.Requests, b[i].Resources.Requests
+		if len(ra) == 0 {
+			ra = a[i].Resources.Limits
+		}
+		if len(rb) == 0 {
+			rb = b[i].Resources.Limits
+		}
+		if !sameList(ra, rb) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameList says two resource lists hold the same quantities.
+func sameList(a, b apiv1.ResourceList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		w, ok := b[k]
+		if !ok || v.Cmp(w) != 0 {
 			return false
 		}
 	}

@@ -18,10 +18,13 @@ import (
 )
 
 func replicaSet(name string, replicas int32, conds ...appsv1.ReplicaSetCondition) *appsv1.ReplicaSet {
+	// Its template is what rsPods make: a whole GPU node a pod.
+	sample := rsPods(name, 0, 1, false)[0]
 	return &appsv1.ReplicaSet{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("rs-" + name)},
-		Spec:       appsv1.ReplicaSetSpec{Replicas: &replicas},
-		Status:     appsv1.ReplicaSetStatus{Conditions: conds},
+		Spec: appsv1.ReplicaSetSpec{Replicas: &replicas, Template: apiv1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: sample.Labels}, Spec: *sample.Spec.DeepCopy()}},
+		Status: appsv1.ReplicaSetStatus{Conditions: conds},
 	}
 }
 
@@ -261,6 +264,10 @@ func TestExpectedPodsPackLikeRealOnes(t *testing.T) {
 			}
 			return out
 		}
+		rs.Spec.Template.Spec = *pods(0, 1, false)[0].Spec.DeepCopy() // its template: what its pods are
+		if err := e.rss.Update(rs); err != nil {
+			t.Fatal(err)
+		}
 		e.add(pods(0, unschedulable, true), pods(unschedulable, 40-unschedulable, false))
 		e.run()
 		n := 0
@@ -272,5 +279,55 @@ func TestExpectedPodsPackLikeRealOnes(t *testing.T) {
 	want := bought(t, 40)
 	if got := bought(t, 13); got != want {
 		t.Fatalf("13 unschedulable and 27 untried bought %d nodes, 40 unschedulable %d", got, want)
+	}
+}
+
+// TestExpectedPodsFromTheTemplateNotAPod (#40): a tenant with the stock
+// edit role gives one hand-made 8-GPU pod a controller reference to a
+// ReplicaSet of 5,000 one-CPU pods that is still creating them: that pod
+// is planned as itself (one GPU node), its 4,999 siblings to come are
+// not copied from it (before: the group's maximum of 100 GPU nodes). A
+// pod that is what the template makes still brings its siblings' nodes.
+func TestExpectedPodsFromTheTemplateNotAPod(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		handMad bool
+		wantGPU int
+		wantCPU bool
+	}{
+		{"a hand-made pod of another shape", true, 1, false},
+		{"a pod of the template", false, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			gpu := e.provider.AddGroup("gpu", 0, 100, gpuTemplate("gpu"))
+			cpu := e.provider.AddGroup("cpu", 0, 100, cpuTemplate("cpu"))
+			e.start()
+			rs := replicaSet("tiny", 5000)
+			tiny := to.Pod("tiny-0", to.ControlledBy("ReplicaSet", "tiny", types.UID("rs-tiny")), to.Requests("1", "1Gi"))
+			rs.Spec.Template.Spec = *tiny.Spec.DeepCopy()
+			if err := e.rss.Add(rs); err != nil {
+				t.Fatal(err)
+			}
+			p := to.Pod("tiny-0", to.ControlledBy("ReplicaSet", "tiny", types.UID("rs-tiny")), to.Requests("1", "1Gi"), to.Unschedulable())
+			if tc.handMad {
+				p = to.Pod("tiny-x", append(wholeGPU(), to.ControlledBy("ReplicaSet", "tiny", types.UID("rs-tiny")), to.Unschedulable())...)
+			}
+			e.add(p)
+			e.run()
+			sum := func(g []int) int {
+				n := 0
+				for _, d := range g {
+					n += d
+				}
+				return n
+			}
+			if got := sum(gpu.Increases()); got != tc.wantGPU {
+				t.Fatalf("bought %d GPU nodes, want %d", got, tc.wantGPU)
+			}
+			if got := sum(cpu.Increases()); (got > 1) != tc.wantCPU {
+				t.Fatalf("bought %d CPU nodes: want the siblings to come planned %v", got, tc.wantCPU)
+			}
+		})
 	}
 }
