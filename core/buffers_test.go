@@ -501,3 +501,33 @@ func TestCapacityBufferRoomStaysPut(t *testing.T) {
 		t.Fatalf("deleted %v, want %s, the node the job left (the buffer held the others)", got, nodes[0])
 	}
 }
+
+// TestBufferFairShare (#40): buffers over --max-capacity-buffers(-per-
+// namespace) are left out, the namespaces taking turns oldest first: 500
+// buffers of one tenant, created first, leave room for another's newer
+// one (before, the oldest 500 took every place).
+func TestBufferFairShare(t *testing.T) {
+	type b struct{ ns, name string }
+	var items []b
+	for i := range 500 {
+		items = append(items, b{"noisy", fmt.Sprint("n", i)})
+	}
+	items = append(items, b{"quiet", "q0"}, b{"other", "o0"}, b{"other", "o1"})
+	kept, skipped := fairShare(items, func(x b) string { return x.ns }, 100, 50)
+	if len(kept) != 50 || skipped != len(items)-50 {
+		t.Fatalf("kept %d, skipped %d; want 50 and the rest", len(kept), skipped)
+	}
+	count := map[string]int{}
+	for _, x := range kept {
+		count[x.ns]++
+	}
+	if count["quiet"] != 1 || count["other"] != 2 || count["noisy"] != 47 {
+		t.Fatalf("kept per namespace %v: want quiet 1, other 2, noisy the 47 left", count)
+	}
+	if kept[0].name != "n0" || kept[len(kept)-1].name != "o1" {
+		t.Fatalf("kept %v...%v: want the input's order (oldest first)", kept[0], kept[len(kept)-1])
+	}
+	if kept, skipped := fairShare(items, func(x b) string { return x.ns }, 3, 1000); len(kept) != 3+1+2 || skipped != len(items)-6 {
+		t.Fatalf("per namespace 3: kept %d, skipped %d", len(kept), skipped)
+	}
+}

@@ -13,6 +13,8 @@ type Metrics struct {
 	LoopDuration  prometheus.Histogram
 	PhaseDuration *prometheus.HistogramVec
 	LoopErrors    *prometheus.CounterVec
+	// CapacityBuffersSkipped are the buffers over the caps, last loop.
+	CapacityBuffersSkipped prometheus.Gauge
 	// StatusWriteFailures counts status ConfigMap writes that failed
 	// (never a failed loop).
 	StatusWriteFailures prometheus.Counter
@@ -237,7 +239,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.StatusWriteFailures = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "status_write_failures_total",
 		Help: "Writes of the status ConfigMap that failed (the API server, a refused object); the loop goes on, and the write is tried again next loop."})
-	reg.MustRegister(m.StatusWriteFailures)
+	m.CapacityBuffersSkipped = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "capacity_buffers_skipped",
+		Help: "CapacityBuffers not planned last loop: over --max-capacity-buffers or --max-capacity-buffers-per-namespace (the namespaces take turns, oldest first)."})
+	reg.MustRegister(m.StatusWriteFailures, m.CapacityBuffersSkipped)
 	reg.MustRegister(m.LoopDuration, m.PhaseDuration, m.LoopErrors, m.Loops, m.LastSuccessfulLoop, m.UnschedulablePods, m.ExpectedPods,
 		m.PodsAwaitingNodes, m.Nodes, m.TargetSize, m.MinSize, m.MaxSize, m.ScaleUps, m.ScaledUpNodes,
 		m.FailedScaleUps, m.FailedRunning, m.Backoff, m.SizeUnknown, m.SnapshotRebuilt)

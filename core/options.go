@@ -233,11 +233,20 @@ type Options struct {
 	// (autoscaling.x-k8s.io/v1beta1): buffers of the active-capacity
 	// strategy hold room on ready nodes or buy it (phase_buffers.go).
 	CapacityBuffers bool
+	// MaxCapacityBuffers and MaxCapacityBuffersPerNamespace bound the
+	// buffers a loop plans, in all and per namespace, taken oldest first
+	// with the namespaces in turn (--max-capacity-buffers,
+	// --max-capacity-buffers-per-namespace): each buffer costs loop time
+	// and memory for its chunks, and tenants create them.
+	MaxCapacityBuffers             int
+	MaxCapacityBuffersPerNamespace int
 }
 
 // DefaultOptions returns the defaults, safe for a 7,500-node cluster.
 func DefaultOptions() Options {
 	return Options{
+		MaxCapacityBuffers:              1000,
+		MaxCapacityBuffersPerNamespace:  100,
 		ScanInterval:                    10 * time.Second,
 		FrequentLoops:                   true,
 		MinLoopInterval:                 time.Second,
@@ -402,6 +411,9 @@ func (o Options) Validate() error {
 	}
 	if o.ReplacementBrakeMinNodes < 1 {
 		return fmt.Errorf("--replacement-brake-min-nodes: must be at least 1, got %d", o.ReplacementBrakeMinNodes)
+	}
+	if o.MaxCapacityBuffers < 1 || o.MaxCapacityBuffersPerNamespace < 1 {
+		return fmt.Errorf("--max-capacity-buffers %d, --max-capacity-buffers-per-namespace %d: must be at least 1", o.MaxCapacityBuffers, o.MaxCapacityBuffersPerNamespace)
 	}
 	if o.ReplacementBrakeWindow <= 0 {
 		return fmt.Errorf("--replacement-brake-window: must be positive, got %s", o.ReplacementBrakeWindow)

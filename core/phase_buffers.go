@@ -105,8 +105,52 @@ type buffersLoop struct {
 	pending []*apiv1.Pod
 	// nodes are the ready nodes holding buffer room: scale-down keeps them.
 	nodes map[string]bool
-	// other counts buffers of strategies this autoscaler does not serve.
-	other int
+	// other counts buffers of strategies this autoscaler does not serve;
+	// skipped those over --max-capacity-buffers(-per-namespace).
+	other, skipped int
+}
+
+// fairShare keeps at most perNS items of a namespace and total in all,
+// from items sorted oldest first: the namespaces take turns, one item each
+// (in the order of their oldest), so one tenant's many cannot crowd out
+// another's few; what is kept stays in items' order. It returns the kept
+// items and how many were left out.
+func fairShare[T any](items []T, ns func(T) string, perNS, total int) ([]T, int) {
+	if len(items) <= total && perNS >= len(items) {
+		return items, 0
+	}
+	byNS := map[string][]int{}
+	var order []string
+	for i, it := range items {
+		n := ns(it)
+		if _, seen := byNS[n]; !seen {
+			order = append(order, n)
+		}
+		byNS[n] = append(byNS[n], i)
+	}
+	keep := make([]bool, len(items))
+	kept := 0
+	for round := 0; round < perNS && kept < total; round++ {
+		took := false
+		for _, n := range order {
+			if kept == total {
+				break
+			}
+			if idx := byNS[n]; round < len(idx) {
+				keep[idx[round]], kept, took = true, kept+1, true
+			}
+		}
+		if !took {
+			break
+		}
+	}
+	out := make([]T, 0, kept)
+	for i, it := range items {
+		if keep[i] {
+			out = append(out, it)
+		}
+	}
+	return out, len(items) - kept
 }
 
 // bufferNode says a ready node holds room of a capacity buffer.
@@ -138,11 +182,18 @@ func (a *Autoscaler) capacityBuffers(ctx context.Context, l *loop) error {
 		}
 		return capacitybuffer.Key(all[i]) < capacitybuffer.Key(all[j])
 	})
+	active := all[:0:0]
 	for _, b := range all {
 		if b.Strategy() != capacitybuffer.ActiveCapacity {
 			bl.other++
 			continue
 		}
+		active = append(active, b)
+	}
+	active, bl.skipped = fairShare(active, func(b *capacitybuffer.CapacityBuffer) string { return b.Namespace },
+		a.opts.MaxCapacityBuffersPerNamespace, a.opts.MaxCapacityBuffers)
+	a.metrics.CapacityBuffersSkipped.Set(float64(bl.skipped))
+	for _, b := range active {
 		bc := &bufferChunks{b: b}
 		bc.chunks, bc.err = capacitybuffer.Resolve(ctx, bs.api, b)
 		var nr *capacitybuffer.NotReadyError
@@ -415,10 +466,10 @@ func (a *Autoscaler) reportBuffers(l *loop) {
 // buffersStatus is the buffers' part of the status.
 func (a *Autoscaler) buffersStatus(l *loop) *CapacityBuffersStatus {
 	bl := l.buffers
-	if bl == nil || len(bl.buffers)+bl.other == 0 {
+	if bl == nil || len(bl.buffers)+bl.other+bl.skipped == 0 {
 		return nil
 	}
-	st := &CapacityBuffersStatus{OtherStrategies: bl.other}
+	st := &CapacityBuffersStatus{OtherStrategies: bl.other, Skipped: bl.skipped}
 	for _, bc := range bl.buffers {
 		if len(st.Buffers) == maxProvreqStatusEntries {
 			st.More++
@@ -447,6 +498,9 @@ type CapacityBuffersStatus struct {
 	// OtherStrategies counts the buffers of strategies this autoscaler
 	// does not serve (left alone).
 	OtherStrategies int `json:"otherStrategies,omitempty"`
+	// Skipped counts the buffers over --max-capacity-buffers or
+	// --max-capacity-buffers-per-namespace: not planned this loop.
+	Skipped int `json:"skipped,omitempty"`
 }
 
 // CapacityBufferStatus is where a buffer's chunks are.

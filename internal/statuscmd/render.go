@@ -379,7 +379,7 @@ func renderProvisioningRequests(w io.Writer, p *core.ProvisioningRequestsStatus,
 // how many were left out and how many of other strategies were left
 // alone.
 func renderCapacityBuffers(w io.Writer, b *core.CapacityBuffersStatus) error {
-	if b == nil || len(b.Buffers)+b.More+b.OtherStrategies == 0 {
+	if b == nil || len(b.Buffers)+b.More+b.OtherStrategies+b.Skipped == 0 {
 		return nil
 	}
 	fmt.Fprintln(w)
@@ -402,6 +402,9 @@ func renderCapacityBuffers(w io.Writer, b *core.CapacityBuffersStatus) error {
 	}
 	if b.OtherStrategies > 0 {
 		fmt.Fprintf(w, "%d %s of other strategies left alone\n", b.OtherStrategies, plural(b.OtherStrategies, "buffer", "buffers"))
+	}
+	if b.Skipped > 0 {
+		fmt.Fprintf(w, "WARNING: %d %s not planned: over --max-capacity-buffers or --max-capacity-buffers-per-namespace\n", b.Skipped, plural(b.Skipped, "buffer", "buffers"))
 	}
 	return nil
 }
