@@ -110,47 +110,46 @@ type buffersLoop struct {
 	other, skipped int
 }
 
+// olderBuffer orders buffers oldest first, then by key.
+func olderBuffer(a, b *capacitybuffer.CapacityBuffer) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return capacitybuffer.Key(a) < capacitybuffer.Key(b)
+}
+
 // fairShare keeps at most perNS items of a namespace and total in all,
 // from items sorted oldest first: the namespaces take turns, one item each
 // (in the order of their oldest), so one tenant's many cannot crowd out
-// another's few; what is kept stays in items' order. It returns the kept
-// items and how many were left out.
+// another's few. The kept items come in the order they were taken (the
+// turns): what is spent in that order (the workloads' read budget) is
+// shared the same way. It returns them and how many were left out.
 func fairShare[T any](items []T, ns func(T) string, perNS, total int) ([]T, int) {
-	if len(items) <= total && perNS >= len(items) {
-		return items, 0
-	}
-	byNS := map[string][]int{}
+	byNS := map[string][]T{}
 	var order []string
-	for i, it := range items {
+	for _, it := range items {
 		n := ns(it)
 		if _, seen := byNS[n]; !seen {
 			order = append(order, n)
 		}
-		byNS[n] = append(byNS[n], i)
+		byNS[n] = append(byNS[n], it)
 	}
-	keep := make([]bool, len(items))
-	kept := 0
-	for round := 0; round < perNS && kept < total; round++ {
+	out := make([]T, 0, min(len(items), total))
+	for round := 0; round < perNS && len(out) < total; round++ {
 		took := false
 		for _, n := range order {
-			if kept == total {
+			if len(out) == total {
 				break
 			}
-			if idx := byNS[n]; round < len(idx) {
-				keep[idx[round]], kept, took = true, kept+1, true
+			if its := byNS[n]; round < len(its) {
+				out, took = append(out, its[round]), true
 			}
 		}
 		if !took {
 			break
 		}
 	}
-	out := make([]T, 0, kept)
-	for i, it := range items {
-		if keep[i] {
-			out = append(out, it)
-		}
-	}
-	return out, len(items) - kept
+	return out, len(items) - len(out)
 }
 
 // bufferNode says a ready node holds room of a capacity buffer.
@@ -176,12 +175,7 @@ func (a *Autoscaler) capacityBuffers(ctx context.Context, l *loop) error {
 	}
 	bl := &buffersLoop{byUID: map[types.UID]*bufferChunks{}, nodes: map[string]bool{}}
 	l.buffers = bl
-	sort.Slice(all, func(i, j int) bool {
-		if !all[i].CreationTimestamp.Equal(&all[j].CreationTimestamp) {
-			return all[i].CreationTimestamp.Before(&all[j].CreationTimestamp)
-		}
-		return capacitybuffer.Key(all[i]) < capacitybuffer.Key(all[j])
-	})
+	sort.Slice(all, func(i, j int) bool { return olderBuffer(all[i], all[j]) })
 	active := all[:0:0]
 	for _, b := range all {
 		if b.Strategy() != capacitybuffer.ActiveCapacity {
@@ -212,6 +206,8 @@ func (a *Autoscaler) capacityBuffers(ctx context.Context, l *loop) error {
 		bl.buffers = append(bl.buffers, bc)
 		bl.byUID[b.UID] = bc
 	}
+	// Resolved in turns; booked and reported oldest first.
+	sort.SliceStable(bl.buffers, func(i, j int) bool { return olderBuffer(bl.buffers[i].b, bl.buffers[j].b) })
 	for uid := range bs.lastGood {
 		if _, ok := bl.byUID[uid]; !ok {
 			delete(bs.lastGood, uid)
