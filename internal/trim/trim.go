@@ -13,7 +13,8 @@
 // volumes stay: fit, NodePorts, drain's local-storage check); its whole
 // status (the in-place resize fields of container statuses count in the
 // scheduler's requests); a node's whole spec and status but the images it
-// holds (ImageLocality is a Score plugin, never run).
+// holds (ImageLocality is a Score plugin, never run); the pod templates of
+// PodTemplates and ReplicaSets as a pod's spec.
 //
 // Only caches the process never writes back from may use Object: objects
 // updated from a cache copy would lose the annotation on the server. The
@@ -22,6 +23,7 @@
 package trim
 
 import (
+	appsv1 "k8s.io/api/apps/v1"
 	apiv1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
@@ -46,6 +48,16 @@ func Object(obj any) (any, error) {
 	case *apiv1.Node:
 		meta(&o.ObjectMeta)
 		o.Status.Images = nil
+	case *apiv1.PodTemplate:
+		// A CapacityBuffer's or a ProvisioningRequest's pod shape: its
+		// containers' environment (secrets written inline, often) is
+		// never read.
+		meta(&o.ObjectMeta)
+		podSpec(&o.Template.Spec)
+	case *appsv1.ReplicaSet:
+		// The pods to come are made from its template.
+		meta(&o.ObjectMeta)
+		podSpec(&o.Spec.Template.Spec)
 	case metav1.ObjectMetaAccessor:
 		m := o.GetObjectMeta()
 		m.SetManagedFields(nil)

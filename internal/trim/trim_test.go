@@ -2,6 +2,7 @@ package trim
 
 import (
 	"bytes"
+	appsv1 "k8s.io/api/apps/v1"
 	"runtime"
 	"testing"
 	"time"
@@ -70,6 +71,10 @@ func TestObjectByKind(t *testing.T) {
 	node := realNode(3)
 	ds := realDaemonSet()
 	tomb := cache.DeletedFinalStateUnknown{Key: "ns/p", Obj: realPod(2)}
+	pod := realPod(4)
+	podTemplate := &apiv1.PodTemplate{ObjectMeta: pod.ObjectMeta, Template: apiv1.PodTemplateSpec{Spec: pod.Spec}}
+	three := int32(3)
+	replicaSet := &appsv1.ReplicaSet{ObjectMeta: pod.ObjectMeta, Spec: appsv1.ReplicaSetSpec{Replicas: &three, Template: apiv1.PodTemplateSpec{Spec: pod.Spec}}}
 	tests := []struct {
 		name  string
 		in    any
@@ -94,6 +99,26 @@ func TestObjectByKind(t *testing.T) {
 			got := realDaemonSetTemplate(out)
 			if !equality.Semantic.DeepEqual(got, ds.Spec.Template) {
 				t.Error("the DaemonSet's pod template changed")
+			}
+		}},
+		{"PodTemplate (a buffer's shape): its containers' environment dropped, its requests kept", podTemplate.DeepCopy(), func(t *testing.T, out any) {
+			pt := out.(*apiv1.PodTemplate)
+			c := pt.Template.Spec.Containers[0]
+			if c.Env != nil || c.Command != nil || pt.ManagedFields != nil {
+				t.Errorf("env %v, command %v, managed fields %d kept", c.Env, c.Command, len(pt.ManagedFields))
+			}
+			if !equality.Semantic.DeepEqual(c.Resources, podTemplate.Template.Spec.Containers[0].Resources) {
+				t.Error("the template's requests changed")
+			}
+		}},
+		{"ReplicaSet (the pods to come): its template's environment dropped, its requests kept", replicaSet.DeepCopy(), func(t *testing.T, out any) {
+			rs := out.(*appsv1.ReplicaSet)
+			c := rs.Spec.Template.Spec.Containers[0]
+			if c.Env != nil || rs.ManagedFields != nil {
+				t.Errorf("env %v, managed fields %d kept", c.Env, len(rs.ManagedFields))
+			}
+			if !equality.Semantic.DeepEqual(c.Resources, replicaSet.Spec.Template.Spec.Containers[0].Resources) || *rs.Spec.Replicas != 3 {
+				t.Error("the template's requests or the replicas changed")
 			}
 		}},
 		{"tombstone passes through", tomb, func(t *testing.T, out any) {
