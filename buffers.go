@@ -19,7 +19,7 @@ func capacityBuffers(ctx context.Context, c *config, cfg *rest.Config, client ku
 		"the chart's crds/autoscaling.x-k8s.io_capacitybuffers.yaml",
 		func() (bool, error) { return capacitybuffer.Served(client.Discovery()) },
 		func() (*capacitybuffer.Client, error) {
-			return capacitybuffer.NewClient(cfg, factory.Core().V1().PodTemplates().Lister(), client)
+			return capacitybuffer.NewClient(cfg, factory.Core().V1().PodTemplates().Lister(), factory.Core().V1().ResourceQuotas().Lister(), client)
 		})
 	if bc != nil {
 		klog.FromContext(ctx).Info("CapacityBuffers: serving the active-capacity strategy",

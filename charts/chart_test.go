@@ -1316,7 +1316,7 @@ func TestRBACCoversTheCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(cbSrc), "capacitybuffer.NewClient(cfg, factory.Core().V1().PodTemplates().Lister(), client)") {
+	if !strings.Contains(string(cbSrc), "capacitybuffer.NewClient(cfg, factory.Core().V1().PodTemplates().Lister(), factory.Core().V1().ResourceQuotas().Lister(), client)") {
 		t.Fatal("buffers.go: the CapacityBuffer informers changed; update the CapacityBuffer grants below")
 	}
 	for name, values := range map[string]string{"defaults": "", "full": fullValues, "no live config": "liveConfig: {enabled: false}",
@@ -1378,6 +1378,7 @@ func TestRBACCoversTheCode(t *testing.T) {
 					grant{"autoscaling.x-k8s.io", "capacitybuffers", "list", ""}, grant{"autoscaling.x-k8s.io", "capacitybuffers", "watch", ""}, // capacitybuffer.Client's informer
 					grant{"autoscaling.x-k8s.io", "capacitybuffers/status", "update", ""},         // capacitybuffer.Client.UpdateStatus
 					grant{"", "podtemplates", "list", ""}, grant{"", "podtemplates", "watch", ""}, // podTemplateRef
+					grant{"", "resourcequotas", "list", ""}, grant{"", "resourcequotas", "watch", ""}, // the quotas capping chunks
 					grant{"apps", "deployments", "get", ""}, grant{"apps", "statefulsets", "get", ""}, grant{"apps", "replicasets", "get", ""}, // scalableRef (clientsetScalable)
 					grant{"batch", "jobs", "get", ""},
 				)

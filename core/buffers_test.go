@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sort"
 	"strings"
 	"sync"
@@ -39,6 +40,8 @@ type fakeBuffers struct {
 	// namespace/name), readErr fails every read of them.
 	scalables map[string]*apiv1.PodTemplate
 	readErr   error
+	// quotas are the namespaces' ResourceQuotas.
+	quotas map[string][]*apiv1.ResourceQuota
 }
 
 func newFakeBuffers() *fakeBuffers {
@@ -76,6 +79,12 @@ func (f *fakeBuffers) Scalable(_ context.Context, ns string, ref capacitybuffer.
 		return &pt.Template, 1, nil
 	}
 	return nil, 0, &capacitybuffer.ScalableNotFoundError{Namespace: ns, Ref: ref}
+}
+
+func (f *fakeBuffers) Quotas(ns string) ([]*apiv1.ResourceQuota, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.quotas[ns], nil
 }
 
 func (f *fakeBuffers) UpdateStatus(_ context.Context, b *capacitybuffer.CapacityBuffer) error {
@@ -529,5 +538,40 @@ func TestBufferFairShare(t *testing.T) {
 	}
 	if kept, skipped := fairShare(items, func(x b) string { return x.ns }, 3, 1000); len(kept) != 3+1+2 || skipped != len(items)-6 {
 		t.Fatalf("per namespace 3: kept %d, skipped %d", len(kept), skipped)
+	}
+}
+
+// TestCapacityBufferCappedByResourceQuota (#40): a tenant's namespace may
+// request 16 GPUs (a ResourceQuota), 8 of them used by its running pods;
+// its buffer of 5 whole-GPU-node chunks (8 GPUs each) buys one node, not
+// five, and says which quota binds (LimitedByQuotas); a second buffer of
+// the namespace gets none. Before, a buffer bought nodes past every quota
+// (no pod, so no quota saw them).
+func TestCapacityBufferCappedByResourceQuota(t *testing.T) {
+	e, f, g := bufferEnv(t, 0, 10)
+	f.quotas = map[string][]*apiv1.ResourceQuota{"default": {{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpus", Namespace: "default"},
+		Spec:       apiv1.ResourceQuotaSpec{Hard: apiv1.ResourceList{"requests.nvidia.com/gpu": resource.MustParse("16")}},
+		Status:     apiv1.ResourceQuotaStatus{Used: apiv1.ResourceList{"requests.nvidia.com/gpu": resource.MustParse("8")}},
+	}}}
+	f.add(buffer("warm", "gpu", 5, e.clock.Now()), buffer("more", "gpu", 2, e.clock.Now().Add(time.Second)))
+	e.run()
+	if got := targetOf(t, g); got != 1 {
+		t.Fatalf("target %d, want 1 node: the quota leaves 8 GPUs", got)
+	}
+	f.wantCond(t, "warm", capacitybuffer.ConditionLimitedByQuotas, metav1.ConditionTrue, capacitybuffer.ReasonQuotaLimited,
+		"1 of its 5 chunks: ResourceQuota gpus leaves 8 of requests.nvidia.com/gpu, 8 a chunk")
+	f.wantCond(t, "more", capacitybuffer.ConditionLimitedByQuotas, metav1.ConditionTrue, capacitybuffer.ReasonQuotaLimited, "0 of its 2 chunks")
+	if b := f.get(t, "warm"); b.Status.Replicas == nil || *b.Status.Replicas != 1 {
+		t.Fatalf("status replicas %v, want 1", b.Status.Replicas)
+	}
+	// The quota raised: every chunk, and the condition says so.
+	f.mu.Lock()
+	f.quotas["default"][0].Spec.Hard["requests.nvidia.com/gpu"] = resource.MustParse("80")
+	f.mu.Unlock()
+	e.run()
+	f.wantCond(t, "warm", capacitybuffer.ConditionLimitedByQuotas, metav1.ConditionFalse, capacitybuffer.ReasonQuotaNotLimited, "leave room")
+	if got := targetOf(t, g); got != 7 {
+		t.Fatalf("target %d once the quota leaves room, want 7 (5 + 2 chunks)", got)
 	}
 }

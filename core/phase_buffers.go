@@ -95,6 +95,9 @@ type bufferChunks struct {
 	unplaced   int // no node group can take them
 	why        string
 	groups     []string
+	// quota says why its namespace's ResourceQuotas cut its chunks ("":
+	// they did not).
+	quota string
 }
 
 // buffersLoop is one loop's buffers.
@@ -200,14 +203,18 @@ func (a *Autoscaler) capacityBuffers(ctx context.Context, l *loop) error {
 		case !errors.As(bc.err, &nr):
 			bc.unreadable = true
 		}
-		if bc.err == nil {
-			bc.pods = capacitybuffer.Pods(b, bc.chunks)
-		}
 		bl.buffers = append(bl.buffers, bc)
 		bl.byUID[b.UID] = bc
 	}
-	// Resolved in turns; booked and reported oldest first.
+	// Resolved in turns; capped by quotas, booked and reported oldest
+	// first.
 	sort.SliceStable(bl.buffers, func(i, j int) bool { return olderBuffer(bl.buffers[i].b, bl.buffers[j].b) })
+	a.capByQuotas(ctx, bl.buffers)
+	for _, bc := range bl.buffers {
+		if bc.err == nil {
+			bc.pods = capacitybuffer.Pods(bc.b, bc.chunks)
+		}
+	}
 	for uid := range bs.lastGood {
 		if _, ok := bl.byUID[uid]; !ok {
 			delete(bs.lastGood, uid)
@@ -248,6 +255,35 @@ func (a *Autoscaler) capacityBuffers(ctx context.Context, l *loop) error {
 		l.snap = snap
 	}
 	return nil
+}
+
+// capByQuotas caps each buffer's chunks by what its namespace's
+// ResourceQuotas leave (capacitybuffer.QuotaLedger), the namespace's
+// buffers spending it in turn, oldest first; a capped buffer says which
+// quota binds (LimitedByQuotas).
+func (a *Autoscaler) capByQuotas(ctx context.Context, buffers []*bufferChunks) {
+	ledgers := map[string]*capacitybuffer.QuotaLedger{}
+	for _, bc := range buffers {
+		if bc.err != nil || bc.chunks.Template == nil {
+			continue
+		}
+		ns := bc.b.Namespace
+		led, ok := ledgers[ns]
+		if !ok {
+			quotas, err := a.buffers.api.Quotas(ns)
+			if err != nil {
+				klog.FromContext(ctx).V(2).Info("ResourceQuotas not read; buffers not capped by them this loop", "namespace", ns, "err", err.Error())
+			}
+			if len(quotas) > 0 {
+				led = capacitybuffer.NewQuotaLedger(quotas)
+			}
+			ledgers[ns] = led
+		}
+		want := bc.chunks.Replicas
+		if got, why := led.Take(bc.chunks.Template, want); got < want {
+			bc.chunks.Replicas, bc.quota = got, fmt.Sprintf("%d of its %d chunks: %s", got, want, why)
+		}
+	}
 }
 
 // bufferResults reads each buffer's share of scale-up's outcome: its
@@ -336,6 +372,12 @@ func bufferStatus(bc *bufferChunks, now metav1.Time) *capacitybuffer.CapacityBuf
 		st.Replicas = &n
 		set(capacitybuffer.ReadyForProvisioning, metav1.ConditionTrue, capacitybuffer.ReasonAttributesSet,
 			fmt.Sprintf("%d chunks of %s", n, c.Source))
+		switch {
+		case bc.quota != "":
+			set(capacitybuffer.ConditionLimitedByQuotas, metav1.ConditionTrue, capacitybuffer.ReasonQuotaLimited, bc.quota)
+		case apimeta.FindStatusCondition(st.Conditions, capacitybuffer.ConditionLimitedByQuotas) != nil:
+			set(capacitybuffer.ConditionLimitedByQuotas, metav1.ConditionFalse, capacitybuffer.ReasonQuotaNotLimited, "its namespace's ResourceQuotas leave room for every chunk")
+		}
 		if n == 0 {
 			set(capacitybuffer.Provisioning, metav1.ConditionFalse, capacitybuffer.ReasonBufferIsEmpty, "CapacityBuffer has zero replicas")
 		} else {

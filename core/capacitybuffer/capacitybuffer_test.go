@@ -52,6 +52,7 @@ func (f *fakeAPI) Scalable(_ context.Context, ns string, ref ScalableRef) (*apiv
 	return s.t, s.r, nil
 }
 func (f *fakeAPI) UpdateStatus(context.Context, *CapacityBuffer) error { return nil }
+func (f *fakeAPI) Quotas(string) ([]*apiv1.ResourceQuota, error)       { return nil, nil }
 
 func gpuTemplate(gpus, cpu string) apiv1.PodTemplateSpec {
 	return apiv1.PodTemplateSpec{Spec: apiv1.PodSpec{Containers: []apiv1.Container{{Name: "c", Resources: apiv1.ResourceRequirements{

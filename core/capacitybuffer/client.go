@@ -12,6 +12,7 @@ import (
 	apiv1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -34,6 +35,9 @@ type API interface {
 	// UpdateStatus writes a buffer's status (its resourceVersion guards
 	// against a concurrent change: a conflict is an error).
 	UpdateStatus(ctx context.Context, b *CapacityBuffer) error
+	// Quotas returns a namespace's ResourceQuotas from the cache (shared:
+	// read only).
+	Quotas(namespace string) ([]*apiv1.ResourceQuota, error)
 }
 
 // ScalableRefresh is how long a scalable object read for a buffer is used
@@ -50,19 +54,21 @@ type Client struct {
 	rest      rest.Interface
 	informer  cache.SharedIndexInformer
 	templates corelisters.PodTemplateLister
+	quotas    corelisters.ResourceQuotaLister
 	scalables *scalableCache
 }
 
 var _ API = (*Client)(nil)
 
 // NewClient builds the client from cfg (copied; JSON), the PodTemplate
-// lister of an informer factory the caller starts, and a clientset.
-func NewClient(cfg *rest.Config, templates corelisters.PodTemplateLister, cs kubernetes.Interface) (*Client, error) {
+// and ResourceQuota listers of an informer factory the caller starts, and
+// a clientset.
+func NewClient(cfg *rest.Config, templates corelisters.PodTemplateLister, quotas corelisters.ResourceQuotaLister, cs kubernetes.Interface) (*Client, error) {
 	rc, inf, err := crclient.New(cfg, GroupVersion, addKnownTypes, Resource, &CapacityBuffer{})
 	if err != nil {
 		return nil, err
 	}
-	return &Client{rest: rc, informer: inf, templates: templates,
+	return &Client{rest: rc, informer: inf, templates: templates, quotas: quotas,
 		scalables: &scalableCache{read: clientsetScalable(cs), ttl: ScalableRefresh, now: time.Now, entries: map[string]scalableEntry{}}}, nil
 }
 
@@ -77,6 +83,11 @@ func (c *Client) List() ([]*CapacityBuffer, error) {
 // PodTemplate implements API.
 func (c *Client) PodTemplate(namespace, name string) (*apiv1.PodTemplate, error) {
 	return c.templates.PodTemplates(namespace).Get(name)
+}
+
+// Quotas implements API.
+func (c *Client) Quotas(namespace string) ([]*apiv1.ResourceQuota, error) {
+	return c.quotas.ResourceQuotas(namespace).List(labels.Everything())
 }
 
 // Scalable implements API.

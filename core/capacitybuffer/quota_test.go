@@ -1,0 +1,66 @@
+package capacitybuffer
+
+import (
+	"strings"
+	"testing"
+
+	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestQuotaLedger: chunks counted as the pods they stand for would be, by
+// every quota covering such a pod (its scopes), in turn.
+func TestQuotaLedger(t *testing.T) {
+	q := func(name string, hard, used apiv1.ResourceList, sel ...apiv1.ScopedResourceSelectorRequirement) *apiv1.ResourceQuota {
+		rq := &apiv1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: apiv1.ResourceQuotaSpec{Hard: hard}, Status: apiv1.ResourceQuotaStatus{Used: used}}
+		if len(sel) > 0 {
+			rq.Spec.ScopeSelector = &apiv1.ScopeSelector{MatchExpressions: sel}
+		}
+		return rq
+	}
+	list := func(kv ...string) apiv1.ResourceList {
+		out := apiv1.ResourceList{}
+		for i := 0; i < len(kv); i += 2 {
+			out[apiv1.ResourceName(kv[i])] = resource.MustParse(kv[i+1])
+		}
+		return out
+	}
+	tmpl := func(pc string, requests, limits apiv1.ResourceList) *apiv1.PodTemplateSpec {
+		return &apiv1.PodTemplateSpec{Spec: apiv1.PodSpec{PriorityClassName: pc, Containers: []apiv1.Container{{Name: "c",
+			Resources: apiv1.ResourceRequirements{Requests: requests, Limits: limits}}}}}
+	}
+	gpu := tmpl("", list("cpu", "90", "nvidia.com/gpu", "8"), nil)
+	for _, tc := range []struct {
+		name   string
+		quotas []*apiv1.ResourceQuota
+		t      *apiv1.PodTemplateSpec
+		want   []int32 // chunks granted to successive asks of 5
+		whyHas string
+	}{
+		{"no quota", nil, gpu, []int32{5, 5}, ""},
+		{"GPUs", []*apiv1.ResourceQuota{q("gpus", list("requests.nvidia.com/gpu", "24"), list("requests.nvidia.com/gpu", "8"))}, gpu, []int32{2, 0}, "of requests.nvidia.com/gpu, 8 a chunk"},
+		{"pods", []*apiv1.ResourceQuota{q("count", list("pods", "10"), list("pods", "7"))}, gpu, []int32{3, 0}, "of pods"},
+		{"cpu (the request's short name)", []*apiv1.ResourceQuota{q("cpu", list("cpu", "200"), nil)}, gpu, []int32{2, 0}, "of cpu"},
+		{"a limit the chunk does not set", []*apiv1.ResourceQuota{q("limits", list("limits.cpu", "1000"), nil)}, gpu, []int32{0, 0}, "which a chunk does not set"},
+		{"a limit a chunk sets", []*apiv1.ResourceQuota{q("limits", list("limits.cpu", "300"), nil)}, tmpl("", list("cpu", "90"), list("cpu", "100")), []int32{3, 0}, "of limits.cpu"},
+		{"a quota of another priority class", []*apiv1.ResourceQuota{q("high", list("pods", "0"), nil,
+			apiv1.ScopedResourceSelectorRequirement{ScopeName: apiv1.ResourceQuotaScopePriorityClass, Operator: apiv1.ScopeSelectorOpIn, Values: []string{"high"}})}, gpu, []int32{5, 5}, ""},
+		{"a quota of the chunk's priority class", []*apiv1.ResourceQuota{q("high", list("pods", "1"), nil,
+			apiv1.ScopedResourceSelectorRequirement{ScopeName: apiv1.ResourceQuotaScopePriorityClass, Operator: apiv1.ScopeSelectorOpIn, Values: []string{"high"}})},
+			tmpl("high", list("cpu", "1"), nil), []int32{1, 0}, "ResourceQuota high"},
+		{"a BestEffort quota does not count a chunk with requests", []*apiv1.ResourceQuota{{ObjectMeta: metav1.ObjectMeta{Name: "be"},
+			Spec: apiv1.ResourceQuotaSpec{Hard: list("pods", "0"), Scopes: []apiv1.ResourceQuotaScope{apiv1.ResourceQuotaScopeBestEffort}}}}, gpu, []int32{5, 5}, ""},
+		{"already over", []*apiv1.ResourceQuota{q("gpus", list("requests.nvidia.com/gpu", "8"), list("requests.nvidia.com/gpu", "16"))}, gpu, []int32{0, 0}, "leaves -8"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := NewQuotaLedger(tc.quotas)
+			for i, want := range tc.want {
+				got, why := l.Take(tc.t, 5)
+				if got != want || (got < 5 && !strings.Contains(why, tc.whyHas)) || (got == 5 && why != "") {
+					t.Fatalf("ask %d: %d chunks (%q), want %d (with %q)", i+1, got, why, want, tc.whyHas)
+				}
+			}
+		})
+	}
+}
