@@ -560,7 +560,7 @@ func TestCapacityBufferCappedByResourceQuota(t *testing.T) {
 		t.Fatalf("target %d, want 1 node: the quota leaves 8 GPUs", got)
 	}
 	f.wantCond(t, "warm", capacitybuffer.ConditionLimitedByQuotas, metav1.ConditionTrue, capacitybuffer.ReasonQuotaLimited,
-		"1 of its 5 chunks: ResourceQuota gpus leaves 8 of requests.nvidia.com/gpu, 8 a chunk")
+		"1 of its 5 chunks: ResourceQuota gpus leaves 8 of requests.nvidia.com/gpu, 8 a pod")
 	f.wantCond(t, "more", capacitybuffer.ConditionLimitedByQuotas, metav1.ConditionTrue, capacitybuffer.ReasonQuotaLimited, "0 of its 2 chunks")
 	if b := f.get(t, "warm"); b.Status.Replicas == nil || *b.Status.Replicas != 1 {
 		t.Fatalf("status replicas %v, want 1", b.Status.Replicas)

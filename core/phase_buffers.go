@@ -21,6 +21,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/capacitybuffer"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/provreq"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/quota"
 )
 
 // CapacityBuffers (autoscaling.x-k8s.io/v1beta1) are served as
@@ -258,11 +259,11 @@ func (a *Autoscaler) capacityBuffers(ctx context.Context, l *loop) error {
 }
 
 // capByQuotas caps each buffer's chunks by what its namespace's
-// ResourceQuotas leave (capacitybuffer.QuotaLedger), the namespace's
+// ResourceQuotas leave (quota.Ledger), the namespace's
 // buffers spending it in turn, oldest first; a capped buffer says which
 // quota binds (LimitedByQuotas).
 func (a *Autoscaler) capByQuotas(ctx context.Context, buffers []*bufferChunks) {
-	ledgers := map[string]*capacitybuffer.QuotaLedger{}
+	ledgers := map[string]*quota.Ledger{}
 	for _, bc := range buffers {
 		if bc.err != nil || bc.chunks.Template == nil {
 			continue
@@ -274,13 +275,11 @@ func (a *Autoscaler) capByQuotas(ctx context.Context, buffers []*bufferChunks) {
 			if err != nil {
 				klog.FromContext(ctx).V(2).Info("ResourceQuotas not read; buffers not capped by them this loop", "namespace", ns, "err", err.Error())
 			}
-			if len(quotas) > 0 {
-				led = capacitybuffer.NewQuotaLedger(quotas)
-			}
+			led = quota.New(quotas)
 			ledgers[ns] = led
 		}
 		want := bc.chunks.Replicas
-		if got, why := led.Take(bc.chunks.Template, want); got < want {
+		if got, why := led.Take(&bc.chunks.Template.Spec, want); got < want {
 			bc.chunks.Replicas, bc.quota = got, fmt.Sprintf("%d of its %d chunks: %s", got, want, why)
 		}
 	}

@@ -45,6 +45,10 @@ const (
 	// template and a number of chunks (status.podTemplateRef,
 	// status.replicas), or why not.
 	ReadyForProvisioning = "ReadyForProvisioning"
+	// ConditionLimitedByQuotas says a buffer has fewer chunks than it
+	// asks for because of its namespace's ResourceQuotas (the
+	// cluster-autoscaler design's LimitedByQuotas).
+	ConditionLimitedByQuotas = "LimitedByQuotas"
 	// Provisioning: the chunks are placed (room held on ready nodes,
 	// bought, or queued to be bought), or why not.
 	Provisioning = "Provisioning"
@@ -61,6 +65,8 @@ const (
 	ReasonNotReady               = "NotReadyForProvisioning"
 	ReasonBufferIsEmpty          = "BufferIsEmpty"
 	ReasonScalableRefUnreadable  = "ScalableRefUnreadable"
+	ReasonQuotaLimited           = "QuotaLimitsBuffer"
+	ReasonQuotaNotLimited        = "QuotaDoesNotLimitBuffer"
 )
 
 // CapacityBuffer asks for spare room for chunks of a pod's shape.

@@ -1,4 +1,7 @@
-package capacitybuffer
+// Package quota counts virtual pods against a namespace's ResourceQuotas:
+// the pods a CapacityBuffer's chunks or a ProvisioningRequest's pod sets
+// stand for are never created, so no quota admission sees them.
+package quota
 
 import (
 	"fmt"
@@ -11,34 +14,21 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-// A buffer's chunks are not pods: no ResourceQuota sees them, so a tenant
-// allowed a quota of 16 GPUs could hold 50 nodes' worth with one buffer.
-// As cluster-autoscaler's design makes its buffer controller "quota
-// aware, apply the quota when translating the buffer config to a pod
-// spec" ("Buffers API", cluster-autoscaler/proposals/buffers.md: the
-// LimitedByQuotas condition names the quotas that hold a buffer), a
-// namespace's ResourceQuotas cap its buffers' chunks: what each quota
-// leaves (spec.hard less status.used, as the quota controller counts the
-// namespace's pods) is shared by the namespace's buffers, oldest first,
-// each chunk counted as the pod it stands for would be (Kubernetes,
+// A tenant allowed a quota of 16 GPUs could otherwise hold 50 nodes'
+// worth with one buffer, or book them with one request. As
+// cluster-autoscaler's design makes its buffer controller "quota aware,
+// apply the quota when translating the buffer config to a pod spec"
+// ("Buffers API", cluster-autoscaler/proposals/buffers.md), what each
+// quota leaves (spec.hard less status.used, as the quota controller
+// counts the namespace's pods) is shared by the namespace's virtual pods
+// in turn, each counted as the pod it stands for would be (Kubernetes,
 // "Resource Quotas": pods, cpu / requests.cpu, memory / requests.memory,
 // requests.ephemeral-storage, limits.*, requests.<extended resource>,
 // and a quota's scopes: BestEffort, NotBestEffort, Terminating,
 // NotTerminating, PriorityClass).
 
-// ConditionLimitedByQuotas says a buffer has fewer chunks than it asks
-// for because of its namespace's ResourceQuotas.
-const ConditionLimitedByQuotas = "LimitedByQuotas"
-
-// Reasons of LimitedByQuotas.
-const (
-	ReasonQuotaLimited    = "QuotaLimitsBuffer"
-	ReasonQuotaNotLimited = "QuotaDoesNotLimitBuffer"
-)
-
-// QuotaLedger is what a namespace's ResourceQuotas leave, spent by its
-// buffers in turn.
-type QuotaLedger struct {
+// Ledger is what a namespace's ResourceQuotas leave, spent in turn.
+type Ledger struct {
 	quotas []ledgerQuota
 }
 
@@ -47,9 +37,13 @@ type ledgerQuota struct {
 	left apiv1.ResourceList
 }
 
-// NewQuotaLedger starts from what each quota leaves now.
-func NewQuotaLedger(quotas []*apiv1.ResourceQuota) *QuotaLedger {
-	l := &QuotaLedger{}
+// New starts from what each quota leaves now; nil (no cap) without
+// quotas.
+func New(quotas []*apiv1.ResourceQuota) *Ledger {
+	if len(quotas) == 0 {
+		return nil
+	}
+	l := &Ledger{}
 	sorted := append([]*apiv1.ResourceQuota(nil), quotas...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
 	for _, q := range sorted {
@@ -66,14 +60,14 @@ func NewQuotaLedger(quotas []*apiv1.ResourceQuota) *QuotaLedger {
 	return l
 }
 
-// Take spends, for want chunks of the template t, what the quotas that
-// cover such a pod leave, and returns how many fit and, when fewer than
-// want, why (the quota and the resource that bind).
-func (l *QuotaLedger) Take(t *apiv1.PodTemplateSpec, want int32) (int32, string) {
+// Take spends, for as many as fit of want pods of spec t, what the quotas
+// that cover such a pod leave, and returns how many fit and, when fewer
+// than want, why (the quota and the resource that bind).
+func (l *Ledger) Take(t *apiv1.PodSpec, want int32) (int32, string) {
 	if l == nil || want <= 0 {
 		return max(want, 0), ""
 	}
-	use := chunkUsage(t)
+	use := podUsage(t)
 	fit, why := int64(want), ""
 	for _, lq := range l.quotas {
 		if !quotaCovers(lq.q, t) {
@@ -88,7 +82,7 @@ func (l *QuotaLedger) Take(t *apiv1.PodTemplateSpec, want int32) (int32, string)
 			var n int64
 			switch {
 			case per == nil:
-				n, why = 0, fmt.Sprintf("ResourceQuota %s counts %s, which a chunk does not set (its pod would be refused)", lq.q.Name, name)
+				n, why = 0, fmt.Sprintf("ResourceQuota %s counts %s, which the pod does not set (the API server would refuse it)", lq.q.Name, name)
 			case per.Sign() <= 0:
 				continue
 			case left.Sign() <= 0:
@@ -102,39 +96,78 @@ func (l *QuotaLedger) Take(t *apiv1.PodTemplateSpec, want int32) (int32, string)
 			if n < fit {
 				fit = n
 				if per != nil {
-					why = fmt.Sprintf("ResourceQuota %s leaves %s of %s, %s a chunk", lq.q.Name, left.String(), name, per.String())
+					why = fmt.Sprintf("ResourceQuota %s leaves %s of %s, %s a pod", lq.q.Name, left.String(), name, per.String())
 				}
 			}
 		}
 	}
 	fit = max(fit, 0)
-	for i := range l.quotas {
-		lq := &l.quotas[i]
-		if fit == 0 || !quotaCovers(lq.q, t) {
-			continue
-		}
-		for name, left := range lq.left {
-			if per, counted := use(name); counted && per != nil {
-				spent := per.DeepCopy()
-				spent.Mul(fit)
-				left.Sub(spent)
-				lq.left[name] = left
-			}
-		}
-	}
+	l.spend(t, use, fit)
 	if fit >= int64(want) {
 		return want, ""
 	}
 	return int32(fit), why
 }
 
-// chunkUsage says what one chunk of t counts against a quota's resource
+// TakeAll spends what every pod of specs (one spec a pod) takes, all or
+// nothing: false, and why, when they do not all fit (nothing spent).
+func (l *Ledger) TakeAll(specs []*apiv1.PodSpec) (bool, string) {
+	if l == nil || len(specs) == 0 {
+		return true, ""
+	}
+	// Pods sharing a spec (a pod set's) counted together.
+	counts := map[*apiv1.PodSpec]int32{}
+	var order []*apiv1.PodSpec
+	for _, s := range specs {
+		if counts[s] == 0 {
+			order = append(order, s)
+		}
+		counts[s]++
+	}
+	saved := l.snapshot()
+	for _, s := range order {
+		if got, why := l.Take(s, counts[s]); got < counts[s] {
+			l.quotas = saved
+			return false, fmt.Sprintf("%d of %d pods fit: %s", got, counts[s], why)
+		}
+	}
+	return true, ""
+}
+
+// snapshot copies what the quotas leave.
+func (l *Ledger) snapshot() []ledgerQuota {
+	out := make([]ledgerQuota, len(l.quotas))
+	for i, lq := range l.quotas {
+		out[i] = ledgerQuota{q: lq.q, left: lq.left.DeepCopy()}
+	}
+	return out
+}
+
+// spend takes n pods of t from every quota covering them.
+func (l *Ledger) spend(t *apiv1.PodSpec, use func(apiv1.ResourceName) (*resource.Quantity, bool), n int64) {
+	for i := range l.quotas {
+		lq := &l.quotas[i]
+		if n == 0 || !quotaCovers(lq.q, t) {
+			continue
+		}
+		for name, left := range lq.left {
+			if per, counted := use(name); counted && per != nil {
+				spent := per.DeepCopy()
+				spent.Mul(n)
+				left.Sub(spent)
+				lq.left[name] = left
+			}
+		}
+	}
+}
+
+// chunkUsage says what one pod of t counts against a quota's resource
 // name: nil with true when the quota counts something the chunk does not
 // set (a limit it lacks); false when the quota does not count chunks
 // (object counts of other kinds).
-func chunkUsage(t *apiv1.PodTemplateSpec) func(apiv1.ResourceName) (*resource.Quantity, bool) {
+func podUsage(t *apiv1.PodSpec) func(apiv1.ResourceName) (*resource.Quantity, bool) {
 	requests, limits := apiv1.ResourceList{}, apiv1.ResourceList{}
-	for _, c := range t.Spec.Containers {
+	for _, c := range t.Containers {
 		for k, v := range c.Resources.Requests {
 			q := requests[k]
 			q.Add(v)
@@ -148,7 +181,7 @@ func chunkUsage(t *apiv1.PodTemplateSpec) func(apiv1.ResourceName) (*resource.Qu
 	}
 	// A container's limit stands for its missing request (the API
 	// server's defaulting).
-	for _, c := range t.Spec.Containers {
+	for _, c := range t.Containers {
 		for k, v := range c.Resources.Limits {
 			if _, ok := c.Resources.Requests[k]; !ok {
 				q := requests[k]
@@ -185,7 +218,7 @@ func quantityOf(list apiv1.ResourceList, name apiv1.ResourceName) *resource.Quan
 
 // quotaCovers says a quota counts a pod of template t: its scopes, as the
 // quota admission evaluates them for pods.
-func quotaCovers(q *apiv1.ResourceQuota, t *apiv1.PodTemplateSpec) bool {
+func quotaCovers(q *apiv1.ResourceQuota, t *apiv1.PodSpec) bool {
 	for _, s := range q.Spec.Scopes {
 		if !scopeMatches(s, apiv1.ScopeSelectorOpExists, nil, t) {
 			return false
@@ -201,14 +234,14 @@ func quotaCovers(q *apiv1.ResourceQuota, t *apiv1.PodTemplateSpec) bool {
 	return true
 }
 
-func scopeMatches(scope apiv1.ResourceQuotaScope, op apiv1.ScopeSelectorOperator, values []string, t *apiv1.PodTemplateSpec) bool {
+func scopeMatches(scope apiv1.ResourceQuotaScope, op apiv1.ScopeSelectorOperator, values []string, t *apiv1.PodSpec) bool {
 	best := true
-	for _, c := range t.Spec.Containers {
+	for _, c := range t.Containers {
 		if len(c.Resources.Requests)+len(c.Resources.Limits) > 0 {
 			best = false
 		}
 	}
-	terminating := t.Spec.ActiveDeadlineSeconds != nil && *t.Spec.ActiveDeadlineSeconds >= 0
+	terminating := t.ActiveDeadlineSeconds != nil && *t.ActiveDeadlineSeconds >= 0
 	switch scope {
 	case apiv1.ResourceQuotaScopeBestEffort:
 		return best
@@ -219,7 +252,7 @@ func scopeMatches(scope apiv1.ResourceQuotaScope, op apiv1.ScopeSelectorOperator
 	case apiv1.ResourceQuotaScopeNotTerminating:
 		return !terminating
 	case apiv1.ResourceQuotaScopePriorityClass:
-		pc := t.Spec.PriorityClassName
+		pc := t.PriorityClassName
 		switch op {
 		case apiv1.ScopeSelectorOpIn:
 			return pc != "" && slices.Contains(values, pc)

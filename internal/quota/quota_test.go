@@ -1,4 +1,4 @@
-package capacitybuffer
+package quota
 
 import (
 	"strings"
@@ -26,23 +26,23 @@ func TestQuotaLedger(t *testing.T) {
 		}
 		return out
 	}
-	tmpl := func(pc string, requests, limits apiv1.ResourceList) *apiv1.PodTemplateSpec {
-		return &apiv1.PodTemplateSpec{Spec: apiv1.PodSpec{PriorityClassName: pc, Containers: []apiv1.Container{{Name: "c",
-			Resources: apiv1.ResourceRequirements{Requests: requests, Limits: limits}}}}}
+	tmpl := func(pc string, requests, limits apiv1.ResourceList) *apiv1.PodSpec {
+		return &apiv1.PodSpec{PriorityClassName: pc, Containers: []apiv1.Container{{Name: "c",
+			Resources: apiv1.ResourceRequirements{Requests: requests, Limits: limits}}}}
 	}
 	gpu := tmpl("", list("cpu", "90", "nvidia.com/gpu", "8"), nil)
 	for _, tc := range []struct {
 		name   string
 		quotas []*apiv1.ResourceQuota
-		t      *apiv1.PodTemplateSpec
+		t      *apiv1.PodSpec
 		want   []int32 // chunks granted to successive asks of 5
 		whyHas string
 	}{
 		{"no quota", nil, gpu, []int32{5, 5}, ""},
-		{"GPUs", []*apiv1.ResourceQuota{q("gpus", list("requests.nvidia.com/gpu", "24"), list("requests.nvidia.com/gpu", "8"))}, gpu, []int32{2, 0}, "of requests.nvidia.com/gpu, 8 a chunk"},
+		{"GPUs", []*apiv1.ResourceQuota{q("gpus", list("requests.nvidia.com/gpu", "24"), list("requests.nvidia.com/gpu", "8"))}, gpu, []int32{2, 0}, "of requests.nvidia.com/gpu, 8 a pod"},
 		{"pods", []*apiv1.ResourceQuota{q("count", list("pods", "10"), list("pods", "7"))}, gpu, []int32{3, 0}, "of pods"},
 		{"cpu (the request's short name)", []*apiv1.ResourceQuota{q("cpu", list("cpu", "200"), nil)}, gpu, []int32{2, 0}, "of cpu"},
-		{"a limit the chunk does not set", []*apiv1.ResourceQuota{q("limits", list("limits.cpu", "1000"), nil)}, gpu, []int32{0, 0}, "which a chunk does not set"},
+		{"a limit the chunk does not set", []*apiv1.ResourceQuota{q("limits", list("limits.cpu", "1000"), nil)}, gpu, []int32{0, 0}, "which the pod does not set"},
 		{"a limit a chunk sets", []*apiv1.ResourceQuota{q("limits", list("limits.cpu", "300"), nil)}, tmpl("", list("cpu", "90"), list("cpu", "100")), []int32{3, 0}, "of limits.cpu"},
 		{"a quota of another priority class", []*apiv1.ResourceQuota{q("high", list("pods", "0"), nil,
 			apiv1.ScopedResourceSelectorRequirement{ScopeName: apiv1.ResourceQuotaScopePriorityClass, Operator: apiv1.ScopeSelectorOpIn, Values: []string{"high"}})}, gpu, []int32{5, 5}, ""},
@@ -54,7 +54,7 @@ func TestQuotaLedger(t *testing.T) {
 		{"already over", []*apiv1.ResourceQuota{q("gpus", list("requests.nvidia.com/gpu", "8"), list("requests.nvidia.com/gpu", "16"))}, gpu, []int32{0, 0}, "leaves -8"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := NewQuotaLedger(tc.quotas)
+			l := New(tc.quotas)
 			for i, want := range tc.want {
 				got, why := l.Take(tc.t, 5)
 				if got != want || (got < 5 && !strings.Contains(why, tc.whyHas)) || (got == 5 && why != "") {
@@ -62,5 +62,23 @@ func TestQuotaLedger(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTakeAllIsAllOrNothing: a request's pods fit whole or spend nothing.
+func TestTakeAllIsAllOrNothing(t *testing.T) {
+	gpu := &apiv1.PodSpec{Containers: []apiv1.Container{{Name: "c", Resources: apiv1.ResourceRequirements{
+		Requests: apiv1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}}}}}
+	l := New([]*apiv1.ResourceQuota{{ObjectMeta: metav1.ObjectMeta{Name: "gpus"},
+		Spec: apiv1.ResourceQuotaSpec{Hard: apiv1.ResourceList{"requests.nvidia.com/gpu": resource.MustParse("32")}}}})
+	five := []*apiv1.PodSpec{gpu, gpu, gpu, gpu, gpu}
+	if ok, why := l.TakeAll(five); ok || !strings.Contains(why, "4 of 5 pods fit: ResourceQuota gpus") {
+		t.Fatalf("5 pods of 8 GPUs in a quota of 32: %v %q, want refused naming the quota", ok, why)
+	}
+	if ok, why := l.TakeAll(five[:4]); !ok {
+		t.Fatalf("4 pods after a refused 5 (nothing spent): refused %q", why)
+	}
+	if ok, _ := l.TakeAll(five[:1]); ok {
+		t.Fatal("a fifth pod once 4 were taken: fits")
 	}
 }
