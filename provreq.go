@@ -20,7 +20,7 @@ func provisioningRequests(ctx context.Context, c *config, cfg *rest.Config, clie
 		"config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml of k8s.io/autoscaler/cluster-autoscaler/apis",
 		func() (bool, error) { return provreq.Served(client.Discovery()) },
 		func() (*provreq.Client, error) {
-			return provreq.NewClient(cfg, factory.Core().V1().PodTemplates().Lister())
+			return provreq.NewClient(cfg, factory.Core().V1().PodTemplates().Lister(), factory.Core().V1().ResourceQuotas().Lister())
 		})
 	if pc != nil {
 		klog.FromContext(ctx).Info("ProvisioningRequests: handling check-capacity and best-effort-atomic-scale-up requests",

@@ -1306,7 +1306,7 @@ func TestRBACCoversTheCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(prSrc), "provreq.NewClient(cfg, factory.Core().V1().PodTemplates().Lister())") {
+	if !strings.Contains(string(prSrc), "provreq.NewClient(cfg, factory.Core().V1().PodTemplates().Lister(), factory.Core().V1().ResourceQuotas().Lister())") {
 		t.Fatal("provreq.go: the ProvisioningRequest informers changed; update the ProvisioningRequest grants below")
 	}
 	// CapacityBuffers, with --enable-capacity-buffers only: their informer
@@ -1371,6 +1371,7 @@ func TestRBACCoversTheCode(t *testing.T) {
 					grant{"autoscaling.x-k8s.io", "provisioningrequests", "delete", ""},           // provreq.Client.Delete: finished a week ago
 					grant{"autoscaling.x-k8s.io", "provisioningrequests/status", "update", ""},    // provreq.Client.UpdateStatus
 					grant{"", "podtemplates", "list", ""}, grant{"", "podtemplates", "watch", ""}, // the pod sets' templates
+					grant{"", "resourcequotas", "list", ""}, grant{"", "resourcequotas", "watch", ""}, // the quotas requests are held within
 				)
 			}
 			if on, _ := cfg["enable-capacity-buffers"].(bool); on {

@@ -116,7 +116,7 @@ func (a *Autoscaler) provisioningRequests(ctx context.Context, l *loop) error {
 		}
 		return consumed[provreq.Key(r)]
 	}
-	plan := pr.tracker.Plan(l.now, reqs, count, pr.api.PodTemplate)
+	plan := pr.tracker.Plan(l.now, reqs, count, pr.api.PodTemplate, pr.api.Quotas)
 	for i := range plan.Updates {
 		pl.put(&plan.Updates[i])
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sort"
 	"strings"
 	"sync"
@@ -37,6 +38,14 @@ type fakeProvreqs struct {
 	writes    map[string]int
 	deleted   []string
 	rv        int
+	// quotas are the namespaces' ResourceQuotas.
+	quotas map[string][]*apiv1.ResourceQuota
+}
+
+func (f *fakeProvreqs) Quotas(ns string) []*apiv1.ResourceQuota {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.quotas[ns]
 }
 
 func newFakeProvreqs() *fakeProvreqs {
@@ -483,6 +492,37 @@ func TestProvisioningRequestBestEffortAtomic(t *testing.T) {
 	}
 	e.run()
 	f.wantCond(t, "job", provreq.BookingExpired, metav1.ConditionTrue, provreq.ReasonBookingConsumed, "all 8 pods")
+}
+
+// TestProvisioningRequestWithinResourceQuota (#40): a tenant whose
+// namespace may request 32 GPUs asks for 8 whole-GPU nodes (64 GPUs): the
+// request is not provisioned and names the quota (a Kueue user reads
+// Provisioned=False, ExceedsResourceQuota), nothing is bought; with the
+// quota raised it is. Before, the request bought 8 nodes its pods could
+// never run on (their creation refused by the quota).
+func TestProvisioningRequestWithinResourceQuota(t *testing.T) {
+	e, f, g := readyGPU(t, 0)
+	f.mu.Lock()
+	f.quotas = map[string][]*apiv1.ResourceQuota{"default": {{
+		ObjectMeta: metav1.ObjectMeta{Name: "team-gpus", Namespace: "default"},
+		Spec:       apiv1.ResourceQuotaSpec{Hard: apiv1.ResourceList{"requests.nvidia.com/gpu": resource.MustParse("32")}},
+	}}}
+	f.mu.Unlock()
+	f.add(t, request("job", provreq.ClassBestEffortAtomic, "train", 8, e.clock.Now()))
+	e.run()
+	if got := g.Increases(); len(got) != 0 {
+		t.Fatalf("increases %v: the request's pods exceed the namespace's quota", got)
+	}
+	f.wantCond(t, "job", provreq.Provisioned, metav1.ConditionFalse, provreq.ReasonExceedsQuota,
+		"its 8 pods exceed what the namespace's ResourceQuotas leave (4 of 8 pods fit: ResourceQuota team-gpus leaves 32 of requests.nvidia.com/gpu, 8 a pod)")
+	f.mu.Lock()
+	f.quotas["default"][0].Spec.Hard["requests.nvidia.com/gpu"] = resource.MustParse("64")
+	f.mu.Unlock()
+	e.clock.Step(2 * time.Minute) // past its backoff
+	e.run()
+	if got := g.Increases(); len(got) != 1 || got[0] != 8 {
+		t.Fatalf("increases %v once the quota leaves room, want [8]", got)
+	}
 }
 
 func TestProvisioningRequestBestEffortAtomicAboveMax(t *testing.T) {

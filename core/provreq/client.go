@@ -7,6 +7,7 @@ import (
 	apiv1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/discovery"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
@@ -27,6 +28,9 @@ type API interface {
 	UpdateStatus(ctx context.Context, r *ProvisioningRequest) error
 	// Delete deletes a request, only if it is still the same object (UID).
 	Delete(ctx context.Context, r *ProvisioningRequest) error
+	// Quotas returns a namespace's ResourceQuotas from the cache (shared:
+	// read only; nil when none or unreadable).
+	Quotas(namespace string) []*apiv1.ResourceQuota
 }
 
 // Client is the API over an informer of requests, a PodTemplate lister
@@ -35,18 +39,28 @@ type Client struct {
 	rest      rest.Interface
 	informer  cache.SharedIndexInformer
 	templates corelisters.PodTemplateLister
+	quotas    corelisters.ResourceQuotaLister
 }
 
 var _ API = (*Client)(nil)
 
 // NewClient builds the client from cfg (copied; JSON) and the
 // PodTemplate lister of an informer factory the caller starts.
-func NewClient(cfg *rest.Config, templates corelisters.PodTemplateLister) (*Client, error) {
+func NewClient(cfg *rest.Config, templates corelisters.PodTemplateLister, quotas corelisters.ResourceQuotaLister) (*Client, error) {
 	rc, inf, err := crclient.New(cfg, GroupVersion, addKnownTypes, Resource, &ProvisioningRequest{})
 	if err != nil {
 		return nil, err
 	}
-	return &Client{rest: rc, informer: inf, templates: templates}, nil
+	return &Client{rest: rc, informer: inf, templates: templates, quotas: quotas}, nil
+}
+
+// Quotas implements API.
+func (c *Client) Quotas(namespace string) []*apiv1.ResourceQuota {
+	qs, err := c.quotas.ResourceQuotas(namespace).List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	return qs
 }
 
 // Informer is the requests' informer: the caller runs it and waits for its sync.

@@ -10,16 +10,20 @@ import (
 // Condition reasons: cluster-autoscaler's where the meaning is the same
 // (Kueue shows the messages to users).
 const (
-	ReasonAccepted                = "Accepted"
-	ReasonCapacityIsFound         = "CapacityIsFound"
-	ReasonCapacityIsProvisioned   = "CapacityIsProvisioned"
-	ReasonCapacityIsNotFound      = "CapacityIsNotFound"
-	ReasonCapacityIsQueued        = "CapacityIsQueued"
-	ReasonFailedToCreatePods      = "FailedToCreatePods"
-	ReasonExpired                 = "Expired"
-	ReasonReservationTimeExpired  = "CapacityReservationTimeExpired"
-	ReasonBookingConsumed         = "CapacityBookingConsumed"
-	ReasonCapacityIsRevoked       = "CapacityIsRevoked"
+	ReasonAccepted               = "Accepted"
+	ReasonCapacityIsFound        = "CapacityIsFound"
+	ReasonCapacityIsProvisioned  = "CapacityIsProvisioned"
+	ReasonCapacityIsNotFound     = "CapacityIsNotFound"
+	ReasonCapacityIsQueued       = "CapacityIsQueued"
+	ReasonFailedToCreatePods     = "FailedToCreatePods"
+	ReasonExpired                = "Expired"
+	ReasonReservationTimeExpired = "CapacityReservationTimeExpired"
+	ReasonBookingConsumed        = "CapacityBookingConsumed"
+	ReasonCapacityIsRevoked      = "CapacityIsRevoked"
+	// ReasonExceedsQuota: its pods would take more than its namespace's
+	// ResourceQuotas leave (Provisioned=False, tried again with the
+	// backoff: a quota may be raised).
+	ReasonExceedsQuota            = "ExceedsResourceQuota"
 	acceptedMessage               = "ProvisioningRequest is accepted by vmss-autoscaler"
 	expiredMessage                = "ProvisioningRequest is expired: not provisioned within 7 days of its creation"
 	reservationTimeExpiredMessage = "Capacity reservation time is expired: the capacity was booked for 10 minutes"

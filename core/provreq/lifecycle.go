@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/quota"
 )
 
 // Options are the life cycle's times, cluster-autoscaler's by default.
@@ -148,7 +150,10 @@ func (t *Tracker) Options() Options { return t.opts }
 // Plan decides the loop's work for the requests (any order; the cache's
 // objects, never changed: updates are copies). consumed(r) are r's
 // consuming pods scheduled now, asked only of Provisioned requests.
-func (t *Tracker) Plan(now time.Time, reqs []*ProvisioningRequest, consumed func(*ProvisioningRequest) []*apiv1.Pod, get TemplateGetter) Plan {
+// QuotaGetter returns a namespace's ResourceQuotas (nil: none).
+type QuotaGetter func(namespace string) []*apiv1.ResourceQuota
+
+func (t *Tracker) Plan(now time.Time, reqs []*ProvisioningRequest, consumed func(*ProvisioningRequest) []*apiv1.Pod, get TemplateGetter, quotas QuotaGetter) Plan {
 	sorted := make([]*ProvisioningRequest, 0, len(reqs))
 	for _, r := range reqs {
 		if Supported(r) {
@@ -164,9 +169,26 @@ func (t *Tracker) Plan(now time.Time, reqs []*ProvisioningRequest, consumed func
 	})
 	var p Plan
 	seen := make(map[types.UID]bool, len(sorted))
+	// The pods of a request are never created until it is provisioned:
+	// no ResourceQuota sees them. Each namespace's quotas are spent by
+	// its requests in turn (booked ones first: their pods are coming),
+	// and a request whose pods would not fit is not provisioned (#40).
+	ledgers := map[string]*quota.Ledger{}
+	ledger := func(ns string) *quota.Ledger {
+		if quotas == nil {
+			return nil
+		}
+		l, ok := ledgers[ns]
+		if !ok {
+			l = quota.New(quotas(ns))
+			ledgers[ns] = l
+		}
+		return l
+	}
+	sort.SliceStable(sorted, func(i, j int) bool { return IsTrue(sorted[i], Provisioned) && !IsTrue(sorted[j], Provisioned) })
 	for _, r := range sorted {
 		seen[r.UID] = true
-		t.plan(now, r, consumed, get, &p)
+		t.plan(now, r, consumed, get, ledger(r.Namespace), &p)
 	}
 	// Forget requests that are gone.
 	for uid := range t.seen {
@@ -179,7 +201,7 @@ func (t *Tracker) Plan(now time.Time, reqs []*ProvisioningRequest, consumed func
 	return p
 }
 
-func (t *Tracker) plan(now time.Time, r *ProvisioningRequest, consumed func(*ProvisioningRequest) []*apiv1.Pod, get TemplateGetter, p *Plan) {
+func (t *Tracker) plan(now time.Time, r *ProvisioningRequest, consumed func(*ProvisioningRequest) []*apiv1.Pod, get TemplateGetter, led *quota.Ledger, p *Plan) {
 	o := t.opts
 	if Finished(r) {
 		t.forgetAttempts(r.UID)
@@ -237,7 +259,9 @@ func (t *Tracker) plan(now time.Time, r *ProvisioningRequest, consumed func(*Pro
 			return
 		}
 		// The pods scheduled hold their room themselves.
-		p.Book = append(p.Book, Booking{Req: r, Pods: Unconsumed(pods, consumers), Until: until, Overdue: overdue})
+		unconsumed := Unconsumed(pods, consumers)
+		led.TakeAll(specsOf(unconsumed)) // booked: never taken back, but counted
+		p.Book = append(p.Book, Booking{Req: r, Pods: unconsumed, Until: until, Overdue: overdue})
 		return
 	}
 	if now.Sub(r.CreationTimestamp.Time) > o.ExpirationTime {
@@ -274,6 +298,20 @@ func (t *Tracker) plan(now time.Time, r *ProvisioningRequest, consumed func(*Pro
 			}
 		}
 	}
+	if ok, why := led.TakeAll(specsOf(pods)); !ok {
+		b, seen := t.backoff[r.UID]
+		if !seen {
+			b.delay = o.InitialBackoff
+		} else {
+			b.delay = min(2*b.delay, o.MaxBackoff)
+		}
+		b.next = now.Add(b.delay)
+		t.backoff[r.UID] = b
+		set(Provisioned, metav1.ConditionFalse, ReasonExceedsQuota,
+			fmt.Sprintf("its %d pods exceed what the namespace's ResourceQuotas leave (%s); tried again in %s", len(pods), why, b.delay), true)
+		p.Waiting = append(p.Waiting, Waiting{Req: r, RetryAt: b.next})
+		return
+	}
 	a := Attempt{Req: r, Pods: pods}
 	if cp != nil {
 		a.Req = cp // carries the Accepted just set
@@ -283,6 +321,27 @@ func (t *Tracker) plan(now time.Time, r *ProvisioningRequest, consumed func(*Pro
 	} else {
 		p.ScaleUp = append(p.ScaleUp, a)
 	}
+}
+
+// specsOf are the pods' specs, one a pod: the pods of a pod set (shallow
+// copies of one pod: pods.go) give the same pointer, so a ledger counts
+// them together.
+func specsOf(pods []*apiv1.Pod) []*apiv1.PodSpec {
+	out := make([]*apiv1.PodSpec, len(pods))
+	first := map[*apiv1.Container]*apiv1.PodSpec{}
+	for i, p := range pods {
+		out[i] = &p.Spec
+		if len(p.Spec.Containers) == 0 {
+			continue
+		}
+		key := &p.Spec.Containers[0] // the pod set's shared backing array
+		if s, ok := first[key]; ok {
+			out[i] = s
+		} else {
+			first[key] = &p.Spec
+		}
+	}
+	return out
 }
 
 func reservationExpiredMessage(o Options, used, total int) string {
