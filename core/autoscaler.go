@@ -32,6 +32,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/snapshot"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/trigger"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/quota"
 	"github.com/vmss-autoscaler/vmss-autoscaler/ratelimit"
 )
 
@@ -322,6 +323,33 @@ type loop struct {
 	addition  additionReport
 	warm      map[string]*warmPool
 	scaleDown scaleDownReport
+	// quotas are the namespaces' ResourceQuota ledgers of this loop,
+	// spent by ProvisioningRequests' bookings, then new requests, then
+	// CapacityBuffers' chunks (quotaLedger).
+	quotas map[string]*quota.Ledger
+}
+
+// quotaLedger is namespace ns's ResourceQuota ledger of the loop, made on
+// first use from the quotas in the cache: one ledger for every kind of
+// virtual pod, so a tenant's requests and buffers share its quota rather
+// than each getting all of it.
+func (a *Autoscaler) quotaLedger(l *loop, ns string) *quota.Ledger {
+	if led, ok := l.quotas[ns]; ok {
+		return led
+	}
+	var qs []*apiv1.ResourceQuota
+	switch {
+	case a.provreq != nil:
+		qs = a.provreq.api.Quotas(ns)
+	case a.buffers != nil:
+		qs, _ = a.buffers.api.Quotas(ns)
+	}
+	if l.quotas == nil {
+		l.quotas = map[string]*quota.Ledger{}
+	}
+	led := quota.New(qs)
+	l.quotas[ns] = led
+	return led
 }
 
 // phases are the loop's steps, in order.

@@ -21,7 +21,6 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/capacitybuffer"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/provreq"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
-	"github.com/vmss-autoscaler/vmss-autoscaler/internal/quota"
 )
 
 // CapacityBuffers (autoscaling.x-k8s.io/v1beta1) are served as
@@ -210,7 +209,7 @@ func (a *Autoscaler) capacityBuffers(ctx context.Context, l *loop) error {
 	// Resolved in turns; capped by quotas, booked and reported oldest
 	// first.
 	sort.SliceStable(bl.buffers, func(i, j int) bool { return olderBuffer(bl.buffers[i].b, bl.buffers[j].b) })
-	a.capByQuotas(ctx, bl.buffers)
+	a.capByQuotas(l, bl.buffers)
 	for _, bc := range bl.buffers {
 		if bc.err == nil {
 			bc.pods = capacitybuffer.Pods(bc.b, bc.chunks)
@@ -259,27 +258,16 @@ func (a *Autoscaler) capacityBuffers(ctx context.Context, l *loop) error {
 }
 
 // capByQuotas caps each buffer's chunks by what its namespace's
-// ResourceQuotas leave (quota.Ledger), the namespace's
-// buffers spending it in turn, oldest first; a capped buffer says which
-// quota binds (LimitedByQuotas).
-func (a *Autoscaler) capByQuotas(ctx context.Context, buffers []*bufferChunks) {
-	ledgers := map[string]*quota.Ledger{}
+// ResourceQuotas leave once its ProvisioningRequests took theirs (the
+// loop's ledger), the namespace's buffers spending it in turn, oldest
+// first; a capped buffer says which quota binds (LimitedByQuotas).
+func (a *Autoscaler) capByQuotas(l *loop, buffers []*bufferChunks) {
 	for _, bc := range buffers {
 		if bc.err != nil || bc.chunks.Template == nil {
 			continue
 		}
-		ns := bc.b.Namespace
-		led, ok := ledgers[ns]
-		if !ok {
-			quotas, err := a.buffers.api.Quotas(ns)
-			if err != nil {
-				klog.FromContext(ctx).V(2).Info("ResourceQuotas not read; buffers not capped by them this loop", "namespace", ns, "err", err.Error())
-			}
-			led = quota.New(quotas)
-			ledgers[ns] = led
-		}
 		want := bc.chunks.Replicas
-		if got, why := led.Take(&bc.chunks.Template.Spec, want); got < want {
+		if got, why := a.quotaLedger(l, bc.b.Namespace).Take(&bc.chunks.Template.Spec, want); got < want {
 			bc.chunks.Replicas, bc.quota = got, fmt.Sprintf("%d of its %d chunks: %s", got, want, why)
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/snapshot"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/quota"
 )
 
 // provreqGangSource names the gangs a best-effort-atomic request's pods
@@ -116,7 +117,19 @@ func (a *Autoscaler) provisioningRequests(ctx context.Context, l *loop) error {
 		}
 		return consumed[provreq.Key(r)]
 	}
-	plan := pr.tracker.Plan(l.now, reqs, count, pr.api.PodTemplate, pr.api.Quotas)
+	var unscheduled map[string]int
+	waiting := func(r *provreq.ProvisioningRequest) int {
+		if unscheduled == nil {
+			unscheduled = map[string]int{}
+			for _, p := range l.unbound {
+				if name, ok := provreq.Consumes(p); ok && !provreq.IsBooked(p) && p.DeletionTimestamp == nil {
+					unscheduled[p.Namespace+"/"+name]++
+				}
+			}
+		}
+		return unscheduled[provreq.Key(r)]
+	}
+	plan := pr.tracker.Plan(l.now, reqs, count, waiting, pr.api.PodTemplate, func(ns string) *quota.Ledger { return a.quotaLedger(l, ns) })
 	for i := range plan.Updates {
 		pl.put(&plan.Updates[i])
 	}

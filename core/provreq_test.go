@@ -23,6 +23,7 @@ import (
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/provreq"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/capacitybuffer"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
 	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
 )
@@ -818,4 +819,46 @@ func TestProvisioningRequestStatusWritesBoundedAndFenced(t *testing.T) {
 			t.Fatalf("%d status writes, want 3: none once the lease lapsed", got)
 		}
 	})
+}
+
+// TestResourceQuotaSharedByRequestsAndBuffers (#40): a namespace may
+// request 16 GPUs; its best-effort-atomic request of 2 whole-GPU nodes
+// takes them; its CapacityBuffer then gets no chunk (before, each kind of
+// virtual pod had the whole quota to itself: 16 GPUs booked and 16 more
+// held). And a consumer of the booking that exists but waits to be
+// scheduled (already in the quota's status.used) is not counted twice.
+func TestResourceQuotaSharedByRequestsAndBuffers(t *testing.T) {
+	fb := newFakeBuffers()
+	e, f, g := readyGPU(t, 0, withBuffers(fb))
+	fb.templates = f
+	gpuQuota := func(hard, used string) []*apiv1.ResourceQuota {
+		return []*apiv1.ResourceQuota{{
+			ObjectMeta: metav1.ObjectMeta{Name: "team-gpus", Namespace: "default"},
+			Spec:       apiv1.ResourceQuotaSpec{Hard: apiv1.ResourceList{"requests.nvidia.com/gpu": resource.MustParse(hard)}},
+			Status:     apiv1.ResourceQuotaStatus{Used: apiv1.ResourceList{"requests.nvidia.com/gpu": resource.MustParse(used)}},
+		}}
+	}
+	f.mu.Lock()
+	f.quotas = map[string][]*apiv1.ResourceQuota{"default": gpuQuota("16", "0")}
+	f.mu.Unlock()
+	f.add(t, request("job", provreq.ClassBestEffortAtomic, "train", 2, e.clock.Now()))
+	e.run()
+	if got := g.Increases(); len(got) != 1 || got[0] != 2 {
+		t.Fatalf("increases %v, want [2] for the request", got)
+	}
+	fb.add(buffer("warm", "train", 3, e.clock.Now()))
+	e.run()
+	fb.wantCond(t, "warm", capacitybuffer.ConditionLimitedByQuotas, metav1.ConditionTrue, capacitybuffer.ReasonQuotaLimited, "0 of its 3 chunks")
+	if got := g.Increases(); len(got) != 1 {
+		t.Fatalf("increases %v: the buffer bought past the quota its namespace's request booked", got)
+	}
+	// The quota raised to 32; one consumer exists, waiting for a node
+	// (the quota's used counts it): the booking counts its other pod
+	// only, leaving 16 GPUs: 2 chunks (counted twice, 1).
+	f.mu.Lock()
+	f.quotas["default"] = gpuQuota("32", "8")
+	f.mu.Unlock()
+	e.add(consumer("job-0", provreq.ConsumeAnnotation, "job", to.Unschedulable()))
+	e.run()
+	fb.wantCond(t, "warm", capacitybuffer.ConditionLimitedByQuotas, metav1.ConditionTrue, capacitybuffer.ReasonQuotaLimited, "2 of its 3 chunks")
 }

@@ -150,10 +150,16 @@ func (t *Tracker) Options() Options { return t.opts }
 // Plan decides the loop's work for the requests (any order; the cache's
 // objects, never changed: updates are copies). consumed(r) are r's
 // consuming pods scheduled now, asked only of Provisioned requests.
-// QuotaGetter returns a namespace's ResourceQuotas (nil: none).
-type QuotaGetter func(namespace string) []*apiv1.ResourceQuota
+// LedgerGetter returns a namespace's ResourceQuota ledger of the loop
+// (nil: no quota).
+type LedgerGetter func(namespace string) *quota.Ledger
 
-func (t *Tracker) Plan(now time.Time, reqs []*ProvisioningRequest, consumed func(*ProvisioningRequest) []*apiv1.Pod, get TemplateGetter, quotas QuotaGetter) Plan {
+// Plan decides what each request needs this loop. consumed are a
+// request's scheduled consumers, waiting how many of its consumers exist
+// unscheduled (counted in their namespace's quotas already), ledger the
+// namespaces' quota ledgers of the loop (nil: none).
+func (t *Tracker) Plan(now time.Time, reqs []*ProvisioningRequest, consumed func(*ProvisioningRequest) []*apiv1.Pod, waiting func(*ProvisioningRequest) int,
+	get TemplateGetter, ledger LedgerGetter) Plan {
 	sorted := make([]*ProvisioningRequest, 0, len(reqs))
 	for _, r := range reqs {
 		if Supported(r) {
@@ -173,22 +179,13 @@ func (t *Tracker) Plan(now time.Time, reqs []*ProvisioningRequest, consumed func
 	// no ResourceQuota sees them. Each namespace's quotas are spent by
 	// its requests in turn (booked ones first: their pods are coming),
 	// and a request whose pods would not fit is not provisioned (#40).
-	ledgers := map[string]*quota.Ledger{}
-	ledger := func(ns string) *quota.Ledger {
-		if quotas == nil {
-			return nil
-		}
-		l, ok := ledgers[ns]
-		if !ok {
-			l = quota.New(quotas(ns))
-			ledgers[ns] = l
-		}
-		return l
+	if ledger == nil {
+		ledger = func(string) *quota.Ledger { return nil }
 	}
 	sort.SliceStable(sorted, func(i, j int) bool { return IsTrue(sorted[i], Provisioned) && !IsTrue(sorted[j], Provisioned) })
 	for _, r := range sorted {
 		seen[r.UID] = true
-		t.plan(now, r, consumed, get, ledger(r.Namespace), &p)
+		t.plan(now, r, consumed, waiting, get, ledger(r.Namespace), &p)
 	}
 	// Forget requests that are gone.
 	for uid := range t.seen {
@@ -201,7 +198,8 @@ func (t *Tracker) Plan(now time.Time, reqs []*ProvisioningRequest, consumed func
 	return p
 }
 
-func (t *Tracker) plan(now time.Time, r *ProvisioningRequest, consumed func(*ProvisioningRequest) []*apiv1.Pod, get TemplateGetter, led *quota.Ledger, p *Plan) {
+func (t *Tracker) plan(now time.Time, r *ProvisioningRequest, consumed func(*ProvisioningRequest) []*apiv1.Pod, waiting func(*ProvisioningRequest) int,
+	get TemplateGetter, led *quota.Ledger, p *Plan) {
 	o := t.opts
 	if Finished(r) {
 		t.forgetAttempts(r.UID)
@@ -260,7 +258,14 @@ func (t *Tracker) plan(now time.Time, r *ProvisioningRequest, consumed func(*Pro
 		}
 		// The pods scheduled hold their room themselves.
 		unconsumed := Unconsumed(pods, consumers)
-		led.TakeAll(specsOf(unconsumed)) // booked: never taken back, but counted
+		// Booked: counted in the quotas as far as they fit (never taken
+		// back), less its consumers that exist unscheduled, which the
+		// quotas' status.used counts already.
+		coming := unconsumed
+		if waiting != nil {
+			coming = coming[:max(0, len(coming)-waiting(r))]
+		}
+		led.TakeSome(specsOf(coming))
 		p.Book = append(p.Book, Booking{Req: r, Pods: unconsumed, Until: until, Overdue: overdue})
 		return
 	}

@@ -124,7 +124,7 @@ func TestTooManyPodsFailWithoutPods(t *testing.T) {
 		t.Fatalf("Pods: err %v, want one naming 5001 pods and the bound 5000", err)
 	}
 	tr := NewTracker(DefaultOptions())
-	p := tr.Plan(r.CreationTimestamp.Time.Add(time.Second), []*ProvisioningRequest{r}, func(*ProvisioningRequest) []*apiv1.Pod { return nil }, get, nil)
+	p := tr.Plan(r.CreationTimestamp.Time.Add(time.Second), []*ProvisioningRequest{r}, func(*ProvisioningRequest) []*apiv1.Pod { return nil }, nil, get, nil)
 	if len(p.ScaleUp) != 0 || len(p.Updates) != 1 {
 		t.Fatalf("plan %+v, want the request failed and not scaled up for", p)
 	}

@@ -12,6 +12,9 @@ import (
 
 	apiv1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/podspec"
 )
 
 // A tenant allowed a quota of 16 GPUs could otherwise hold 50 nodes'
@@ -81,8 +84,6 @@ func (l *Ledger) Take(t *apiv1.PodSpec, want int32) (int32, string) {
 			left := lq.left[name]
 			var n int64
 			switch {
-			case per == nil:
-				n, why = 0, fmt.Sprintf("ResourceQuota %s counts %s, which the pod does not set (the API server would refuse it)", lq.q.Name, name)
 			case per.Sign() <= 0:
 				continue
 			case left.Sign() <= 0:
@@ -94,10 +95,7 @@ func (l *Ledger) Take(t *apiv1.PodSpec, want int32) (int32, string) {
 				}
 			}
 			if n < fit {
-				fit = n
-				if per != nil {
-					why = fmt.Sprintf("ResourceQuota %s leaves %s of %s, %s a pod", lq.q.Name, left.String(), name, per.String())
-				}
+				fit, why = n, fmt.Sprintf("ResourceQuota %s leaves %s of %s, %s a pod", lq.q.Name, left.String(), name, per.String())
 			}
 		}
 	}
@@ -134,6 +132,25 @@ func (l *Ledger) TakeAll(specs []*apiv1.PodSpec) (bool, string) {
 	return true, ""
 }
 
+// TakeSome spends what as many of the pods of specs as fit take (pods
+// booked already: they are coming whatever the quota says now).
+func (l *Ledger) TakeSome(specs []*apiv1.PodSpec) {
+	if l == nil {
+		return
+	}
+	counts := map[*apiv1.PodSpec]int32{}
+	var order []*apiv1.PodSpec
+	for _, s := range specs {
+		if counts[s] == 0 {
+			order = append(order, s)
+		}
+		counts[s]++
+	}
+	for _, s := range order {
+		l.Take(s, counts[s])
+	}
+}
+
 // snapshot copies what the quotas leave.
 func (l *Ledger) snapshot() []ledgerQuota {
 	out := make([]ledgerQuota, len(l.quotas))
@@ -151,7 +168,7 @@ func (l *Ledger) spend(t *apiv1.PodSpec, use func(apiv1.ResourceName) (*resource
 			continue
 		}
 		for name, left := range lq.left {
-			if per, counted := use(name); counted && per != nil {
+			if per, counted := use(name); counted {
 				spent := per.DeepCopy()
 				spent.Mul(n)
 				left.Sub(spent)
@@ -161,49 +178,36 @@ func (l *Ledger) spend(t *apiv1.PodSpec, use func(apiv1.ResourceName) (*resource
 	}
 }
 
-// chunkUsage says what one pod of t counts against a quota's resource
-// name: nil with true when the quota counts something the chunk does not
-// set (a limit it lacks); false when the quota does not count chunks
-// (object counts of other kinds).
+// podUsage says what one pod of t counts against a quota's resource name,
+// as the quota's pod evaluator counts it: the pod's requests and limits as
+// the scheduler sums them (init containers' maximum, sidecars, overhead:
+// resourcehelper.PodRequests / PodLimits) after the API server's
+// defaulting (a container's limit stands for its missing request). A
+// limit the pod does not set counts as its request: a LimitRange would
+// default it to no less (and a quota on limits with none and no LimitRange
+// refuses the pod, which then buys nothing anyway). false when the quota
+// does not count pods (object counts of other kinds).
 func podUsage(t *apiv1.PodSpec) func(apiv1.ResourceName) (*resource.Quantity, bool) {
-	requests, limits := apiv1.ResourceList{}, apiv1.ResourceList{}
-	for _, c := range t.Containers {
-		for k, v := range c.Resources.Requests {
-			q := requests[k]
-			q.Add(v)
-			requests[k] = q
-		}
-		for k, v := range c.Resources.Limits {
-			q := limits[k]
-			q.Add(v)
-			limits[k] = q
-		}
-	}
-	// A container's limit stands for its missing request (the API
-	// server's defaulting).
-	for _, c := range t.Containers {
-		for k, v := range c.Resources.Limits {
-			if _, ok := c.Resources.Requests[k]; !ok {
-				q := requests[k]
-				q.Add(v)
-				requests[k] = q
-			}
-		}
-	}
+	pod := &apiv1.Pod{Spec: *t.DeepCopy()}
+	podspec.LimitsAsRequests(pod.Spec.Containers)
+	podspec.LimitsAsRequests(pod.Spec.InitContainers)
+	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	limits := resourcehelper.PodLimits(pod, resourcehelper.PodResourcesOptions{})
 	one := resource.MustParse("1")
 	return func(name apiv1.ResourceName) (*resource.Quantity, bool) {
 		switch n := string(name); {
 		case n == "pods" || n == "count/pods":
 			return &one, true
-		case n == "cpu" || n == "memory" || n == "ephemeral-storage":
+		case n == "cpu" || n == "memory" || n == "ephemeral-storage" || strings.HasPrefix(n, "hugepages-"):
 			return quantityOf(requests, apiv1.ResourceName(n)), true
 		case strings.HasPrefix(n, "requests."):
 			return quantityOf(requests, apiv1.ResourceName(strings.TrimPrefix(n, "requests."))), true
 		case strings.HasPrefix(n, "limits."):
-			if q, ok := limits[apiv1.ResourceName(strings.TrimPrefix(n, "limits."))]; ok {
+			r := apiv1.ResourceName(strings.TrimPrefix(n, "limits."))
+			if q, ok := limits[r]; ok {
 				return &q, true
 			}
-			return nil, true
+			return quantityOf(requests, r), true
 		}
 		return nil, false
 	}
@@ -235,10 +239,14 @@ func quotaCovers(q *apiv1.ResourceQuota, t *apiv1.PodSpec) bool {
 }
 
 func scopeMatches(scope apiv1.ResourceQuotaScope, op apiv1.ScopeSelectorOperator, values []string, t *apiv1.PodSpec) bool {
+	// BestEffort: no container (init ones included) requests or limits
+	// cpu or memory (the pod's QoS class; other resources do not count).
 	best := true
-	for _, c := range t.Containers {
-		if len(c.Resources.Requests)+len(c.Resources.Limits) > 0 {
-			best = false
+	for _, c := range append(append([]apiv1.Container(nil), t.InitContainers...), t.Containers...) {
+		for _, r := range []apiv1.ResourceName{apiv1.ResourceCPU, apiv1.ResourceMemory} {
+			_, req := c.Resources.Requests[r]
+			_, lim := c.Resources.Limits[r]
+			best = best && !req && !lim
 		}
 	}
 	terminating := t.ActiveDeadlineSeconds != nil && *t.ActiveDeadlineSeconds >= 0
@@ -261,7 +269,8 @@ func scopeMatches(scope apiv1.ResourceQuotaScope, op apiv1.ScopeSelectorOperator
 		case apiv1.ScopeSelectorOpExists:
 			return pc != ""
 		case apiv1.ScopeSelectorOpDoesNotExist:
-			return pc == ""
+			// The quota evaluator always sees the key: never matches.
+			return false
 		}
 		return false
 	}
