@@ -22,8 +22,8 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
-	"github.com/vmss-autoscaler/vmss-autoscaler/core/provreq"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/capacitybuffer"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/provreq"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
 	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
 )
