@@ -193,6 +193,7 @@ YAML, except those marked "command line only"):
 	fs.StringVar(&bo.PriorityClassName, "balloon-priority-class", bo.PriorityClassName, "PriorityClass of balloon pods (created if missing, preemptionPolicy Never)")
 	fs.Int32Var(&bo.PriorityValue, "balloon-priority-value", bo.PriorityValue, "value of that PriorityClass; negative")
 	fs.StringVar(&bo.Image, "balloon-image", bo.Image, "image of the balloon pods' container")
+	fs.Int32Var(&bo.MaxReplicas, "balloon-max-replicas", bo.MaxReplicas, "at most this many balloons a node group (a warm pool is cut to it); the chart's admission policy refuses more")
 	fs.StringVar(&bo.Namespace, "balloon-namespace", bo.Namespace, "namespace of the balloon Deployments")
 	fs.StringVar(&bo.NodeGroupLabel, "balloon-node-group-label", bo.NodeGroupLabel, "node label naming a node's group, which balloons are pinned by (set from the scale set's tags)")
 	live.BoolVar(&c.core.BorrowersScaleTeamGroups, "borrowers-scale-team-groups", d.BorrowersScaleTeamGroups, "let pods that tolerate a team's taint only through a catch-all toleration grow that team's node group")
@@ -243,6 +244,7 @@ var commandLineOnly = map[string]string{
 	"azure-subscription-id":    "it decides which subscription the Azure credential acts on",
 	"kubeconfig":               "it decides where the Kubernetes credential is sent, and which one",
 	"balloon-image":            "it decides what code runs in the balloon pods on the nodes",
+	"balloon-max-replicas":     "it decides how many balloons a Deployment may hold, which the chart's admission policy is rendered from",
 	// Who leads: a replica with its own view of these can lead beside
 	// another, both writing to the cloud unfenced.
 	"leader-elect":                "it decides whether a replica acts without holding the Lease: two such replicas both write to the cloud",

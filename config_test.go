@@ -35,6 +35,7 @@ var commandLineOnlyKeys = map[string]string{
 	"azure-subscription-id":        "it decides which subscription the Azure credential acts on",
 	"kubeconfig":                   "it decides where the Kubernetes credential is sent, and which one",
 	"balloon-image":                "it decides what code runs in the balloon pods on the nodes",
+	"balloon-max-replicas":         "it decides how many balloons a Deployment may hold, which the chart's admission policy is rendered from",
 	"leader-elect":                 "it decides whether a replica acts without holding the Lease: two such replicas both write to the cloud",
 	"leader-elect-lease-duration":  "it decides how long a leader's Lease holds unrenewed: replicas that disagree can both lead",
 	"leader-elect-renew-deadline":  "it decides how long a leader acts without renewing its Lease: replicas that disagree can both lead",

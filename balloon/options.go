@@ -62,6 +62,9 @@ type Options struct {
 	// PreflightTaintKey is the preflight gate's taint key; a toleration for
 	// it is never given to a balloon.
 	PreflightTaintKey string
+	// MaxReplicas bounds a balloon Deployment's replicas (a warm pool):
+	// the chart's admission policy refuses more (--balloon-max-replicas).
+	MaxReplicas int32
 }
 
 // DefaultOptions are design.md's names.
@@ -76,8 +79,12 @@ func DefaultOptions() Options {
 		ManagedByLabel:    DefaultManagedByLabel,
 		ManagedByValue:    DefaultManagedByValue,
 		PreflightTaintKey: DefaultPreflightTaintKey,
+		MaxReplicas:       DefaultMaxReplicas,
 	}
 }
+
+// DefaultMaxReplicas is MaxReplicas' default.
+const DefaultMaxReplicas = 100
 
 // Validate names the flag at fault.
 func (o Options) Validate() error {
@@ -86,6 +93,9 @@ func (o Options) Validate() error {
 	}
 	if strings.TrimSpace(o.Image) == "" {
 		return fmt.Errorf("--balloon-image: must not be empty")
+	}
+	if o.MaxReplicas < 1 {
+		return fmt.Errorf("--balloon-max-replicas: must be at least 1, got %d", o.MaxReplicas)
 	}
 	if errs := validation.IsDNS1123Label(o.Namespace); len(errs) > 0 {
 		return fmt.Errorf("--balloon-namespace: %q is not a namespace name: %s", o.Namespace, strings.Join(errs, "; "))

@@ -20,6 +20,7 @@ func TestDefaultOptions(t *testing.T) {
 		ManagedByLabel:    "app.kubernetes.io/managed-by",
 		ManagedByValue:    "vmss-autoscaler",
 		PreflightTaintKey: "vmss-autoscaler.io/preflight",
+		MaxReplicas:       100,
 	}
 	if o != want {
 		t.Fatalf("DefaultOptions() = %+v, want %+v", o, want)

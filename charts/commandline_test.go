@@ -46,6 +46,7 @@ var commandLineOnlyExamples = map[string]any{
 	"azure-subscription-id":        "00000000-0000-0000-0000-000000000001",
 	"kubeconfig":                   "/etc/kubernetes/autoscaler.kubeconfig",
 	"balloon-image":                "registry.example/pause:3.10",
+	"balloon-max-replicas":         32,
 	"leader-elect":                 true,
 	"leader-elect-lease-duration":  "15s",
 	"leader-elect-renew-deadline":  "10s",

@@ -112,7 +112,9 @@ func (a *Autoscaler) warmSpecs(ctx context.Context, l *loop) ([]balloon.GroupSpe
 			known = false
 			continue
 		}
-		target := min(pol.WarmTarget(gs.Readiness.Target), gs.Max)
+		// Cut to --balloon-max-replicas, which the chart's admission
+		// policy holds the Deployment to: one refused would stop the loop.
+		target := min(pol.WarmTarget(gs.Readiness.Target), gs.Max, int(a.opts.Balloons.MaxReplicas))
 		pools[g.ID()] = &warmPool{Group: g.ID(), Target: target}
 		alloc, req := tmpl.GetAllocatable(), tmpl.GetRequested()
 		requests := apiv1.ResourceList{

@@ -215,3 +215,22 @@ func TestWarmPoolSpecs(t *testing.T) {
 		t.Fatalf("warm_pool_target_nodes %v", got)
 	}
 }
+
+// TestWarmPoolCutToBalloonMaxReplicas (#40): a warm pool above
+// --balloon-max-replicas asks for that many balloons, which the chart's
+// admission policy admits (before, the Deployment was refused and the
+// balloons phase failed every loop).
+func TestWarmPoolCutToBalloonMaxReplicas(t *testing.T) {
+	rec := &recordingBalloons{}
+	e := newEnv(t, withOptions(func(o *Options) {
+		o.WarmPools = map[string]balloon.Policy{"gpu": {Fixed: 5}}
+		o.Balloons.MaxReplicas = 2
+	}))
+	e.balloons = rec
+	e.provider.AddGroup("gpu", 0, 20, gpuTemplate("gpu"), inmemory.WithTarget(1))
+	e.start()
+	e.run()
+	if len(rec.specs) != 1 || len(rec.specs[0]) != 1 || rec.specs[0][0].Replicas != 2 {
+		t.Fatalf("specs %+v, want 2 balloons (cut from 5)", rec.specs)
+	}
+}

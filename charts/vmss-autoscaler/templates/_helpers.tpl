@@ -139,7 +139,7 @@ Deployment's: the chart passes these keys of .Values.config as arguments
 binary's --help.
 */}}
 {{- define "vmss-autoscaler.commandLineOnlyKeys" -}}
-azure-arm-endpoint azure-authority-host azure-token-audience azure-ca-file azure-token-file azure-client-secret-file azure-auth azure-tenant-id azure-client-id azure-subscription-id kubeconfig balloon-image leader-elect leader-elect-lease-duration leader-elect-renew-deadline leader-elect-retry-period leader-elect-resource-name enable-provisioning-requests enable-capacity-buffers log_dir log_file log_file_max_size logtostderr alsologtostderr one_output stderrthreshold
+azure-arm-endpoint azure-authority-host azure-token-audience azure-ca-file azure-token-file azure-client-secret-file azure-auth azure-tenant-id azure-client-id azure-subscription-id kubeconfig balloon-image balloon-max-replicas leader-elect leader-elect-lease-duration leader-elect-renew-deadline leader-elect-retry-period leader-elect-resource-name enable-provisioning-requests enable-capacity-buffers log_dir log_file log_file_max_size logtostderr alsologtostderr one_output stderrthreshold
 {{- end }}
 
 {{/* The command-line-only keys of .Values.config whose value is set (not null, "" or []), as arguments: a YAML list. */}}
