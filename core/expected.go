@@ -1,14 +1,12 @@
 package core
 
 import (
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	apiv1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -33,10 +31,9 @@ import (
 // The pods to come are made from the ReplicaSet's spec.template, never
 // from a pod: anyone who may create pods in its namespace may give a pod
 // of any shape the ReplicaSet as its controller, and one hand-made 8-GPU
-// pod copied for 5,000 replicas to come bought a GPU group's maximum. An
-// unschedulable pod stands for its twins only when it asks what the
-// template asks (matchesTemplate); one that differs is planned as itself
-// and triggers nothing for its siblings (#40).
+// pod copied for 5,000 replicas to come bought a GPU group's maximum. Such
+// a pod is planned as itself; the copies it triggers are the template's,
+// pods the ReplicaSet makes anyway (#40).
 //
 // Copies are virtual (like a ProvisioningRequest's booked pods): no
 // event, no count of real pods, no gang membership; planned with their
@@ -112,13 +109,12 @@ func (a *Autoscaler) expectedPods(l *loop, pending []*apiv1.Pod) []*apiv1.Pod {
 		if o == nil || o.base != nil {
 			continue
 		}
-		// Its unschedulable pod stands for its twins only when it is
-		// what its template makes (a pod that differs — made by hand
-		// with another shape — triggers nothing for its siblings).
-		if base := templatePod(o.rs, p); base != nil {
-			o.base = base
-			order = append(order, uid)
-		}
+		// Any of its unschedulable pods triggers the copies, which are
+		// its template's: a pod of another shape (made by hand and given
+		// the ReplicaSet as owner) brings only pods the ReplicaSet makes
+		// anyway, never copies of itself.
+		o.base = templatePod(o.rs, p)
+		order = append(order, uid)
 	}
 	if len(order) == 0 {
 		return nil
@@ -138,9 +134,6 @@ func (a *Autoscaler) expectedPods(l *loop, pending []*apiv1.Pod) []*apiv1.Pod {
 		uid, _, ok := replicaSetOf(p)
 		if !ok || owners[uid] == nil || owners[uid].base == nil || !counts(p) || !untried(p) || !a.mayExpect(l, p) {
 			continue
-		}
-		if !matchesTemplate(p, owners[uid].base) {
-			continue // planned once the scheduler tried it, as itself
 		}
 		if !add(p, 0) {
 			return out
@@ -232,9 +225,12 @@ func expectsPods(rs *appsv1.ReplicaSet) bool {
 }
 
 // templatePod is the pod rs's controller creates from its spec.template,
-// for planning (what admission adds aside: the sample's priority, once its
-// priority class is the template's): nil when sample, one of rs's
-// unschedulable pods, is not such a pod (matchesTemplate).
+// for planning: admission's additions are not known from the template
+// alone (a LimitRange's default requests, an injected sidecar), so the
+// copies may ask less than the real pods will — they are planned as these
+// come. The sample's priority (admission resolves the class) is taken
+// when its class is the template's, or the template names none (a
+// globalDefault class).
 func templatePod(rs *appsv1.ReplicaSet, sample *apiv1.Pod) *apiv1.Pod {
 	t := rs.Spec.Template
 	base := &apiv1.Pod{
@@ -248,71 +244,14 @@ func templatePod(rs *appsv1.ReplicaSet, sample *apiv1.Pod) *apiv1.Pod {
 	// its missing requests.
 	podspec.LimitsAsRequests(base.Spec.Containers)
 	podspec.LimitsAsRequests(base.Spec.InitContainers)
-	if !matchesTemplate(sample, base) {
-		return nil
+	if t.Spec.PriorityClassName == "" || t.Spec.PriorityClassName == sample.Spec.PriorityClassName {
+		base.Spec.PriorityClassName = sample.Spec.PriorityClassName
+		base.Spec.Priority, base.Spec.PreemptionPolicy = sample.Spec.Priority, sample.Spec.PreemptionPolicy
 	}
-	base.Spec.Priority, base.Spec.PreemptionPolicy = sample.Spec.Priority, sample.Spec.PreemptionPolicy
 	if base.Spec.SchedulerName == "" {
 		base.Spec.SchedulerName = sample.Spec.SchedulerName
 	}
 	return base
-}
-
-// matchesTemplate says p asks what the template pod base asks, for
-// scheduling: the same containers' requests, node selector,
-// affinity, topology spread, priority class, runtime class and resource
-// claims, and at least base's tolerations (admission adds its own).
-func matchesTemplate(p, base *apiv1.Pod) bool {
-	ps, bs := &p.Spec, &base.Spec
-	if !sameResources(ps.Containers, bs.Containers) || !sameResources(ps.InitContainers, bs.InitContainers) ||
-		!apiequality.Semantic.DeepEqual(ps.NodeSelector, bs.NodeSelector) || !apiequality.Semantic.DeepEqual(ps.Affinity, bs.Affinity) ||
-		!apiequality.Semantic.DeepEqual(ps.TopologySpreadConstraints, bs.TopologySpreadConstraints) ||
-		ps.PriorityClassName != bs.PriorityClassName || !apiequality.Semantic.DeepEqual(ps.RuntimeClassName, bs.RuntimeClassName) ||
-		len(ps.ResourceClaims) != len(bs.ResourceClaims) || !apiequality.Semantic.DeepEqual(ps.Overhead, bs.Overhead) && bs.Overhead != nil {
-		return false
-	}
-	for _, t := range bs.Tolerations {
-		if !slices.ContainsFunc(ps.Tolerations, func(pt apiv1.Toleration) bool { return pt.MatchToleration(&t) }) {
-			return false
-		}
-	}
-	return true
-}
-
-// sameResources says two containers lists request the same, container by
-// container (a container's limits standing for its missing requests;
-// limits alone, which a LimitRange may add, do not schedule).
-func sameResources(a, b []apiv1.Container) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		ra, rb := a[i].Resources.Requests, b[i].Resources.Requests
-		if len(ra) == 0 {
-			ra = a[i].Resources.Limits
-		}
-		if len(rb) == 0 {
-			rb = b[i].Resources.Limits
-		}
-		if !sameList(ra, rb) {
-			return false
-		}
-	}
-	return true
-}
-
-// sameList says two resource lists hold the same quantities.
-func sameList(a, b apiv1.ResourceList) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		w, ok := b[k]
-		if !ok || v.Cmp(w) != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // expectedCopy is the i-th copy of sample standing for a pod to come (or

@@ -285,9 +285,9 @@ func TestExpectedPodsPackLikeRealOnes(t *testing.T) {
 // TestExpectedPodsFromTheTemplateNotAPod (#40): a tenant with the stock
 // edit role gives one hand-made 8-GPU pod a controller reference to a
 // ReplicaSet of 5,000 one-CPU pods that is still creating them: that pod
-// is planned as itself (one GPU node), its 4,999 siblings to come are
-// not copied from it (before: the group's maximum of 100 GPU nodes). A
-// pod that is what the template makes still brings its siblings' nodes.
+// is planned as itself (one GPU node), its siblings to come are copies of
+// the template (one CPU each), never of it (before: 50 GPU nodes). A pod
+// of the template brings the same.
 func TestExpectedPodsFromTheTemplateNotAPod(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -295,7 +295,7 @@ func TestExpectedPodsFromTheTemplateNotAPod(t *testing.T) {
 		wantGPU int
 		wantCPU bool
 	}{
-		{"a hand-made pod of another shape", true, 1, false},
+		{"a hand-made pod of another shape", true, 1, true},
 		{"a pod of the template", false, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
