@@ -37,19 +37,19 @@ type Options struct {
 	// AlwaysAllowPaths are served without authentication or authorization.
 	AlwaysAllowPaths []string
 	// IdleTimeout closes a keep-alive connection idle this long, and
-	// MaxConns bounds the connections open at once (the next ones wait
-	// to be accepted): whoever reaches the port cannot hold it open for
-	// good. Zero: DefaultIdleTimeout, DefaultMaxConns.
+	// MaxConns bounds the connections open at once from one source IP
+	// (the next ones are closed at once): whoever reaches the port cannot
+	// hold it open for good. Zero: DefaultIdleTimeout, DefaultMaxConns.
 	IdleTimeout time.Duration
 	MaxConns    int
 }
 
 // Defaults of Options.IdleTimeout and MaxConns: a scraper every 15 s
-// keeps its connection; 256 is far above the few scrapers and probes a
-// replica has.
+// keeps its connection; 64 from one address is far above what a
+// scraper or the kubelet's probes open.
 const (
 	DefaultIdleTimeout = 90 * time.Second
-	DefaultMaxConns    = 256
+	DefaultMaxConns    = 64
 )
 
 // Timeouts of a request on the secure listener: reading it (headers and
@@ -224,38 +224,48 @@ func Serve(ctx context.Context, o Options, h http.Handler) (net.Addr, <-chan err
 	return ln.Addr(), errc, nil
 }
 
-// LimitListener accepts at most n connections open at once: Accept waits
-// for one to close (golang.org/x/net/netutil's LimitListener, the same
-// idea in a few lines).
+// LimitListener keeps at most n connections open at once from one source
+// IP: a connection past that is closed as soon as it is accepted. A
+// per-source bound, not a global one: a client holding its connections
+// open must not keep the kubelet's probe out (a global cap would queue the
+// probe behind it and fail it).
 func LimitListener(l net.Listener, n int) net.Listener {
-	return &limitListener{Listener: l, sem: make(chan struct{}, n), done: make(chan struct{})}
+	return &limitListener{Listener: l, n: n, open: map[string]int{}}
 }
 
 type limitListener struct {
 	net.Listener
-	sem       chan struct{}
-	closeOnce sync.Once
-	done      chan struct{}
+	n    int
+	mu   sync.Mutex
+	open map[string]int
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
-	select {
-	case l.sem <- struct{}{}:
-	case <-l.done:
-		return nil, net.ErrClosed
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		ip := c.RemoteAddr().String()
+		if host, _, err := net.SplitHostPort(ip); err == nil {
+			ip = host
+		}
+		l.mu.Lock()
+		if l.open[ip] >= l.n {
+			l.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		l.open[ip]++
+		l.mu.Unlock()
+		return &limitConn{Conn: c, release: func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if l.open[ip]--; l.open[ip] <= 0 {
+				delete(l.open, ip)
+			}
+		}}, nil
 	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.sem
-		return nil, err
-	}
-	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
-}
-
-func (l *limitListener) Close() error {
-	err := l.Listener.Close()
-	l.closeOnce.Do(func() { close(l.done) })
-	return err
 }
 
 type limitConn struct {
