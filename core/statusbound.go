@@ -32,7 +32,8 @@ func capText(s string, n int) string {
 }
 
 // boundStatus caps the status's tenant messages and shortens its lists
-// until it renders within maxStatusBytes (counting what it left out);
+// until it renders within maxStatusBytes (counting what it left out, but
+// for ReplacementsBlocked, which keeps no count);
 // past that, the tenant sections go, with a note. It returns the two
 // renderings of renderStatus.
 func boundStatus(st *Status) (cmp, full string, err error) {
