@@ -89,6 +89,17 @@ func provreqScenario(t *testing.T) *scenario {
 		t.Fatal("another ProvisioningRequest scenario is running: such scenarios must be sequential subtests of TestProvisioningRequestsAndTestKueue")
 	}
 	t.Cleanup(s.provreq.mu.Unlock) // last: after the scenario's own cleanup
+	if err := s.provreqCRD(); err != nil {
+		t.Fatalf("installing the ProvisioningRequest CRD: %v", err)
+	}
+	sc := newScenario(t)
+	t.Cleanup(sc.deleteRequests) // before the scenario's cleanup stops its autoscalers
+	return sc
+}
+
+// provreqCRD installs the ProvisioningRequest CRD once for the suite, from
+// the module that publishes it.
+func (s *suite) provreqCRD() error {
 	s.provreq.crdOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
@@ -99,12 +110,7 @@ func provreqScenario(t *testing.T) *scenario {
 		}
 		s.provreq.crdErr = installCRDs(ctx, s.cp.RESTConfig, []string{filepath.Join(dir, "config", "crd", "autoscaling.x-k8s.io_provisioningrequests.yaml")}, nil)
 	})
-	if s.provreq.crdErr != nil {
-		t.Fatalf("installing the ProvisioningRequest CRD: %v", s.provreq.crdErr)
-	}
-	sc := newScenario(t)
-	t.Cleanup(sc.deleteRequests) // before the scenario's cleanup stops its autoscalers
-	return sc
+	return s.provreq.crdErr
 }
 
 // installCRDs creates the CRDs of YAML files (one or more documents each;

@@ -18,7 +18,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/balloon"
@@ -52,7 +55,7 @@ type policiesScenario struct {
 
 const policiesPriorityValue = -50
 
-func newPoliciesScenario(t *testing.T, release string) *policiesScenario {
+func newPoliciesScenario(t *testing.T, release string, config ...string) *policiesScenario {
 	sc := newScenario(t)
 	balloonNS, pc := sc.ns+"-balloons", sc.prefix+"-balloon"
 	values := map[string]any{
@@ -67,6 +70,9 @@ func newPoliciesScenario(t *testing.T, release string) *policiesScenario {
 		"admissionPolicies": map[string]any{"balloonMaxResources": map[string]any{"nvidia.com/gpu": "8"}},
 		"preflight": map[string]any{"enabled": true, "library": map[string]any{"gpus": map[string]any{"enabled": false},
 			"ecc": map[string]any{"enabled": false}, "xid": map[string]any{"enabled": false}, "dcgm": map[string]any{"enabled": false}}},
+	}
+	for _, key := range config { // boolean switches turned on
+		values["config"].(map[string]any)[key] = true
 	}
 	keep := sc.applyChart(values, release)
 	t.Cleanup(func() {
@@ -631,4 +637,67 @@ func TestSecurityPoliciesAdmitTheRealAutoscaler(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSecurityProvisioningRequestNeverRevoked (#40): the autoscaler's
+// ServiceAccount may write a ProvisioningRequest's conditions, but never
+// turn CapacityRevoked True (Kueue would evict the admitted workload; the
+// code never sets it) nor take back a Failed. Its own kind of write
+// (Provisioned) is admitted. The request's class is one no autoscaler of
+// the suite serves.
+func TestSecurityProvisioningRequestNeverRevoked(t *testing.T) {
+	t.Parallel()
+	if err := theSuite.provreqCRD(); err != nil {
+		t.Fatalf("installing the ProvisioningRequest CRD: %v", err)
+	}
+	ps := newPoliciesScenario(t, "e2e-sec-provreq", "enable-provisioning-requests")
+	ps.typeChecked("provisioning-requests")
+	gvr := schema.GroupVersionResource{Group: "autoscaling.x-k8s.io", Version: "v1", Resource: "provisioningrequests"}
+	admin := dynamic.NewForConfigOrDie(ps.s.cp.RESTConfig).Resource(gvr).Namespace(ps.ns)
+	asCfg := rest.AnonymousClientConfig(ps.s.cp.RESTConfig)
+	asCfg.BearerToken = ps.token(ps.full, nil)
+	as := dynamic.NewForConfigOrDie(asCfg).Resource(gvr).Namespace(ps.ns)
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+		"metadata": map[string]any{"name": "job", "namespace": ps.ns},
+		"spec": map[string]any{"provisioningClassName": "example.com/not-served",
+			"podSets": []any{map[string]any{"podTemplateRef": map[string]any{"name": "pt"}, "count": int64(1)}}},
+	}}
+	_, err := admin.Create(ps.ctx, u, metav1.CreateOptions{})
+	must(t, err)
+	setCondition := func(typ string) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur, err := admin.Get(ps.ctx, "job", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			conds, _, _ := unstructured.NestedSlice(cur.Object, "status", "conditions")
+			conds = append(conds, map[string]any{"type": typ, "status": "True", "reason": "Test", "message": "e2e",
+				"lastTransitionTime": metav1.Now().UTC().Format(time.RFC3339)})
+			must(t, unstructured.SetNestedSlice(cur.Object, conds, "status", "conditions"))
+			_, err = as.UpdateStatus(ps.ctx, cur, metav1.UpdateOptions{})
+			return err
+		})
+	}
+	const revoked = "vmss-autoscaler never revokes a ProvisioningRequest's capacity"
+	ps.eventually("the ProvisioningRequest policy in force", 30*time.Second, func() (bool, string) {
+		err := setCondition("CapacityRevoked")
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), revoked), fmt.Sprintf("CapacityRevoked as the autoscaler: %v", err)
+	})
+	if err := setCondition("Provisioned"); err != nil {
+		t.Fatalf("Provisioned as the autoscaler: %v, want admitted (its own kind of write)", err)
+	}
+	if err := setCondition("Failed"); err != nil {
+		t.Fatalf("Failed as the autoscaler: %v, want admitted", err)
+	}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := admin.Get(ps.ctx, "job", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		must(t, unstructured.SetNestedSlice(cur.Object, []any{}, "status", "conditions"))
+		_, err = as.UpdateStatus(ps.ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	wantRefused(t, "Failed taken back", err, "vmss-autoscaler may not take back a ProvisioningRequest's Failed or BookingExpired")
 }
