@@ -682,6 +682,19 @@ func TestSecurityProvisioningRequestNeverRevoked(t *testing.T) {
 	const revoked = "vmss-autoscaler never revokes a ProvisioningRequest's capacity"
 	ps.eventually("the ProvisioningRequest policy in force", 30*time.Second, func() (bool, string) {
 		err := setCondition("CapacityRevoked")
+		if err == nil {
+			// Admitted before the policy was in force: taken back (as
+			// the administrator), probed again.
+			must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				cur, err := admin.Get(ps.ctx, "job", metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				must(t, unstructured.SetNestedSlice(cur.Object, []any{}, "status", "conditions"))
+				_, err = admin.UpdateStatus(ps.ctx, cur, metav1.UpdateOptions{})
+				return err
+			}))
+		}
 		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), revoked), fmt.Sprintf("CapacityRevoked as the autoscaler: %v", err)
 	})
 	if err := setCondition("Provisioned"); err != nil {
