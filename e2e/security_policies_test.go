@@ -660,7 +660,7 @@ func TestSecurityProvisioningRequestNeverRevoked(t *testing.T) {
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
 		"metadata": map[string]any{"name": "job", "namespace": ps.ns},
-		"spec": map[string]any{"provisioningClassName": "example.com/not-served",
+		"spec": map[string]any{"provisioningClassName": "not-served.example.com",
 			"podSets": []any{map[string]any{"podTemplateRef": map[string]any{"name": "pt"}, "count": int64(1)}}},
 	}}
 	_, err := admin.Create(ps.ctx, u, metav1.CreateOptions{})
