@@ -679,21 +679,25 @@ func TestSecurityProvisioningRequestNeverRevoked(t *testing.T) {
 			return err
 		})
 	}
+	// clearConditions drops the request's conditions, written by c.
+	clearConditions := func(c dynamic.ResourceInterface) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur, err := admin.Get(ps.ctx, "job", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			must(t, unstructured.SetNestedSlice(cur.Object, []any{}, "status", "conditions"))
+			_, err = c.UpdateStatus(ps.ctx, cur, metav1.UpdateOptions{})
+			return err
+		})
+	}
 	const revoked = "vmss-autoscaler never revokes a ProvisioningRequest's capacity"
 	ps.eventually("the ProvisioningRequest policy in force", 30*time.Second, func() (bool, string) {
 		err := setCondition("CapacityRevoked")
 		if err == nil {
 			// Admitted before the policy was in force: taken back (as
 			// the administrator), probed again.
-			must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				cur, err := admin.Get(ps.ctx, "job", metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				must(t, unstructured.SetNestedSlice(cur.Object, []any{}, "status", "conditions"))
-				_, err = admin.UpdateStatus(ps.ctx, cur, metav1.UpdateOptions{})
-				return err
-			}))
+			must(t, clearConditions(admin))
 		}
 		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), revoked), fmt.Sprintf("CapacityRevoked as the autoscaler: %v", err)
 	})
@@ -703,14 +707,5 @@ func TestSecurityProvisioningRequestNeverRevoked(t *testing.T) {
 	if err := setCondition("Failed"); err != nil {
 		t.Fatalf("Failed as the autoscaler: %v, want admitted", err)
 	}
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := admin.Get(ps.ctx, "job", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		must(t, unstructured.SetNestedSlice(cur.Object, []any{}, "status", "conditions"))
-		_, err = as.UpdateStatus(ps.ctx, cur, metav1.UpdateOptions{})
-		return err
-	})
-	wantRefused(t, "Failed taken back", err, "vmss-autoscaler may not take back a ProvisioningRequest's Failed or BookingExpired")
+	wantRefused(t, "Failed taken back", clearConditions(as), "vmss-autoscaler may not take back a ProvisioningRequest's Failed or BookingExpired")
 }

@@ -113,15 +113,7 @@ func (l *Ledger) TakeAll(specs []*apiv1.PodSpec) (bool, string) {
 	if l == nil || len(specs) == 0 {
 		return true, ""
 	}
-	// Pods sharing a spec (a pod set's) counted together.
-	counts := map[*apiv1.PodSpec]int32{}
-	var order []*apiv1.PodSpec
-	for _, s := range specs {
-		if counts[s] == 0 {
-			order = append(order, s)
-		}
-		counts[s]++
-	}
+	order, counts := bySpec(specs)
 	saved := l.snapshot()
 	for _, s := range order {
 		if got, why := l.Take(s, counts[s]); got < counts[s] {
@@ -138,6 +130,15 @@ func (l *Ledger) TakeSome(specs []*apiv1.PodSpec) {
 	if l == nil {
 		return
 	}
+	order, counts := bySpec(specs)
+	for _, s := range order {
+		l.Take(s, counts[s])
+	}
+}
+
+// bySpec counts the pods of specs by spec (the pods of a pod set share
+// theirs), in their first order.
+func bySpec(specs []*apiv1.PodSpec) ([]*apiv1.PodSpec, map[*apiv1.PodSpec]int32) {
 	counts := map[*apiv1.PodSpec]int32{}
 	var order []*apiv1.PodSpec
 	for _, s := range specs {
@@ -146,9 +147,7 @@ func (l *Ledger) TakeSome(specs []*apiv1.PodSpec) {
 		}
 		counts[s]++
 	}
-	for _, s := range order {
-		l.Take(s, counts[s])
-	}
+	return order, counts
 }
 
 // snapshot copies what the quotas leave.
