@@ -511,33 +511,47 @@ func TestCapacityBufferRoomStaysPut(t *testing.T) {
 	}
 }
 
-// TestBufferFairShare (#40): buffers over --max-capacity-buffers(-per-
-// namespace) are left out, the namespaces taking turns oldest first: 500
-// buffers of one tenant, created first, leave room for another's newer
-// one (before, the oldest 500 took every place).
-func TestBufferFairShare(t *testing.T) {
-	type b struct{ ns, name string }
-	var items []b
-	for i := range 500 {
-		items = append(items, b{"noisy", fmt.Sprint("n", i)})
+// TestCapacityBufferOverTheBoundSaysSo (#40): under the default bounds
+// (100 buffers a namespace), a namespace's 101st buffer is not planned and
+// says so on its status, naming the flags; the older 100 are planned,
+// and a buffer of another namespace is planned beside them. Before, a
+// buffer left out kept no word of it (or a status saying its chunks were
+// placed).
+func TestCapacityBufferOverTheBoundSaysSo(t *testing.T) {
+	e, f, g := bufferEnv(t, 0, 1000)
+	if e.a.opts.MaxCapacityBuffersPerNamespace != 100 {
+		t.Fatalf("default per-namespace bound %d, want 100", e.a.opts.MaxCapacityBuffersPerNamespace)
 	}
-	items = append(items, b{"quiet", "q0"}, b{"other", "o0"}, b{"other", "o1"})
-	kept, skipped := fairShare(items, func(x b) string { return x.ns }, 100, 50)
-	if len(kept) != 50 || skipped != len(items)-50 {
-		t.Fatalf("kept %d, skipped %d; want 50 and the rest", len(kept), skipped)
+	for i := range 101 {
+		f.add(buffer(fmt.Sprintf("b%03d", i), "gpu", 1, e.clock.Now().Add(time.Duration(i)*time.Second)))
 	}
-	count := map[string]int{}
-	for _, x := range kept {
-		count[x.ns]++
+	other := buffer("theirs", "gpu", 1, e.clock.Now().Add(time.Hour))
+	other.Namespace = "team-b"
+	f.templates.add(t, func() *apiv1.PodTemplate { pt := podTemplate("gpu", wholeGPU()...); pt.Namespace = "team-b"; return pt }())
+	f.add(other)
+	e.clock.Step(2 * time.Hour)
+	for range 3 { // statuses are written 50 a loop
+		e.run()
 	}
-	if count["quiet"] != 1 || count["other"] != 2 || count["noisy"] != 47 {
-		t.Fatalf("kept per namespace %v: want quiet 1, other 2, noisy the 47 left", count)
+	if got := targetOf(t, g); got < 50 {
+		t.Fatalf("target %d, want the planned buffers' nodes coming (50 at once: the in-flight cap)", got)
 	}
-	if got := fmt.Sprint(kept[:5]); got != "[{noisy n0} {quiet q0} {other o0} {noisy n1} {other o1}]" {
-		t.Fatalf("kept first %s: want the namespaces in turns, each oldest first", got)
+	f.mu.Lock()
+	theirs := apimeta.FindStatusCondition(f.buffers["team-b/theirs"].Status.Conditions, capacitybuffer.Provisioning)
+	f.mu.Unlock()
+	if theirs == nil || theirs.Status != metav1.ConditionTrue {
+		t.Fatalf("the other namespace's newer buffer: Provisioning %+v, want True: planned beside the 100", theirs)
 	}
-	if kept, skipped := fairShare(items, func(x b) string { return x.ns }, 3, 1000); len(kept) != 3+1+2 || skipped != len(items)-6 {
-		t.Fatalf("per namespace 3: kept %d, skipped %d", len(kept), skipped)
+	f.wantCond(t, "b100", capacitybuffer.Provisioning, metav1.ConditionFalse, capacitybuffer.ReasonLimitReached,
+		"--max-capacity-buffers-per-namespace=100, --max-capacity-buffers=1000")
+	f.wantCond(t, "b099", capacitybuffer.Provisioning, metav1.ConditionTrue, capacitybuffer.ReasonFakePodsInjected, "")
+	if got := testutil.ToFloat64(e.a.metrics.CapacityBuffersSkipped); got != 1 {
+		t.Fatalf("skipped buffers %v, want 1", got)
+	}
+	writes := f.writes["b100"]
+	e.run()
+	if f.writes["b100"] != writes {
+		t.Fatalf("the left-out buffer's status written again while nothing changed")
 	}
 }
 

@@ -240,36 +240,46 @@ type Options struct {
 	// and memory for its chunks, and tenants create them.
 	MaxCapacityBuffers             int
 	MaxCapacityBuffersPerNamespace int
+	// MaxProvisioningRequests and MaxProvisioningRequestsPerNamespace
+	// bound the live ProvisioningRequests a loop plans, in all and per
+	// namespace (--max-provisioning-requests,
+	// --max-provisioning-requests-per-namespace): booked ones always, the
+	// rest oldest first with the namespaces in turn; those left out say
+	// so (Provisioned=False, RequestLimitReached) and wait.
+	MaxProvisioningRequests             int
+	MaxProvisioningRequestsPerNamespace int
 }
 
 // DefaultOptions returns the defaults, safe for a 7,500-node cluster.
 func DefaultOptions() Options {
 	return Options{
-		MaxCapacityBuffers:              1000,
-		MaxCapacityBuffersPerNamespace:  100,
-		ScanInterval:                    10 * time.Second,
-		FrequentLoops:                   true,
-		MinLoopInterval:                 time.Second,
-		PodBatchIdleDuration:            500 * time.Millisecond,
-		PodBatchMaxDuration:             time.Second,
-		NodeGroupWriteInterval:          5 * time.Second,
-		ScaleUpForExpectedPods:          true,
-		Expanders:                       []string{"least-waste"},
-		NewPodScaleUpDelay:              0,
-		MaxNodeProvisionTime:            15 * time.Minute,
-		MaxNodeStartupTime:              15 * time.Minute,
-		InitialNodeGroupBackoffDuration: 5 * time.Minute,
-		MaxNodeGroupBackoffDuration:     30 * time.Minute,
-		NodeGroupBackoffResetTimeout:    3 * time.Hour,
-		GPUResourceName:                 "nvidia.com/gpu",
-		GPUGroupsForGPUPodsOnly:         true,
-		Namespace:                       "kube-system",
-		StatusConfigMapName:             "vmss-autoscaler-status",
-		WriteStatusConfigMap:            true,
-		PriorityConfigMapName:           "vmss-autoscaler-priority-expander",
-		HealthPolicyConfigMapName:       "vmss-autoscaler-health-policy",
-		MaxPodEventsPerLoop:             200,
-		PodEventInterval:                10 * time.Minute,
+		MaxCapacityBuffers:                  1000,
+		MaxCapacityBuffersPerNamespace:      100,
+		MaxProvisioningRequests:             1000,
+		MaxProvisioningRequestsPerNamespace: 100,
+		ScanInterval:                        10 * time.Second,
+		FrequentLoops:                       true,
+		MinLoopInterval:                     time.Second,
+		PodBatchIdleDuration:                500 * time.Millisecond,
+		PodBatchMaxDuration:                 time.Second,
+		NodeGroupWriteInterval:              5 * time.Second,
+		ScaleUpForExpectedPods:              true,
+		Expanders:                           []string{"least-waste"},
+		NewPodScaleUpDelay:                  0,
+		MaxNodeProvisionTime:                15 * time.Minute,
+		MaxNodeStartupTime:                  15 * time.Minute,
+		InitialNodeGroupBackoffDuration:     5 * time.Minute,
+		MaxNodeGroupBackoffDuration:         30 * time.Minute,
+		NodeGroupBackoffResetTimeout:        3 * time.Hour,
+		GPUResourceName:                     "nvidia.com/gpu",
+		GPUGroupsForGPUPodsOnly:             true,
+		Namespace:                           "kube-system",
+		StatusConfigMapName:                 "vmss-autoscaler-status",
+		WriteStatusConfigMap:                true,
+		PriorityConfigMapName:               "vmss-autoscaler-priority-expander",
+		HealthPolicyConfigMapName:           "vmss-autoscaler-health-policy",
+		MaxPodEventsPerLoop:                 200,
+		PodEventInterval:                    10 * time.Minute,
 
 		ScaleDownEnabled:                 true,
 		ScaleDownUtilizationThreshold:    0.5,
@@ -414,6 +424,9 @@ func (o Options) Validate() error {
 	}
 	if o.MaxCapacityBuffers < 1 || o.MaxCapacityBuffersPerNamespace < 1 {
 		return fmt.Errorf("--max-capacity-buffers %d, --max-capacity-buffers-per-namespace %d: must be at least 1", o.MaxCapacityBuffers, o.MaxCapacityBuffersPerNamespace)
+	}
+	if o.MaxProvisioningRequests < 1 || o.MaxProvisioningRequestsPerNamespace < 1 {
+		return fmt.Errorf("--max-provisioning-requests %d, --max-provisioning-requests-per-namespace %d: must be at least 1", o.MaxProvisioningRequests, o.MaxProvisioningRequestsPerNamespace)
 	}
 	if o.ReplacementBrakeWindow <= 0 {
 		return fmt.Errorf("--replacement-brake-window: must be positive, got %s", o.ReplacementBrakeWindow)

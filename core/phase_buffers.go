@@ -21,6 +21,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/capacitybuffer"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/provreq"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/fairshare"
 )
 
 // CapacityBuffers (autoscaling.x-k8s.io/v1beta1) are served as
@@ -109,8 +110,9 @@ type buffersLoop struct {
 	// nodes are the ready nodes holding buffer room: scale-down keeps them.
 	nodes map[string]bool
 	// other counts buffers of strategies this autoscaler does not serve;
-	// skipped those over --max-capacity-buffers(-per-namespace).
-	other, skipped int
+	// skipped are those over --max-capacity-buffers(-per-namespace).
+	other   int
+	skipped []*capacitybuffer.CapacityBuffer
 }
 
 // olderBuffer orders buffers oldest first, then by key.
@@ -119,40 +121,6 @@ func olderBuffer(a, b *capacitybuffer.CapacityBuffer) bool {
 		return a.CreationTimestamp.Before(&b.CreationTimestamp)
 	}
 	return capacitybuffer.Key(a) < capacitybuffer.Key(b)
-}
-
-// fairShare keeps at most perNS items of a namespace and total in all,
-// from items sorted oldest first: the namespaces take turns, one item each
-// (in the order of their oldest), so one tenant's many cannot crowd out
-// another's few. The kept items come in the order they were taken (the
-// turns): what is spent in that order (the workloads' read budget) is
-// shared the same way. It returns them and how many were left out.
-func fairShare[T any](items []T, ns func(T) string, perNS, total int) ([]T, int) {
-	byNS := map[string][]T{}
-	var order []string
-	for _, it := range items {
-		n := ns(it)
-		if _, seen := byNS[n]; !seen {
-			order = append(order, n)
-		}
-		byNS[n] = append(byNS[n], it)
-	}
-	out := make([]T, 0, min(len(items), total))
-	for round := 0; round < perNS && len(out) < total; round++ {
-		took := false
-		for _, n := range order {
-			if len(out) == total {
-				break
-			}
-			if its := byNS[n]; round < len(its) {
-				out, took = append(out, its[round]), true
-			}
-		}
-		if !took {
-			break
-		}
-	}
-	return out, len(items) - len(out)
 }
 
 // bufferNode says a ready node holds room of a capacity buffer.
@@ -187,9 +155,11 @@ func (a *Autoscaler) capacityBuffers(ctx context.Context, l *loop) error {
 		}
 		active = append(active, b)
 	}
-	active, bl.skipped = fairShare(active, func(b *capacitybuffer.CapacityBuffer) string { return b.Namespace },
-		a.opts.MaxCapacityBuffersPerNamespace, a.opts.MaxCapacityBuffers)
-	a.metrics.CapacityBuffersSkipped.Set(float64(bl.skipped))
+	// The read budget (scalable objects) and the simulation are spent in
+	// the namespaces' turns; the buffers left out say why (#40).
+	active, bl.skipped = fairshare.Take(active, func(b *capacitybuffer.CapacityBuffer) string { return b.Namespace },
+		a.opts.MaxCapacityBuffersPerNamespace, a.opts.MaxCapacityBuffers, nil)
+	a.metrics.CapacityBuffersSkipped.Set(float64(len(bl.skipped)))
 	for _, b := range active {
 		bc := &bufferChunks{b: b}
 		bc.chunks, bc.err = capacitybuffer.Resolve(ctx, bs.api, b)
@@ -378,6 +348,23 @@ func bufferStatus(bc *bufferChunks, now metav1.Time) *capacitybuffer.CapacityBuf
 	return b
 }
 
+// skippedBufferStatus is the status of a buffer left out by the bounds
+// on buffers (nil when it says so already): Provisioning=False naming the
+// flags; the rest of its status is kept (#40: a buffer not planned says
+// why, rather than keep a status that says its chunks are placed).
+func skippedBufferStatus(b *capacitybuffer.CapacityBuffer, perNS, total int, now metav1.Time) *capacitybuffer.CapacityBuffer {
+	cp := b.DeepCopy()
+	apimeta.SetStatusCondition(&cp.Status.Conditions, metav1.Condition{Type: capacitybuffer.Provisioning, Status: metav1.ConditionFalse,
+		Reason: capacitybuffer.ReasonLimitReached,
+		Message: fmt.Sprintf("not planned: older CapacityBuffers fill the autoscaler's bounds (--max-capacity-buffers-per-namespace=%d, --max-capacity-buffers=%d); planned when older ones are deleted",
+			perNS, total),
+		ObservedGeneration: cp.Generation, LastTransitionTime: now})
+	if equality.Semantic.DeepEqual(cp.Status, b.Status) {
+		return nil
+	}
+	return cp
+}
+
 // writeBuffers writes the buffers' statuses and scale-up events and sets
 // their metrics. A conflict is left to the next loop.
 func (a *Autoscaler) writeBuffers(ctx context.Context, l *loop) {
@@ -420,6 +407,28 @@ func (a *Autoscaler) writeBuffers(ctx context.Context, l *loop) {
 		written++
 		c := apimeta.FindStatusCondition(b.Status.Conditions, capacitybuffer.ReadyForProvisioning)
 		logger.V(2).Info("CapacityBuffer status written", "buffer", klog.KObj(b), "ready", c.Status, "reason", c.Reason)
+	}
+	for _, b := range bl.skipped {
+		st := skippedBufferStatus(b, a.opts.MaxCapacityBuffersPerNamespace, a.opts.MaxCapacityBuffers, now)
+		if st == nil {
+			continue
+		}
+		if written+conflicts >= maxBufferStatusWrites {
+			deferred++
+			continue
+		}
+		if err := a.gate.Write("capacity-buffer-status"); err != nil {
+			logger.V(2).Info("CapacityBuffer statuses not written", "err", err.Error())
+			return
+		}
+		switch err := a.buffers.api.UpdateStatus(ctx, st); {
+		case err == nil:
+			written++
+		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+			conflicts++
+		case firstErr == nil:
+			firstErr = err
+		}
 	}
 	if firstErr != nil {
 		logger.Error(firstErr, "Writing CapacityBuffer statuses; tried again next loop")
@@ -491,10 +500,10 @@ func (a *Autoscaler) reportBuffers(l *loop) {
 // buffersStatus is the buffers' part of the status.
 func (a *Autoscaler) buffersStatus(l *loop) *CapacityBuffersStatus {
 	bl := l.buffers
-	if bl == nil || len(bl.buffers)+bl.other+bl.skipped == 0 {
+	if bl == nil || len(bl.buffers)+bl.other+len(bl.skipped) == 0 {
 		return nil
 	}
-	st := &CapacityBuffersStatus{OtherStrategies: bl.other, Skipped: bl.skipped}
+	st := &CapacityBuffersStatus{OtherStrategies: bl.other, Skipped: len(bl.skipped)}
 	for _, bc := range bl.buffers {
 		if len(st.Buffers) == maxProvreqStatusEntries {
 			st.More++

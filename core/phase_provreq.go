@@ -56,13 +56,16 @@ type provreqLoop struct {
 	atomic map[string]provreq.Attempt
 	gangOf map[types.UID]string
 	// bookings are the requests whose capacity is booked; upcoming are
-	// their pods that fit on no ready node (they take room on coming
-	// nodes in scale-up's passes).
+	// their pods that fit on no ready node, with the coming nodes they
+	// may take (scale-up places them before its passes).
 	bookings []provreq.Booking
-	upcoming []*apiv1.Pod
+	upcoming []scaleup.Booking
 	// bookedNodes are ready nodes holding booked room: scale-down keeps them.
 	bookedNodes map[string]bool
 	waiting     []provreq.Waiting
+	// skipped counts the live requests left out by
+	// --max-provisioning-requests(-per-namespace).
+	skipped int
 	// pending are the condition changes to write at the end of scale-up,
 	// one per request (a later change is made on the earlier's copy).
 	pending map[types.UID]*provreq.Update
@@ -129,11 +132,12 @@ func (a *Autoscaler) provisioningRequests(ctx context.Context, l *loop) error {
 		}
 		return unscheduled[provreq.Key(r)]
 	}
+	pr.tracker.SetLimits(a.opts.MaxProvisioningRequestsPerNamespace, a.opts.MaxProvisioningRequests)
 	plan := pr.tracker.Plan(l.now, reqs, count, waiting, pr.api.PodTemplate, func(ns string) *quota.Ledger { return a.quotaLedger(l, ns) })
 	for i := range plan.Updates {
 		pl.put(&plan.Updates[i])
 	}
-	pl.waiting = plan.Waiting
+	pl.waiting, pl.skipped = plan.Waiting, plan.Skipped
 	a.deleteFinishedRequests(ctx, plan.Delete)
 
 	if len(plan.Book)+len(plan.Check) > 0 {
@@ -144,11 +148,33 @@ func (a *Autoscaler) provisioningRequests(ctx context.Context, l *loop) error {
 		for _, b := range plan.Book {
 			child := fork.Fork()
 			left, nodes := a.placePods(ctx, child, b.Pods, usable, free)
+			used := provreq.Count(b.Req) - len(b.Pods)
 			if b.Overdue && len(left) == 0 {
 				// Past its reservation time, and its pods wait for no coming
 				// node: the booking ends.
-				pl.put(pr.tracker.Expire(b.Req, provreq.Count(b.Req)-len(b.Pods), l.now))
+				pl.put(pr.tracker.Expire(b.Req, used, l.now))
 				continue
+			}
+			// Booked room is held on ready nodes and, for a
+			// best-effort-atomic booking, on the coming nodes it bought,
+			// never on nodes coming for other pods; a check-capacity
+			// booking never waits for coming nodes (it buys nothing). A
+			// booking whose pods fit nowhere it may hold room holds none
+			// (#40).
+			var claim map[string]int
+			if len(left) > 0 {
+				claim = pr.tracker.ClaimOf(b.Req.UID, a.upcomingOf(l))
+			}
+			if len(left) > 0 && len(claim) == 0 {
+				if b.Overdue {
+					pl.put(pr.tracker.Expire(b.Req, used, l.now))
+				} else {
+					pl.put(pr.tracker.Lost(b.Req, len(left), used, l.now))
+				}
+				continue
+			}
+			if len(left) == 0 {
+				pr.tracker.Held(b.Req.UID)
 			}
 			fork = child
 			for _, n := range nodes {
@@ -156,7 +182,9 @@ func (a *Autoscaler) provisioningRequests(ctx context.Context, l *loop) error {
 			}
 			placed += len(nodes)
 			pl.bookings = append(pl.bookings, b)
-			pl.upcoming = append(pl.upcoming, left...)
+			if len(left) > 0 {
+				pl.upcoming = append(pl.upcoming, scaleup.Booking{ID: string(b.Req.UID), Pods: left, Nodes: claim})
+			}
 		}
 		for _, at := range plan.Check {
 			child := fork.Fork()
@@ -340,8 +368,20 @@ func withRequestGangs(l *loop, gangs []*gang.Gang) []*gang.Gang {
 	return out
 }
 
-// bookedForUpcoming are the booked pods scale-up places on coming nodes.
-func bookedForUpcoming(l *loop) []*apiv1.Pod {
+// upcomingOf says how many nodes a group has coming, and whether its
+// size is known this loop.
+func (a *Autoscaler) upcomingOf(l *loop) func(group string) (int, bool) {
+	return func(group string) (int, bool) {
+		gs := a.registry.Group(group)
+		if gs == nil || !gs.Readiness.TargetKnown {
+			return 0, false
+		}
+		return gs.Readiness.Upcoming, true
+	}
+}
+
+// bookedForUpcoming are the bookings scale-up places on coming nodes.
+func bookedForUpcoming(l *loop) []scaleup.Booking {
 	if l.provreq == nil {
 		return nil
 	}
@@ -363,6 +403,7 @@ func (a *Autoscaler) provisioningRequestResults(l *loop, out scaleup.Outcome) {
 		failed           []string
 		noScale          string
 		placed           bool
+		claims           []claim
 	}
 	res := map[string]*result{}
 	get := func(k string) *result {
@@ -379,6 +420,9 @@ func (a *Autoscaler) provisioningRequestResults(l *loop, out scaleup.Outcome) {
 			r.released += su.Delta
 			r.queued += su.Queued
 			r.groups = append(r.groups, su.Group)
+			if su.Delta > 0 {
+				r.claims = append(r.claims, claim{su.Group, su.Delta})
+			}
 		}
 	}
 	// Every request with pods in a failure or a no-scale-up has its share.
@@ -424,6 +468,10 @@ func (a *Autoscaler) provisioningRequestResults(l *loop, out scaleup.Outcome) {
 			pl.put(t.Queued(at.Req, fmt.Sprintf("Capacity is being provisioned: the %d new nodes its pods need wait in the node-addition queue, to be requested together",
 				r.queued+r.released), l.now))
 		case r != nil && r.released > 0:
+			// Its booking may hold the nodes bought for it while they come.
+			for _, c := range r.claims {
+				t.Claim(at.Req.UID, c.group, c.nodes)
+			}
 			pl.put(t.Provisioned(at.Req, provreq.ReasonCapacityIsProvisioned,
 				fmt.Sprintf("Capacity is provisioned: %d new nodes requested from node group %s for its %d pods, booked for %s",
 					r.released, strings.Join(uniq(r.groups), ", "), len(at.Pods), booked), l.now))
@@ -435,18 +483,38 @@ func (a *Autoscaler) provisioningRequestResults(l *loop, out scaleup.Outcome) {
 			// again next loop, never Provisioned without evidence.
 		}
 	}
-	// An overdue booking is kept only while its pods wait for coming
-	// nodes: once some fit on none (they failed or were removed), it ends.
-	// Its capacity is never revoked (Kueue would deactivate the workload).
-	unplaced := map[types.UID]bool{}
-	for _, p := range out.BookedUnplaced {
-		unplaced[requestOf(p)] = true
+	// A booking waiting for coming nodes is kept only while its pods fit
+	// on the nodes it bought: once they do not (a node failed or was
+	// removed, other pods took its room), an overdue one ends, another is
+	// lost (Tracker.Lost). Its capacity is never revoked (Kueue would
+	// deactivate the workload).
+	lost := map[string]bool{}
+	for _, id := range out.LostBookings {
+		lost[id] = true
+	}
+	waiting := map[string]int{}
+	for _, b := range pl.upcoming {
+		waiting[b.ID] = len(b.Pods)
 	}
 	for _, b := range pl.bookings {
-		if b.Overdue && unplaced[b.Req.UID] {
-			pl.put(t.Expire(b.Req, provreq.Count(b.Req)-len(b.Pods), l.now))
+		n, ok := waiting[string(b.Req.UID)]
+		used := provreq.Count(b.Req) - len(b.Pods)
+		switch {
+		case !ok:
+		case !lost[string(b.Req.UID)]:
+			t.Held(b.Req.UID)
+		case b.Overdue:
+			pl.put(t.Expire(b.Req, used, l.now))
+		default:
+			pl.put(t.Lost(b.Req, n, used, l.now))
 		}
 	}
+}
+
+// claim is nodes of a group bought for a best-effort-atomic request.
+type claim struct {
+	group string
+	nodes int
 }
 
 // requestReason says why a request's gang got no nodes in the request's
@@ -578,6 +646,7 @@ func (a *Autoscaler) reportProvisioningRequests(l *loop) {
 	for k, n := range pl.conditionCounts() {
 		m.Requests.WithLabelValues(k.class, k.condition).Set(float64(n))
 	}
+	m.Skipped.Set(float64(pl.skipped))
 	m.BookedPods.Reset()
 	m.BookedGPUs.Reset()
 	for _, b := range pl.bookings {
@@ -622,7 +691,7 @@ func (a *Autoscaler) provisioningRequestsStatus(l *loop) *ProvisioningRequestsSt
 	if pl == nil {
 		return nil
 	}
-	st := &ProvisioningRequestsStatus{}
+	st := &ProvisioningRequestsStatus{Skipped: pl.skipped}
 	for k, n := range pl.conditionCounts() {
 		st.Requests = append(st.Requests, ProvisioningRequestCount{Class: k.class, Condition: k.condition, Requests: n})
 	}
@@ -650,7 +719,7 @@ func (a *Autoscaler) provisioningRequestsStatus(l *loop) *ProvisioningRequestsSt
 		}
 		st.Waiting = append(st.Waiting, WaitingRequest{Request: provreq.Key(w.Req), Class: w.Req.Spec.ProvisioningClassName, RetryAt: w.RetryAt.UTC(), Message: msg})
 	}
-	if len(st.Requests)+len(st.Booked)+len(st.Waiting) == 0 {
+	if len(st.Requests)+len(st.Booked)+len(st.Waiting)+st.Skipped == 0 {
 		return nil
 	}
 	return st
@@ -667,6 +736,9 @@ type ProvisioningRequestsStatus struct {
 	Waiting []WaitingRequest `json:"waiting,omitempty"`
 	// More counts the requests left out of the lists.
 	More int `json:"more,omitempty"`
+	// Skipped counts the live requests not planned: over
+	// --max-provisioning-requests or its per-namespace bound.
+	Skipped int `json:"skipped,omitempty"`
 }
 
 // ProvisioningRequestCount is the number of requests of a class with a
@@ -700,6 +772,7 @@ type provreqMetrics struct {
 	BookedPods        *prometheus.GaugeVec
 	BookedGPUs        *prometheus.GaugeVec
 	ProvisionDuration *prometheus.HistogramVec
+	Skipped           prometheus.Gauge
 }
 
 func newProvreqMetrics(reg prometheus.Registerer, ns string) provreqMetrics {
@@ -715,6 +788,8 @@ func newProvreqMetrics(reg prometheus.Registerer, ns string) provreqMetrics {
 			Help:    "Time from a ProvisioningRequest's creation to its Provisioned=True, by class.",
 			Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200}}, []string{"class"}),
 	}
-	reg.MustRegister(m.Requests, m.BookedPods, m.BookedGPUs, m.ProvisionDuration)
+	m.Skipped = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "provisioning_requests_skipped",
+		Help: "Live ProvisioningRequests not planned last loop: over --max-provisioning-requests or --max-provisioning-requests-per-namespace (booked ones always planned; the rest oldest first, the namespaces in turn)."})
+	reg.MustRegister(m.Requests, m.BookedPods, m.BookedGPUs, m.ProvisionDuration, m.Skipped)
 	return m
 }

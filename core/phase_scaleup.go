@@ -148,7 +148,7 @@ func (a *Autoscaler) inFlight(l *loop) int {
 // candidates are built only when some pass has pods.
 func (a *Autoscaler) scaleUpRequest(ctx context.Context, l *loop, passes []scaleup.Pass) (scaleup.Request, error) {
 	req := scaleup.Request{Now: l.now, Snap: l.snap, MaxNew: int(^uint(0) >> 1), IsBalloon: a.opts.isBalloon, IsLast: capacitybuffer.IsBufferPod,
-		GangSplit: a.opts.GangSplit, Passes: passes, Booked: bookedForUpcoming(l)}
+		GangSplit: a.opts.GangSplit, Passes: passes, Bookings: bookedForUpcoming(l)}
 	req.InFlight = a.inFlight(l)
 	if !a.nodeAdd.seeded {
 		a.nodeAdd.seeded = true
@@ -156,7 +156,7 @@ func (a *Autoscaler) scaleUpRequest(ctx context.Context, l *loop, passes []scale
 	}
 	// Booked pods that fit on no ready node are placed on the coming ones
 	// even with nothing pending, to tell when their capacity is gone.
-	empty := len(req.Booked) == 0
+	empty := len(req.Bookings) == 0
 	for _, p := range passes {
 		empty = empty && len(p.Pods) == 0 && len(p.Gangs) == 0
 	}

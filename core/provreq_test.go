@@ -635,7 +635,10 @@ func TestScaleDownKeepsBookedNodes(t *testing.T) {
 
 // A booking whose pods fit on no ready or coming node (its machine
 // failed or was removed) is never revoked: Kueue would deactivate the
-// workload. It expires as any booking does.
+// workload. It ends (BookingExpired, CapacityBookingLost) once its pods
+// have fit nowhere for 30 s, not at once (a node briefly unusable), and
+// not only once its 10 minutes are over (#40: its consumers waited for
+// capacity that was not there).
 func TestProvisioningRequestCapacityNeverRevoked(t *testing.T) {
 	e, f, g := readyGPU(t, 1)
 	f.add(t, request("r", provreq.ClassCheckCapacity, "train", 1, e.clock.Now()))
@@ -649,16 +652,16 @@ func TestProvisioningRequestCapacityNeverRevoked(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for i := 0; i < 9; i++ {
-		e.clock.Step(time.Minute)
+	for range 3 {
+		e.clock.Step(10 * time.Second)
 		e.run()
-		if c := provreq.Find(f.get(t, "r"), provreq.CapacityRevoked); c != nil {
-			t.Fatalf("capacity revoked after %d minutes: %+v", i+1, c)
+		if c := provreq.Find(f.get(t, "r"), provreq.BookingExpired); c != nil {
+			t.Fatalf("booking ended within 30 s of its node missing: %+v", c)
 		}
 	}
-	e.clock.Step(time.Minute)
+	e.clock.Step(10 * time.Second)
 	e.run()
-	f.wantCond(t, "r", provreq.BookingExpired, metav1.ConditionTrue, provreq.ReasonReservationTimeExpired, "")
+	f.wantCond(t, "r", provreq.BookingExpired, metav1.ConditionTrue, provreq.ReasonBookingLost, "1 of its pods fit on no ready node")
 	if c := provreq.Find(f.get(t, "r"), provreq.CapacityRevoked); c != nil {
 		t.Fatalf("capacity revoked: %+v", c)
 	}
@@ -861,4 +864,163 @@ func TestResourceQuotaSharedByRequestsAndBuffers(t *testing.T) {
 	e.add(consumer("job-0", provreq.ConsumeAnnotation, "job", to.Unschedulable()))
 	e.run()
 	fb.wantCond(t, "warm", capacitybuffer.ConditionLimitedByQuotas, metav1.ConditionTrue, capacitybuffer.ReasonQuotaLimited, "2 of its 3 chunks")
+}
+
+// bind puts pods on nodes, as the scheduler does (it does not see
+// bookings): each pod i on nodes[i].
+func (e *env) bind(pods []*apiv1.Pod, nodes []string) {
+	e.t.Helper()
+	for i, p := range pods {
+		b := p.DeepCopy()
+		b.Spec.NodeName = nodes[i]
+		b.Status.Conditions = nil
+		b.Status.Phase = apiv1.PodRunning
+		if err := e.pods.Update(b); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// TestProvisioningRequestBookingsNeverBuyTwice (#40): the scheduler does
+// not see bookings, so ordinary pods take booked nodes. A booking then
+// holds no room on nodes coming for other pods: a check-capacity
+// booking never (it buys nothing), a best-effort-atomic one only on the
+// nodes it bought, while they come. Before, the booking's pods moved to
+// the nodes coming for the pending pods, which bought them again
+// (increases [2 2] for 2 pods; [2 2 2]).
+func TestProvisioningRequestBookingsNeverBuyTwice(t *testing.T) {
+	for _, tc := range []struct {
+		name, class string
+		ready       int
+		want        []int // increases once the scheduler gave the booked nodes away and 2 more pods wait
+	}{
+		// 2 pods pending while the room is booked buy 2 (the booked room is
+		// taken for pending pods, as in cluster-autoscaler); the scheduler
+		// puts them on the booked nodes; 2 more pods wait for the 2 coming.
+		{name: "check-capacity", class: provreq.ClassCheckCapacity, ready: 2, want: []int{2}},
+		// The request bought 2 nodes; once up, the scheduler gives them to
+		// 2 ordinary pods; 2 more pods buy 2 and wait for them.
+		{name: "best-effort-atomic", class: provreq.ClassBestEffortAtomic, ready: 0, want: []int{2, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, f, g := readyGPU(t, tc.ready)
+			f.add(t, request("r", tc.class, "train", 2, e.clock.Now()))
+			e.run()
+			if c := f.cond(t, "r", provreq.Provisioned); c.Status != metav1.ConditionTrue {
+				t.Fatalf("Provisioned %+v", c)
+			}
+			var taken []*apiv1.Pod
+			if tc.class == provreq.ClassCheckCapacity {
+				taken = pendingPods(2, "web", wholeGPU()...)
+				e.add(taken)
+				e.run()
+			} else {
+				e.register(g)
+				e.run()
+				taken = pendingPods(2, "web", wholeGPU()...)
+				e.add(taken)
+			}
+			nodes := e.nodeNames()
+			sort.Strings(nodes)
+			e.bind(taken, nodes)
+			if tc.class == provreq.ClassBestEffortAtomic {
+				e.add(pendingPods(2, "more", wholeGPU()...))
+				e.run()
+			} else {
+				e.add(pendingPods(2, "more", wholeGPU()...))
+			}
+			for range 3 {
+				e.clock.Step(10 * time.Second)
+				e.run()
+			}
+			if got := g.Increases(); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("increases %v, want %v: the booking took nodes coming for other pods, which bought them again", got, tc.want)
+			}
+			e.clock.Step(10 * time.Second)
+			e.run()
+			f.wantCond(t, "r", provreq.BookingExpired, metav1.ConditionTrue, provreq.ReasonBookingLost, "fit on no ready node")
+		})
+	}
+}
+
+// TestProvisioningRequestLostBookingFreesItsConsumers (#40): one of a
+// booking's 2 nodes is removed a minute after it was Provisioned; its
+// first consumer runs on the other, its second waits. Within the 30 s
+// grace the booking ends and the waiting consumer buys a node, as any
+// pod. Before, it bought nothing until the booking was 10 minutes old.
+func TestProvisioningRequestLostBookingFreesItsConsumers(t *testing.T) {
+	e, f, g := readyGPU(t, 2)
+	f.add(t, request("r", provreq.ClassCheckCapacity, "train", 2, e.clock.Now()))
+	e.run()
+	f.wantCond(t, "r", provreq.Provisioned, metav1.ConditionTrue, provreq.ReasonCapacityIsFound, "")
+	e.clock.Step(time.Minute)
+	nodes := e.nodeNames()
+	sort.Strings(nodes)
+	ids := g.ProviderIDs()
+	sort.Strings(ids)
+	if err := g.DeleteNodes(e.ctx, ids[1:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.nodes.Delete(&apiv1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodes[1]}}); err != nil {
+		t.Fatal(err)
+	}
+	e.add(consumer("c-0", provreq.ConsumeAnnotation, "r", to.OnNode(nodes[0])), consumer("c-1", provreq.ConsumeAnnotation, "r", to.Unschedulable()))
+	e.run()
+	if got := g.Increases(); len(got) != 0 {
+		t.Fatalf("increases %v at once: a node missing for a loop is not yet a loss", got)
+	}
+	for i := 0; i < 4 && len(g.Increases()) == 0; i++ {
+		e.clock.Step(10 * time.Second)
+		e.run()
+	}
+	if got := g.Increases(); fmt.Sprint(got) != "[1]" {
+		t.Fatalf("increases %v within 40 s of the loss, want [1]: the waiting consumer buys its node", got)
+	}
+	f.wantCond(t, "r", provreq.BookingExpired, metav1.ConditionTrue, provreq.ReasonBookingLost, "1 of 2 pods consumed it")
+}
+
+// TestProvisioningRequestsOverTheBoundWait (#40): under the default
+// bounds (100 live requests a namespace), a namespace's 101st request is
+// not planned and says so (Provisioned=False, RequestLimitReached, naming
+// the flags); a newer request of another namespace is planned beside the
+// 100, and a booked request never counts as left out. Before, every
+// request was planned every loop, whatever their number.
+func TestProvisioningRequestsOverTheBoundWait(t *testing.T) {
+	e, f, _ := readyGPU(t, 1)
+	if e.a.opts.MaxProvisioningRequestsPerNamespace != 100 || e.a.opts.MaxProvisioningRequests != 1000 {
+		t.Fatalf("default bounds %d per namespace, %d in all; want 100 and 1000", e.a.opts.MaxProvisioningRequestsPerNamespace, e.a.opts.MaxProvisioningRequests)
+	}
+	start := e.clock.Now()
+	for i := range 101 {
+		f.add(t, request(fmt.Sprintf("r%03d", i), provreq.ClassCheckCapacity, "train", 1, start.Add(time.Duration(i)*time.Second)))
+	}
+	theirs := request("theirs", provreq.ClassCheckCapacity, "train", 1, start.Add(time.Hour))
+	theirs.Namespace = "team-b"
+	pt := podTemplate("train", wholeGPU()...)
+	pt.Namespace = "team-b"
+	f.add(t, theirs, pt)
+	e.clock.Step(2 * time.Hour)
+	for range 3 { // conditions are written 100 a loop
+		e.run()
+	}
+	f.wantCond(t, "r000", provreq.Provisioned, metav1.ConditionTrue, provreq.ReasonCapacityIsFound, "")
+	if c := provreq.Find(f.get(t, "r099"), provreq.Provisioned); c != nil && c.Reason == provreq.ReasonLimitReached {
+		t.Fatalf("r099, the namespace's 100th request, left out: %+v", c)
+	}
+	f.wantCond(t, "r100", provreq.Provisioned, metav1.ConditionFalse, provreq.ReasonLimitReached,
+		"--max-provisioning-requests-per-namespace=100, --max-provisioning-requests=1000")
+	f.mu.Lock()
+	c := provreq.Find(f.reqs["team-b/theirs"], provreq.Provisioned)
+	f.mu.Unlock()
+	if c == nil || c.Reason != provreq.ReasonCapacityIsNotFound {
+		t.Fatalf("the other namespace's request: Provisioned %+v, want tried (CapacityIsNotFound: the node is booked)", c)
+	}
+	if got := testutil.ToFloat64(e.a.metrics.ProvReq.Skipped); got != 1 {
+		t.Fatalf("skipped requests %v, want 1", got)
+	}
+	writes := f.writesOf("r100")
+	e.run()
+	if f.writesOf("r100") != writes {
+		t.Fatalf("the left-out request's status written again while nothing changed")
+	}
 }

@@ -67,6 +67,8 @@ const (
 	ReasonScalableRefUnreadable  = "ScalableRefUnreadable"
 	ReasonQuotaLimited           = "QuotaLimitsBuffer"
 	ReasonQuotaNotLimited        = "QuotaDoesNotLimitBuffer"
+	// ReasonLimitReached: left out by --max-capacity-buffers(-per-namespace).
+	ReasonLimitReached = "BufferLimitReached"
 )
 
 // CapacityBuffer asks for spare room for chunks of a pod's shape.

@@ -20,10 +20,16 @@ const (
 	ReasonReservationTimeExpired = "CapacityReservationTimeExpired"
 	ReasonBookingConsumed        = "CapacityBookingConsumed"
 	ReasonCapacityIsRevoked      = "CapacityIsRevoked"
+	// ReasonBookingLost: a booking's pods fit nowhere it may hold room
+	// (BookingExpired=True; Tracker.Lost).
+	ReasonBookingLost = "CapacityBookingLost"
 	// ReasonExceedsQuota: its pods would take more than its namespace's
 	// ResourceQuotas leave (Provisioned=False, tried again with the
 	// backoff: a quota may be raised).
-	ReasonExceedsQuota            = "ExceedsResourceQuota"
+	ReasonExceedsQuota = "ExceedsResourceQuota"
+	// ReasonLimitReached: left out by the bounds on requests a loop
+	// plans (Provisioned=False; planned when older ones finish).
+	ReasonLimitReached            = "RequestLimitReached"
 	acceptedMessage               = "ProvisioningRequest is accepted by vmss-autoscaler"
 	expiredMessage                = "ProvisioningRequest is expired: not provisioned within 7 days of its creation"
 	reservationTimeExpiredMessage = "Capacity reservation time is expired: the capacity was booked for 10 minutes"

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	resourcehelper "k8s.io/component-helpers/resource"
 
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/fairshare"
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/quota"
 )
 
@@ -111,6 +112,8 @@ type Plan struct {
 	Delete []*ProvisioningRequest
 	// Waiting are the requests in backoff.
 	Waiting []Waiting
+	// Skipped counts the live requests left out by the bounds (SetLimits).
+	Skipped int
 }
 
 // Tracker keeps what the life cycle needs between loops: each request's
@@ -122,7 +125,13 @@ type Plan struct {
 // of a request whose capacity is revoked and deactivates its workload, even
 // a running one. Cluster-autoscaler never sets it either.
 type Tracker struct {
-	opts    Options
+	opts   Options
+	limits limits
+	// claims are the coming nodes a best-effort-atomic booking bought
+	// (per group), the most of them it may hold; lost says since when a
+	// booking's pods fit nowhere it may hold room.
+	claims  map[types.UID]map[string]int
+	lost    map[types.UID]time.Time
 	backoff map[types.UID]backoff
 	pods    map[types.UID]podsEntry
 	seen    map[types.UID]bool
@@ -133,19 +142,49 @@ type backoff struct {
 	next  time.Time
 }
 
-// podsEntry is a request's pods, made from templates at these versions.
+// podsEntry is a request's pod sets, made from templates at these
+// versions: its shapes, never its pods (expanded for each loop's use).
 type podsEntry struct {
 	versions []string
-	pods     []*apiv1.Pod
+	shapes   []Shape
 }
 
 // NewTracker returns an empty tracker.
 func NewTracker(o Options) *Tracker {
-	return &Tracker{opts: o, backoff: map[types.UID]backoff{}, pods: map[types.UID]podsEntry{}, seen: map[types.UID]bool{}}
+	return &Tracker{opts: o, backoff: map[types.UID]backoff{}, pods: map[types.UID]podsEntry{}, seen: map[types.UID]bool{},
+		claims: map[types.UID]map[string]int{}, lost: map[types.UID]time.Time{}}
 }
 
 // Options are the tracker's options.
 func (t *Tracker) Options() Options { return t.opts }
+
+// limits bound the requests a loop plans (0: none).
+type limits struct{ perNS, total int }
+
+// SetLimits bounds the live requests not yet booked that a loop plans:
+// perNS of a namespace and total in all, booked ones counted against
+// both (--max-provisioning-requests(-per-namespace), which may change
+// between loops).
+func (t *Tracker) SetLimits(perNS, total int) { t.limits = limits{perNS: perNS, total: total} }
+
+// skip is a live request left out by the bounds: it says so
+// (Provisioned=False, RequestLimitReached, once) and waits; it still
+// fails when it expires.
+func (t *Tracker) skip(now time.Time, r *ProvisioningRequest, p *Plan) {
+	if now.Sub(r.CreationTimestamp.Time) > t.opts.ExpirationTime {
+		if u := t.set(r, Failed, metav1.ConditionTrue, ReasonExpired,
+			fmt.Sprintf("ProvisioningRequest is expired: not provisioned within %s of its creation", t.opts.ExpirationTime), true, now); u != nil {
+			p.Updates = append(p.Updates, *u)
+		}
+		return
+	}
+	msg := fmt.Sprintf("not planned: older requests fill the autoscaler's bounds (--max-provisioning-requests-per-namespace=%d, --max-provisioning-requests=%d); planned when older ones finish",
+		t.limits.perNS, t.limits.total)
+	if u := t.set(r, Provisioned, metav1.ConditionFalse, ReasonLimitReached, msg, true, now); u != nil {
+		p.Updates = append(p.Updates, *u)
+	}
+	p.Skipped++
+}
 
 // Plan decides the loop's work for the requests (any order; the cache's
 // objects, never changed: updates are copies). consumed(r) are r's
@@ -183,15 +222,41 @@ func (t *Tracker) Plan(now time.Time, reqs []*ProvisioningRequest, consumed func
 		ledger = func(string) *quota.Ledger { return nil }
 	}
 	sort.SliceStable(sorted, func(i, j int) bool { return IsTrue(sorted[i], Provisioned) && !IsTrue(sorted[j], Provisioned) })
+	// Bounded work (#40): booked requests are planned always (their
+	// capacity is promised), finished ones cost nothing; the rest are
+	// planned up to the bounds, the namespaces in turns, and those left
+	// out say so and wait.
+	held := map[string]int{}
+	var open []*ProvisioningRequest
 	for _, r := range sorted {
 		seen[r.UID] = true
+		switch {
+		case Finished(r):
+		case IsTrue(r, Provisioned):
+			held[r.Namespace]++
+		default:
+			open = append(open, r)
+			continue
+		}
 		t.plan(now, r, consumed, waiting, get, ledger(r.Namespace), &p)
+	}
+	kept, left := open, []*ProvisioningRequest(nil)
+	if t.limits.total > 0 {
+		kept, left = fairshare.Take(open, func(r *ProvisioningRequest) string { return r.Namespace }, t.limits.perNS, t.limits.total, held)
+	}
+	for _, r := range kept {
+		t.plan(now, r, consumed, waiting, get, ledger(r.Namespace), &p)
+	}
+	for _, r := range left {
+		t.skip(now, r, &p)
 	}
 	// Forget requests that are gone.
 	for uid := range t.seen {
 		if !seen[uid] {
 			delete(t.backoff, uid)
 			delete(t.pods, uid)
+			delete(t.claims, uid)
+			delete(t.lost, uid)
 		}
 	}
 	t.seen = seen
@@ -204,6 +269,8 @@ func (t *Tracker) plan(now time.Time, r *ProvisioningRequest, consumed func(*Pro
 	if Finished(r) {
 		t.forgetAttempts(r.UID)
 		delete(t.pods, r.UID)
+		delete(t.claims, r.UID)
+		delete(t.lost, r.UID)
 		if last := lastTransition(r); !last.IsZero() && now.Sub(last) > o.TerminalTTL {
 			p.Delete = append(p.Delete, r)
 		}
@@ -281,7 +348,7 @@ func (t *Tracker) plan(now time.Time, r *ProvisioningRequest, consumed func(*Pro
 		set(Failed, metav1.ConditionTrue, ReasonFailedToCreatePods, why, true)
 		return
 	}
-	pods, err := t.podsOf(r, get)
+	shapes, err := t.shapesOf(r, get)
 	if err != nil {
 		if now.Sub(r.CreationTimestamp.Time) < o.TemplateGrace {
 			return // the template's informer may trail the request's
@@ -303,6 +370,8 @@ func (t *Tracker) plan(now time.Time, r *ProvisioningRequest, consumed func(*Pro
 			}
 		}
 	}
+	// Made only now: a request in backoff costs its shapes, not its pods.
+	pods := Expand(r, shapes)
 	if ok, why := led.TakeAll(specsOf(pods)); !ok {
 		b, seen := t.backoff[r.UID]
 		if !seen {
@@ -353,6 +422,80 @@ func reservationExpiredMessage(o Options, used, total int) string {
 	return fmt.Sprintf("Capacity reservation time is expired: the capacity was booked for %s, %d of %d pods consumed it", o.ReservationTime, used, total)
 }
 
+// Claim records that nodes coming nodes of group were bought for a
+// best-effort-atomic request's booking: it may hold as many there.
+func (t *Tracker) Claim(uid types.UID, group string, nodes int) {
+	if t.claims[uid] == nil {
+		t.claims[uid] = map[string]int{}
+	}
+	t.claims[uid][group] += nodes
+}
+
+// ClaimOf is the coming nodes a booking may hold this loop, per group:
+// those it bought, never more than its group has coming now (upcoming
+// says how many, ok false when the group's size is unknown this loop).
+// The bound only shrinks: once its nodes are up, a booking whose room on
+// them was taken cannot move to nodes coming for other pods (#40). It is
+// kept in memory only: after a restart a booking holds ready nodes only
+// (its consumers, created once it was Provisioned, then take the coming
+// nodes as any pod).
+func (t *Tracker) ClaimOf(uid types.UID, upcoming func(group string) (int, bool)) map[string]int {
+	c := t.claims[uid]
+	for g, n := range c {
+		if up, ok := upcoming(g); ok && up < n {
+			n = up
+			c[g] = n
+		}
+		if n <= 0 {
+			delete(c, g)
+		}
+	}
+	if len(c) == 0 {
+		delete(t.claims, uid)
+		return nil
+	}
+	out := make(map[string]int, len(c))
+	for g, n := range c {
+		out[g] = n
+	}
+	return out
+}
+
+// Lost is a booking some of whose pods (unplaced of them) fit nowhere it
+// may hold room: on no ready node, and on none of the coming nodes it
+// bought. Other pods took its room (the scheduler does not see
+// bookings) or a node it held is gone. It is noted first; if it is still
+// so LostGrace later (a node briefly unusable is not a loss), the booking
+// ends (BookingExpired=True, CapacityBookingLost): its room is freed and
+// its consumers are planned as any pod, at once, rather than wait out
+// the reservation time for capacity that is not there. Kueue (v0.17,
+// provisioning admission check) ignores BookingExpired once the workload
+// is admitted, and retries with a new request before. The update is nil
+// while only noted.
+func (t *Tracker) Lost(r *ProvisioningRequest, unplaced, used int, now time.Time) *Update {
+	since, ok := t.lost[r.UID]
+	if !ok {
+		t.lost[r.UID] = now
+		return nil
+	}
+	if now.Sub(since) < LostGrace {
+		return nil
+	}
+	delete(t.lost, r.UID)
+	return t.set(r, BookingExpired, metav1.ConditionTrue, ReasonBookingLost,
+		fmt.Sprintf("Capacity booking ended: %d of its pods fit on no ready node and on no node coming for it (other pods took the room, or a node is gone), %d of %d pods consumed it; its pods are planned as any pod",
+			unplaced, used, Count(r)), true, now)
+}
+
+// LostGrace is how long a booking's pods fit nowhere it may hold room
+// before it ends: a node's NotReady blip or a loop between a node's
+// registration and its readiness is not a loss; a node that failed its
+// preflight or was removed is.
+const LostGrace = 30 * time.Second
+
+// Held says a booking's pods all fit where it may hold room this loop.
+func (t *Tracker) Held(uid types.UID) { delete(t.lost, uid) }
+
 // Expire returns r marked BookingExpired=True for an overdue booking whose
 // pods no longer wait for coming nodes; used of its pods consumed it.
 func (t *Tracker) Expire(r *ProvisioningRequest, used int, now time.Time) *Update {
@@ -363,22 +506,24 @@ func (t *Tracker) Expire(r *ProvisioningRequest, used int, now time.Time) *Updat
 // template changed, or those made before when a template can no longer
 // be read (a booking never fails).
 func (t *Tracker) bookedPods(r *ProvisioningRequest, get TemplateGetter) ([]*apiv1.Pod, error) {
-	pods, err := t.podsOf(r, get)
+	shapes, err := t.shapesOf(r, get)
 	if err != nil {
-		if e, ok := t.pods[r.UID]; ok {
-			return e.pods, nil
+		e, ok := t.pods[r.UID]
+		if !ok {
+			return nil, err
 		}
+		shapes = e.shapes
 	}
-	return pods, err
+	return Expand(r, shapes), nil
 }
 
 // forgetAttempts drops the retry state of a request that stopped being
 // tried (provisioned, finished).
 func (t *Tracker) forgetAttempts(uid types.UID) { delete(t.backoff, uid) }
 
-// podsOf returns a request's pods, made again only when one of its
+// shapesOf returns a request's shapes, made again only when one of its
 // templates changed.
-func (t *Tracker) podsOf(r *ProvisioningRequest, get TemplateGetter) ([]*apiv1.Pod, error) {
+func (t *Tracker) shapesOf(r *ProvisioningRequest, get TemplateGetter) ([]Shape, error) {
 	versions := make([]string, len(r.Spec.PodSets))
 	for i, ps := range r.Spec.PodSets {
 		pt, err := get(r.Namespace, ps.PodTemplateRef.Name)
@@ -389,14 +534,14 @@ func (t *Tracker) podsOf(r *ProvisioningRequest, get TemplateGetter) ([]*apiv1.P
 		versions[i] = string(pt.UID) + "/" + pt.ResourceVersion
 	}
 	if e, ok := t.pods[r.UID]; ok && equalStrings(e.versions, versions) {
-		return e.pods, nil
+		return e.shapes, nil
 	}
-	pods, err := Pods(r, get)
+	shapes, err := Shapes(r, get)
 	if err != nil {
 		return nil, err
 	}
-	t.pods[r.UID] = podsEntry{versions: versions, pods: pods}
-	return pods, nil
+	t.pods[r.UID] = podsEntry{versions: versions, shapes: shapes}
+	return shapes, nil
 }
 
 // Provisioned returns r (a copy, or the copy given) marked

@@ -67,15 +67,22 @@ func Count(r *ProvisioningRequest) int {
 	return n
 }
 
-// Pods returns the pods a request stands for: each pod set's count of
-// pods made from its PodTemplate, in the request's namespace, controlled
-// by the request (equal pods of a set are then simulated as one group)
-// and annotated as consuming it, as cluster-autoscaler makes them. A
+// Shape is one pod set of a request as made once: its pod (the shared
+// spec and metadata of every pod of the set) and its count. A request is
+// kept between loops as its shapes, never as its pods: a 5,000-pod
+// request costs one pod a set, not 5,000 (#40).
+type Shape struct {
+	Pod   *apiv1.Pod
+	Count int
+}
+
+// Shapes returns the shapes of a request's pod sets: each made from its
+// PodTemplate, in the request's namespace, controlled by the request and
+// annotated as consuming it, as cluster-autoscaler makes its pods. A
 // container's missing request is its limit (the API server defaults a
-// pod so; a PodTemplate is not defaulted). The pods of a set share their
-// spec and metadata maps: they must not be changed. The error names the
-// pod set and the template, or the count above MaxPods.
-func Pods(r *ProvisioningRequest, get TemplateGetter) ([]*apiv1.Pod, error) {
+// pod so; a PodTemplate is not defaulted). The error names the pod set
+// and the template, or the count above MaxPods.
+func Shapes(r *ProvisioningRequest, get TemplateGetter) ([]Shape, error) {
 	if len(r.Spec.PodSets) == 0 {
 		return nil, fmt.Errorf("spec.podSets of %s %s: empty", Kind, Key(r))
 	}
@@ -83,7 +90,7 @@ func Pods(r *ProvisioningRequest, get TemplateGetter) ([]*apiv1.Pod, error) {
 		return nil, errors.New(why)
 	}
 	owner := metav1.OwnerReference{APIVersion: GroupVersion.String(), Kind: Kind, Name: r.Name, UID: r.UID, Controller: ptrTrue()}
-	out := make([]*apiv1.Pod, 0, Count(r))
+	out := make([]Shape, 0, len(r.Spec.PodSets))
 	for i, ps := range r.Spec.PodSets {
 		if ps.Count < 1 {
 			return nil, fmt.Errorf("spec.podSets[%d].count of %s %s: %d, must be at least 1", i, Kind, Key(r), ps.Count)
@@ -108,18 +115,42 @@ func Pods(r *ProvisioningRequest, get TemplateGetter) ([]*apiv1.Pod, error) {
 		base.Status.Phase = apiv1.PodPending
 		podspec.LimitsAsRequests(base.Spec.Containers)
 		podspec.LimitsAsRequests(base.Spec.InitContainers)
-		for j := 0; j < int(ps.Count); j++ {
-			// The pods of a set share their spec, labels and annotations
-			// (never changed: a booked pod is read only, as a cached one).
-			cp := *base
-			p := &cp
+		out = append(out, Shape{Pod: base, Count: int(ps.Count)})
+	}
+	return out, nil
+}
+
+// Expand makes the pods of a request's shapes, for one loop: each a
+// shallow copy of its set's pod with its own name and UID (equal pods of
+// a set are then simulated as one group). The pods of a set share their
+// spec and metadata maps: they must not be changed.
+func Expand(r *ProvisioningRequest, shapes []Shape) []*apiv1.Pod {
+	n := 0
+	for _, s := range shapes {
+		n += s.Count
+	}
+	all := make([]apiv1.Pod, n) // one allocation for the loop's copies
+	out := make([]*apiv1.Pod, 0, n)
+	for i, s := range shapes {
+		for j := 0; j < s.Count; j++ {
+			p := &all[len(out)]
+			*p = *s.Pod
 			suffix := strconv.Itoa(i) + "-" + strconv.Itoa(j)
 			p.Name = r.Name + "-" + suffix
 			p.UID = types.UID(uidPrefix + r.Namespace + "/" + r.Name + "/" + string(r.UID) + "/" + suffix)
 			out = append(out, p)
 		}
 	}
-	return out, nil
+	return out
+}
+
+// Pods returns the pods a request stands for: Expand of its Shapes.
+func Pods(r *ProvisioningRequest, get TemplateGetter) ([]*apiv1.Pod, error) {
+	shapes, err := Shapes(r, get)
+	if err != nil {
+		return nil, err
+	}
+	return Expand(r, shapes), nil
 }
 
 func ptrTrue() *bool {

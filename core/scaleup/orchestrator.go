@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"time"
 
@@ -94,10 +95,20 @@ type Request struct {
 	Passes []Pass
 	// InFlight is the number of nodes requested and not yet usable.
 	InFlight int
-	// Booked are pods of provisioning requests whose capacity is booked
-	// and that fit on no usable node: before any pass they take room on
-	// upcoming nodes, which no pass may then give to other pods.
-	Booked []*apiv1.Pod
+	// Bookings are provisioning requests' booked pods that fit on no
+	// usable node: before any pass they take room on the upcoming nodes
+	// their booking bought, which no pass may then give to other pods.
+	Bookings []Booking
+}
+
+// Booking is a request's booked pods waiting for coming nodes: they may
+// take room only on upcoming nodes of the groups Nodes names, on at most
+// that many nodes of each (the nodes bought for it), never on nodes
+// coming for other pods (#40).
+type Booking struct {
+	ID    string
+	Pods  []*apiv1.Pod
+	Nodes map[string]int
 }
 
 // Outcome is what a loop's scale-up did.
@@ -120,10 +131,9 @@ type Outcome struct {
 	HeldGangs map[string]ratelimit.HeldGang
 	// InFlight is the nodes in flight after the requests.
 	InFlight int
-	// BookedUnplaced are the Booked pods that fit on no upcoming node
-	// either: they wait for no coming node (an overdue booking then ends;
-	// no capacity is ever revoked for it).
-	BookedUnplaced []*apiv1.Pod
+	// LostBookings are the IDs of the Bookings whose pods do not all fit
+	// on the upcoming nodes they may take: they hold no room this loop.
+	LostBookings []string
 }
 
 // Run plans, queues and requests.
@@ -133,16 +143,16 @@ func (o *Orchestrator) Run(ctx context.Context, req Request, q Queue, inc Increa
 		return Outcome{}, err
 	}
 	out := o.execute(ctx, req, demand, q, inc)
-	out.Awaiting, out.Claimed, out.BookedUnplaced = demand.awaiting, demand.claimed, demand.bookedUnplaced
+	out.Awaiting, out.Claimed, out.LostBookings = demand.awaiting, demand.claimed, demand.lostBookings
 	return out, nil
 }
 
 // demand is what the passes planned.
 type demand struct {
-	res            Result
-	awaiting       int
-	claimed        map[string]bool
-	bookedUnplaced []*apiv1.Pod
+	res          Result
+	awaiting     int
+	claimed      map[string]bool
+	lostBookings []string
 }
 
 // start is where every pass starts from: the snapshot with the upcoming
@@ -151,14 +161,15 @@ type demand struct {
 type start struct {
 	fork *snapshot.Fork
 	// nodes are the usable nodes, then the upcoming ones.
-	nodes    []int
-	unplaced []*apiv1.Pod
+	nodes []int
+	lost  []string
 }
 
 // start builds the passes' starting point.
 func (o *Orchestrator) start(ctx context.Context, req Request) (*start, error) {
 	fork := req.Snap.Fork()
 	nodes := append([]int(nil), req.Usable...)
+	upcoming := map[string][]int{}
 	for _, g := range req.Groups {
 		if g.UpcomingTemplate == nil {
 			continue
@@ -169,17 +180,60 @@ func (o *Orchestrator) start(ctx context.Context, req Request) (*start, error) {
 				return nil, fmt.Errorf("adding upcoming node of group %s: %w", g.Candidate.Group, err)
 			}
 			nodes = append(nodes, idx)
+			upcoming[g.Candidate.Group] = append(upcoming[g.Candidate.Group], idx)
 		}
 	}
-	st := &start{fork: fork, nodes: nodes}
-	if len(req.Booked) > 0 {
-		upcoming := nodes[len(req.Usable):]
-		for _, g := range simulator.GroupPods(req.Booked, o.GPU) {
-			n := o.Planner.Estimator.Sim.FitOnNodes(ctx, fork, g, 0, upcoming, nil)
-			st.unplaced = append(st.unplaced, g.Pods[n:]...)
+	st := &start{fork: fork}
+	for _, b := range req.Bookings {
+		if child, ok := o.placeBooking(ctx, st.fork, b, upcoming); ok {
+			st.fork = child
+		} else {
+			st.lost = append(st.lost, b.ID)
 		}
 	}
+	st.nodes = nodes
 	return st, nil
+}
+
+// placeBooking places a booking's pods on the upcoming nodes it may
+// take, all or none: the fork with them, or false.
+func (o *Orchestrator) placeBooking(ctx context.Context, fork *snapshot.Fork, b Booking, upcoming map[string][]int) (*snapshot.Fork, bool) {
+	groups := make([]string, 0, len(b.Nodes))
+	for g := range b.Nodes {
+		groups = append(groups, g)
+	}
+	sort.Strings(groups)
+	var cands []int
+	group := map[int]string{}
+	for _, g := range groups {
+		for _, idx := range upcoming[g] {
+			cands = append(cands, idx)
+			group[idx] = g
+		}
+	}
+	if len(cands) == 0 {
+		return nil, false
+	}
+	child := fork.Fork()
+	used := map[int]bool{}
+	perGroup := map[string]int{}
+	for _, g := range simulator.GroupPods(b.Pods, o.GPU) {
+		n := o.Planner.Estimator.Sim.FitOnNodes(ctx, child, g, 0, cands, func(_, node int) {
+			if !used[node] {
+				used[node] = true
+				perGroup[group[node]]++
+			}
+		})
+		if n < len(g.Pods) {
+			return nil, false
+		}
+	}
+	for g, n := range perGroup {
+		if n > b.Nodes[g] {
+			return nil, false
+		}
+	}
+	return child, true
 }
 
 // placement is a pod placed on an upcoming (template) node.
@@ -242,14 +296,14 @@ func (o *Orchestrator) plan(ctx context.Context, req Request) (demand, error) {
 			d.res.Fork = out.res.Fork
 		}
 	}
-	if len(req.Booked) > 0 {
-		// No pass ran: the booked pods are still placed, to tell which fit nowhere.
+	if len(req.Bookings) > 0 {
+		// No pass ran: the bookings are still placed, to tell which fit nowhere.
 		if err := begin(); err != nil {
 			return demand{}, err
 		}
 	}
 	if st != nil {
-		d.bookedUnplaced = st.unplaced
+		d.lostBookings = st.lost
 	}
 	return d, nil
 }

@@ -371,6 +371,9 @@ func renderProvisioningRequests(w io.Writer, p *core.ProvisioningRequestsStatus,
 	if p.More > 0 {
 		fmt.Fprintf(w, "(and %d more booked or waiting)\n", p.More)
 	}
+	if p.Skipped > 0 {
+		fmt.Fprintf(w, "WARNING: %d %s not planned: over --max-provisioning-requests or --max-provisioning-requests-per-namespace\n", p.Skipped, plural(p.Skipped, "request", "requests"))
+	}
 	return nil
 }
 
