@@ -39,7 +39,7 @@ import (
 // such scenarios at once would each write the other's requests'
 // conditions (each finds none of its own groups fits the other's pods) and
 // count them in its metrics. So these scenarios are the sequential
-// subtests of one parallel test, TestProvisioningRequestsAndTestKueue,
+// subtests of one parallel test, TestProvisioningRequestsAndTestKueueAndTestTenant,
 // which takes one of the suite's parallel slots; mu only checks that no
 // two of them ever overlap. They run in parallel with every other
 // scenario.
@@ -76,7 +76,7 @@ func kueueGVR(resource string) schema.GroupVersionResource {
 
 // provreqScenario starts a scenario that runs autoscalers with
 // --enable-provisioning-requests: alone among such scenarios (a subtest of
-// TestProvisioningRequestsAndTestKueue), with the ProvisioningRequest CRD
+// TestProvisioningRequestsAndTestKueueAndTestTenant), with the ProvisioningRequest CRD
 // installed (once for the suite, from the module that publishes it). Its
 // requests are deleted at its end, before the next such scenario starts.
 func provreqScenario(t *testing.T) *scenario {
@@ -86,7 +86,7 @@ func provreqScenario(t *testing.T) *scenario {
 		t.Fatal("suite not started")
 	}
 	if !s.provreq.mu.TryLock() {
-		t.Fatal("another ProvisioningRequest scenario is running: such scenarios must be sequential subtests of TestProvisioningRequestsAndTestKueue")
+		t.Fatal("another ProvisioningRequest scenario is running: such scenarios must be sequential subtests of TestProvisioningRequestsAndTestKueueAndTestTenant")
 	}
 	t.Cleanup(s.provreq.mu.Unlock) // last: after the scenario's own cleanup
 	if err := s.provreqCRD(); err != nil {
@@ -300,15 +300,16 @@ func (sc *scenario) condition(name, typ string, status metav1.ConditionStatus, r
 	return got
 }
 
-// TestProvisioningRequestsAndTestKueue runs the scenarios whose autoscalers
-// handle ProvisioningRequests one after another (see provreqSuite), as
-// subtests of one parallel test: it holds one of the suite's parallel
-// slots, never one per scenario waiting for its turn. Its name matches both
-// -run TestProvisioningRequest and -run TestKueue; one scenario alone is
-// e.g. -run 'TestProvisioningRequestsAndTestKueue/Kueue'. Kueue's manager
+// TestProvisioningRequestsAndTestKueueAndTestTenant runs the scenarios
+// whose autoscalers handle ProvisioningRequests one after another (see
+// provreqSuite), as subtests of one parallel test: it holds one of the
+// suite's parallel slots, never one per scenario waiting for its turn. Its
+// name matches -run TestProvisioningRequest, -run TestKueue and -run
+// TestTenant; one scenario alone is e.g. -run
+// 'TestProvisioningRequestsAndTestKueueAndTestTenant/Kueue'. Kueue's manager
 // is built (minutes, the first time) and its CRDs installed meanwhile, in
 // the background.
-func TestProvisioningRequestsAndTestKueue(t *testing.T) {
+func TestProvisioningRequestsAndTestKueueAndTestTenant(t *testing.T) {
 	t.Parallel()
 	s := theSuite
 	if s == nil {
@@ -326,6 +327,8 @@ func TestProvisioningRequestsAndTestKueue(t *testing.T) {
 	t.Run("AboveMax", provreqAboveMax)
 	t.Run("CheckCapacity", provreqCheckCapacity)
 	t.Run("KueueAdmitsAGangJobThroughAProvisioningRequest", kueueAdmitsAGangJobThroughAProvisioningRequest)
+	t.Run("TenantRequestOverQuota", tenantRequestOverQuota)
+	t.Run("TenantCheckCapacityBuysNothing", tenantCheckCapacityBuysNothing)
 }
 
 // A best-effort-atomic request for 8 whole-GPU pods buys exactly 8 nodes,
@@ -384,22 +387,7 @@ func provreqCheckCapacity(t *testing.T) {
 	gpu, as := sc.provreqAutoscaler(2)
 	sc.podTemplate("train", gpu)
 	// The nodes are capacity once ready and their GPUs advertised.
-	sc.eventually("2 ready nodes advertising their GPUs", 2*time.Minute, func() (bool, string) {
-		n := 0
-		var state []string
-		for _, node := range sc.nodeList(gpu) {
-			q := node.Status.Allocatable[armsim.GPUResource]
-			blocked := false
-			for _, taint := range node.Spec.Taints {
-				blocked = blocked || taint.Effect != apiv1.TaintEffectPreferNoSchedule
-			}
-			if q.Value() == 8 && !blocked {
-				n++
-			}
-			state = append(state, fmt.Sprintf("%s: %d GPUs, taints %v", node.Name, q.Value(), node.Spec.Taints))
-		}
-		return n == 2, strings.Join(state, "; ")
-	})
+	sc.eventually("2 ready nodes advertising their GPUs", 2*time.Minute, readyGPUNodes(sc, gpu, 2))
 	sc.createRequest("fits", provreq.ClassCheckCapacity, "train", 2, nil)
 	sc.condition("fits", provreq.Provisioned, metav1.ConditionTrue, provreq.ReasonCapacityIsFound, "its 2 pods fit on ready nodes", 2*time.Minute)
 	sc.createRequest("booked-out", provreq.ClassCheckCapacity, "train", 1, nil)
