@@ -28,7 +28,8 @@ func bufferGVR() schema.GroupVersionResource {
 	return schema.GroupVersionResource{Group: capacitybuffer.Group, Version: capacitybuffer.Version, Resource: capacitybuffer.Resource}
 }
 
-// TestCapacityBufferKeepsWarmGPUNodes: a CapacityBuffer of two whole-node
+// TestCapacityBufferKeepsWarmGPUNodesAndTestTenantBufferText (-run
+// TestTenant selects it too): a CapacityBuffer of two whole-node
 // GPU chunks, applied with the chart's CRD, buys two H100 nodes on an
 // empty scale set and says so on its status; a GPU pod created then runs
 // at once on one of them (no node bought for it), and the buffer buys
@@ -40,7 +41,7 @@ func bufferGVR() schema.GroupVersionResource {
 // The only scenario that enables CapacityBuffers: its autoscaler handles
 // every buffer in the cluster (as it would in its own), and scenarios
 // share one API server.
-func TestCapacityBufferKeepsWarmGPUNodes(t *testing.T) {
+func TestCapacityBufferKeepsWarmGPUNodesAndTestTenantBufferText(t *testing.T) {
 	t.Parallel()
 	root, err := harness.RepoRoot()
 	must(t, err)
@@ -123,7 +124,7 @@ func (sc *scenario) createBuffer(name, template string, replicas int64) {
 	}
 }
 
-// tenantBufferText (#40, TestTenant… in spirit: it needs this scenario's
+// tenantBufferText (#40, the TestTenant… part of this scenario: it needs its
 // autoscaler, the only one serving buffers): a buffer whose template name
 // is 600 KB, or carries an escape sequence, is refused by the API server
 // (the chart's CRD: an object name, at most 253 characters); one of 253

@@ -104,7 +104,7 @@ func TestDashboardsShowDataFromARealPrometheus(t *testing.T) {
 	// The Capacity requests dashboard's panels need autoscalers that
 	// handle ProvisioningRequests and CapacityBuffers, which act on every
 	// request or buffer of the shared API server: its panels are checked
-	// by the scenarios that run them (TestCapacityBufferKeepsWarmGPUNodes,
+	// by the scenarios that run them (TestCapacityBufferKeepsWarmGPUNodesAndTestTenantBufferText,
 	// TestKueueAdmitsAGangJobThroughAProvisioningRequest); the health
 	// dashboard's repair panels by TestRepairRebootKeepsTheMachineElseReplaced.
 	var queries []panelQuery
