@@ -56,6 +56,13 @@ type policiesScenario struct {
 const policiesPriorityValue = -50
 
 func newPoliciesScenario(t *testing.T, release string, config ...string) *policiesScenario {
+	return newPoliciesScenarioWith(t, release, nil, config...)
+}
+
+// newPoliciesScenarioWith is newPoliciesScenario with the chart's values
+// changed by edit (given the scenario, for its namespace and prefix)
+// before they are applied.
+func newPoliciesScenarioWith(t *testing.T, release string, edit func(sc *scenario, values map[string]any), config ...string) *policiesScenario {
 	sc := newScenario(t)
 	balloonNS, pc := sc.ns+"-balloons", sc.prefix+"-balloon"
 	values := map[string]any{
@@ -73,6 +80,9 @@ func newPoliciesScenario(t *testing.T, release string, config ...string) *polici
 	}
 	for _, key := range config { // boolean switches turned on
 		values["config"].(map[string]any)[key] = true
+	}
+	if edit != nil {
+		edit(sc, values)
 	}
 	keep := sc.applyChart(values, release)
 	t.Cleanup(func() {
