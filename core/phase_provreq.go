@@ -161,10 +161,9 @@ func (a *Autoscaler) provisioningRequests(ctx context.Context, l *loop) error {
 			// booking never waits for coming nodes (it buys nothing). A
 			// booking whose pods fit nowhere it may hold room holds none
 			// (#40).
-			var claim map[string]int
-			if len(left) > 0 {
-				claim = pr.tracker.ClaimOf(b.Req.UID, a.upcomingOf(l))
-			}
+			// Asked every loop, so the claim follows its nodes as they
+			// come up, whether or not its pods wait for them now.
+			claim := pr.tracker.ClaimOf(b.Req, a.upcomingOf(l))
 			if len(left) > 0 && len(claim) == 0 {
 				if b.Overdue {
 					pl.put(pr.tracker.Expire(b.Req, used, l.now))
@@ -455,6 +454,7 @@ func (a *Autoscaler) provisioningRequestResults(l *loop, out scaleup.Outcome) {
 			get(k).placed = true
 		}
 	}
+	coming := comingNodesOf(out.Upcoming)
 	booked := t.Options().ReservationTime
 	for _, g := range pl.gangs {
 		k := g.Key.String()
@@ -468,16 +468,18 @@ func (a *Autoscaler) provisioningRequestResults(l *loop, out scaleup.Outcome) {
 			pl.put(t.Queued(at.Req, fmt.Sprintf("Capacity is being provisioned: the %d new nodes its pods need wait in the node-addition queue, to be requested together",
 				r.queued+r.released), l.now))
 		case r != nil && r.released > 0:
-			// Its booking may hold the nodes bought for it while they come.
-			for _, c := range r.claims {
-				t.Claim(at.Req.UID, c.group, c.nodes)
-			}
-			pl.put(t.Provisioned(at.Req, provreq.ReasonCapacityIsProvisioned,
+			// Its booking may hold the nodes bought for it, and the coming
+			// nodes its pods were planned on, while they come.
+			u := t.Provisioned(at.Req, provreq.ReasonCapacityIsProvisioned,
 				fmt.Sprintf("Capacity is provisioned: %d new nodes requested from node group %s for its %d pods, booked for %s",
-					r.released, strings.Join(uniq(r.groups), ", "), len(at.Pods), booked), l.now))
+					r.released, strings.Join(uniq(r.groups), ", "), len(at.Pods), booked), l.now)
+			t.Claim(u, claimOf(r.claims, coming[at.Req.UID]))
+			pl.put(u)
 		case r != nil && r.placed:
-			pl.put(t.Provisioned(at.Req, provreq.ReasonCapacityIsFound,
-				fmt.Sprintf("Capacity is found in the cluster: its %d pods fit on ready and coming nodes, booked for %s", len(at.Pods), booked), l.now))
+			u := t.Provisioned(at.Req, provreq.ReasonCapacityIsFound,
+				fmt.Sprintf("Capacity is found in the cluster: its %d pods fit on ready and coming nodes, booked for %s", len(at.Pods), booked), l.now)
+			t.Claim(u, claimOf(nil, coming[at.Req.UID]))
+			pl.put(u)
 		default:
 			// Scale-up said nothing of its pods (no pass ran them): tried
 			// again next loop, never Provisioned without evidence.
@@ -488,9 +490,12 @@ func (a *Autoscaler) provisioningRequestResults(l *loop, out scaleup.Outcome) {
 	// removed, other pods took its room), an overdue one ends, another is
 	// lost (Tracker.Lost). Its capacity is never revoked (Kueue would
 	// deactivate the workload).
-	lost := map[string]bool{}
+	lost, unjudged := map[string]bool{}, map[string]bool{}
 	for _, id := range out.LostBookings {
 		lost[id] = true
+	}
+	for _, id := range out.UnjudgedBookings {
+		unjudged[id] = true
 	}
 	waiting := map[string]int{}
 	for _, b := range pl.upcoming {
@@ -500,7 +505,9 @@ func (a *Autoscaler) provisioningRequestResults(l *loop, out scaleup.Outcome) {
 		n, ok := waiting[string(b.Req.UID)]
 		used := provreq.Count(b.Req) - len(b.Pods)
 		switch {
-		case !ok:
+		case !ok, unjudged[string(b.Req.UID)]:
+			// Its pods wait for no coming node, or its groups' coming
+			// nodes are unknown this loop (a size not read): not judged.
 		case !lost[string(b.Req.UID)]:
 			t.Held(b.Req.UID)
 		case b.Overdue:
@@ -515,6 +522,39 @@ func (a *Autoscaler) provisioningRequestResults(l *loop, out scaleup.Outcome) {
 type claim struct {
 	group string
 	nodes int
+}
+
+// comingNodesOf counts, per request and group, the distinct upcoming
+// nodes scale-up placed its pods on.
+func comingNodesOf(placed []scaleup.UpcomingPod) map[types.UID]map[string]int {
+	seen := map[types.UID]map[string]bool{}
+	out := map[types.UID]map[string]int{}
+	for _, p := range placed {
+		if !provreq.IsBooked(p.Pod) {
+			continue
+		}
+		uid := requestOf(p.Pod)
+		if seen[uid] == nil {
+			seen[uid], out[uid] = map[string]bool{}, map[string]int{}
+		}
+		if g := scaleup.UpcomingGroup(p.Node); g != "" && !seen[uid][p.Node] {
+			seen[uid][p.Node] = true
+			out[uid][g]++
+		}
+	}
+	return out
+}
+
+// claimOf adds the nodes bought to the coming nodes used, per group.
+func claimOf(bought []claim, coming map[string]int) map[string]int {
+	out := map[string]int{}
+	for g, n := range coming {
+		out[g] += n
+	}
+	for _, c := range bought {
+		out[c.group] += c.nodes
+	}
+	return out
 }
 
 // requestReason says why a request's gang got no nodes in the request's

@@ -1009,6 +1009,9 @@ func TestProvisioningRequestsOverTheBoundWait(t *testing.T) {
 	}
 	f.wantCond(t, "r100", provreq.Provisioned, metav1.ConditionFalse, provreq.ReasonLimitReached,
 		"--max-provisioning-requests-per-namespace=100, --max-provisioning-requests=1000")
+	// Accepted, so Kueue shows the message on the workload (it shows a
+	// Provisioned message only of an Accepted request).
+	f.wantCond(t, "r100", provreq.Accepted, metav1.ConditionTrue, provreq.ReasonAccepted, "")
 	f.mu.Lock()
 	c := provreq.Find(f.reqs["team-b/theirs"], provreq.Provisioned)
 	f.mu.Unlock()
@@ -1023,4 +1026,147 @@ func TestProvisioningRequestsOverTheBoundWait(t *testing.T) {
 	if f.writesOf("r100") != writes {
 		t.Fatalf("the left-out request's status written again while nothing changed")
 	}
+}
+
+// noLoss runs loops over 40 s (past the 30 s grace) and fails if the
+// request's booking ended.
+func (f *fakeProvreqs) noLoss(t *testing.T, e *env, name string) {
+	t.Helper()
+	for range 5 {
+		e.clock.Step(10 * time.Second)
+		e.run()
+		if c := provreq.Find(f.get(t, name), provreq.BookingExpired); c != nil {
+			t.Fatalf("booking of %s ended: %+v", name, c)
+		}
+	}
+}
+
+// TestProvisioningRequestBookingHoldsWhatItWasPromised (#40, a second
+// reader's findings): a best-effort-atomic booking holds the coming nodes
+// it bought and those its pods were planned on, across a group whose size
+// is unknown for a while, a failover, and a split over two groups; a
+// booking never takes nodes coming for other pods because its own came up
+// earlier (its claim follows its nodes every loop).
+func TestProvisioningRequestBookingHoldsWhatItWasPromised(t *testing.T) {
+	t.Run("planned on coming nodes", func(t *testing.T) {
+		e, f, g := readyGPU(t, 0)
+		if err := g.IncreaseSize(e.ctx, 2); err != nil { // 2 nodes coming, not for it
+			t.Fatal(err)
+		}
+		e.clock.Step(time.Minute)
+		f.add(t, request("job", provreq.ClassBestEffortAtomic, "train", 8, e.clock.Now()))
+		e.run()
+		f.wantCond(t, "job", provreq.Provisioned, metav1.ConditionTrue, provreq.ReasonCapacityIsProvisioned, "6 new nodes")
+		if got := f.get(t, "job").Status.ProvisioningClassDetails[provreq.ClaimDetail]; got != "gpu=8" {
+			t.Fatalf("claim detail %q, want gpu=8: the 6 bought and the 2 coming its pods were planned on", got)
+		}
+		f.noLoss(t, e, "job")
+		if got := g.Increases(); fmt.Sprint(got) != "[2 6]" {
+			t.Fatalf("increases %v, want [2 6]", got)
+		}
+	})
+	t.Run("found on coming nodes", func(t *testing.T) {
+		e, f, g := readyGPU(t, 0)
+		if err := g.IncreaseSize(e.ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		e.clock.Step(time.Minute)
+		f.add(t, request("job", provreq.ClassBestEffortAtomic, "train", 2, e.clock.Now()))
+		e.run()
+		f.wantCond(t, "job", provreq.Provisioned, metav1.ConditionTrue, provreq.ReasonCapacityIsFound, "")
+		f.noLoss(t, e, "job")
+		e.add(pendingPods(1, "web", wholeGPU()...))
+		e.clock.Step(10 * time.Second)
+		e.run()
+		if got := g.Increases(); fmt.Sprint(got) != "[2 1]" {
+			t.Fatalf("increases %v, want [2 1]: the coming nodes are the booking's", got)
+		}
+	})
+	t.Run("group size unknown", func(t *testing.T) {
+		f := newFakeProvreqs()
+		e := newEnv(t, withProvreqs(f))
+		g := e.provider.AddGroup("gpu", 0, 10, gpuTemplate("gpu"))
+		other := e.provider.AddGroup("gpu2", 0, 10, gpuTemplate("gpu2"))
+		e.start()
+		f.add(t, podTemplate("train", wholeGPU()...))
+		f.add(t, request("job", provreq.ClassBestEffortAtomic, "train", 4, e.clock.Now()))
+		e.run()
+		f.wantCond(t, "job", provreq.Provisioned, metav1.ConditionTrue, provreq.ReasonCapacityIsProvisioned, "4 new nodes")
+		bought, spare := g, other
+		if len(g.Increases()) == 0 {
+			bought, spare = other, g
+		}
+		e.add(consumers(4, "job", to.Unschedulable())...)
+		bought.SetSizeUnknown(true)
+		f.noLoss(t, e, "job")
+		if got := spare.Increases(); len(got) != 0 {
+			t.Fatalf("increases of the other group %v: the consumers bought their nodes twice", got)
+		}
+	})
+	t.Run("failover", func(t *testing.T) {
+		e, f, g := readyGPU(t, 0)
+		f.add(t, request("job", provreq.ClassBestEffortAtomic, "train", 4, e.clock.Now()))
+		e.run()
+		f.wantCond(t, "job", provreq.Provisioned, metav1.ConditionTrue, provreq.ReasonCapacityIsProvisioned, "4 new nodes")
+		e.failover()
+		f.noLoss(t, e, "job")
+		e.add(pendingPods(1, "web", wholeGPU()...))
+		e.clock.Step(10 * time.Second)
+		e.run()
+		if got := g.Increases(); fmt.Sprint(got) != "[4 1]" {
+			t.Fatalf("increases %v, want [4 1]: the new leader reads the booking's nodes from its status", got)
+		}
+	})
+	t.Run("split over two groups", func(t *testing.T) {
+		f := newFakeProvreqs()
+		e := newEnv(t, withProvreqs(f), withOptions(func(o *Options) { o.GangSplit = true }))
+		a := e.provider.AddGroup("gpu-a", 0, 3, gpuTemplate("gpu-a"))
+		b := e.provider.AddGroup("gpu-b", 0, 4, gpuTemplate("gpu-b"))
+		e.start()
+		f.add(t, podTemplate("train", wholeGPU()...))
+		e.add(pendingPods(1, "web", wholeGPU()...))
+		e.run()
+		e.clock.Step(time.Minute)
+		f.add(t, request("job", provreq.ClassBestEffortAtomic, "train", 5, e.clock.Now()))
+		e.run()
+		f.wantCond(t, "job", provreq.Provisioned, metav1.ConditionTrue, provreq.ReasonCapacityIsProvisioned, "")
+		if got := string(f.get(t, "job").Status.ProvisioningClassDetails[provreq.ClaimDetail]); !strings.Contains(got, "gpu-a=") || !strings.Contains(got, "gpu-b=") {
+			t.Fatalf("claim detail %q, want both groups", got)
+		}
+		f.noLoss(t, e, "job")
+		if got := targetOf(t, a) + targetOf(t, b); got != 6 {
+			t.Fatalf("targets a %d + b %d, want 6: the job's 5 and the pod's 1, nothing bought again", targetOf(t, a), targetOf(t, b))
+		}
+	})
+	t.Run("claim follows its nodes", func(t *testing.T) {
+		e, f, g := readyGPU(t, 0)
+		f.add(t, request("job", provreq.ClassBestEffortAtomic, "train", 2, e.clock.Now()))
+		e.run()
+		e.register(g)
+		e.run() // the booking on its 2 ready nodes
+		others := pendingPods(2, "others", wholeGPU()...)
+		e.add(others)
+		e.run() // the others buy 2
+		web := pendingPods(2, "web", wholeGPU()...)
+		e.add(web)
+		nodes := e.nodeNames()
+		sort.Strings(nodes)
+		e.bind(web, nodes) // the scheduler gives the booked nodes away
+		for range 4 {
+			e.clock.Step(10 * time.Second)
+			e.run()
+		}
+		if got := g.Increases(); fmt.Sprint(got) != "[2 2]" {
+			t.Fatalf("increases %v, want [2 2]: the booking took the nodes coming for the others, which bought them again", got)
+		}
+	})
+}
+
+// consumers are n unschedulable whole-GPU pods consuming request name.
+func consumers(n int, name string, opts ...to.PodOption) []any {
+	out := make([]any, n)
+	for i := range out {
+		out[i] = consumer(fmt.Sprintf("%s-c-%d", name, i), provreq.ConsumeAnnotation, name, opts...)
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package provreq
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -180,8 +181,12 @@ func (t *Tracker) skip(now time.Time, r *ProvisioningRequest, p *Plan) {
 	}
 	msg := fmt.Sprintf("not planned: older requests fill the autoscaler's bounds (--max-provisioning-requests-per-namespace=%d, --max-provisioning-requests=%d); planned when older ones finish",
 		t.limits.perNS, t.limits.total)
-	if u := t.set(r, Provisioned, metav1.ConditionFalse, ReasonLimitReached, msg, true, now); u != nil {
-		p.Updates = append(p.Updates, *u)
+	// Accepted too: Kueue (v0.17) shows the Provisioned message on the
+	// workload only once the request is Accepted.
+	cp := r.DeepCopy()
+	accepted := SetCondition(cp, Accepted, metav1.ConditionTrue, ReasonAccepted, acceptedMessage, now)
+	if provisioned := SetCondition(cp, Provisioned, metav1.ConditionFalse, ReasonLimitReached, msg, now); accepted || provisioned {
+		p.Updates = append(p.Updates, Update{Req: cp, Condition: *Find(cp, Provisioned), Warning: true})
 	}
 	p.Skipped++
 }
@@ -422,25 +427,77 @@ func reservationExpiredMessage(o Options, used, total int) string {
 	return fmt.Sprintf("Capacity reservation time is expired: the capacity was booked for %s, %d of %d pods consumed it", o.ReservationTime, used, total)
 }
 
-// Claim records that nodes coming nodes of group were bought for a
-// best-effort-atomic request's booking: it may hold as many there.
-func (t *Tracker) Claim(uid types.UID, group string, nodes int) {
-	if t.claims[uid] == nil {
-		t.claims[uid] = map[string]int{}
+// ClaimDetail is the key of status.provisioningClassDetails where a
+// best-effort-atomic request's booking keeps the coming nodes it holds,
+// per group ("gpu-a=5,gpu-b=3"): written with its Provisioned=True, read
+// back by a new leader. Kueue (v0.17) reads only the details a
+// ProvisioningRequestConfig's podSetUpdates name.
+const ClaimDetail = "vmss-autoscaler.io/coming-nodes"
+
+// Claim sets on u (a Provisioned=True update of a best-effort-atomic
+// request) the coming nodes its booking may hold, per group: the nodes
+// bought for it and the coming nodes its pods were planned on. They are
+// kept in memory and in the request's status (ClaimDetail).
+func (t *Tracker) Claim(u *Update, nodes map[string]int) {
+	if u == nil || len(nodes) == 0 {
+		return
 	}
-	t.claims[uid][group] += nodes
+	c := make(map[string]int, len(nodes))
+	for g, n := range nodes {
+		if n > 0 {
+			c[g] = n
+		}
+	}
+	t.claims[u.Req.UID] = c
+	if u.Req.Status.ProvisioningClassDetails == nil {
+		u.Req.Status.ProvisioningClassDetails = map[string]Detail{}
+	}
+	u.Req.Status.ProvisioningClassDetails[ClaimDetail] = Detail(formatClaim(c))
+}
+
+func formatClaim(c map[string]int) string {
+	groups := make([]string, 0, len(c))
+	for g := range c {
+		groups = append(groups, g)
+	}
+	sort.Strings(groups)
+	parts := make([]string, len(groups))
+	for i, g := range groups {
+		parts[i] = g + "=" + strconv.Itoa(c[g])
+	}
+	return strings.Join(parts, ",")
+}
+
+// parseClaim reads a ClaimDetail; a malformed entry is skipped (the
+// booking then holds less, never more).
+func parseClaim(s string) map[string]int {
+	c := map[string]int{}
+	for _, part := range strings.Split(s, ",") {
+		g, n, ok := strings.Cut(part, "=")
+		v, err := strconv.Atoi(n)
+		if !ok || g == "" || err != nil || v <= 0 {
+			continue
+		}
+		c[g] = v
+	}
+	return c
 }
 
 // ClaimOf is the coming nodes a booking may hold this loop, per group:
-// those it bought, never more than its group has coming now (upcoming
-// says how many, ok false when the group's size is unknown this loop).
-// The bound only shrinks: once its nodes are up, a booking whose room on
-// them was taken cannot move to nodes coming for other pods (#40). It is
-// kept in memory only: after a restart a booking holds ready nodes only
-// (its consumers, created once it was Provisioned, then take the coming
-// nodes as any pod).
-func (t *Tracker) ClaimOf(uid types.UID, upcoming func(group string) (int, bool)) map[string]int {
-	c := t.claims[uid]
+// those it bought or was planned on, never more than its group has coming
+// now (upcoming says how many, ok false when the group's size is unknown
+// this loop: then not lowered). Asked every loop: the bound only shrinks,
+// so once its nodes are up a booking whose room on them was taken cannot
+// move to nodes coming for other pods (#40). A new leader reads it from
+// the request's status (ClaimDetail), whole again, lowered at once to what
+// each group has coming. It cannot tell its nodes from others' coming in
+// the same group at the same time.
+func (t *Tracker) ClaimOf(r *ProvisioningRequest, upcoming func(group string) (int, bool)) map[string]int {
+	c, ok := t.claims[r.UID]
+	if !ok {
+		c = parseClaim(string(r.Status.ProvisioningClassDetails[ClaimDetail]))
+		t.claims[r.UID] = c // an empty claim is kept: spent, never read again
+	}
 	for g, n := range c {
 		if up, ok := upcoming(g); ok && up < n {
 			n = up
@@ -451,7 +508,6 @@ func (t *Tracker) ClaimOf(uid types.UID, upcoming func(group string) (int, bool)
 		}
 	}
 	if len(c) == 0 {
-		delete(t.claims, uid)
 		return nil
 	}
 	out := make(map[string]int, len(c))

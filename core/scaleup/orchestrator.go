@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	apiv1 "k8s.io/api/core/v1"
@@ -133,7 +134,31 @@ type Outcome struct {
 	InFlight int
 	// LostBookings are the IDs of the Bookings whose pods do not all fit
 	// on the upcoming nodes they may take: they hold no room this loop.
-	LostBookings []string
+	// UnjudgedBookings are those that name a group whose upcoming nodes
+	// are not known this loop (its size unknown, no template): neither
+	// held nor lost.
+	LostBookings, UnjudgedBookings []string
+	// Upcoming are the pods the passes placed on upcoming nodes (a gang's
+	// members among them), by node name ("upcoming-<group>-<i>").
+	Upcoming []UpcomingPod
+}
+
+// UpcomingPod is a pod placed on an upcoming node.
+type UpcomingPod struct {
+	Node string
+	Pod  *apiv1.Pod
+}
+
+// UpcomingGroup is the group of an upcoming node's name, or "".
+func UpcomingGroup(node string) string {
+	rest, ok := strings.CutPrefix(node, "upcoming-")
+	if !ok {
+		return ""
+	}
+	if i := strings.LastIndexByte(rest, '-'); i > 0 {
+		return rest[:i]
+	}
+	return ""
 }
 
 // Run plans, queues and requests.
@@ -143,7 +168,10 @@ func (o *Orchestrator) Run(ctx context.Context, req Request, q Queue, inc Increa
 		return Outcome{}, err
 	}
 	out := o.execute(ctx, req, demand, q, inc)
-	out.Awaiting, out.Claimed, out.LostBookings = demand.awaiting, demand.claimed, demand.lostBookings
+	out.Awaiting, out.Claimed, out.LostBookings, out.UnjudgedBookings = demand.awaiting, demand.claimed, demand.lostBookings, demand.unjudged
+	for _, p := range demand.upcoming {
+		out.Upcoming = append(out.Upcoming, UpcomingPod{Node: p.node, Pod: p.info.GetPod()})
+	}
 	return out, nil
 }
 
@@ -153,6 +181,8 @@ type demand struct {
 	awaiting     int
 	claimed      map[string]bool
 	lostBookings []string
+	unjudged     []string
+	upcoming     []placement
 }
 
 // start is where every pass starts from: the snapshot with the upcoming
@@ -161,8 +191,8 @@ type demand struct {
 type start struct {
 	fork *snapshot.Fork
 	// nodes are the usable nodes, then the upcoming ones.
-	nodes []int
-	lost  []string
+	nodes          []int
+	lost, unjudged []string
 }
 
 // start builds the passes' starting point.
@@ -170,10 +200,12 @@ func (o *Orchestrator) start(ctx context.Context, req Request) (*start, error) {
 	fork := req.Snap.Fork()
 	nodes := append([]int(nil), req.Usable...)
 	upcoming := map[string][]int{}
+	known := map[string]bool{}
 	for _, g := range req.Groups {
 		if g.UpcomingTemplate == nil {
 			continue
 		}
+		known[g.Candidate.Group] = true
 		for i := 0; i < g.Upcoming; i++ {
 			idx, err := fork.AddNode(CloneTemplate(g.UpcomingTemplate, "upcoming-"+g.Candidate.Group+"-"+strconv.Itoa(i)))
 			if err != nil {
@@ -184,8 +216,17 @@ func (o *Orchestrator) start(ctx context.Context, req Request) (*start, error) {
 		}
 	}
 	st := &start{fork: fork}
+	taken := map[int]bool{} // upcoming nodes earlier bookings hold
 	for _, b := range req.Bookings {
-		if child, ok := o.placeBooking(ctx, st.fork, b, upcoming); ok {
+		unknown := false
+		for g := range b.Nodes {
+			unknown = unknown || !known[g]
+		}
+		if unknown {
+			st.unjudged = append(st.unjudged, b.ID)
+			continue
+		}
+		if child, ok := o.placeBooking(ctx, st.fork, b, upcoming, taken); ok {
 			st.fork = child
 		} else {
 			st.lost = append(st.lost, b.ID)
@@ -196,8 +237,10 @@ func (o *Orchestrator) start(ctx context.Context, req Request) (*start, error) {
 }
 
 // placeBooking places a booking's pods on the upcoming nodes it may
-// take, all or none: the fork with them, or false.
-func (o *Orchestrator) placeBooking(ctx context.Context, fork *snapshot.Fork, b Booking, upcoming map[string][]int) (*snapshot.Fork, bool) {
+// take, all or none: of each group it bought nodes of, at most that many
+// nodes not taken by earlier bookings. It returns the fork with them (and
+// marks their nodes taken), or false.
+func (o *Orchestrator) placeBooking(ctx context.Context, fork *snapshot.Fork, b Booking, upcoming map[string][]int, taken map[int]bool) (*snapshot.Fork, bool) {
 	groups := make([]string, 0, len(b.Nodes))
 	for g := range b.Nodes {
 		groups = append(groups, g)
@@ -206,9 +249,17 @@ func (o *Orchestrator) placeBooking(ctx context.Context, fork *snapshot.Fork, b 
 	var cands []int
 	group := map[int]string{}
 	for _, g := range groups {
+		n := 0
 		for _, idx := range upcoming[g] {
+			if n == b.Nodes[g] {
+				break
+			}
+			if taken[idx] {
+				continue
+			}
 			cands = append(cands, idx)
 			group[idx] = g
+			n++
 		}
 	}
 	if len(cands) == 0 {
@@ -232,6 +283,9 @@ func (o *Orchestrator) placeBooking(ctx context.Context, fork *snapshot.Fork, b 
 		if n > b.Nodes[g] {
 			return nil, false
 		}
+	}
+	for idx := range used {
+		taken[idx] = true
 	}
 	return child, true
 }
@@ -303,8 +357,9 @@ func (o *Orchestrator) plan(ctx context.Context, req Request) (demand, error) {
 		}
 	}
 	if st != nil {
-		d.lostBookings = st.lost
+		d.lostBookings, d.unjudged = st.lost, st.unjudged
 	}
+	d.upcoming = carry
 	return d, nil
 }
 
