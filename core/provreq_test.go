@@ -1075,12 +1075,7 @@ func TestProvisioningRequestBookingHoldsWhatItWasPromised(t *testing.T) {
 		e.run()
 		f.wantCond(t, "job", provreq.Provisioned, metav1.ConditionTrue, provreq.ReasonCapacityIsFound, "")
 		f.noLoss(t, e, "job")
-		e.add(pendingPods(1, "web", wholeGPU()...))
-		e.clock.Step(10 * time.Second)
-		e.run()
-		if got := g.Increases(); fmt.Sprint(got) != "[2 1]" {
-			t.Fatalf("increases %v, want [2 1]: the coming nodes are the booking's", got)
-		}
+		oneMoreBuysOne(t, e, g, "[2 1]")
 	})
 	t.Run("group size unknown", func(t *testing.T) {
 		f := newFakeProvreqs()
@@ -1108,14 +1103,9 @@ func TestProvisioningRequestBookingHoldsWhatItWasPromised(t *testing.T) {
 		f.add(t, request("job", provreq.ClassBestEffortAtomic, "train", 4, e.clock.Now()))
 		e.run()
 		f.wantCond(t, "job", provreq.Provisioned, metav1.ConditionTrue, provreq.ReasonCapacityIsProvisioned, "4 new nodes")
-		e.failover()
+		e.failover() // the new leader reads the booking's nodes from its status
 		f.noLoss(t, e, "job")
-		e.add(pendingPods(1, "web", wholeGPU()...))
-		e.clock.Step(10 * time.Second)
-		e.run()
-		if got := g.Increases(); fmt.Sprint(got) != "[4 1]" {
-			t.Fatalf("increases %v, want [4 1]: the new leader reads the booking's nodes from its status", got)
-		}
+		oneMoreBuysOne(t, e, g, "[4 1]")
 	})
 	t.Run("split over two groups", func(t *testing.T) {
 		f := newFakeProvreqs()
@@ -1160,6 +1150,18 @@ func TestProvisioningRequestBookingHoldsWhatItWasPromised(t *testing.T) {
 			t.Fatalf("increases %v, want [2 2]: the booking took the nodes coming for the others, which bought them again", got)
 		}
 	})
+}
+
+// oneMoreBuysOne adds a pending whole-GPU pod: the coming nodes being
+// the booking's, it buys one node (g's increases then read want).
+func oneMoreBuysOne(t *testing.T, e *env, g *inmemory.Group, want string) {
+	t.Helper()
+	e.add(pendingPods(1, "web", wholeGPU()...))
+	e.clock.Step(10 * time.Second)
+	e.run()
+	if got := g.Increases(); fmt.Sprint(got) != want {
+		t.Fatalf("increases %v, want %s: the pod took the booking's coming nodes", got, want)
+	}
 }
 
 // consumers are n unschedulable whole-GPU pods consuming request name.
