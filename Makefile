@@ -77,7 +77,7 @@ FUZZ_TARGETS = \
 	./preflight:FuzzParseTaint \
 	./preflight/agent:FuzzTaintFlag \
 	./preflight/agent:FuzzChecksYAML \
-	.:FuzzFlagsYAML \
+	./internal/app:FuzzFlagsYAML \
 	./core/scaleup:FuzzParsePriorities \
 	./balloon:FuzzParsePolicies \
 	./core/health:FuzzParseHealthPolicy \
@@ -148,7 +148,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 20x -timeout 60m ./core/...
 
 build:
-	$(GO) build -o bin/vmss-autoscaler .
+	$(GO) build -o bin/vmss-autoscaler ./cmd/vmss-autoscaler
 
 image:
 	$(GO) run ./cmd/image build --out=$(IMAGE_DIR) --ca-certificates=$(CA_CERTS) $(if $(VERSION),--version=$(VERSION)) $(if $(REVISION),--revision=$(REVISION)) $(if $(PREFLIGHT_BASE),--preflight-base=$(PREFLIGHT_BASE))

@@ -330,7 +330,7 @@ var binOnce = sync.OnceValues(func() (string, error) {
 	}
 	binDir = dir
 	bin := filepath.Join(dir, "vmss-autoscaler")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/vmss-autoscaler")
 	cmd.Dir = ".."
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)
@@ -1171,7 +1171,7 @@ func allowsURL(rules []rbacv1.PolicyRule, url, verb string) bool {
 }
 
 var (
-	// listerRE finds main.go's informers: factory.Core().V1().Nodes() ...
+	// listerRE finds internal/app/informers.go's informers: factory.Core().V1().Nodes() ...
 	listerRE = regexp.MustCompile(`\b(factory|nsFactory|balloonFactory)\.(\w+)\(\)\.(\w+)\(\)\.(\w+)\(\)`)
 	// gvrRE finds its dynamic informers (the coscheduling PodGroup CRD).
 	gvrRE = regexp.MustCompile(`GroupVersionResource\{Group: "([^"]*)", Version: "([^"]*)", Resource: "([^"]*)"\}`)
@@ -1180,13 +1180,13 @@ var (
 // informerGrants are the list/watch grants the binary's informers need,
 // by scope: "cluster" (the shared factory and dynamic informers),
 // "namespace" (--namespace) and "balloons" (--balloon-namespace). They are
-// read from main.go's source (every factory.<Group>().<Version>().<Kind>()
+// read from internal/app/informers.go (every factory.<Group>().<Version>().<Kind>()
 // and GroupVersionResource), plus the informers the scheduler framework's
 // plugins start on the shared factory (simulator.New on a fake factory).
 // The leader waits for every one of them to sync before its first loop.
 func informerGrants(t *testing.T) map[string][]grant {
 	t.Helper()
-	src, err := os.ReadFile("../main.go")
+	src, err := os.ReadFile("../internal/app/informers.go")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1249,7 +1249,7 @@ func informerGrants(t *testing.T) map[string][]grant {
 	for _, want := range []string{"factory.Nodes", "factory.Pods", "factory.DaemonSets", "factory.PodDisruptionBudgets",
 		"factory.PodGroups", "balloonFactory.Deployments", "dynamic.podgroups"} {
 		if !slices.Contains(found, want) {
-			t.Fatalf("main.go: no informer %s found (found %v); the way main.go builds informers changed, update this test", want, found)
+			t.Fatalf("internal/app/informers.go: no informer %s found (found %v); the way it builds informers changed, update this test", want, found)
 		}
 	}
 	return out
@@ -1289,20 +1289,20 @@ func covers(needed, granted grant) bool {
 // scope: every grant the code needs is there (sufficient), and every grant
 // there is one the code needs, by name where the code names the object
 // (nothing more). The list of what the code needs is the informers read from
-// main.go and the scheduler framework, plus the writes listed here, each
+// internal/app/informers.go and the scheduler framework, plus the writes listed here, each
 // with the call that makes it.
 func TestRBACCoversTheCode(t *testing.T) {
-	src, err := os.ReadFile("../main.go")
+	src, err := os.ReadFile("../internal/app/informers.go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The ConfigMaps cached live, each by name (configmaps.go).
 	if !strings.Contains(string(src), "newNamedConfigMaps(client, c.core.Namespace, c.configMap, c.core.PriorityConfigMapName, c.core.HealthPolicyConfigMapName)") {
-		t.Fatal("main.go: the named ConfigMap informers changed; update the ConfigMap grants below")
+		t.Fatal("internal/app/informers.go: the named ConfigMap informers changed; update the ConfigMap grants below")
 	}
 	// ProvisioningRequests, with --enable-provisioning-requests only: their
 	// informer and client (core/provreq.Client) and the PodTemplate informer.
-	prSrc, err := os.ReadFile("../provreq.go")
+	prSrc, err := os.ReadFile("../internal/app/provreq.go")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1312,7 +1312,7 @@ func TestRBACCoversTheCode(t *testing.T) {
 	// CapacityBuffers, with --enable-capacity-buffers only: their informer
 	// and client (core/capacitybuffer.Client), the PodTemplate informer and
 	// the scalable objects' reads.
-	cbSrc, err := os.ReadFile("../buffers.go")
+	cbSrc, err := os.ReadFile("../internal/app/buffers.go")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1647,8 +1647,8 @@ var mainMetricRE = regexp.MustCompile(`Name:\s*"(vmss_autoscaler_[a-z0-9_]+)"`)
 
 // exportedMetrics is the allow-list: every series name the binary exports,
 // from its real registry: core.NewMetrics, the VMSS provider's ARM metrics
-// (through vmss.New, as main.go builds it), the Kubernetes clients'
-// request metrics, the Go and process collectors and the gauges main.go
+// (through vmss.New, as internal/app builds it), the Kubernetes clients'
+// request metrics, the Go and process collectors and the gauges the wiring
 // defines, plus Prometheus' own `up`.
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
@@ -1668,25 +1668,26 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	}
 	prov.Close()
 
-	// main.go registers the Go and process collectors and its own gauges;
-	// read them from its source so a rename there breaks this test too.
-	src, err := os.ReadFile("../main.go")
+	// The wiring registers the Go and process collectors and its own
+	// gauges (internal/app/configure.go); read them from its source so a
+	// rename there breaks this test too.
+	src, err := os.ReadFile("../internal/app/configure.go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []string{"collectors.NewGoCollector()", "collectors.NewProcessCollector(", "clientmetrics.New(reg)"} {
 		if !bytes.Contains(src, []byte(c)) {
-			t.Fatalf("main.go no longer registers %s; update the allow-list", c)
+			t.Fatalf("internal/app/configure.go no longer registers %s; update the allow-list", c)
 		}
 	}
 	rec.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	clientmetrics.New(rec) // the Kubernetes clients' rest_client_* metrics
 	mainGauges := mainMetricRE.FindAllSubmatch(src, -1)
 	if len(mainGauges) == 0 {
-		t.Fatal("found no vmss_autoscaler_ metric defined in main.go (vmss_autoscaler_apiserver_metrics_readable)")
+		t.Fatal("found no vmss_autoscaler_ metric defined in internal/app/configure.go (vmss_autoscaler_apiserver_metrics_readable)")
 	}
 	for _, m := range mainGauges {
-		rec.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: string(m[1]), Help: "main.go"}))
+		rec.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: string(m[1]), Help: "internal/app"}))
 	}
 
 	for _, c := range rec.cs {

@@ -146,7 +146,7 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: building control-plane binaries:", err)
 		return 1
 	}
-	autoscaler, err := harness.BuildGoBinary(ctx, ".", "vmss-autoscaler")
+	autoscaler, err := harness.BuildGoBinary(ctx, "./cmd/vmss-autoscaler", "vmss-autoscaler")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: building the autoscaler:", err)
 		return 1

@@ -111,7 +111,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	autoscalerBin, err := harness.BuildGoBinary(ctx, ".", "vmss-autoscaler")
+	autoscalerBin, err := harness.BuildGoBinary(ctx, "./cmd/vmss-autoscaler", "vmss-autoscaler")
 	if err != nil {
 		return err
 	}

@@ -170,7 +170,8 @@ func BuildBinaries(ctx context.Context) (Binaries, error) {
 	return bins, nil
 }
 
-// BuildGoBinary builds one package of this module (e.g. "." or
+// BuildGoBinary builds one package of this module (e.g.
+// "./cmd/vmss-autoscaler" or
 // "./cmd/armsim") into .cache/bin/<name> and returns its absolute path. It
 // always rebuilds; Go's build cache makes an unchanged rebuild fast.
 func BuildGoBinary(ctx context.Context, pkg, name string) (string, error) {

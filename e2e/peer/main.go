@@ -165,7 +165,7 @@ func run(ctx context.Context, o options) error {
 	if t.bins, err = harness.BuildBinaries(ctx); err != nil {
 		return err
 	}
-	if t.ours, err = harness.BuildGoBinary(ctx, ".", "vmss-autoscaler"); err != nil {
+	if t.ours, err = harness.BuildGoBinary(ctx, "./cmd/vmss-autoscaler", "vmss-autoscaler"); err != nil {
 		return err
 	}
 	if slices.Contains(o.runs, runKarpenter) {

@@ -91,13 +91,14 @@ func git(ctx context.Context, dir string, args ...string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// BuildBinary builds the module's main package in root for p into out: a
+// BuildBinary builds the module's command (./cmd/vmss-autoscaler of root)
+// for p into out: a
 // static binary (CGO_ENABLED=0, so it runs on an empty base), without local
 // paths (-trimpath) or symbol tables (-s -w), with version and commit
 // stamped (internal/version).
 func BuildBinary(ctx context.Context, root string, p Platform, ver, commit, out string) error {
 	ldflags := "-s -w " + version.LDFlags(ver, commit)
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", ldflags, "-o", out, ".")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", ldflags, "-o", out, "./cmd/vmss-autoscaler")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture)
 	if output, err := cmd.CombinedOutput(); err != nil {

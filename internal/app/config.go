@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"fmt"
@@ -95,6 +95,24 @@ YAML, except those marked "command line only"):
 `)
 		fs.PrintDefaults()
 	}
+	for _, add := range []func(fs, live *pflag.FlagSet, c *config, d core.Options){
+		commandFlags,
+		loopFlags,
+		statusAndHealthFlags,
+		scaleDownFlags,
+		nodeAdditionFlags,
+		readinessAndBalloonFlags,
+		apiAndServingFlags,
+	} {
+		add(fs, live, c, d)
+	}
+	markLive(live)
+	fs.AddFlagSet(live)
+	return fs
+}
+
+// commandFlags defines the flags of where the autoscaler runs: its configuration, the API server, the cloud and its node groups.
+func commandFlags(fs, live *pflag.FlagSet, c *config, d core.Options) {
 	fs.StringVar(&c.configFile, "config", "", "YAML file whose keys are flag names (the Helm chart mounts its ConfigMap here); flags given on the command line win; a command-line-only key refuses the file")
 	fs.StringVar(&c.configMap, "config-map", "", "ConfigMap (in --namespace) of flag values, watched through the API: live keys take effect on the next loop without a restart; empty: not watched")
 	fs.StringVar(&c.configMapKey, "config-map-key", "config.yaml", "key of --config-map holding the YAML of flag values")
@@ -104,6 +122,10 @@ YAML, except those marked "command line only"):
 	fs.StringVar(&c.kubeAPIContentType, "kube-api-content-type", contentTypeProtobuf, "content type of requests for built-in types: "+contentTypeProtobuf+" or "+contentTypeJSON+" (CRDs always use JSON)")
 	fs.StringVar(&c.cloudProvider, "cloud-provider", "azure", "cloud provider (azure)")
 	fs.StringArrayVar(&c.nodes, "nodes", nil, "node group as min:max:<scale set>, or min:max:<resource group>/<scale set> where scale sets of that name are in several resource groups; repeat for each group")
+}
+
+// loopFlags defines the flags of the loop and scale-up.
+func loopFlags(fs, live *pflag.FlagSet, c *config, d core.Options) {
 	live.DurationVar(&c.core.ScanInterval, "scan-interval", d.ScanInterval, "most time between loop starts: the floor under the loops woken by events")
 	live.BoolVar(&c.core.FrequentLoops, "frequent-loops-enabled", d.FrequentLoops, "wake the loop on events besides --scan-interval: new unschedulable pods (after the batching window), a node turning usable while nodes are queued, a scale-up the cloud refused, a live reload")
 	live.DurationVar(&c.core.MinLoopInterval, "min-loop-interval", d.MinLoopInterval, "least time between loop starts, whatever wakes them (a shorter --scan-interval wins)")
@@ -121,6 +143,10 @@ YAML, except those marked "command line only"):
 	live.DurationVar(&c.core.NodeGroupBackoffResetTimeout, "node-group-backoff-reset-timeout", d.NodeGroupBackoffResetTimeout, "a group with no failure for this long starts its backoff afresh")
 	fs.StringVar(&c.gpuResourceName, "gpu-resource-name", string(d.GPUResourceName), "extended resource counted as GPUs")
 	live.BoolVar(&c.core.GPUGroupsForGPUPodsOnly, "gpu-groups-for-gpu-pods-only", d.GPUGroupsForGPUPodsOnly, "pods that request no GPU never scale up groups of GPU machines")
+}
+
+// statusAndHealthFlags defines the flags of the status, the expander and health policy ConfigMaps, node health and pod events.
+func statusAndHealthFlags(fs, live *pflag.FlagSet, c *config, d core.Options) {
 	fs.StringVar(&c.core.Namespace, "namespace", d.Namespace, "namespace of the status, priority and leader-election objects")
 	fs.StringVar(&c.core.StatusConfigMapName, "status-config-map-name", d.StatusConfigMapName, "name of the status ConfigMap")
 	fs.BoolVar(&c.core.WriteStatusConfigMap, "write-status-configmap", d.WriteStatusConfigMap, "write the status ConfigMap")
@@ -134,6 +160,10 @@ YAML, except those marked "command line only"):
 	live.DurationVar(&c.core.HealthFailureWindow, "health-failure-window", d.HealthFailureWindow, "window of --health-failures-before-backoff")
 	live.IntVar(&c.core.MaxPodEventsPerLoop, "max-pod-events-per-loop", d.MaxPodEventsPerLoop, "cap on pod events (TriggeredScaleUp, NotTriggerScaleUp) written per loop")
 	live.DurationVar(&c.core.PodEventInterval, "pod-event-interval", d.PodEventInterval, "an unchanged event for the same pod is repeated at most this often")
+}
+
+// scaleDownFlags defines the flags of scale-down, its brakes and the replacement brake.
+func scaleDownFlags(fs, live *pflag.FlagSet, c *config, d core.Options) {
 	live.BoolVar(&c.core.ScaleDownEnabled, "scale-down-enabled", d.ScaleDownEnabled, "remove unneeded nodes")
 	live.Float64Var(&c.core.ScaleDownUtilizationThreshold, "scale-down-utilization-threshold", d.ScaleDownUtilizationThreshold, "a node whose highest CPU or memory request share is below this may be removed")
 	live.Float64Var(&c.core.ScaleDownGPUUtilizationThreshold, "scale-down-gpu-utilization-threshold", d.ScaleDownGPUUtilizationThreshold, "the same for GPU nodes, GPUs included")
@@ -163,6 +193,10 @@ YAML, except those marked "command line only"):
 	live.DurationVar(&c.core.PreflightIncidentWindow, "preflight-incident-window", d.PreflightIncidentWindow, "the window of --preflight-incident-min-nodes")
 	live.DurationVar(&c.core.PreflightFailureSettle, "preflight-failure-settle", d.PreflightFailureSettle, "how long a node's preflight failure stands before the node is drained or deleted (a node its periodic re-run failed is cordoned at once, fewer than the incident threshold at a time), and how long fewer than the threshold fail a check before its incident ends: an outage's failures, reported one by one, are seen as one incident first (0: act at once)")
 	live.IntVar(&c.core.MaxSoftTaintsPerLoop, "max-soft-taints-per-loop", d.MaxSoftTaintsPerLoop, "cap on DeletionCandidate taint writes per loop")
+}
+
+// nodeAdditionFlags defines the flags of smoothing: the node-addition queue and its adaptive rate.
+func nodeAdditionFlags(fs, live *pflag.FlagSet, c *config, d core.Options) {
 	live.BoolVar(&c.core.NodeAdditionSmoothing, "node-addition-smoothing", d.NodeAdditionSmoothing, "send new nodes to the cloud through the rate-limited node-addition queue (off: every planned node at once)")
 	live.Float64Var(&c.core.NodeAdditionRate, "node-addition-rate", d.NodeAdditionRate, "nodes requested per minute at most (the adaptive mode's starting rate)")
 	live.IntVar(&c.core.NodeAdditionBurst, "node-addition-burst", d.NodeAdditionBurst, "nodes that may be requested at once after a quiet period (a loop releases up to the rate times its period, at most twice --scan-interval, when that is more)")
@@ -176,6 +210,10 @@ YAML, except those marked "command line only"):
 	live.DurationVar(&ad.Interval, "node-addition-adaptive-interval", ad.Interval, "adaptive mode: how often the rate is reconsidered")
 	live.DurationVar(&ad.LatencyThreshold, "node-addition-latency-threshold", ad.LatencyThreshold, "adaptive mode: a request of the autoscaler slower than this is slow; more than 10% slow is trouble")
 	fs.DurationVar(&c.apiserverMetricsInterval, "apiserver-metrics-interval", 30*time.Second, "adaptive mode: how often the API server's /metrics is read for apiserver_flowcontrol_rejected_requests_total (needs get on the non-resource URL /metrics); 0 to never read it")
+}
+
+// readinessAndBalloonFlags defines the flags of preflight, Spot, balloons, taints and gangs.
+func readinessAndBalloonFlags(fs, live *pflag.FlagSet, c *config, d core.Options) {
 	pf := &c.core.Preflight
 	live.BoolVar(&pf.Enabled, "preflight-enabled", pf.Enabled, "treat nodes carrying the preflight taint as coming capacity until the preflight agent passes them, and replace the ones that fail")
 	live.StringVar(&c.preflightTaint, "preflight-taint", pf.Taint.Key+"="+pf.Taint.Value+":"+string(pf.Taint.Effect), "taint new nodes join with until they pass preflight (key=value:Effect; key and effect identify it)")
@@ -200,6 +238,10 @@ YAML, except those marked "command line only"):
 	live.StringArrayVar(&c.core.StatusTaints, "status-taint", nil, "taint key a separate manager puts on live nodes, stripped from node templates; repeatable")
 	live.StringArrayVar(&c.core.StartupTaints, "startup-taint", d.StartupTaints, "taint key an agent removes once a new node is set up: a node carrying one is coming capacity, not ready capacity, and templates never carry it (keys with the prefix "+clusterstate.StartupTaintPrefix+" are startup taints too); repeatable")
 	live.BoolVar(&c.core.GangSplit, "gang-allow-split", d.GangSplit, "let a gang span several node groups when no single group can take it (one group, same fabric, is always preferred)")
+}
+
+// apiAndServingFlags defines the flags of the capacity APIs, the listeners, /healthz and leader election.
+func apiAndServingFlags(fs, live *pflag.FlagSet, c *config, d core.Options) {
 	fs.BoolVar(&c.core.ProvisioningRequests, "enable-provisioning-requests", d.ProvisioningRequests, "serve ProvisioningRequests (autoscaling.x-k8s.io/v1, e.g. from Kueue's admission check): check-capacity and best-effort-atomic-scale-up, with booked capacity; needs their CRD (without it, logged and off)")
 	live.IntVar(&c.core.MaxCapacityBuffers, "max-capacity-buffers", d.MaxCapacityBuffers, "at most this many CapacityBuffers planned a loop, in all (taken oldest first, the namespaces in turn); the rest are counted in the status, not planned")
 	live.IntVar(&c.core.MaxCapacityBuffersPerNamespace, "max-capacity-buffers-per-namespace", d.MaxCapacityBuffersPerNamespace, "at most this many CapacityBuffers of one namespace planned a loop: one tenant's buffers cannot crowd out another's")
@@ -218,9 +260,6 @@ YAML, except those marked "command line only"):
 	fs.DurationVar(&c.retryPeriod, "leader-elect-retry-period", 2*time.Second, "leader election retry period")
 	fs.StringVar(&c.leaderElectResource, "leader-elect-resource-name", "vmss-autoscaler", "name of the leader election Lease")
 	fs.StringVar(&c.standbyInformers, "standby-informers", standbyOnLead, "when a replica starts its pod and node informers: "+standbyOnLead+" (once it leads: no second watch of every pod, failover adds a full LIST) or "+standbyWarm+" (at start: fast failover, twice the watches and memory); the flags ConfigMap is always watched")
-	markLive(live)
-	fs.AddFlagSet(live)
-	return fs
 }
 
 // commandLineOnly are the flags that decide who the autoscaler is, where
@@ -229,7 +268,7 @@ YAML, except those marked "command line only"):
 // whoever may edit it rewrites without touching the Deployment: such a key
 // there, or in the last good configuration stored from it, refuses the
 // whole file, naming the key. The provider's flags are defined in
-// main.go (providerFlags); TestCommandLineOnlyFlagsClassified makes every
+// clients.go (providerFlags); TestCommandLineOnlyFlagsClassified makes every
 // azure-*, image and kubeconfig flag be here or named as not privileged,
 // and the chart keeps the same list (vmss-autoscaler.commandLineOnlyKeys)
 // to pass these keys of its values as arguments.

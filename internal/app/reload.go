@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -92,30 +92,13 @@ func (r *reloader) reload(ctx context.Context, cm *apiv1.ConfigMap) {
 	}
 	r.lastData = data
 	c, fs, err := parseConfigFrom(r.args, r.extra, []byte(data), r.source)
-	var live, restart, klogLive []string
-	var values map[string]string
-	var settings map[string][]string
+	var ch changes
 	if err == nil {
-		values, settings = flagValues(fs)
-		var pinned []string
-		for name, v := range values {
-			f := fs.Lookup(name)
-			switch {
-			case r.values[name] == v:
-			case isLive(f):
-				live = append(live, name+"="+v)
-				if isKlog(f) {
-					klogLive = append(klogLive, name)
-				}
-			default:
-				restart = append(restart, name+"="+v)
-				pinned = append(pinned, name)
-			}
-		}
-		if len(live) > len(klogLive) {
-			if len(pinned) > 0 {
+		ch = r.changesOf(fs)
+		if len(ch.live) > len(ch.klogLive) {
+			if len(ch.pinned) > 0 {
 				// Restart-only keys keep the values in force.
-				c, err = r.parsePinned([]byte(data), pinned)
+				c, err = r.parsePinned([]byte(data), ch.pinned)
 			}
 			if err == nil {
 				err = r.apply(c.core)
@@ -128,26 +111,63 @@ func (r *reloader) reload(ctx context.Context, cm *apiv1.ConfigMap) {
 		r.event(cm, apiv1.EventTypeWarning, eventConfigRejected, "refused, the last good configuration stays: "+err.Error())
 		return
 	}
-	for _, kv := range restart {
+	r.commit(ctx, cm, data, ch)
+}
+
+// changes are what a flags ConfigMap sets against the values in force:
+// live keys (name=value; klogLive the klog ones among them), restart-only
+// keys (pinned by name), and every value it sets.
+type changes struct {
+	live, restart, klogLive, pinned []string
+	values                          map[string]string
+	settings                        map[string][]string
+}
+
+func (r *reloader) changesOf(fs *pflag.FlagSet) changes {
+	var ch changes
+	ch.values, ch.settings = flagValues(fs)
+	for name, v := range ch.values {
+		f := fs.Lookup(name)
+		switch {
+		case r.values[name] == v:
+		case isLive(f):
+			ch.live = append(ch.live, name+"="+v)
+			if isKlog(f) {
+				ch.klogLive = append(ch.klogLive, name)
+			}
+		default:
+			ch.restart = append(ch.restart, name+"="+v)
+			ch.pinned = append(ch.pinned, name)
+		}
+	}
+	sort.Strings(ch.live)
+	sort.Strings(ch.restart)
+	return ch
+}
+
+// commit records an accepted flags ConfigMap: klog's live flags applied,
+// restart-only keys reported (their old values stay in force), the last
+// good configuration stored, metrics and events.
+func (r *reloader) commit(ctx context.Context, cm *apiv1.ConfigMap, data string, ch changes) {
+	logger := klog.FromContext(ctx)
+	for _, kv := range ch.restart {
 		name, _, _ := strings.Cut(kv, "=")
 		r.restart[name] = true
 	}
-	sort.Strings(live)
-	sort.Strings(restart)
 	// klog's live flags apply only now that the whole set is accepted.
-	for _, name := range klogLive {
+	for _, name := range ch.klogLive {
 		if r.klog == nil {
 			continue
 		}
-		if err := r.klog(name, values[name]); err != nil {
+		if err := r.klog(name, ch.values[name]); err != nil {
 			logger.Error(err, "Applying a klog flag from the flags ConfigMap", "flag", name)
 		}
 	}
 	// Restart-only keys keep their old value in force, and are reported.
 	for name := range r.restart {
-		values[name], settings[name] = r.values[name], r.settings[name]
+		ch.values[name], ch.settings[name] = r.values[name], r.settings[name]
 	}
-	r.values, r.settings = values, settings
+	r.values, r.settings = ch.values, ch.settings
 	r.metrics.ConfigReloads.WithLabelValues("applied").Inc()
 	if r.accepted != nil {
 		r.accepted()
@@ -157,13 +177,13 @@ func (r *reloader) reload(ctx context.Context, cm *apiv1.ConfigMap) {
 	if len(r.restart) > 0 {
 		r.metrics.ConfigRestartRequired.Set(1)
 	}
-	if len(live) > 0 {
-		logger.Info("Flags ConfigMap applied; in force from the next loop", "configMap", klog.KObj(cm), "changed", live)
-		r.event(cm, apiv1.EventTypeNormal, eventConfigApplied, "in force from the next loop: "+strings.Join(live, ", "))
+	if len(ch.live) > 0 {
+		logger.Info("Flags ConfigMap applied; in force from the next loop", "configMap", klog.KObj(cm), "changed", ch.live)
+		r.event(cm, apiv1.EventTypeNormal, eventConfigApplied, "in force from the next loop: "+strings.Join(ch.live, ", "))
 	}
-	if len(restart) > 0 {
-		logger.Info("Flags ConfigMap keys need a restart to take effect", "configMap", klog.KObj(cm), "keys", restart)
-		r.event(cm, apiv1.EventTypeWarning, eventConfigRestartRequired, "these keys take effect only after a restart: "+strings.Join(restart, ", "))
+	if len(ch.restart) > 0 {
+		logger.Info("Flags ConfigMap keys need a restart to take effect", "configMap", klog.KObj(cm), "keys", ch.restart)
+		r.event(cm, apiv1.EventTypeWarning, eventConfigRestartRequired, "these keys take effect only after a restart: "+strings.Join(ch.restart, ", "))
 	}
 }
 
