@@ -7,7 +7,7 @@ import (
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
-	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
+	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testutil/testobjects"
 )
 
 func TestFenceGuardsEveryWrite(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/balloon"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
-	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
+	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testutil/testobjects"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
 )
 

@@ -17,8 +17,8 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/snapshot"
-	"github.com/vmss-autoscaler/vmss-autoscaler/internal/heaptest"
-	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/testutil/heaptest"
+	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testutil/testobjects"
 )
 
 // bigCluster is the synthetic 7,500-node, 200,000-pod cluster of the

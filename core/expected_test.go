@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 
-	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
+	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testutil/testobjects"
 )
 
 func replicaSet(name string, replicas int32, conds ...appsv1.ReplicaSetCondition) *appsv1.ReplicaSet {

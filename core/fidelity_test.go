@@ -16,7 +16,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/balloon"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
-	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
+	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testutil/testobjects"
 )
 
 // kubeletReserved is how a real node registers: allocatable below the

@@ -15,7 +15,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
-	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
+	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testutil/testobjects"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
 )
 

@@ -9,7 +9,7 @@ import (
 	apiv1 "k8s.io/api/core/v1"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
-	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
+	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testutil/testobjects"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
 )
 

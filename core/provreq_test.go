@@ -25,7 +25,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/capacitybuffer"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/provreq"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaledown"
-	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
+	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testutil/testobjects"
 )
 
 // fakeProvreqs is the env's ProvisioningRequest API: the test adds

@@ -14,7 +14,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/inmemory"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
-	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
+	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testutil/testobjects"
 )
 
 // spotEnv is a Spot group of 6 running 8-GPU nodes, each running a

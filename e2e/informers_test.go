@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/vmss-autoscaler/vmss-autoscaler/internal/heaptest"
-	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/testutil/heaptest"
+	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testutil/testobjects"
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/trim"
 )
 

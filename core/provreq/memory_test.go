@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/vmss-autoscaler/vmss-autoscaler/internal/heaptest"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/testutil/heaptest"
 )
 
 // BenchmarkTrackerMemoryPerRequest (#40) is what the tracker keeps per

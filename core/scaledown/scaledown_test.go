@@ -13,8 +13,8 @@ import (
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/snapshot"
-	"github.com/vmss-autoscaler/vmss-autoscaler/internal/simtest"
-	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/testutil/simtest"
+	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testutil/testobjects"
 )
 
 var rs = to.ControlledBy("ReplicaSet", "web", "rs-web")

@@ -6,7 +6,7 @@ import (
 	apiv1 "k8s.io/api/core/v1"
 	schedframework "k8s.io/kubernetes/pkg/scheduler/framework"
 
-	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
+	to "github.com/vmss-autoscaler/vmss-autoscaler/internal/testutil/testobjects"
 )
 
 // TestTemplateNodeCopies: the estimator's copies of a template are named

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	resourcehelper "k8s.io/component-helpers/resource"
 
-	"github.com/vmss-autoscaler/vmss-autoscaler/internal/heaptest"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/testutil/heaptest"
 )
 
 // TestObjectKeepsWhatTheLoopReads: trimming drops exactly the fields the

@@ -9,7 +9,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
-	"github.com/vmss-autoscaler/vmss-autoscaler/internal/testobjects"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/testutil/testobjects"
 )
 
 // New returns a simulator whose plugins read listers from an empty, synced
