@@ -1,0 +1,213 @@
+// Command complexity is the lint's complexity ratchet (#43): it computes
+// each function's cyclomatic complexity from go/ast (gocyclo's rule: one,
+// plus one per if, for, range, non-default case or select clause, && and
+// ||; closures count toward the function that holds them) and fails when
+// a function is above the threshold and not in the baseline, or above its
+// baseline value: the functions listed may only shrink, and no new one
+// joins them. -write records the current offenders as the new baseline.
+//
+//	go run ./cmd/complexity -over 15 -baseline .complexity-baseline .
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "complexity:", err)
+		os.Exit(1)
+	}
+}
+
+// Func is one function's complexity, keyed "dir/file.go:Recv.Name".
+type Func struct {
+	Key        string
+	Complexity int
+}
+
+func run(args []string, out io.Writer) error {
+	fl := flag.NewFlagSet("complexity", flag.ContinueOnError)
+	over := fl.Int("over", 15, "the threshold: a function above it must be in the baseline, at most at its value there")
+	baseline := fl.String("baseline", ".complexity-baseline", "file of the functions allowed above the threshold: one \"key complexity\" a line")
+	write := fl.Bool("write", false, "write the current offenders as the baseline instead of checking")
+	if err := fl.Parse(args); err != nil {
+		return err
+	}
+	roots := fl.Args()
+	if len(roots) == 0 {
+		roots = []string{"."}
+	}
+	var funcs []Func
+	for _, root := range roots {
+		fs, err := Measure(root)
+		if err != nil {
+			return err
+		}
+		funcs = append(funcs, fs...)
+	}
+	above10 := 0
+	var offenders []Func
+	for _, f := range funcs {
+		if f.Complexity > 10 {
+			above10++
+		}
+		if f.Complexity > *over {
+			offenders = append(offenders, f)
+		}
+	}
+	fmt.Fprintf(out, "%d functions, %d (%.1f %%) above 10, %d above %d\n", len(funcs), above10, 100*float64(above10)/float64(max(1, len(funcs))), len(offenders), *over)
+	if *write {
+		return writeBaseline(*baseline, offenders)
+	}
+	allowed, err := readBaseline(*baseline)
+	if err != nil {
+		return err
+	}
+	var bad []string
+	for _, f := range offenders {
+		limit, ok := allowed[f.Key]
+		switch {
+		case !ok:
+			bad = append(bad, fmt.Sprintf("%s: complexity %d, above %d: split it (a new function may not join the baseline)", f.Key, f.Complexity, *over))
+		case f.Complexity > limit:
+			bad = append(bad, fmt.Sprintf("%s: complexity %d, above its baseline %d: the listed functions may only shrink", f.Key, f.Complexity, limit))
+		}
+	}
+	if len(bad) > 0 {
+		return errors.New(strings.Join(bad, "\n"))
+	}
+	return nil
+}
+
+// Measure returns the complexity of every function of the non-test Go
+// files under root, skipping hidden and testdata directories.
+func Measure(root string) ([]Func, error) {
+	var out []Func
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "vendor") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return fmt.Errorf("parsing %s: %w", path, err)
+		}
+		rel, _ := filepath.Rel(root, path)
+		for _, decl := range f.Decls {
+			fd, ok := decl.(*ast.FuncDecl)
+			if !ok || fd.Body == nil {
+				continue
+			}
+			out = append(out, Func{Key: filepath.ToSlash(rel) + ":" + funcName(fd), Complexity: Complexity(fd.Body)})
+		}
+		return nil
+	})
+	return out, err
+}
+
+func funcName(fd *ast.FuncDecl) string {
+	if fd.Recv == nil || len(fd.Recv.List) == 0 {
+		return fd.Name.Name
+	}
+	t := fd.Recv.List[0].Type
+	for {
+		switch v := t.(type) {
+		case *ast.StarExpr:
+			t = v.X
+			continue
+		case *ast.IndexExpr:
+			t = v.X
+			continue
+		case *ast.IndexListExpr:
+			t = v.X
+			continue
+		}
+		break
+	}
+	if id, ok := t.(*ast.Ident); ok {
+		return id.Name + "." + fd.Name.Name
+	}
+	return fd.Name.Name
+}
+
+// Complexity is gocyclo's cyclomatic complexity of a body.
+func Complexity(body ast.Node) int {
+	c := 1
+	ast.Inspect(body, func(n ast.Node) bool {
+		switch v := n.(type) {
+		case *ast.IfStmt, *ast.ForStmt, *ast.RangeStmt:
+			c++
+		case *ast.CaseClause:
+			if v.List != nil {
+				c++
+			}
+		case *ast.CommClause:
+			if v.Comm != nil {
+				c++
+			}
+		case *ast.BinaryExpr:
+			if v.Op == token.LAND || v.Op == token.LOR {
+				c++
+			}
+		}
+		return true
+	})
+	return c
+}
+
+func readBaseline(path string) (map[string]int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the baseline: %w", err)
+	}
+	defer f.Close()
+	out := map[string]int{}
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		key, v, ok := strings.Cut(line, " ")
+		c, err := strconv.Atoi(strings.TrimSpace(v))
+		if !ok || err != nil {
+			return nil, fmt.Errorf("%s:%d: %q is not \"key complexity\"", path, n, line)
+		}
+		out[key] = c
+	}
+	return out, sc.Err()
+}
+
+func writeBaseline(path string, offenders []Func) error {
+	sort.Slice(offenders, func(i, j int) bool { return offenders[i].Key < offenders[j].Key })
+	var b strings.Builder
+	b.WriteString("# Functions allowed above the complexity threshold (cmd/complexity, make lint):\n# each may only shrink; split one and run `go run ./cmd/complexity -write` to lower the list.\n")
+	for _, f := range offenders {
+		fmt.Fprintf(&b, "%s %d\n", f.Key, f.Complexity)
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
