@@ -24,7 +24,22 @@ IMAGE ?=
 PREFLIGHT_BASE ?=
 PREFLIGHT_IMAGE ?=
 
-.PHONY: test deps lint unit fuzz e2e scale scale-ci peer bench build demo image push dashboards
+.PHONY: help test deps lint unit fuzz e2e scale scale-ci peer bench build demo image push dashboards
+
+# make help lists the targets: the two commands first.
+help:
+	@echo 'make demo          run the autoscaler on a local control plane with the ARM simulator and a sample workload'
+	@echo 'make test          the whole test suite, what CI runs: $(TEST_STAGES)'
+	@echo 'make lint          gofmt, go vet, staticcheck, the complexity ratchet (.complexity-baseline)'
+	@echo 'make unit          every package but the end-to-end ones, with -race'
+	@echo 'make fuzz          each fuzz target for a bounded number of inputs'
+	@echo 'make e2e           the end-to-end scenarios on a real control plane (one: see CONTRIBUTING.md)'
+	@echo 'make scale-ci      the scale harness at CI size; make scale SCALE_SIZE=full|xl the full runs'
+	@echo 'make peer          this autoscaler against Karpenter'"'"'s kwok provider, side by side'
+	@echo 'make bench         the core benchmarks (a 7,500-node, 200,000-pod cluster)'
+	@echo 'make build         bin/vmss-autoscaler'
+	@echo 'make image         the OCI image (no Docker); make push IMAGE=registry/name:tag'
+	@echo 'make dashboards    the Grafana dashboards'"'"' JSON from charts/dashboards'
 
 # make test runs these stages in order, timing each (.ci/stages prints a
 # line per stage and a one-line summary at the end) and stopping at the
