@@ -13,6 +13,8 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/version"
 )
 
+const apiserverMetricsReadableHelp = "1 when the last read of the API server's /metrics (flow-control rejections, for the adaptive node-addition rate) succeeded."
+
 // configure reads the configuration (the command line, --config, or the
 // last good configuration when the file is refused) and starts the
 // metrics registry.
@@ -37,8 +39,7 @@ func (a *app) configure(ctx context.Context) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.reg, a.metrics = reg, core.NewMetrics(reg)
-	a.readable = prometheus.NewGauge(prometheus.GaugeOpts{Name: "vmss_autoscaler_apiserver_metrics_readable",
-		Help: "1 when the last read of the API server's /metrics (flow-control rejections, for the adaptive node-addition rate) succeeded."})
+	a.readable = prometheus.NewGauge(prometheus.GaugeOpts{Name: "vmss_autoscaler_apiserver_metrics_readable", Help: apiserverMetricsReadableHelp})
 	reg.MustRegister(a.readable)
 	// Every request of the Kubernetes clients: rest_client_* as in
 	// Kubernetes components and the cluster-autoscaler.
