@@ -320,7 +320,7 @@ func DefaultOptions() Options {
 		// About 1.7 joins a second to start: each join costs the API
 		// server a Node, a Lease, DaemonSet pods and the kubelet's first
 		// LISTs. Slow start doubles it every 5 s while the API server
-		// stays healthy, up to 600 a minute (README, "Smoothing").
+		// stays healthy, up to 600 a minute (docs/concepts/smoothing.md).
 		NodeAdditionSmoothing:       true,
 		NodeAdditionRate:            100,
 		NodeAdditionBurst:           50,

@@ -21,7 +21,7 @@ import (
 // held back by the node-addition rate: what it prints (the table, -o json,
 // and from /metrics) matches the cluster at the same moment: the target is
 // the scale set's capacity in ARM, ready is the group's nodes that are
-// ready as the README defines it ("Not ready yet": Ready, and no startup
+// ready as docs/concepts/azure.md defines it ("Not ready yet": Ready, and no startup
 // taint), nodes are queued and held by the rate. At the end it shows the
 // group settled. The nodes carry Azure CNI powered by Cilium's startup
 // taint for 20 s, longer than the 10 s between two releases, as on AKS:
@@ -140,7 +140,7 @@ func group(v *statuscmd.View, name string) (statuscmd.GroupView, bool) {
 }
 
 // notReadyTaints are the taints that keep a Ready node from being ready
-// capacity as the README defines it ("Not ready yet"): the node lifecycle
+// capacity as docs/concepts/azure.md defines it ("Not ready yet"): the node lifecycle
 // controller's and the cloud provider's, and the default --startup-taint
 // keys.
 var notReadyTaints = map[string]bool{
@@ -149,7 +149,7 @@ var notReadyTaints = map[string]bool{
 	"node.cilium.io/agent-not-ready":                 true, "node.kubernetes.io/network-unavailable": true,
 }
 
-// readyNodes counts the scale set's nodes that are ready as the README
+// readyNodes counts the scale set's nodes that are ready as docs/concepts/azure.md
 // defines it: Ready condition True and no taint that says it is still
 // setting up (a startup taint, CA's startup-taint prefix, not-ready).
 func (sc *scenario) readyNodes(set string) int {

@@ -18,7 +18,7 @@ import (
 // leave them. Kept as its pod sets' shapes, a request costs a few KiB,
 // whatever its pod count; before, the tracker kept its 5,000 pods,
 // ~6.5 MiB each (1,500 such requests would fill a 12 GiB leader). The
-// README's figure comes from here.
+// figure in docs/concepts/provisioning-requests.md comes from here.
 func BenchmarkTrackerMemoryPerRequest(b *testing.B) {
 	const n, pods = 100, MaxPods
 	pt := gpuTemplate("train")

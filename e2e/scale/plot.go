@@ -98,7 +98,7 @@ func savePlot(path, title, y string, lines []line) error {
 		p.Add(pl)
 		p.Legend.Add(l.name, pl)
 	}
-	// SVG for the README, PNG beside it for viewers without SVG.
+	// SVG for the docs, PNG beside it for viewers without SVG.
 	for _, f := range []string{path, strings.TrimSuffix(path, ".svg") + ".png"} {
 		if err := p.Save(9*vg.Inch, 4.5*vg.Inch, f); err != nil {
 			return fmt.Errorf("writing %s: %w", f, err)

@@ -120,7 +120,7 @@ func (rep *report) markdown() string {
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	flags := "with its default flags, scale-down timings included"
 	if rep.ScaleDownCompressed {
-		flags = "with its default flags but the scale-down timings (see README)"
+		flags = "with its default flags but the scale-down timings (see docs/performance/scale.md)"
 	}
 	if len(rep.AutoscalerFlags) > 0 {
 		flags += ", plus " + strings.Join(rep.AutoscalerFlags, " ")

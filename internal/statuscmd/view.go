@@ -192,8 +192,8 @@ func sortGroups(gs []GroupView) {
 	sort.Slice(gs, func(i, j int) bool { return gs[i].Name < gs[j].Name })
 }
 
-// The metric names FromMetrics reads (core.NewMetrics, README "Metrics
-// reference").
+// The metric names FromMetrics reads (core.NewMetrics,
+// docs/reference/metrics.md).
 const metricPrefix = "vmss_autoscaler_"
 
 // FromMetrics is the view of a replica's /metrics. A standby replica
