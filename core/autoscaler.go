@@ -1,6 +1,3 @@
-// Package core is the autoscaler's loop: it reads the informer caches and
-// the cloud provider's cache, simulates scheduling with the kube-scheduler
-// framework, and decides which node groups to scale.
 package core
 
 import (
@@ -49,7 +46,7 @@ type Listers struct {
 	// only in tests that have no budgets.
 	PDBs policylisters.PodDisruptionBudgetLister
 	// ReplicaSets finds the pods a ReplicaSet is about to create
-	// (expected.go); nil: none are expected.
+	// (scale_up_pods_to_come.go); nil: none are expected.
 	ReplicaSets appslisters.ReplicaSetLister
 }
 
@@ -71,8 +68,8 @@ type Deps struct {
 	// informer's cache, then the API server. Required with Actions.
 	Pods    actuation.PodReader
 	Metrics *Metrics
-	// Health feeds the adaptive node-addition rate; nil: no signals.
-	Health HealthSource
+	// APIServer feeds the adaptive node-addition rate; nil: no signals.
+	APIServer APIServerSignals
 	// Balloons keeps the balloon Deployments; nil: no controller (the
 	// warm pools are still reported).
 	Balloons BalloonController
@@ -139,7 +136,7 @@ type Autoscaler struct {
 	// machines: the fence, and the unready guard's hold.
 	gate    *actuation.Gate
 	replace replacements
-	// spot counts the machines the cloud takes back (spot.go).
+	// spot counts the machines the cloud takes back (cluster_state_spot.go).
 	spot *spotState
 
 	lastStatus string
@@ -156,7 +153,7 @@ type Autoscaler struct {
 	lastSuccess time.Time
 	lastRun     time.Time
 
-	// driver decides when Run's loops start (trigger.go).
+	// driver decides when Run's loops start (loop_triggers.go).
 	driver *trigger.Driver
 	// nodeRules are the options the node handler reads, set at each
 	// loop's start; additionQueued says the last loop left nodes queued
@@ -227,7 +224,7 @@ func New(d Deps) (*Autoscaler, error) {
 	a.scaleDown = newScaleDownState(d, d.Metrics, a.remover)
 	a.replace.brake = scaledown.NewBrake(d.Options.replacementBrakeOptions())
 	a.spot = newSpotState(d.Provider)
-	if a.nodeAdd, err = newNodeAddition(d.Options, d.Health); err != nil {
+	if a.nodeAdd, err = newNodeAddition(d.Options, d.APIServer); err != nil {
 		return nil, err
 	}
 	if d.Options.ProvisioningRequests && d.ProvisioningRequests != nil {
@@ -317,7 +314,7 @@ type loop struct {
 	unschedulable int
 	awaiting      int
 	// expected counts the copies planned for pods ReplicaSets are about
-	// to create (expected.go).
+	// to create (scale_up_pods_to_come.go).
 	expected  int
 	scaleUp   scaleup.Result
 	addition  additionReport

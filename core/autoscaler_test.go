@@ -35,27 +35,27 @@ import (
 // env is an autoscaler over informer indexers fed directly by the test and
 // the in-memory provider.
 type env struct {
-	t        testing.TB
-	ctx      context.Context
-	clock    *clocktesting.FakeClock
-	provider *inmemory.Provider
-	nodes    cache.Indexer
-	pods     cache.Indexer
-	dss      cache.Indexer
-	cms      cache.Indexer
-	rss      cache.Indexer
-	rec      *record.FakeRecorder
-	status   *memStatus
-	reg      *prometheus.Registry
-	a        *Autoscaler
-	opts     Options
-	actions  actuation.NodeActions
-	health   HealthSource
-	balloons BalloonController
-	gangs    gang.MinCounts
-	provreq  provreq.API
-	buffers  capacitybuffer.API
-	fence    cloudprovider.Fence
+	t         testing.TB
+	ctx       context.Context
+	clock     *clocktesting.FakeClock
+	provider  *inmemory.Provider
+	nodes     cache.Indexer
+	pods      cache.Indexer
+	dss       cache.Indexer
+	cms       cache.Indexer
+	rss       cache.Indexer
+	rec       *record.FakeRecorder
+	status    *memStatus
+	reg       *prometheus.Registry
+	a         *Autoscaler
+	opts      Options
+	actions   actuation.NodeActions
+	apiServer APIServerSignals
+	balloons  BalloonController
+	gangs     gang.MinCounts
+	provreq   provreq.API
+	buffers   capacitybuffer.API
+	fence     cloudprovider.Fence
 	// safety is the safety store new leaders share (nil: none).
 	safety SafetyStore
 	// late are pods only the API server has: bound after the informer's
@@ -178,7 +178,7 @@ func (e *env) start() *env {
 		Actions:   e.actions,
 		Pods:      envPods{e},
 		Safety:    e.safety,
-		Health:    e.health,
+		APIServer: e.apiServer,
 		Balloons:  e.balloons,
 		Gangs:     e.gangs,
 		Fence:     e.fence,

@@ -73,7 +73,7 @@ type Metrics struct {
 	ConfigRestartRequired prometheus.Gauge
 	ConfigFallback        prometheus.Gauge
 
-	// Passive node health (docs/health.md).
+	// Passive node health (docs/concepts/health-policy.md).
 	HealthUnhealthy *prometheus.GaugeVec
 	HealthActions   *prometheus.CounterVec
 	HealthRepairs   *prometheus.CounterVec
@@ -85,11 +85,11 @@ type Metrics struct {
 	// HealthIncidents is the health rules in an incident now.
 	HealthIncidents prometheus.Gauge
 
-	// ProvReq are the ProvisioningRequest metrics (phase_provreq.go).
+	// ProvReq are the ProvisioningRequest metrics (phase_provisioning_requests.go).
 	ProvReq provreqMetrics
-	// Buffers are the CapacityBuffer metrics (phase_buffers.go).
+	// Buffers are the CapacityBuffer metrics (phase_capacity_buffers.go).
 	Buffers buffersMetrics
-	// SpotEvictions counts machines the cloud took back {node_group} (spot.go).
+	// SpotEvictions counts machines the cloud took back {node_group} (cluster_state_spot.go).
 	SpotEvictions *prometheus.CounterVec
 	// Loops counts loops by what woke them {trigger} (package trigger).
 	Loops *prometheus.CounterVec

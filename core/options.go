@@ -32,7 +32,7 @@ type Options struct {
 	// first, so a Job's or a gang's pods are planned together
 	// (--pod-batch-idle-duration, --pod-batch-max-duration; shorter than
 	// Karpenter's 1 s and 10 s: a ReplicaSet's pods still to come or not
-	// yet tried are planned with its first (expected.go), a gang is
+	// yet tried are planned with its first (scale_up_pods_to_come.go), a gang is
 	// bought whole once its members exist, and follow-up releases are
 	// paced (NodeGroupWriteInterval)).
 	PodBatchIdleDuration time.Duration
@@ -40,11 +40,11 @@ type Options struct {
 	// NodeGroupWriteInterval paces follow-ups: the least time between two
 	// releases of single-node demand to one node group (each a scale-set
 	// write), and between a loop that asked the cloud for nodes and a
-	// follow-up loop (trigger.go); 0 turns pacing off
+	// follow-up loop (loop_triggers.go); 0 turns pacing off
 	// (--node-group-write-interval).
 	NodeGroupWriteInterval time.Duration
 	// ScaleUpForExpectedPods plans the pods a ReplicaSet is about to
-	// create, once some of its pods are unschedulable (expected.go;
+	// create, once some of its pods are unschedulable (scale_up_pods_to_come.go;
 	// --scale-up-for-expected-pods).
 	ScaleUpForExpectedPods bool
 	// MaxNodesTotal caps the cluster's node count, 0 for no cap (--max-nodes-total).
@@ -80,10 +80,10 @@ type Options struct {
 	// PriorityConfigMapName is the priority expander's ConfigMap.
 	PriorityConfigMapName string
 	// HealthPolicyConfigMapName is the health policy's ConfigMap (key
-	// "policy", docs/health.md); without it the built-in policy applies.
+	// "policy", docs/concepts/health-policy.md); without it the built-in policy applies.
 	HealthPolicyConfigMapName string
 	// Bounds on what node health signals can make the autoscaler do,
-	// whatever the policy says (docs/health.md): at most
+	// whatever the policy says (docs/concepts/health-policy.md): at most
 	// HealthMaxCordonedShare of the judged nodes (and at least 2) hold a
 	// health cordon at once; a rule matched by at least
 	// HealthIncidentMinNodes and HealthIncidentClusterShare of the judged
@@ -198,7 +198,7 @@ type Options struct {
 	PreflightFailuresBeforeBackoff int
 	PreflightFailureWindow         time.Duration
 	// SpotEvictionBackoffCount machines of a group evicted by the cloud
-	// (Spot) within SpotEvictionWindow back it off; 0 never (spot.go).
+	// (Spot) within SpotEvictionWindow back it off; 0 never (cluster_state_spot.go).
 	SpotEvictionBackoffCount int
 	SpotEvictionWindow       time.Duration
 
@@ -231,7 +231,7 @@ type Options struct {
 	ProvisioningRequests bool
 	// CapacityBuffers turns on the CapacityBuffer API
 	// (autoscaling.x-k8s.io/v1beta1): buffers of the active-capacity
-	// strategy hold room on ready nodes or buy it (phase_buffers.go).
+	// strategy hold room on ready nodes or buy it (phase_capacity_buffers.go).
 	CapacityBuffers bool
 	// MaxCapacityBuffers and MaxCapacityBuffersPerNamespace bound the
 	// buffers a loop plans, in all and per namespace, taken oldest first

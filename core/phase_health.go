@@ -23,7 +23,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight"
 )
 
-// Event reasons of passive node health (docs/health.md).
+// Event reasons of passive node health (docs/concepts/health-policy.md).
 const (
 	// EventNodeUnhealthy is on a node that matches a rule of the policy.
 	EventNodeUnhealthy = "NodeUnhealthy"
@@ -119,7 +119,7 @@ type healthState struct {
 	// at its minimum (replacementFirst): its drain waits until the group
 	// keeps its minimum of Ready nodes without it.
 	boughtFirst map[string]boughtFirst
-	// repairs are the repair ladders in progress, by node (repair.go);
+	// repairs are the repair ladders in progress, by node (health_repair.go);
 	// repairWhy why a node's due step is not asked yet; repairsAdopted:
 	// this leader read the ladders its predecessor left on the nodes.
 	repairs        map[string]*RepairRun
@@ -777,7 +777,7 @@ func (a *Autoscaler) breakerReleased(l *loop, pol *health.Policy, j judgement, g
 // breaker and drained nodes at the replacement brake's pace). While it
 // lasts the rule's matches are reported only; it ends once fewer than the
 // threshold have matched it for the policy's stormCooldown. Like the
-// preflight incident rule (incidents.go).
+// preflight incident rule (preflight_incidents.go).
 func (a *Autoscaler) updateIncidents(ctx context.Context, l *loop, pol *health.Policy, j judgement) {
 	hs := a.health
 	o := a.opts

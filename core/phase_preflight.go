@@ -113,7 +113,7 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 	}
 	for _, f := range act.PreflightNewFailures {
 		if a.repairOwns(f.Node.Name) {
-			continue // a repair step's check: the ladder's (repair.go)
+			continue // a repair step's check: the ladder's (health_repair.go)
 		}
 		result := "failed"
 		if f.Node.Labels[a.opts.Preflight.Label] != preflight.ValueFailed {
@@ -160,7 +160,7 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 		n := f.Node
 		if _, done := ps.deleted[n.Name]; done || a.repairOwns(n.Name) {
 			// A node a repair ladder sent through preflight again is the
-			// ladder's: a failure moves it to its next step (repair.go).
+			// ladder's: a failure moves it to its next step (health_repair.go).
 			continue
 		}
 		if _, on := l.incidents[a.opts.Preflight.FailedCheck(n)]; on {

@@ -9,21 +9,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider"
-	"github.com/vmss-autoscaler/vmss-autoscaler/core/actuation"
 )
 
-// refreshCloud brings the provider's cache up to date. A failed refresh
-// fails the loop: nothing is decided on a cloud view that may be stale.
-func (a *Autoscaler) refreshCloud(ctx context.Context, l *loop) error {
-	if err := a.provider.Refresh(ctx); err != nil {
-		return fmt.Errorf("refreshing cloud provider %s: %w", a.provider.Name(), err)
-	}
-	l.groups = a.provider.NodeGroups()
-	l.byID = actuation.GroupsByID(l.groups)
-	return nil
-}
-
-// takeSnapshot reads nodes and pods from the informer caches and brings the
+// takeSnapshot is the snapshot phase: it reads nodes and pods from the informer caches and brings the
 // scheduler's view of them up to date.
 func (a *Autoscaler) takeSnapshot(ctx context.Context, l *loop) error {
 	nodes, err := a.listers.Nodes.List(labels.Everything())

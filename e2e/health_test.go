@@ -19,7 +19,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
 )
 
-// Passive node health (docs/health.md): the node's own monitors report it
+// Passive node health (docs/concepts/health-policy.md): the node's own monitors report it
 // broken, through the simulator's fault injector as node-problem-detector,
 // AKS's GPU health monitoring and the NVIDIA device plugin do it, and the
 // autoscaler acts on the report within its bounds.

@@ -24,7 +24,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
 )
 
-// The node-health safety bounds of issue #39 (docs/health.md, "Bounds"),
+// The node-health safety bounds of issue #39 (docs/concepts/health-policy.md, "Bounds"),
 // on the real control plane, kwok and the ARM simulator: the health
 // signals are untrusted input, and what they can make the autoscaler do is
 // bounded by the defaults. Each test runs the built-in policy, or the

@@ -4,10 +4,10 @@ package dashboards
 
 import "github.com/grafana/grafana-foundation-sdk/go/dashboard"
 
-// health builds the dashboard: passive node health (docs/health.md): what is unhealthy and why, what was done, what held it.
+// health builds the dashboard: passive node health (docs/concepts/health-policy.md): what is unhealthy and why, what was done, what held it.
 func health() *dashboard.DashboardBuilder {
 	return newDashboard("health", "vmss-autoscaler / Node health",
-		"Passive node health (docs/health.md): nodes matching a rule of the health policy, what was done to them and what held it, the per-group breakers, degraded nodes and the pause switch.").
+		"Passive node health (docs/concepts/health-policy.md): nodes matching a rule of the health policy, what was done to them and what held it, the per-group breakers, degraded nodes and the pause switch.").
 		WithRow(row("Node health")).
 		WithPanel(stacked("Unhealthy nodes by rule", "short", 18,
 			q(`sum by (rule) (vmss_autoscaler_health_unhealthy_nodes{job=~"$job", node_group=~"$node_group"})`, "{{rule}}"),

@@ -33,7 +33,9 @@ func main() {
 	}
 }
 
-// Func is one function's complexity, keyed "dir/file.go:Recv.Name".
+// Func is one function's complexity, keyed "package/dir:Recv.Name" (the
+// package's directory, so moving a function between the files of its
+// package keeps its key).
 type Func struct {
 	Key        string
 	Complexity int
@@ -122,7 +124,7 @@ func Measure(root string) ([]Func, error) {
 			if !ok || fd.Body == nil {
 				continue
 			}
-			out = append(out, Func{Key: filepath.ToSlash(rel) + ":" + funcName(fd), Complexity: Complexity(fd.Body)})
+			out = append(out, Func{Key: filepath.ToSlash(filepath.Dir(rel)) + ":" + funcName(fd), Complexity: Complexity(fd.Body)})
 		}
 		return nil
 	})

@@ -48,11 +48,11 @@ func TestRatchet(t *testing.T) {
 	for _, tc := range []struct {
 		name, baseline, wantErr string
 	}{
-		{"listed at its value", "x.go:S.Big 4\n", ""},
-		{"listed higher", "x.go:S.Big 9\n", ""},
-		{"grew past its value", "x.go:S.Big 3\n", "above its baseline 3"},
-		{"not listed", "# nothing\n", "x.go:S.Big: complexity 4, above 2"},
-		{"malformed", "x.go:S.Big four\n", "is not \"key complexity\""},
+		{"listed at its value", ".:S.Big 4\n", ""},
+		{"listed higher", ".:S.Big 9\n", ""},
+		{"grew past its value", ".:S.Big 3\n", "above its baseline 3"},
+		{"not listed", "# nothing\n", ".:S.Big: complexity 4, above 2"},
+		{"malformed", ".:S.Big four\n", "is not \"key complexity\""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := os.WriteFile(base, []byte(tc.baseline), 0o644); err != nil {

@@ -109,7 +109,7 @@ func TestDeleteCallerCheckFinds(t *testing.T) {
 			}
 		})
 	}
-	if allowedDeleteCaller("core/phase_scaledown.go") || !allowedDeleteCaller("core/actuation/remove.go") {
+	if allowedDeleteCaller("core/phase_scale_down.go") || !allowedDeleteCaller("core/actuation/remove.go") {
 		t.Fatal("the allowed files are wrong")
 	}
 }

@@ -111,7 +111,7 @@ func isOwnTaint(key string) bool {
 	return false
 }
 
-// Parse reads a policy (YAML, docs/health.md) strictly: an unknown or
+// Parse reads a policy (YAML, docs/concepts/health-policy.md) strictly: an unknown or
 // duplicate field, a value of the wrong type or out of range, a rule
 // without a match or with two, two rules of one name are all refused,
 // each error naming the field's path and the value, e.g.

@@ -1,4 +1,4 @@
-// Package health is the passive node health policy (docs/health.md): rules
+// Package health is the passive node health policy (docs/concepts/health-policy.md): rules
 // that match what a node already says about itself (a condition, a taint,
 // fewer GPUs or less memory than its VM size), each with an action graded
 // from a report to a replacement, and the per-group bound on how many nodes
@@ -245,7 +245,7 @@ type BelowSKUMatch struct {
 }
 
 // DefaultYAML is the built-in policy, used without the ConfigMap, and the
-// one the chart ships (docs/health.md, values.yaml health.policy).
+// one the chart ships (docs/concepts/health-policy.md, values.yaml health.policy).
 const DefaultYAML = `# How many nodes of a node group may be under drain or replacement by this
 # policy at once: a count ("2") or a share of the group's live nodes
 # (Ready, past preflight and startup: "20%", rounded down, never below 1;

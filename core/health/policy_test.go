@@ -61,19 +61,19 @@ func dump(p *Policy) string {
 }
 
 // TestDefaultYAMLIsTheDocumented: the built-in policy is the one
-// docs/health.md shows, comments and all.
+// docs/concepts/health-policy.md shows, comments and all.
 func TestDefaultYAMLIsTheDocumented(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/health.md")
+	doc, err := os.ReadFile("../../docs/concepts/health-policy.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, after, ok := strings.Cut(string(doc), "```yaml\n")
 	block, _, ok2 := strings.Cut(after, "```")
 	if !ok || !ok2 {
-		t.Fatal("docs/health.md has no yaml block")
+		t.Fatal("docs/concepts/health-policy.md has no yaml block")
 	}
 	if block != DefaultYAML {
-		t.Fatalf("docs/health.md's policy differs from DefaultYAML:\n%s\nwant:\n%s", block, DefaultYAML)
+		t.Fatalf("docs/concepts/health-policy.md's policy differs from DefaultYAML:\n%s\nwant:\n%s", block, DefaultYAML)
 	}
 }
 

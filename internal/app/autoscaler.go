@@ -21,7 +21,7 @@ import (
 )
 
 // newAutoscaler builds the loop: its event recorder, its status and
-// safety store, the fence on its writes, and the health its /healthz
+// safety store, the fence on its writes, and the liveness its /healthz
 // serves.
 func (a *app) newAutoscaler(ctx context.Context) error {
 	c, client := a.c, a.client
@@ -40,7 +40,7 @@ func (a *app) newAutoscaler(ctx context.Context) error {
 		Options: c.core, Provider: a.provider, Listers: a.listers, Simulator: a.sim,
 		Recorder: a.recorder, Status: status, Safety: safety, Metrics: a.metrics,
 		Actions: &actuation.KubeNodeActions{Client: client}, Pods: actuation.KubePods{Client: client, Indexer: a.podInformer.GetIndexer()},
-		Health: a.observer, Balloons: a.balloons, Gangs: a.gangs,
+		APIServer: a.observer, Balloons: a.balloons, Gangs: a.gangs,
 		Fence: a.fence(),
 	}
 	if a.provReqs != nil {
@@ -65,7 +65,7 @@ func (a *app) newAutoscaler(ctx context.Context) error {
 				apiv1.EventTypeWarning, eventConfigFallback, "started on a fallback configuration: "+a.fallback)
 		}
 	}
-	a.health = newHealth(c.maxInactivity, c.maxFailingTime, autoscaler.LastSuccess, autoscaler.LastRun)
+	a.liveness = newLiveness(c.maxInactivity, c.maxFailingTime, autoscaler.LastSuccess, autoscaler.LastRun)
 	return nil
 }
 
@@ -109,7 +109,7 @@ func (a *app) configReload(ctx context.Context) error {
 		p.register(fs)
 		a.kf.addShadows(fs)
 	}
-	r := newReloader(a.args, reloadExtra, a.flags, c, reconfigureAndWake(a.autoscaler), a.recorder, a.metrics, a.health.isLeader)
+	r := newReloader(a.args, reloadExtra, a.flags, c, reconfigureAndWake(a.autoscaler), a.recorder, a.metrics, a.liveness.isLeader)
 	r.klog = a.kf.apply
 	r.persist = lastGoodStore{client: a.client.CoreV1(), namespace: c.core.Namespace, name: c.core.StatusConfigMapName}.save
 	a.loopDone = r.loopSucceeded

@@ -22,7 +22,7 @@ import (
 // synced, the flags ConfigMap read, then the loop until ctx ends.
 func (a *app) lead(ctx context.Context) {
 	c, logger := a.c, a.logger
-	a.health.setLeader(true)
+	a.liveness.setLeader(true)
 	a.startInformers()
 	logger.Info("Waiting for informer caches")
 	for typ, ok := range a.factory.WaitForCacheSync(ctx.Done()) {
@@ -90,7 +90,7 @@ func (a *app) elect(ctx context.Context) error {
 		Name:            c.leaderElectResource,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: a.lead,
-			OnStoppedLeading: func() { a.health.setLeader(false); close(lostLease) },
+			OnStoppedLeading: func() { a.liveness.setLeader(false); close(lostLease) },
 			OnNewLeader: func(identity string) {
 				logger.Info("Leader elected", "leader", identity, "self", identity == id)
 			},

@@ -102,7 +102,7 @@ func TestConfigFileAndFlagPrecedence(t *testing.T) {
 func TestHealth(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	var lastSuccess, lastRun time.Time
-	h := newHealth(10*time.Minute, 15*time.Minute, func() time.Time { return lastSuccess }, func() time.Time { return lastRun })
+	h := newLiveness(10*time.Minute, 15*time.Minute, func() time.Time { return lastSuccess }, func() time.Time { return lastRun })
 	h.now = func() time.Time { return now }
 	code := func() int {
 		rr := httptest.NewRecorder()

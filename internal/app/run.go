@@ -74,7 +74,7 @@ type app struct {
 	recorder   record.EventRecorder
 	elector    atomic.Pointer[leaderelection.LeaderElector]
 	autoscaler *core.Autoscaler
-	health     *health
+	liveness   *liveness
 	// configReload: readConfig hands the flags ConfigMap to the reloader
 	// once before the first loop; loopDone is told of every loop that
 	// completed.

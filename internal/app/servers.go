@@ -20,7 +20,7 @@ import (
 // and authorization. A listener's error ends Run.
 func (a *app) servers(ctx context.Context) error {
 	c := a.c
-	mux := newMux(a.reg, a.health)
+	mux := newMux(a.reg, a.liveness)
 	a.srvErr = serve(ctx, c.address, mux)
 	if c.secureAddress == "" {
 		return nil
@@ -49,7 +49,7 @@ func (a *app) servers(ctx context.Context) error {
 }
 
 // newMux serves /metrics and /healthz.
-func newMux(reg *prometheus.Registry, h *health) *http.ServeMux {
+func newMux(reg *prometheus.Registry, h *liveness) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.Handle("/healthz", h)

@@ -46,7 +46,7 @@ type Status struct {
 	// --preflight-failure-settle (a node a periodic check failed may be
 	// cordoned meanwhile).
 	PreflightFailuresSettling int `json:"preflightFailuresSettling,omitempty"`
-	// Health is what passive node health found and did (docs/health.md).
+	// Health is what passive node health found and did (docs/concepts/health-policy.md).
 	Health *HealthStatus `json:"health,omitempty"`
 	// ProvisioningRequests are the requests' counts, bookings and retries
 	// (with --enable-provisioning-requests).
@@ -55,7 +55,7 @@ type Status struct {
 	// --enable-capacity-buffers).
 	CapacityBuffers *CapacityBuffersStatus `json:"capacityBuffers,omitempty"`
 	// Truncated says the status was cut to fit its ConfigMap beside the
-	// safety state (statusbound.go).
+	// safety state (status_bound.go).
 	Truncated string `json:"truncated,omitempty"`
 }
 

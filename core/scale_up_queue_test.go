@@ -143,7 +143,7 @@ func TestAdaptiveRateFollowsAPIServerHealth(t *testing.T) {
 		o.NodeAdditionAdaptiveOptions.Min, o.NodeAdditionAdaptiveOptions.Max = 15, 120
 		o.NodeAdditionAdaptiveOptions.Interval = 30 * time.Second
 	}))
-	e.health = h
+	e.apiServer = h
 	e.provider.AddGroup("gpu", 0, 1000, gpuTemplate("gpu"))
 	e.start()
 	e.add(pendingPods(500, "train", wholeGPU()...))

@@ -12,9 +12,11 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/ratelimit"
 )
 
-// HealthSource gives the API server's health as the autoscaler saw it
-// since the last call (ratelimit.Observer).
-type HealthSource interface {
+// APIServerSignals gives the API server's latency and errors as the
+// autoscaler's own requests saw them since the last call
+// (ratelimit.Observer): the adaptive node-addition rate's input, not the
+// nodes' health nor /healthz.
+type APIServerSignals interface {
 	Take() ratelimit.Signals
 }
 
@@ -31,7 +33,7 @@ type nodeAddition struct {
 	// configured rate.
 	adaptiveOpts ratelimit.AdaptiveOptions
 	baseRate     float64
-	health       HealthSource
+	apiServer    APIServerSignals
 	// lastQueued is the previous loop's queue, to count cancellations.
 	lastQueued map[string]map[ratelimit.Class]int
 	reason     string
@@ -84,8 +86,8 @@ func (na *nodeAddition) paceWait(now time.Time) time.Duration {
 	return max(0, na.pacedUntil.Sub(now))
 }
 
-func newNodeAddition(o Options, health HealthSource) (*nodeAddition, error) {
-	na := &nodeAddition{enabled: o.NodeAdditionSmoothing, health: health, reason: ratelimit.ReasonConfigured, baseRate: o.NodeAdditionRate, gap: o.NodeGroupWriteInterval}
+func newNodeAddition(o Options, apiServer APIServerSignals) (*nodeAddition, error) {
+	na := &nodeAddition{enabled: o.NodeAdditionSmoothing, apiServer: apiServer, reason: ratelimit.ReasonConfigured, baseRate: o.NodeAdditionRate, gap: o.NodeGroupWriteInterval}
 	q, err := ratelimit.New(o.queueOptions())
 	if err != nil {
 		return nil, err
@@ -266,10 +268,10 @@ func (a *Autoscaler) reportQueue(ctx context.Context, l *loop, rep additionRepor
 	na.lastQueued = rep.Queued
 	if na.enabled && na.adaptive != nil {
 		take := func() ratelimit.Signals {
-			if na.health == nil {
+			if na.apiServer == nil {
 				return ratelimit.Signals{}
 			}
-			return na.health.Take()
+			return na.apiServer.Take()
 		}
 		if c, ok := na.adaptive.Update(l.now, rep.Limit == ratelimit.LimitRate, take); ok {
 			if c.To != c.From {

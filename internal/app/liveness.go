@@ -7,10 +7,11 @@ import (
 	"time"
 )
 
-// health answers /healthz: a leader is unhealthy when its loop has not run
+// liveness answers /healthz (the process's liveness, not the nodes'
+// health): a leader is unhealthy when its loop has not run
 // for --max-inactivity or not succeeded for --max-failing-time; a standby
 // replica is healthy while it waits.
-type health struct {
+type liveness struct {
 	maxInactivity, maxFailing time.Duration
 	lastSuccess, lastRun      func() time.Time
 	now                       func() time.Time
@@ -20,24 +21,24 @@ type health struct {
 	leaderSince time.Time
 }
 
-func newHealth(maxInactivity, maxFailing time.Duration, lastSuccess, lastRun func() time.Time) *health {
-	return &health{maxInactivity: maxInactivity, maxFailing: maxFailing, lastSuccess: lastSuccess, lastRun: lastRun, now: time.Now}
+func newLiveness(maxInactivity, maxFailing time.Duration, lastSuccess, lastRun func() time.Time) *liveness {
+	return &liveness{maxInactivity: maxInactivity, maxFailing: maxFailing, lastSuccess: lastSuccess, lastRun: lastRun, now: time.Now}
 }
 
-func (h *health) isLeader() bool {
+func (h *liveness) isLeader() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.leader
 }
 
-func (h *health) setLeader(v bool) {
+func (h *liveness) setLeader(v bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.leader = v
 	h.leaderSince = h.now()
 }
 
-func (h *health) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+func (h *liveness) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	h.mu.Lock()
 	leader, leaderSince := h.leader, h.leaderSince
 	h.mu.Unlock()
