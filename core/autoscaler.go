@@ -313,6 +313,9 @@ type loop struct {
 	// results for status and metrics
 	unschedulable int
 	awaiting      int
+	// noScaleUp counts the loop's pods no group was asked for, by the
+	// reason most groups gave.
+	noScaleUp map[scaleup.ReasonCode]int
 	// expected counts the copies planned for pods ReplicaSets are about
 	// to create (scale_up_pods_to_come.go).
 	expected  int

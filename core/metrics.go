@@ -3,6 +3,7 @@ package core
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/trigger"
 )
 
@@ -35,11 +36,14 @@ type Metrics struct {
 	SnapshotRebuilt     prometheus.Gauge
 	UnneededNodes       prometheus.Gauge
 	KeptNodes           *prometheus.GaugeVec
-	ScaledDownNodes     *prometheus.CounterVec
-	FailedScaleDowns    *prometheus.CounterVec
-	Evictions           *prometheus.CounterVec
-	BrakeEngaged        prometheus.Gauge
-	ClusterUnhealthy    prometheus.Gauge
+	// PodsWithoutScaleUp counts the last loop's pods no group was asked
+	// for, by reason (scaleup.ReasonCode).
+	PodsWithoutScaleUp *prometheus.GaugeVec
+	ScaledDownNodes    *prometheus.CounterVec
+	FailedScaleDowns   *prometheus.CounterVec
+	Evictions          *prometheus.CounterVec
+	BrakeEngaged       prometheus.Gauge
+	ClusterUnhealthy   prometheus.Gauge
 	// ReplacementBrakeEngaged is 1 when the replacement brake held a deletion.
 	ReplacementBrakeEngaged prometheus.Gauge
 	// ReplacementsLost counts replacement deletions found lost (the node
@@ -147,6 +151,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Nodes currently unneeded (under the utilisation threshold with every pod movable)."})
 	m.KeptNodes = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "scale_down_kept_nodes",
 		Help: "Managed nodes kept in the last scale-down pass, by reason."}, []string{"reason"})
+	m.PodsWithoutScaleUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "pods_without_scale_up",
+		Help: "Pending pods no node group was asked for in the last loop, by the reason most groups gave: group-not-registered, size-unknown, no-template, backoff, failed-this-loop, max-size, max-nodes-total, gpu-group-only, team-group, does-not-fit, gang-does-not-fit, no-node-groups."}, []string{"reason"})
 	m.ScaledDownNodes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "scaled_down_nodes_total",
 		Help: "Nodes removed, by node group and reason (empty, underutilized, unready)."}, []string{"node_group", "reason"})
 	m.FailedScaleDowns = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "failed_scale_downs_total",
@@ -232,7 +238,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.HealthUnhealthy, m.HealthActions, m.HealthRepairs, m.HealthRepairing, m.HealthHeld, m.HealthBreaker, m.DegradedNodes, m.HealthPaused, m.HealthIncidents)
 	reg.MustRegister(m.PreflightPending, m.PreflightResults, m.PreflightDuration, m.PreflightReplaced, m.PreflightIncidentNodes)
 	reg.MustRegister(m.QueueDepth, m.NodesReleased, m.NodesCancelled, m.NodesInFlight, m.AdditionRate, m.AdditionRateReason, m.RateChanges, m.AdditionTokens)
-	reg.MustRegister(m.UnneededNodes, m.KeptNodes, m.ScaledDownNodes, m.FailedScaleDowns, m.Evictions, m.BrakeEngaged, m.DrainsInFlight, m.ClusterUnhealthy, m.ReplacementBrakeEngaged, m.ReplacementsLost, m.GateRefused)
+	reg.MustRegister(m.UnneededNodes, m.KeptNodes, m.PodsWithoutScaleUp, m.ScaledDownNodes, m.FailedScaleDowns, m.Evictions, m.BrakeEngaged, m.DrainsInFlight, m.ClusterUnhealthy, m.ReplacementBrakeEngaged, m.ReplacementsLost, m.GateRefused)
+	for _, code := range scaleup.ReasonCodes() {
+		m.PodsWithoutScaleUp.WithLabelValues(string(code))
+	}
 	// Every trigger's series exists from the start, at zero.
 	for _, r := range trigger.Reasons() {
 		m.Loops.WithLabelValues(r.String())

@@ -98,6 +98,8 @@ type scaleDownReport struct {
 	Braked      bool
 	RecentCount int
 	Skipped     string
+	// Kept counts the managed nodes kept, by reason (scaledown.Reason).
+	Kept map[string]int
 }
 
 // WaitForDrains blocks until running drains finish (tests, shutdown).
@@ -280,7 +282,10 @@ func (a *Autoscaler) reportScaleDownPlan(ctx context.Context, l *loop, d scaledo
 	sd.braked = d.Braked
 	a.metrics.BrakeEngaged.Set(b)
 	l.scaleDown = scaleDownReport{Unneeded: len(d.Unneeded), Removing: len(d.Empty) + len(d.Drain) + sd.actuator.InFlight(),
-		Braked: d.Braked, RecentCount: sd.planner.Brake().Recent(l.now)}
+		Braked: d.Braked, RecentCount: sd.planner.Brake().Recent(l.now), Kept: map[string]int{}}
+	for r, n := range d.Kept {
+		l.scaleDown.Kept[string(r)] = n
+	}
 	if len(d.Empty)+len(d.Drain) > 0 {
 		klog.FromContext(ctx).Info("Scale-down decision", "unneeded", len(d.Unneeded), "empty", len(d.Empty), "drain", len(d.Drain), "braked", d.Braked)
 	}

@@ -225,24 +225,24 @@ func (a *Autoscaler) candidate(ctx context.Context, l *loop, g cloudprovider.Nod
 	gs := a.registry.Group(g.ID())
 	switch {
 	case gs == nil:
-		c.Skip = "node group not known to the cluster state yet"
+		c.Skip, c.SkipCode = "node group not known to the cluster state yet", scaleup.ReasonGroupNotRegistered
 		return c, nil
 	case gs.SizeError != nil || !gs.Readiness.TargetKnown:
-		c.Skip = "node group size unknown"
+		c.Skip, c.SkipCode = "node group size unknown", scaleup.ReasonSizeUnknown
 		return c, nil
 	}
 	tmpl, err := a.templates.build(ctx, a, l, g, dss)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Skipping node group without template", "nodeGroup", g.ID())
-		c.Skip = "no template node: " + err.Error()
+		c.Skip, c.SkipCode = "no template node: "+err.Error(), scaleup.ReasonNoTemplate
 		return c, nil
 	}
 	switch {
 	case gs.Backoff.Active:
-		c.Skip = fmt.Sprintf("node group in backoff until %s after %s", gs.Backoff.Until.UTC().Format(time.RFC3339), backoffWhy(gs.Backoff))
+		c.Skip, c.SkipCode = fmt.Sprintf("node group in backoff until %s after %s", gs.Backoff.Until.UTC().Format(time.RFC3339), backoffWhy(gs.Backoff)), scaleup.ReasonBackoff
 		return c, tmpl
 	case gs.Readiness.Target >= gs.Max:
-		c.Skip = fmt.Sprintf("node group %s at max size %d", g.ID(), gs.Max)
+		c.Skip, c.SkipCode = fmt.Sprintf("node group %s at max size %d", g.ID(), gs.Max), scaleup.ReasonMaxSize
 		return c, tmpl
 	}
 	// A group's health breaker never stops it scaling up: it bounds what
@@ -343,17 +343,7 @@ func (a *Autoscaler) reportScaleUp(ctx context.Context, l *loop, res scaleup.Res
 			a.events.emit(p, l.now, l.epoch, apiv1.EventTypeNormal, reason, msg)
 		}
 	}
-	noScale := 0
-	for _, ns := range res.NoScale {
-		msg := "pod didn't trigger scale-up: " + ns.Reason
-		for _, p := range ns.Pods {
-			if isVirtual(p) {
-				continue
-			}
-			noScale++
-			a.events.emit(p, l.now, l.epoch, apiv1.EventTypeNormal, EventNotTriggerScaleUp, msg)
-		}
-	}
+	noScale := a.reportNoScaleUp(l, res.NoScale)
 	var groups []string
 	for _, su := range res.ScaleUps {
 		if su.Delta > 0 {
@@ -392,6 +382,29 @@ func recentNodes(nodes []*apiv1.Node, now time.Time, d time.Duration) int {
 		if c := node.CreationTimestamp.Time; !c.IsZero() && now.Sub(c) < d {
 			n++
 		}
+	}
+	return n
+}
+
+// reportNoScaleUp tells each real pod no group was asked for why (a
+// NotTriggerScaleUp event in words), counts them by reason (the metric,
+// the status) and returns how many there are.
+func (a *Autoscaler) reportNoScaleUp(l *loop, noScale []scaleup.NoScaleUp) int {
+	n := 0
+	l.noScaleUp = map[scaleup.ReasonCode]int{}
+	for _, ns := range noScale {
+		msg := "pod didn't trigger scale-up: " + ns.Reason
+		for _, p := range ns.Pods {
+			if isVirtual(p) {
+				continue
+			}
+			n++
+			l.noScaleUp[ns.Code]++
+			a.events.emit(p, l.now, l.epoch, apiv1.EventTypeNormal, EventNotTriggerScaleUp, msg)
+		}
+	}
+	for _, code := range scaleup.ReasonCodes() {
+		a.metrics.PodsWithoutScaleUp.WithLabelValues(string(code)).Set(float64(l.noScaleUp[code]))
 	}
 	return n
 }

@@ -4,10 +4,10 @@ import (
 	"context"
 
 	apiv1 "k8s.io/api/core/v1"
-
 	"k8s.io/klog/v2"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/clusterstate"
+	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
 )
 
 // writeStatus renders the per-group state and writes it when it changed.
@@ -32,7 +32,8 @@ func (a *Autoscaler) writeStatus(ctx context.Context, l *loop) error {
 		st.NodeGroups = append(st.NodeGroups, g)
 	}
 	st.ScaleDown = ScaleDownInfo{UnneededNodes: l.scaleDown.Unneeded, Removing: l.scaleDown.Removing,
-		BrakeEngaged: l.scaleDown.Braked, RecentDeletions: l.scaleDown.RecentCount, HeldBecause: l.scaleDown.Skipped}
+		BrakeEngaged: l.scaleDown.Braked, RecentDeletions: l.scaleDown.RecentCount, HeldBecause: l.scaleDown.Skipped, Kept: l.scaleDown.Kept}
+	st.PodsWithoutScaleUp = codeCounts(l.noScaleUp)
 	st.NodeAddition = a.queueStatus(l.addition)
 	st.WarmPools = warmStatus(l.warm)
 	st.ClusterUnhealthy = l.unhealthy
@@ -103,6 +104,21 @@ func groupStatus(gs *clusterstate.GroupState) GroupStatus {
 	if !gs.LastScaleUp.IsZero() {
 		t := gs.LastScaleUp.UTC()
 		out.LastScaleUp = &t
+	}
+	return out
+}
+
+// codeCounts are the loop's pods without a scale-up by reason, as the
+// status keeps them (nil when there are none).
+func codeCounts(byCode map[scaleup.ReasonCode]int) map[string]int {
+	var out map[string]int
+	for code, n := range byCode {
+		if n > 0 {
+			if out == nil {
+				out = map[string]int{}
+			}
+			out[string(code)] = n
+		}
 	}
 	return out
 }

@@ -16,15 +16,19 @@ import (
 // Status is what the status ConfigMap holds, under the key "status".
 type Status struct {
 	// LastChange is when the content below last changed.
-	LastChange        time.Time          `json:"lastChange"`
-	Nodes             int                `json:"nodes"`
-	ReadyNodes        int                `json:"readyNodes"`
-	UnschedulablePods int                `json:"unschedulablePods"`
-	PodsAwaitingNodes int                `json:"podsAwaitingUpcomingNodes"`
-	NodeGroups        []GroupStatus      `json:"nodeGroups"`
-	ScaleDown         ScaleDownInfo      `json:"scaleDown"`
-	NodeAddition      NodeAdditionStatus `json:"nodeAdditionQueue"`
-	WarmPools         []WarmPoolStatus   `json:"warmPools,omitempty"`
+	LastChange        time.Time `json:"lastChange"`
+	Nodes             int       `json:"nodes"`
+	ReadyNodes        int       `json:"readyNodes"`
+	UnschedulablePods int       `json:"unschedulablePods"`
+	PodsAwaitingNodes int       `json:"podsAwaitingUpcomingNodes"`
+	// PodsWithoutScaleUp counts the pods no node group was asked for, by
+	// the reason most groups gave (scaleup.ReasonCode: max-size, backoff,
+	// does-not-fit, …).
+	PodsWithoutScaleUp map[string]int     `json:"podsWithoutScaleUp,omitempty"`
+	NodeGroups         []GroupStatus      `json:"nodeGroups"`
+	ScaleDown          ScaleDownInfo      `json:"scaleDown"`
+	NodeAddition       NodeAdditionStatus `json:"nodeAdditionQueue"`
+	WarmPools          []WarmPoolStatus   `json:"warmPools,omitempty"`
 	// ClusterUnhealthy says why the cluster-wide unready guard holds:
 	// nothing is deleted, cordoned or drained.
 	ClusterUnhealthy string `json:"clusterUnhealthy,omitempty"`
@@ -107,6 +111,9 @@ type ScaleDownInfo struct {
 	BrakeEngaged    bool   `json:"brakeEngaged"`
 	RecentDeletions int    `json:"deletionsInBrakeWindow"`
 	HeldBecause     string `json:"heldBecause,omitempty"`
+	// Kept counts the managed nodes kept in the last pass, by reason
+	// (scaledown.Reason: utilization-high, pdb, min-size, brake, …).
+	Kept map[string]int `json:"kept,omitempty"`
 }
 
 // GroupStatus is one node group in the status ConfigMap.

@@ -31,8 +31,10 @@ type Estimate struct {
 	NewNodes int
 	// Placed[i] pods of pending group i (from its From) fit on the new nodes.
 	Placed []int
-	// Reasons[i], when set, says why the rest of pending group i did not fit.
+	// Reasons[i], when set, says why the rest of pending group i did not
+	// fit, and Codes[i] its code.
 	Reasons []string
+	Codes   []ReasonCode
 	// Nodes are the new template nodes with the pods placed on them.
 	Nodes []fwk.NodeInfo
 	fork  *snapshot.Fork
@@ -97,7 +99,7 @@ func (e *Estimator) Estimate(ctx context.Context, base *snapshot.Fork, pending [
 		*e.count++
 	}
 	fork := base.Fork()
-	est := &Estimate{Group: groupID, Placed: make([]int, len(pending)), Reasons: make([]string, len(pending)), fork: fork}
+	est := &Estimate{Group: groupID, Placed: make([]int, len(pending)), Reasons: make([]string, len(pending)), Codes: make([]ReasonCode, len(pending)), fork: fork}
 	var newNodes []int
 	off := 0
 	for pi, p := range pending {
@@ -106,18 +108,18 @@ func (e *Estimator) Estimate(ctx context.Context, base *snapshot.Fork, pending [
 			continue
 		}
 		if gpuPodsOnly && g.Req.GPU == 0 {
-			est.Reasons[pi] = "GPU node group, pod requests no GPU"
+			est.Reasons[pi], est.Codes[pi] = "GPU node group, pod requests no GPU", ReasonGPUGroup
 			continue
 		}
 		if refuse != nil {
 			if why := refuse(g); why != "" {
-				est.Reasons[pi] = why
+				est.Reasons[pi], est.Codes[pi] = why, ReasonRefused
 				continue
 			}
 		}
 		ss := e.Sim.NewSession(ctx, fork, g)
 		if st := ss.Failed(); st != nil {
-			est.Reasons[pi] = statusReason(st)
+			est.Reasons[pi], est.Codes[pi] = statusReason(st), ReasonDoesNotFit
 			continue
 		}
 		pos := 0
@@ -138,7 +140,7 @@ func (e *Estimator) Estimate(ctx context.Context, base *snapshot.Fork, pending [
 				continue
 			}
 			if len(newNodes) >= limit {
-				est.Reasons[pi] = "max-size"
+				est.Reasons[pi], est.Codes[pi] = "max-size", ReasonMaxSize
 				break
 			}
 			// Named past the template nodes the fork holds already (an
@@ -151,7 +153,7 @@ func (e *Estimator) Estimate(ctx context.Context, base *snapshot.Fork, pending [
 			}
 			idx, err := fork.AddNode(e.templateNode(tmpl, groupID, off+len(newNodes)))
 			if err != nil {
-				est.Reasons[pi] = err.Error()
+				est.Reasons[pi], est.Codes[pi] = err.Error(), ReasonNoTemplate
 				break
 			}
 			if !g.Simple {
@@ -161,7 +163,7 @@ func (e *Estimator) Estimate(ctx context.Context, base *snapshot.Fork, pending [
 			}
 			if st := ss.TryNode(ctx, i, idx); st != nil {
 				fork.RemoveLastNode()
-				est.Reasons[pi] = statusReason(st)
+				est.Reasons[pi], est.Codes[pi] = statusReason(st), ReasonDoesNotFit
 				break
 			}
 			ss.Commit(ctx, i, idx)

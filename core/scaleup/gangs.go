@@ -55,7 +55,7 @@ func (o *Orchestrator) planGangs(ctx context.Context, req Request, gangs []*gang
 		}
 		ups, why := o.gangNodes(ctx, gg, child, rest, cands, need, *maxNew, req.GangSplit)
 		if ups == nil {
-			out.res.NoScale = append(out.res.NoScale, NoScaleUp{Pods: gg.Pending, Reason: why})
+			out.res.NoScale = append(out.res.NoScale, NoScaleUp{Pods: gg.Pending, Reason: why, Code: ReasonGangDoesNotFit})
 			klog.FromContext(ctx).V(2).Info("Gang gets no nodes", "gang", gg.Key.String(), "reason", why)
 			continue
 		}

@@ -552,7 +552,7 @@ func candidates(groups []Group, planned []ScaleUp, failed map[string]bool) []Can
 		c := g.Candidate
 		c.Limit -= byGroup[c.Group]
 		if failed[c.Group] {
-			c.Skip = "scale-up failed in this loop"
+			c.Skip, c.SkipCode = "scale-up failed in this loop", ReasonFailedThisLoop
 		}
 		out = append(out, c)
 	}

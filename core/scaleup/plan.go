@@ -24,8 +24,10 @@ type Candidate struct {
 	// Limit is how many nodes the group may still add (max − target).
 	Limit int
 	// Skip, when set, is why the group is not considered this loop
-	// ("in backoff until 10:42 after quota error", "size unknown").
-	Skip string
+	// ("in backoff until 10:42 after quota error", "size unknown"), and
+	// SkipCode the reason's code.
+	Skip     string
+	SkipCode ReasonCode
 	// GPUPodsOnly keeps pods that request no GPU from growing this group:
 	// a CPU pod must never buy an 8-GPU machine.
 	GPUPodsOnly bool
@@ -60,10 +62,12 @@ type Failed struct {
 	Pods  []*apiv1.Pod
 }
 
-// NoScaleUp is a set of pods no group was asked for, and why.
+// NoScaleUp is a set of pods no group was asked for, and why: Reason in
+// words (the groups' reasons, counted), Code the reason most groups gave.
 type NoScaleUp struct {
 	Pods   []*apiv1.Pod
 	Reason string
+	Code   ReasonCode
 }
 
 // Result is the outcome of a planning round.
@@ -98,15 +102,15 @@ func (p *Planner) Plan(ctx context.Context, fork *snapshot.Fork, pending []Pendi
 	res := Result{Fork: fork}
 	pending = append([]Pending(nil), pending...)
 	// reasons[i][group] is why node group `group` cannot take pending group i.
-	reasons := make([]map[string]string, len(pending))
+	reasons := make([]map[string]reason, len(pending))
 	for i := range reasons {
-		reasons[i] = map[string]string{}
+		reasons[i] = map[string]reason{}
 	}
 	usable := make([]Candidate, 0, len(cands))
 	for _, c := range cands {
 		if c.Skip != "" || c.Template == nil {
 			for i := range reasons {
-				reasons[i][c.Group] = c.Skip
+				reasons[i][c.Group] = c.skipReason()
 			}
 			continue
 		}
@@ -128,9 +132,9 @@ func (p *Planner) Plan(ctx context.Context, fork *snapshot.Fork, pending []Pendi
 				limit = maxNew
 			}
 			if limit <= 0 {
-				why := fmt.Sprintf("max size %s reached", c.Group)
+				why := reason{ReasonMaxSize, fmt.Sprintf("max size %s reached", c.Group)}
 				if maxNew <= 0 {
-					why = "max-nodes-total reached"
+					why = reason{ReasonMaxNodesTotal, "max-nodes-total reached"}
 				}
 				for i := range pending {
 					if pending[i].Left() > 0 {
@@ -149,14 +153,8 @@ func (p *Planner) Plan(ctx context.Context, fork *snapshot.Fork, pending []Pendi
 					shared[key] = est
 				}
 			}
-			for i, r := range est.Reasons {
-				if r == "max-size" {
-					r = fmt.Sprintf("node group %s would exceed its max size", c.Group)
-					if limit < c.Limit {
-						r = "max-nodes-total reached"
-					}
-				}
-				if r != "" && est.Placed[i] < pending[i].Left() {
+			for i := range est.Reasons {
+				if r := estimateReason(est, i, c, limit); r.msg != "" && est.Placed[i] < pending[i].Left() {
 					reasons[i][c.Group] = r
 				}
 			}
@@ -192,7 +190,7 @@ func (p *Planner) Plan(ctx context.Context, fork *snapshot.Fork, pending []Pendi
 		if pg.Left() <= 0 {
 			continue
 		}
-		res.NoScale = append(res.NoScale, NoScaleUp{Pods: pg.G.Pods[pg.From:], Reason: summarize(reasons[i], len(cands))})
+		res.NoScale = append(res.NoScale, noScaleUp(pg, reasons[i], len(cands)))
 	}
 	return res
 }
@@ -245,12 +243,13 @@ func removeCandidate(cs []Candidate, group string) []Candidate {
 
 // summarize folds per-group reasons into one message, most common first:
 // "2 node groups: Insufficient nvidia.com/gpu; 1 node group: node(s) had untolerated taint(s)".
-func summarize(byGroup map[string]string, total int) string {
+func summarize(byGroup map[string]reason, total int) string {
 	if total == 0 {
 		return "no node groups"
 	}
 	count := map[string]int{}
-	for _, r := range byGroup {
+	for _, rr := range byGroup {
+		r := rr.msg
 		if r == "" {
 			r = "pod does not fit"
 		}
@@ -282,4 +281,37 @@ func summarize(byGroup map[string]string, total int) string {
 		parts = append(parts, fmt.Sprintf("%d %s: %s", x.n, noun, x.r))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// skipReason is why a skipped group takes no pod.
+func (c Candidate) skipReason() reason {
+	code := c.SkipCode
+	if code == "" {
+		code = ReasonNoTemplate
+	}
+	return reason{code, c.Skip}
+}
+
+// estimateReason is why group c's estimate left pending group i's rest:
+// its max size (or --max-nodes-total, when limit is below the group's
+// room), or the estimator's reason.
+func estimateReason(est *Estimate, i int, c Candidate, limit int) reason {
+	r := reason{est.Codes[i], est.Reasons[i]}
+	if r.msg == "max-size" {
+		r = reason{ReasonMaxSize, fmt.Sprintf("node group %s would exceed its max size", c.Group)}
+		if limit < c.Limit {
+			r = reason{ReasonMaxNodesTotal, "max-nodes-total reached"}
+		}
+	}
+	return r
+}
+
+// noScaleUp is pending group pg's pods no group was asked for, with the
+// groups' reasons counted in words and the code most gave.
+func noScaleUp(pg Pending, byGroup map[string]reason, groups int) NoScaleUp {
+	code := dominant(byGroup)
+	if len(byGroup) == 0 && groups > 0 {
+		code = ReasonDoesNotFit
+	}
+	return NoScaleUp{Pods: pg.G.Pods[pg.From:], Reason: summarize(byGroup, groups), Code: code}
 }

@@ -145,7 +145,7 @@ func summary(v *View, now time.Time) []string {
 		from += fmt.Sprintf(", %s %s ago (%s)", label, shortDuration(now.Sub(*v.AsOf)), v.AsOf.UTC().Format(time.RFC3339))
 	}
 	lines := []string{from + "."}
-	pods := fmt.Sprintf("Pods: %d unschedulable, %d waiting for upcoming nodes.", v.UnschedulablePods, v.PodsAwaitingNodes)
+	pods := podsLine(v)
 	if v.Nodes != nil && v.ReadyNodes != nil {
 		pods += fmt.Sprintf(" Nodes: %d, %d ready.", *v.Nodes, *v.ReadyNodes)
 	}
@@ -197,9 +197,7 @@ func summary(v *View, now time.Time) []string {
 				s += fmt.Sprintf(" (%d deletions in its window)", *sd.RecentDeletions)
 			}
 		}
-		if sd.HeldBecause != "" {
-			s += "; held: " + sd.HeldBecause
-		}
+		s += heldAndKept(sd)
 		lines = append(lines, s+".")
 	}
 	for _, w := range v.Warnings {
@@ -486,4 +484,46 @@ func (p *printable) Write(b []byte) (int, error) {
 // shown says a rune goes to the terminal as it is.
 func shown(r rune) bool {
 	return r == '\n' || r == '\t' || (r != utf8.RuneError && unicode.IsPrint(r))
+}
+
+// byCount is counts by reason, most first: "8 max-size, 4 backoff". The
+// reasons are the code's named reasons (and the table is escaped whole).
+func byCount(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if m[keys[i]] != m[keys[j]] {
+			return m[keys[i]] > m[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%d %s", m[k], k)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// podsLine is the summary's pods: unschedulable (those without a
+// scale-up by reason), waiting for upcoming nodes.
+func podsLine(v *View) string {
+	if len(v.PodsWithoutScaleUp) == 0 {
+		return fmt.Sprintf("Pods: %d unschedulable, %d waiting for upcoming nodes.", v.UnschedulablePods, v.PodsAwaitingNodes)
+	}
+	return fmt.Sprintf("Pods: %d unschedulable (without a scale-up: %s), %d waiting for upcoming nodes.",
+		v.UnschedulablePods, byCount(v.PodsWithoutScaleUp), v.PodsAwaitingNodes)
+}
+
+// heldAndKept is what holds scale-down and the nodes it kept, by reason.
+func heldAndKept(sd *ScaleDownView) string {
+	s := ""
+	if sd.HeldBecause != "" {
+		s += "; held: " + sd.HeldBecause
+	}
+	if len(sd.Kept) > 0 {
+		s += "; kept: " + byCount(sd.Kept)
+	}
+	return s
 }

@@ -608,3 +608,29 @@ func TestTableEscapesWhatTenantsWrote(t *testing.T) {
 		t.Fatalf("the message is not shown escaped:\n%s", out.String())
 	}
 }
+
+// TestWhyNoScaleUpAndWhyKept (#43): the named reasons of the status — the
+// pods no group was asked for and the nodes scale-down kept, by reason —
+// are printed most first, and absent when there are none.
+func TestWhyNoScaleUpAndWhyKept(t *testing.T) {
+	st := &core.Status{NodeGroups: []core.GroupStatus{{Name: "a", Max: 1}}, UnschedulablePods: 12,
+		PodsWithoutScaleUp: map[string]int{"backoff": 4, "max-size": 8},
+		ScaleDown:          core.ScaleDownInfo{UnneededNodes: 1, Kept: map[string]int{"pdb": 2, "utilization-high": 5}}}
+	var b strings.Builder
+	if err := Render(&b, FromStatus("configmap ns/name", st), "table", now); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Pods: 12 unschedulable (without a scale-up: 8 max-size, 4 backoff)", "kept: 5 utilization-high, 2 pdb"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table without %q:\n%s", want, b.String())
+		}
+	}
+	st.PodsWithoutScaleUp, st.ScaleDown.Kept = nil, nil
+	b.Reset()
+	if err := Render(&b, FromStatus("configmap ns/name", st), "table", now); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "without a scale-up") || strings.Contains(b.String(), "kept:") {
+		t.Errorf("reasons printed with none:\n%s", b.String())
+	}
+}

@@ -23,14 +23,17 @@ type View struct {
 	Source string `json:"source"`
 	// AsOf is when the autoscaler last changed the status (ConfigMap), or
 	// its last successful loop (metrics).
-	AsOf              *time.Time     `json:"asOf,omitempty"`
-	Nodes             *int           `json:"nodes,omitempty"`
-	ReadyNodes        *int           `json:"readyNodes,omitempty"`
-	UnschedulablePods int            `json:"unschedulablePods"`
-	PodsAwaitingNodes int            `json:"podsAwaitingUpcomingNodes"`
-	NodeGroups        []GroupView    `json:"nodeGroups"`
-	Queue             QueueView      `json:"nodeAdditionQueue"`
-	ScaleDown         *ScaleDownView `json:"scaleDown,omitempty"`
+	AsOf              *time.Time `json:"asOf,omitempty"`
+	Nodes             *int       `json:"nodes,omitempty"`
+	ReadyNodes        *int       `json:"readyNodes,omitempty"`
+	UnschedulablePods int        `json:"unschedulablePods"`
+	PodsAwaitingNodes int        `json:"podsAwaitingUpcomingNodes"`
+	// PodsWithoutScaleUp counts the pods no node group was asked for, by
+	// reason (status ConfigMap only).
+	PodsWithoutScaleUp map[string]int `json:"podsWithoutScaleUp,omitempty"`
+	NodeGroups         []GroupView    `json:"nodeGroups"`
+	Queue              QueueView      `json:"nodeAdditionQueue"`
+	ScaleDown          *ScaleDownView `json:"scaleDown,omitempty"`
 	// Health is passive node health's report (status ConfigMap only):
 	// the unhealthy nodes, the breakers, the pause.
 	Health *core.HealthStatus `json:"health,omitempty"`
@@ -102,11 +105,14 @@ type ScaleDownView struct {
 	BrakeEngaged    bool   `json:"brakeEngaged"`
 	RecentDeletions *int   `json:"deletionsInBrakeWindow,omitempty"`
 	HeldBecause     string `json:"heldBecause,omitempty"`
+	// Kept counts the nodes kept in the last pass, by reason (status
+	// ConfigMap only).
+	Kept map[string]int `json:"kept,omitempty"`
 }
 
 // FromStatus is the view of the status ConfigMap's content.
 func FromStatus(source string, st *core.Status) *View {
-	v := &View{Source: source, UnschedulablePods: st.UnschedulablePods, PodsAwaitingNodes: st.PodsAwaitingNodes}
+	v := &View{Source: source, UnschedulablePods: st.UnschedulablePods, PodsAwaitingNodes: st.PodsAwaitingNodes, PodsWithoutScaleUp: st.PodsWithoutScaleUp}
 	if !st.LastChange.IsZero() {
 		t := st.LastChange
 		v.AsOf = &t
@@ -139,7 +145,7 @@ func FromStatus(source string, st *core.Status) *View {
 	sd := st.ScaleDown
 	recent := sd.RecentDeletions
 	v.ScaleDown = &ScaleDownView{UnneededNodes: sd.UnneededNodes, Removing: sd.Removing, BrakeEngaged: sd.BrakeEngaged,
-		RecentDeletions: &recent, HeldBecause: sd.HeldBecause}
+		RecentDeletions: &recent, HeldBecause: sd.HeldBecause, Kept: sd.Kept}
 	if st.ClusterUnhealthy != "" {
 		v.Warnings = append(v.Warnings, "cluster unhealthy, nothing deleted, cordoned or drained: "+st.ClusterUnhealthy)
 	}
