@@ -660,11 +660,19 @@ func (g *scaleSet) IncreaseSize(ctx context.Context, delta int) error {
 			if unclear {
 				logger.Info("Scale-up committed though its answer was lost; not writing again",
 					"scaleSet", g.ID(), "target", target, "capacity", fresh, "err", err.Error())
-			} else {
-				logger.Info("Scale set already at or above the scale-up target (another writer changed it); not writing again",
-					"scaleSet", g.ID(), "target", target, "capacity", fresh)
+				return nil
 			}
-			return nil
+			// Not this write's doing: another writer raised the capacity,
+			// or a deletion sent since the size was read failed and its
+			// machines count again (ARM restores the capacity). Whether the
+			// demand is met is the core's to decide from the fresh size:
+			// nothing was sent, and the demand is planned again next loop
+			// (a deferred write, counted as no release).
+			logger.Info("Scale set already at or above the scale-up target (another writer changed it, or a deletion failed); not writing, planned again",
+				"scaleSet", g.ID(), "target", target, "capacity", fresh)
+			return cloudprovider.NewError(cloudprovider.ClassThrottled, "CapacityChanged",
+				fmt.Sprintf("scale set %s is at capacity %d, at or above the target %d computed from capacity %d: another writer raised it, or a deletion failed and its machines count again; nothing written, the demand is planned again from the fresh size",
+					g.ID(), fresh, target, size), cloudprovider.ErrNotSent)
 		}
 		logger.V(2).Info("Writing the scale-up target again", "scaleSet", g.ID(), "target", target,
 			"capacity", fresh, "attempt", attempt+1, "err", err.Error())

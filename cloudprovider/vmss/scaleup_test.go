@@ -17,8 +17,11 @@ import (
 // ARM answers (a 5xx that did or did not commit, a commit that lands after
 // the read-back, a 412 because another writer changed the scale set), every
 // write asks for 5, never for a fresh size plus 3; a scale set found at or
-// above 5 is not written again; and the fence is checked before each write,
-// not only when the call starts.
+// above 5 is not written again (when another writer raised it, or a failed
+// deletion restored its machines, the call says nothing was sent, so the
+// core plans the demand again from the fresh size rather than count it
+// released); and the fence is checked before each write, not only when
+// the call starts.
 func TestScaleUpWritesAnAbsoluteTarget(t *testing.T) {
 	const from, delta, target = 2, 3, 5
 	inject := func(fault armsim.Fault) func(*testing.T, *fixture) {
@@ -63,10 +66,10 @@ func TestScaleUpWritesAnAbsoluteTarget(t *testing.T) {
 			inject(armsim.Fault{Kind: armsim.FaultServerError, Count: 1}), 0, []int{e5, ok}, 1, target, -1},
 		{"a commit that lands after the read-back ends at the target, not the delta twice",
 			inject(armsim.Fault{Kind: armsim.FaultCommitLate, Count: 1}), 0, []int{e5, pf}, 2, target, -1},
-		{"412, another writer raised it above the target: no write",
-			otherWriterSets(6), 0, []int{pf}, 1, 6, -1},
-		{"412, another writer raised it to the target: no write",
-			otherWriterSets(target), 0, []int{pf}, 1, target, -1},
+		{"412, another writer raised it above the target: no write, not sent",
+			otherWriterSets(6), 0, []int{pf}, 1, 6, cloudprovider.ClassThrottled},
+		{"412, another writer raised it to the target: no write, not sent",
+			otherWriterSets(target), 0, []int{pf}, 1, target, cloudprovider.ClassThrottled},
 		{"412, another writer raised it short of the target: the target",
 			otherWriterSets(3), 0, []int{pf, ok}, 1, target, -1},
 		{"412, another writer lowered it: the target",
@@ -114,6 +117,9 @@ func TestScaleUpWritesAnAbsoluteTarget(t *testing.T) {
 			}
 			if tc.wantClass >= 0 && (err == nil || cloudprovider.ClassOf(err) != tc.wantClass) {
 				t.Errorf("IncreaseSize: %v (class %v), want a %v error", err, cloudprovider.ClassOf(err), tc.wantClass)
+			}
+			if tc.wantClass == cloudprovider.ClassThrottled && !errors.Is(err, cloudprovider.ErrNotSent) {
+				t.Errorf("IncreaseSize: %v, want it marked not sent (the core plans the demand again)", err)
 			}
 			var statuses []int
 			for _, w := range f.sim.Writes() {
