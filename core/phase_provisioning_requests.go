@@ -113,6 +113,32 @@ func (a *Autoscaler) provisioningRequests(ctx context.Context, l *loop) error {
 	pl := &provreqLoop{atomic: map[string]provreq.Attempt{}, gangOf: map[types.UID]string{},
 		bookedNodes: map[string]bool{}, pending: map[types.UID]*provreq.Update{}, all: reqs}
 	l.provreq = pl
+	count, waiting := consumersOf(l)
+	pr.tracker.SetLimits(a.opts.MaxProvisioningRequestsPerNamespace, a.opts.MaxProvisioningRequests)
+	plan := pr.tracker.Plan(l.now, reqs, count, waiting, pr.api.PodTemplate, func(ns string) *quota.Ledger { return a.quotaLedger(l, ns) })
+	for i := range plan.Updates {
+		pl.put(&plan.Updates[i])
+	}
+	pl.waiting, pl.skipped = plan.Waiting, plan.Skipped
+	a.deleteFinishedRequests(ctx, plan.Delete)
+	if len(plan.Book)+len(plan.Check) > 0 {
+		if err := a.bookAndCheck(ctx, l, plan); err != nil {
+			return err
+		}
+	}
+	for _, at := range plan.ScaleUp {
+		k := gang.Key{Namespace: at.Req.Namespace, Name: "provisioningrequest:" + at.Req.Name, Source: provreqGangSource}
+		pl.gangs = append(pl.gangs, &gang.Gang{Key: k, Min: len(at.Pods), MinKnown: true, Pending: at.Pods, Since: at.Req.CreationTimestamp.Time})
+		pl.atomic[k.String()] = at
+		pl.gangOf[at.Req.UID] = k.String()
+	}
+	return nil
+}
+
+// consumersOf answers, per request, its scheduled consuming pods and how
+// many of its consumers exist unscheduled, each read from the loop once
+// and only when asked.
+func consumersOf(l *loop) (func(*provreq.ProvisioningRequest) []*apiv1.Pod, func(*provreq.ProvisioningRequest) int) {
 	var consumed map[string][]*apiv1.Pod
 	count := func(r *provreq.ProvisioningRequest) []*apiv1.Pod {
 		if consumed == nil {
@@ -132,92 +158,98 @@ func (a *Autoscaler) provisioningRequests(ctx context.Context, l *loop) error {
 		}
 		return unscheduled[provreq.Key(r)]
 	}
-	pr.tracker.SetLimits(a.opts.MaxProvisioningRequestsPerNamespace, a.opts.MaxProvisioningRequests)
-	plan := pr.tracker.Plan(l.now, reqs, count, waiting, pr.api.PodTemplate, func(ns string) *quota.Ledger { return a.quotaLedger(l, ns) })
-	for i := range plan.Updates {
-		pl.put(&plan.Updates[i])
-	}
-	pl.waiting, pl.skipped = plan.Waiting, plan.Skipped
-	a.deleteFinishedRequests(ctx, plan.Delete)
+	return count, waiting
+}
 
-	if len(plan.Book)+len(plan.Check) > 0 {
-		usable := a.bookableNodes(l)
-		free := a.bookingFrees(l, usable)
-		fork := l.snap.Fork()
-		placed := 0
-		for _, b := range plan.Book {
-			child := fork.Fork()
-			left, nodes := a.placePods(ctx, child, b.Pods, usable, free)
-			used := provreq.Count(b.Req) - len(b.Pods)
-			if b.Overdue && len(left) == 0 {
-				// Past its reservation time, and its pods wait for no coming
-				// node: the booking ends.
-				pl.put(pr.tracker.Expire(b.Req, used, l.now))
-				continue
-			}
-			// Booked room is held on ready nodes and, for a
-			// best-effort-atomic booking, on the coming nodes it bought,
-			// never on nodes coming for other pods; a check-capacity
-			// booking never waits for coming nodes (it buys nothing). A
-			// booking whose pods fit nowhere it may hold room holds none
-			// (#40).
-			// Asked every loop, so the claim follows its nodes as they
-			// come up, whether or not its pods wait for them now.
-			claim := pr.tracker.ClaimOf(b.Req, a.upcomingOf(l))
-			if len(left) > 0 && len(claim) == 0 {
-				if b.Overdue {
-					pl.put(pr.tracker.Expire(b.Req, used, l.now))
-				} else {
-					pl.put(pr.tracker.Lost(b.Req, len(left), used, l.now))
-				}
-				continue
-			}
-			if len(left) == 0 {
-				pr.tracker.Held(b.Req.UID)
-			}
-			fork = child
-			for _, n := range nodes {
-				pl.bookedNodes[n] = true
-			}
-			placed += len(nodes)
-			pl.bookings = append(pl.bookings, b)
-			if len(left) > 0 {
-				pl.upcoming = append(pl.upcoming, scaleup.Booking{ID: string(b.Req.UID), Pods: left, Nodes: claim})
-			}
-		}
-		for _, at := range plan.Check {
-			child := fork.Fork()
-			left, nodes := a.placePods(ctx, child, at.Pods, usable, free)
-			if len(left) > 0 {
-				pl.put(pr.tracker.NotProvisioned(at.Req, fmt.Sprintf("%d of its %d pods fit on the cluster as it is (its ready nodes, less the capacity other requests booked)",
-					len(at.Pods)-len(left), len(at.Pods)), l.now))
-				continue
-			}
-			fork = child
-			placed += len(nodes)
-			for _, n := range nodes {
-				pl.bookedNodes[n] = true
-			}
-			pl.put(pr.tracker.Provisioned(at.Req, provreq.ReasonCapacityIsFound,
-				fmt.Sprintf("Capacity is found in the cluster: its %d pods fit on ready nodes, booked for %s", len(at.Pods), pr.tracker.Options().ReservationTime), l.now))
-			// Booked from now on: later requests and pods of this loop see it.
-			pl.bookings = append(pl.bookings, provreq.Booking{Req: at.Req, Pods: at.Pods, Until: l.now.Add(pr.tracker.Options().ReservationTime)})
-		}
-		if placed > 0 {
-			snap, err := fork.Freeze()
-			if err != nil {
-				return fmt.Errorf("booking ProvisioningRequests' capacity: %w", err)
-			}
-			l.snap = snap
-		}
+// bookAndCheck places the bookings' pods, then the check-capacity
+// requests', on the ready nodes that may take them, in the loop's
+// snapshot: the rest of the loop sees the room taken.
+func (a *Autoscaler) bookAndCheck(ctx context.Context, l *loop, plan provreq.Plan) error {
+	usable := a.bookableNodes(l)
+	free := a.bookingFrees(l, usable)
+	fork := l.snap.Fork()
+	placed := 0
+	for _, b := range plan.Book {
+		placed += a.book(ctx, l, &fork, b, usable, free)
 	}
-	for _, at := range plan.ScaleUp {
-		k := gang.Key{Namespace: at.Req.Namespace, Name: "provisioningrequest:" + at.Req.Name, Source: provreqGangSource}
-		pl.gangs = append(pl.gangs, &gang.Gang{Key: k, Min: len(at.Pods), MinKnown: true, Pending: at.Pods, Since: at.Req.CreationTimestamp.Time})
-		pl.atomic[k.String()] = at
-		pl.gangOf[at.Req.UID] = k.String()
+	for _, at := range plan.Check {
+		placed += a.checkCapacity(ctx, l, &fork, at, usable, free)
 	}
+	if placed == 0 {
+		return nil
+	}
+	snap, err := fork.Freeze()
+	if err != nil {
+		return fmt.Errorf("booking ProvisioningRequests' capacity: %w", err)
+	}
+	l.snap = snap
 	return nil
+}
+
+// book holds a Provisioned request's room (#40): on ready nodes and, for
+// a best-effort-atomic booking, on the coming nodes it bought, never on
+// nodes coming for other pods; a check-capacity booking never waits for
+// coming nodes (it buys nothing). A booking whose pods fit nowhere it may
+// hold room holds none, and is lost (Tracker.Lost) or, past its
+// reservation time, ends. It returns the ready nodes it took.
+func (a *Autoscaler) book(ctx context.Context, l *loop, fork **snapshot.Fork, b provreq.Booking, usable []int, free freeRoom) int {
+	pr, pl := a.provreq, l.provreq
+	child := (*fork).Fork()
+	left, nodes := a.placePods(ctx, child, b.Pods, usable, free)
+	used := provreq.Count(b.Req) - len(b.Pods)
+	if b.Overdue && len(left) == 0 {
+		// Past its reservation time, and its pods wait for no coming
+		// node: the booking ends.
+		pl.put(pr.tracker.Expire(b.Req, used, l.now))
+		return 0
+	}
+	// Asked every loop, so the claim follows its nodes as they come up,
+	// whether or not its pods wait for them now.
+	claim := pr.tracker.ClaimOf(b.Req, a.upcomingOf(l))
+	if len(left) > 0 && len(claim) == 0 {
+		if b.Overdue {
+			pl.put(pr.tracker.Expire(b.Req, used, l.now))
+		} else {
+			pl.put(pr.tracker.Lost(b.Req, len(left), used, l.now))
+		}
+		return 0
+	}
+	if len(left) == 0 {
+		pr.tracker.Held(b.Req.UID)
+	}
+	*fork = child
+	for _, n := range nodes {
+		pl.bookedNodes[n] = true
+	}
+	pl.bookings = append(pl.bookings, b)
+	if len(left) > 0 {
+		pl.upcoming = append(pl.upcoming, scaleup.Booking{ID: string(b.Req.UID), Pods: left, Nodes: claim})
+	}
+	return len(nodes)
+}
+
+// checkCapacity answers a check-capacity request on the cluster as it is:
+// Provisioned, its room booked from now on (later requests and pods of
+// this loop see it), or not, with how many of its pods fit. It returns
+// the ready nodes it took.
+func (a *Autoscaler) checkCapacity(ctx context.Context, l *loop, fork **snapshot.Fork, at provreq.Attempt, usable []int, free freeRoom) int {
+	pr, pl := a.provreq, l.provreq
+	child := (*fork).Fork()
+	left, nodes := a.placePods(ctx, child, at.Pods, usable, free)
+	if len(left) > 0 {
+		pl.put(pr.tracker.NotProvisioned(at.Req, fmt.Sprintf("%d of its %d pods fit on the cluster as it is (its ready nodes, less the capacity other requests booked)",
+			len(at.Pods)-len(left), len(at.Pods)), l.now))
+		return 0
+	}
+	*fork = child
+	for _, n := range nodes {
+		pl.bookedNodes[n] = true
+	}
+	reservation := pr.tracker.Options().ReservationTime
+	pl.put(pr.tracker.Provisioned(at.Req, provreq.ReasonCapacityIsFound,
+		fmt.Sprintf("Capacity is found in the cluster: its %d pods fit on ready nodes, booked for %s", len(at.Pods), reservation), l.now))
+	pl.bookings = append(pl.bookings, provreq.Booking{Req: at.Req, Pods: at.Pods, Until: l.now.Add(reservation)})
+	return len(nodes)
 }
 
 // bookable says a node may take booked room: usable, and may take pods
@@ -388,27 +420,46 @@ func bookedForUpcoming(l *loop) []scaleup.Booking {
 }
 
 // provisioningRequestResults turns scale-up's outcome into the
-// best-effort-atomic requests' conditions, and revokes the capacity of
-// bookings whose pods have fit nowhere for the grace period.
+// best-effort-atomic requests' conditions, and judges the bookings that
+// wait for coming nodes.
 func (a *Autoscaler) provisioningRequestResults(l *loop, out scaleup.Outcome) {
 	pl := l.provreq
 	if pl == nil {
 		return
 	}
-	t := a.provreq.tracker
-	type result struct {
-		released, queued int
-		groups           []string
-		failed           []string
-		noScale          string
-		placed           bool
-		claims           []claim
+	res := gangResults(pl, out)
+	coming := comingNodesOf(out.Upcoming)
+	for _, g := range pl.gangs {
+		k := g.Key.String()
+		if r := res[k]; r != nil {
+			a.gangResult(l, k, r, coming)
+		}
+		// Otherwise scale-up said nothing of its pods (no pass ran them):
+		// tried again next loop, never Provisioned without evidence.
 	}
-	res := map[string]*result{}
-	get := func(k string) *result {
+	a.judgeWaitingBookings(l, out)
+}
+
+// gangResult is what scale-up did for a best-effort-atomic request's gang.
+type gangResult struct {
+	released, queued int
+	groups           []string
+	failed           []string
+	noScale          string
+	placed           bool
+	claims           []claim
+}
+
+// gangResults gathers scale-up's outcome by request gang: the nodes
+// released and queued for it, the failures and no-scale-ups its pods are
+// in (every request with pods in one has its share), whether it fit on
+// ready and coming nodes.
+func gangResults(pl *provreqLoop, out scaleup.Outcome) map[string]*gangResult {
+	res := map[string]*gangResult{}
+	get := func(k string) *gangResult {
 		r := res[k]
 		if r == nil {
-			r = &result{}
+			r = &gangResult{}
 			res[k] = r
 		}
 		return r
@@ -424,28 +475,13 @@ func (a *Autoscaler) provisioningRequestResults(l *loop, out scaleup.Outcome) {
 			}
 		}
 	}
-	// Every request with pods in a failure or a no-scale-up has its share.
-	gangsOfPods := func(pods []*apiv1.Pod) []string {
-		var keys []string
-		seen := map[string]bool{}
-		for _, p := range pods {
-			if !provreq.IsBooked(p) {
-				continue
-			}
-			if k, ok := pl.gangOf[requestOf(p)]; ok && !seen[k] {
-				seen[k] = true
-				keys = append(keys, k)
-			}
-		}
-		return keys
-	}
 	for _, f := range out.Result.Failed {
-		for _, k := range gangsOfPods(f.Pods) {
+		for _, k := range pl.gangsOfPods(f.Pods) {
 			get(k).failed = append(get(k).failed, fmt.Sprintf("node group %s: %v", f.Group, f.Err))
 		}
 	}
 	for _, ns := range out.Result.NoScale {
-		for _, k := range gangsOfPods(ns.Pods) {
+		for _, k := range pl.gangsOfPods(ns.Pods) {
 			get(k).noScale = ns.Reason
 		}
 	}
@@ -454,42 +490,63 @@ func (a *Autoscaler) provisioningRequestResults(l *loop, out scaleup.Outcome) {
 			get(k).placed = true
 		}
 	}
-	coming := comingNodesOf(out.Upcoming)
-	booked := t.Options().ReservationTime
-	for _, g := range pl.gangs {
-		k := g.Key.String()
-		at, r := pl.atomic[k], res[k]
-		switch {
-		case r != nil && len(r.failed) > 0:
-			pl.put(t.NotProvisioned(at.Req, "the scale-up for its pods failed: "+strings.Join(r.failed, "; "), l.now))
-		case r != nil && r.noScale != "":
-			pl.put(t.NotProvisioned(at.Req, requestReason(k, len(at.Pods), r.noScale), l.now))
-		case r != nil && r.queued > 0:
-			pl.put(t.Queued(at.Req, fmt.Sprintf("Capacity is being provisioned: the %d new nodes its pods need wait in the node-addition queue, to be requested together",
-				r.queued+r.released), l.now))
-		case r != nil && r.released > 0:
-			// Its booking may hold the nodes bought for it, and the coming
-			// nodes its pods were planned on, while they come.
-			u := t.Provisioned(at.Req, provreq.ReasonCapacityIsProvisioned,
-				fmt.Sprintf("Capacity is provisioned: %d new nodes requested from node group %s for its %d pods, booked for %s",
-					r.released, strings.Join(uniq(r.groups), ", "), len(at.Pods), booked), l.now)
-			t.Claim(u, claimOf(r.claims, coming[at.Req.UID]))
-			pl.put(u)
-		case r != nil && r.placed:
-			u := t.Provisioned(at.Req, provreq.ReasonCapacityIsFound,
-				fmt.Sprintf("Capacity is found in the cluster: its %d pods fit on ready and coming nodes, booked for %s", len(at.Pods), booked), l.now)
-			t.Claim(u, claimOf(nil, coming[at.Req.UID]))
-			pl.put(u)
-		default:
-			// Scale-up said nothing of its pods (no pass ran them): tried
-			// again next loop, never Provisioned without evidence.
+	return res
+}
+
+// gangsOfPods are the request gangs whose booked pods are among pods.
+func (pl *provreqLoop) gangsOfPods(pods []*apiv1.Pod) []string {
+	var keys []string
+	seen := map[string]bool{}
+	for _, p := range pods {
+		if !provreq.IsBooked(p) {
+			continue
+		}
+		if k, ok := pl.gangOf[requestOf(p)]; ok && !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
 		}
 	}
-	// A booking waiting for coming nodes is kept only while its pods fit
-	// on the nodes it bought: once they do not (a node failed or was
-	// removed, other pods took its room), an overdue one ends, another is
-	// lost (Tracker.Lost). Its capacity is never revoked (Kueue would
-	// deactivate the workload).
+	return keys
+}
+
+// gangResult writes a request's condition from what scale-up did for its
+// gang: failed, no group can take it, queued, provisioned (with the
+// coming nodes its booking may hold) or found on ready and coming nodes.
+func (a *Autoscaler) gangResult(l *loop, k string, r *gangResult, coming map[types.UID]map[string]int) {
+	pl, t := l.provreq, a.provreq.tracker
+	at := pl.atomic[k]
+	booked := t.Options().ReservationTime
+	switch {
+	case len(r.failed) > 0:
+		pl.put(t.NotProvisioned(at.Req, "the scale-up for its pods failed: "+strings.Join(r.failed, "; "), l.now))
+	case r.noScale != "":
+		pl.put(t.NotProvisioned(at.Req, requestReason(k, len(at.Pods), r.noScale), l.now))
+	case r.queued > 0:
+		pl.put(t.Queued(at.Req, fmt.Sprintf("Capacity is being provisioned: the %d new nodes its pods need wait in the node-addition queue, to be requested together",
+			r.queued+r.released), l.now))
+	case r.released > 0:
+		// Its booking may hold the nodes bought for it, and the coming
+		// nodes its pods were planned on, while they come.
+		u := t.Provisioned(at.Req, provreq.ReasonCapacityIsProvisioned,
+			fmt.Sprintf("Capacity is provisioned: %d new nodes requested from node group %s for its %d pods, booked for %s",
+				r.released, strings.Join(uniq(r.groups), ", "), len(at.Pods), booked), l.now)
+		t.Claim(u, claimOf(r.claims, coming[at.Req.UID]))
+		pl.put(u)
+	case r.placed:
+		u := t.Provisioned(at.Req, provreq.ReasonCapacityIsFound,
+			fmt.Sprintf("Capacity is found in the cluster: its %d pods fit on ready and coming nodes, booked for %s", len(at.Pods), booked), l.now)
+		t.Claim(u, claimOf(nil, coming[at.Req.UID]))
+		pl.put(u)
+	}
+}
+
+// judgeWaitingBookings judges the bookings whose pods wait for coming
+// nodes: kept while they fit on the nodes they bought; once they do not
+// (a node failed or was removed, other pods took its room), an overdue one
+// ends, another is lost (Tracker.Lost). Their capacity is never revoked
+// (Kueue would deactivate the workload).
+func (a *Autoscaler) judgeWaitingBookings(l *loop, out scaleup.Outcome) {
+	pl, t := l.provreq, a.provreq.tracker
 	lost, unjudged := map[string]bool{}, map[string]bool{}
 	for _, id := range out.LostBookings {
 		lost[id] = true
