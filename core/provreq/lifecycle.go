@@ -270,87 +270,111 @@ func (t *Tracker) Plan(now time.Time, reqs []*ProvisioningRequest, consumed func
 
 func (t *Tracker) plan(now time.Time, r *ProvisioningRequest, consumed func(*ProvisioningRequest) []*apiv1.Pod, waiting func(*ProvisioningRequest) int,
 	get TemplateGetter, led *quota.Ledger, p *Plan) {
-	o := t.opts
 	if Finished(r) {
-		t.forgetAttempts(r.UID)
-		delete(t.pods, r.UID)
-		delete(t.claims, r.UID)
-		delete(t.lost, r.UID)
-		if last := lastTransition(r); !last.IsZero() && now.Sub(last) > o.TerminalTTL {
-			p.Delete = append(p.Delete, r)
-		}
+		t.planFinished(now, r, p)
 		return
 	}
-	var cp *ProvisioningRequest
-	edit := func() *ProvisioningRequest {
-		if cp == nil {
-			cp = r.DeepCopy()
-		}
-		return cp
-	}
-	var last *Update
-	set := func(ct string, s metav1.ConditionStatus, reason, msg string, warn bool) {
-		if SetCondition(edit(), ct, s, reason, msg, now) {
-			last = &Update{Condition: *Find(cp, ct), Warning: warn}
-		}
-	}
-	flush := func() {
-		if last != nil {
-			last.Req = cp
-			p.Updates = append(p.Updates, *last)
-		}
-	}
-	defer flush()
-
+	e := &conditionEdits{r: r, now: now}
+	defer e.flush(p)
 	if IsTrue(r, Provisioned) {
-		t.forgetAttempts(r.UID)
-		since := Find(r, Provisioned).LastTransitionTime.Time
-		until := since.Add(o.ReservationTime)
-		total := Count(r)
-		consumers := consumed(r)
-		used := len(consumers)
-		if used >= total {
-			set(BookingExpired, metav1.ConditionTrue, ReasonBookingConsumed,
-				fmt.Sprintf("Capacity booking is consumed: all %d pods consuming the request are scheduled", total), false)
-			return
-		}
-		overdue := !now.Before(until)
-		if overdue && r.Spec.ProvisioningClassName != ClassBestEffortAtomic {
-			set(BookingExpired, metav1.ConditionTrue, ReasonReservationTimeExpired, reservationExpiredMessage(o, used, total), false)
-			return
-		}
-		pods, err := t.bookedPods(r, get)
-		if err != nil {
-			// Never Failed once Provisioned: Kueue would evict the admitted
-			// workload. Without its pods (a template gone before they were
-			// ever made, as after a restart) the booking just ends.
-			set(BookingExpired, metav1.ConditionTrue, ReasonReservationTimeExpired,
-				"Capacity booking ended: the request's pods cannot be made to book its capacity: "+err.Error(), false)
-			return
-		}
-		// The pods scheduled hold their room themselves.
-		unconsumed := Unconsumed(pods, consumers)
-		// Booked: counted in the quotas as far as they fit (never taken
-		// back), less its consumers that exist unscheduled, which the
-		// quotas' status.used counts already.
-		coming := unconsumed
-		if waiting != nil {
-			coming = coming[:max(0, len(coming)-waiting(r))]
-		}
-		led.TakeSome(specsOf(coming))
-		p.Book = append(p.Book, Booking{Req: r, Pods: unconsumed, Until: until, Overdue: overdue})
+		t.planBooking(now, r, consumed, waiting, get, led, e, p)
 		return
 	}
+	t.planAttempt(now, r, get, led, e, p)
+}
+
+// conditionEdits are one request's condition changes of a loop, made on
+// one copy; the one changed last names the update's event.
+type conditionEdits struct {
+	r, cp *ProvisioningRequest
+	last  *Update
+	now   time.Time
+}
+
+func (e *conditionEdits) set(ct string, s metav1.ConditionStatus, reason, msg string, warn bool) {
+	if e.cp == nil {
+		e.cp = e.r.DeepCopy()
+	}
+	if SetCondition(e.cp, ct, s, reason, msg, e.now) {
+		e.last = &Update{Condition: *Find(e.cp, ct), Warning: warn}
+	}
+}
+
+func (e *conditionEdits) flush(p *Plan) {
+	if e.last != nil {
+		e.last.Req = e.cp
+		p.Updates = append(p.Updates, *e.last)
+	}
+}
+
+// planFinished forgets a finished request and deletes it past the TTL.
+func (t *Tracker) planFinished(now time.Time, r *ProvisioningRequest, p *Plan) {
+	t.forgetAttempts(r.UID)
+	delete(t.pods, r.UID)
+	delete(t.claims, r.UID)
+	delete(t.lost, r.UID)
+	if last := lastTransition(r); !last.IsZero() && now.Sub(last) > t.opts.TerminalTTL {
+		p.Delete = append(p.Delete, r)
+	}
+}
+
+// planBooking is a Provisioned request: its booking consumed, expired, or
+// booked again this loop with its unconsumed pods.
+func (t *Tracker) planBooking(now time.Time, r *ProvisioningRequest, consumed func(*ProvisioningRequest) []*apiv1.Pod, waiting func(*ProvisioningRequest) int,
+	get TemplateGetter, led *quota.Ledger, e *conditionEdits, p *Plan) {
+	o := t.opts
+	t.forgetAttempts(r.UID)
+	since := Find(r, Provisioned).LastTransitionTime.Time
+	until := since.Add(o.ReservationTime)
+	total := Count(r)
+	consumers := consumed(r)
+	used := len(consumers)
+	if used >= total {
+		e.set(BookingExpired, metav1.ConditionTrue, ReasonBookingConsumed,
+			fmt.Sprintf("Capacity booking is consumed: all %d pods consuming the request are scheduled", total), false)
+		return
+	}
+	overdue := !now.Before(until)
+	if overdue && r.Spec.ProvisioningClassName != ClassBestEffortAtomic {
+		e.set(BookingExpired, metav1.ConditionTrue, ReasonReservationTimeExpired, reservationExpiredMessage(o, used, total), false)
+		return
+	}
+	pods, err := t.bookedPods(r, get)
+	if err != nil {
+		// Never Failed once Provisioned: Kueue would evict the admitted
+		// workload. Without its pods (a template gone before they were
+		// ever made, as after a restart) the booking just ends.
+		e.set(BookingExpired, metav1.ConditionTrue, ReasonReservationTimeExpired,
+			"Capacity booking ended: the request's pods cannot be made to book its capacity: "+err.Error(), false)
+		return
+	}
+	// The pods scheduled hold their room themselves.
+	unconsumed := Unconsumed(pods, consumers)
+	// Booked: counted in the quotas as far as they fit (never taken
+	// back), less its consumers that exist unscheduled, which the
+	// quotas' status.used counts already.
+	coming := unconsumed
+	if waiting != nil {
+		coming = coming[:max(0, len(coming)-waiting(r))]
+	}
+	led.TakeSome(specsOf(coming))
+	p.Book = append(p.Book, Booking{Req: r, Pods: unconsumed, Until: until, Overdue: overdue})
+}
+
+// planAttempt is a request not provisioned yet: expired, refused, waiting
+// (its template, its backoff, its namespace's quota) or tried this loop.
+func (t *Tracker) planAttempt(now time.Time, r *ProvisioningRequest, get TemplateGetter, led *quota.Ledger, e *conditionEdits, p *Plan) {
+	o := t.opts
 	if now.Sub(r.CreationTimestamp.Time) > o.ExpirationTime {
-		set(Failed, metav1.ConditionTrue, ReasonExpired,
+		e.set(Failed, metav1.ConditionTrue, ReasonExpired,
 			fmt.Sprintf("ProvisioningRequest is expired: not provisioned within %s of its creation", o.ExpirationTime), true)
 		return
 	}
 	if !IsTrue(r, Accepted) {
-		set(Accepted, metav1.ConditionTrue, ReasonAccepted, acceptedMessage, false)
+		e.set(Accepted, metav1.ConditionTrue, ReasonAccepted, acceptedMessage, false)
 	}
 	if why := TooManyPods(r); why != "" {
-		set(Failed, metav1.ConditionTrue, ReasonFailedToCreatePods, why, true)
+		e.set(Failed, metav1.ConditionTrue, ReasonFailedToCreatePods, why, true)
 		return
 	}
 	shapes, err := t.shapesOf(r, get)
@@ -358,48 +382,68 @@ func (t *Tracker) plan(now time.Time, r *ProvisioningRequest, consumed func(*Pro
 		if now.Sub(r.CreationTimestamp.Time) < o.TemplateGrace {
 			return // the template's informer may trail the request's
 		}
-		set(Failed, metav1.ConditionTrue, ReasonFailedToCreatePods, err.Error(), true)
+		e.set(Failed, metav1.ConditionTrue, ReasonFailedToCreatePods, err.Error(), true)
 		return
 	}
-	if b, ok := t.backoff[r.UID]; ok && now.Before(b.next) {
-		p.Waiting = append(p.Waiting, Waiting{Req: r, RetryAt: b.next})
+	if t.waitsBackoff(now, r, p) {
 		return
-	} else if !ok {
-		// After a restart: the first retry waits the initial backoff from
-		// the last failure, as cluster-autoscaler's does.
-		if c := Find(r, Provisioned); c != nil && c.Status == metav1.ConditionFalse && c.Reason == ReasonCapacityIsNotFound {
-			if next := c.LastTransitionTime.Add(o.InitialBackoff); now.Before(next) {
-				t.backoff[r.UID] = backoff{delay: o.InitialBackoff, next: next}
-				p.Waiting = append(p.Waiting, Waiting{Req: r, RetryAt: next})
-				return
-			}
-		}
 	}
 	// Made only now: a request in backoff costs its shapes, not its pods.
 	pods := Expand(r, shapes)
 	if ok, why := led.TakeAll(specsOf(pods)); !ok {
-		b, seen := t.backoff[r.UID]
-		if !seen {
-			b.delay = o.InitialBackoff
-		} else {
-			b.delay = min(2*b.delay, o.MaxBackoff)
-		}
-		b.next = now.Add(b.delay)
-		t.backoff[r.UID] = b
-		set(Provisioned, metav1.ConditionFalse, ReasonExceedsQuota,
-			fmt.Sprintf("its %d pods exceed what the namespace's ResourceQuotas leave (%s); tried again in %s", len(pods), why, b.delay), true)
-		p.Waiting = append(p.Waiting, Waiting{Req: r, RetryAt: b.next})
+		next := t.backOff(now, r.UID)
+		e.set(Provisioned, metav1.ConditionFalse, ReasonExceedsQuota,
+			fmt.Sprintf("its %d pods exceed what the namespace's ResourceQuotas leave (%s); tried again in %s", len(pods), why, t.backoff[r.UID].delay), true)
+		p.Waiting = append(p.Waiting, Waiting{Req: r, RetryAt: next})
 		return
 	}
 	a := Attempt{Req: r, Pods: pods}
-	if cp != nil {
-		a.Req = cp // carries the Accepted just set
+	if e.cp != nil {
+		a.Req = e.cp // carries the Accepted just set
 	}
 	if r.Spec.ProvisioningClassName == ClassCheckCapacity {
 		p.Check = append(p.Check, a)
 	} else {
 		p.ScaleUp = append(p.ScaleUp, a)
 	}
+}
+
+// waitsBackoff says a request waits out its backoff (then listed in
+// p.Waiting). After a restart the first retry waits the initial backoff
+// from the last failure, as cluster-autoscaler's does.
+func (t *Tracker) waitsBackoff(now time.Time, r *ProvisioningRequest, p *Plan) bool {
+	b, ok := t.backoff[r.UID]
+	if ok && now.Before(b.next) {
+		p.Waiting = append(p.Waiting, Waiting{Req: r, RetryAt: b.next})
+		return true
+	}
+	if ok {
+		return false
+	}
+	c := Find(r, Provisioned)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonCapacityIsNotFound {
+		return false
+	}
+	if next := c.LastTransitionTime.Add(t.opts.InitialBackoff); now.Before(next) {
+		t.backoff[r.UID] = backoff{delay: t.opts.InitialBackoff, next: next}
+		p.Waiting = append(p.Waiting, Waiting{Req: r, RetryAt: next})
+		return true
+	}
+	return false
+}
+
+// backOff doubles a request's backoff (from the initial one up to the
+// most) and returns when it is tried again.
+func (t *Tracker) backOff(now time.Time, uid types.UID) time.Time {
+	b, seen := t.backoff[uid]
+	if !seen {
+		b.delay = t.opts.InitialBackoff
+	} else {
+		b.delay = min(2*b.delay, t.opts.MaxBackoff)
+	}
+	b.next = now.Add(b.delay)
+	t.backoff[uid] = b
+	return b.next
 }
 
 // specsOf are the pods' specs, one a pod: the pods of a pod set (shallow
@@ -624,16 +668,9 @@ func (t *Tracker) NotProvisioned(r *ProvisioningRequest, why string, now time.Ti
 		return t.set(r, Failed, metav1.ConditionTrue, ReasonCapacityIsNotFound,
 			"Capacity is not found and parameters.noRetry is \"true\": "+why, true, now)
 	}
-	b, ok := t.backoff[r.UID]
-	if !ok {
-		b.delay = t.opts.InitialBackoff
-	} else {
-		b.delay = min(2*b.delay, t.opts.MaxBackoff)
-	}
-	b.next = now.Add(b.delay)
-	t.backoff[r.UID] = b
+	t.backOff(now, r.UID)
 	return t.set(r, Provisioned, metav1.ConditionFalse, ReasonCapacityIsNotFound,
-		fmt.Sprintf("Capacity is not found, tried again in %s: %s", b.delay, why), true, now)
+		fmt.Sprintf("Capacity is not found, tried again in %s: %s", t.backoff[r.UID].delay, why), true, now)
 }
 
 // NextRetry is when a request in backoff is tried again (zero: not in backoff).
