@@ -146,6 +146,37 @@ func (a *Autoscaler) capacityBuffers(ctx context.Context, l *loop) error {
 	}
 	bl := &buffersLoop{byUID: map[types.UID]*bufferChunks{}, nodes: map[string]bool{}}
 	l.buffers = bl
+	for _, b := range a.activeBuffers(bl, all) {
+		a.resolveBuffer(ctx, l, b)
+	}
+	// Resolved in turns; capped by quotas, booked and reported oldest
+	// first.
+	sort.SliceStable(bl.buffers, func(i, j int) bool { return olderBuffer(bl.buffers[i].b, bl.buffers[j].b) })
+	a.capByQuotas(l, bl.buffers)
+	chunks := 0
+	for _, bc := range bl.buffers {
+		if bc.err == nil {
+			bc.pods = capacitybuffer.Pods(bc.b, bc.chunks)
+			chunks += len(bc.pods)
+		}
+	}
+	for uid := range bs.lastGood {
+		if _, ok := bl.byUID[uid]; !ok {
+			delete(bs.lastGood, uid)
+		}
+	}
+	if chunks == 0 {
+		bs.held = nil
+		return nil
+	}
+	return a.placeChunks(ctx, l)
+}
+
+// activeBuffers are the buffers of the active-capacity strategy this loop
+// plans, oldest first with the namespaces in turns: the read budget
+// (scalable objects) and the simulation are spent so; the others are
+// counted (another strategy) or left out, saying why (#40).
+func (a *Autoscaler) activeBuffers(bl *buffersLoop, all []*capacitybuffer.CapacityBuffer) []*capacitybuffer.CapacityBuffer {
 	sort.Slice(all, func(i, j int) bool { return olderBuffer(all[i], all[j]) })
 	active := all[:0:0]
 	for _, b := range all {
@@ -155,49 +186,37 @@ func (a *Autoscaler) capacityBuffers(ctx context.Context, l *loop) error {
 		}
 		active = append(active, b)
 	}
-	// The read budget (scalable objects) and the simulation are spent in
-	// the namespaces' turns; the buffers left out say why (#40).
 	active, bl.skipped = fairshare.Take(active, func(b *capacitybuffer.CapacityBuffer) string { return b.Namespace },
 		a.opts.MaxCapacityBuffersPerNamespace, a.opts.MaxCapacityBuffers, nil)
 	a.metrics.CapacityBuffersSkipped.Set(float64(len(bl.skipped)))
-	for _, b := range active {
-		bc := &bufferChunks{b: b}
-		bc.chunks, bc.err = capacitybuffer.Resolve(ctx, bs.api, b)
-		var nr *capacitybuffer.NotReadyError
-		switch last, ok := bs.lastGood[b.UID]; {
-		case bc.err == nil:
-			bs.lastGood[b.UID] = goodChunks{chunks: bc.chunks, generation: b.Generation, at: l.now}
-		case !errors.As(bc.err, &nr) && ok && last.generation == b.Generation && l.now.Sub(last.at) < maxBufferStale:
-			// Its workload could not be read: the last chunks stand.
-			bc.chunks, bc.err = last.chunks, nil
-		case !errors.As(bc.err, &nr):
-			bc.unreadable = true
-		}
-		bl.buffers = append(bl.buffers, bc)
-		bl.byUID[b.UID] = bc
+	return active
+}
+
+// resolveBuffer turns a buffer into its chunks; when its workload cannot
+// be read, its last chunks stand for a while (maxBufferStale).
+func (a *Autoscaler) resolveBuffer(ctx context.Context, l *loop, b *capacitybuffer.CapacityBuffer) {
+	bs, bl := a.buffers, l.buffers
+	bc := &bufferChunks{b: b}
+	bc.chunks, bc.err = capacitybuffer.Resolve(ctx, bs.api, b)
+	var nr *capacitybuffer.NotReadyError
+	switch last, ok := bs.lastGood[b.UID]; {
+	case bc.err == nil:
+		bs.lastGood[b.UID] = goodChunks{chunks: bc.chunks, generation: b.Generation, at: l.now}
+	case !errors.As(bc.err, &nr) && ok && last.generation == b.Generation && l.now.Sub(last.at) < maxBufferStale:
+		// Its workload could not be read: the last chunks stand.
+		bc.chunks, bc.err = last.chunks, nil
+	case !errors.As(bc.err, &nr):
+		bc.unreadable = true
 	}
-	// Resolved in turns; capped by quotas, booked and reported oldest
-	// first.
-	sort.SliceStable(bl.buffers, func(i, j int) bool { return olderBuffer(bl.buffers[i].b, bl.buffers[j].b) })
-	a.capByQuotas(l, bl.buffers)
-	for _, bc := range bl.buffers {
-		if bc.err == nil {
-			bc.pods = capacitybuffer.Pods(bc.b, bc.chunks)
-		}
-	}
-	for uid := range bs.lastGood {
-		if _, ok := bl.byUID[uid]; !ok {
-			delete(bs.lastGood, uid)
-		}
-	}
-	chunks := 0
-	for _, bc := range bl.buffers {
-		chunks += len(bc.pods)
-	}
-	if chunks == 0 {
-		bs.held = nil
-		return nil
-	}
+	bl.buffers = append(bl.buffers, bc)
+	bl.byUID[b.UID] = bc
+}
+
+// placeChunks places the buffers' chunks on the ready nodes that may take
+// them, those that held chunks last loop first (the room stays put); the
+// rest are scale-up's last pass.
+func (a *Autoscaler) placeChunks(ctx context.Context, l *loop) error {
+	bs, bl := a.buffers, l.buffers
 	usable := a.bookableNodes(l)
 	sort.SliceStable(usable, func(i, j int) bool {
 		return bs.held[l.snap.NodeInfo(usable[i]).Node().Name] && !bs.held[l.snap.NodeInfo(usable[j]).Node().Name]
@@ -217,13 +236,14 @@ func (a *Autoscaler) capacityBuffers(ctx context.Context, l *loop) error {
 		bl.pending = append(bl.pending, left...)
 	}
 	bs.held = bl.nodes
-	if placed > 0 {
-		snap, err := fork.Freeze()
-		if err != nil {
-			return fmt.Errorf("booking CapacityBuffers' room: %w", err)
-		}
-		l.snap = snap
+	if placed == 0 {
+		return nil
 	}
+	snap, err := fork.Freeze()
+	if err != nil {
+		return fmt.Errorf("booking CapacityBuffers' room: %w", err)
+	}
+	l.snap = snap
 	return nil
 }
 
@@ -375,8 +395,7 @@ func (a *Autoscaler) writeBuffers(ctx context.Context, l *loop) {
 	defer a.reportBuffers(l)
 	logger := klog.FromContext(ctx)
 	now := metav1.NewTime(l.now)
-	written, conflicts, deferred := 0, 0, 0
-	var firstErr error
+	var w bufferWrites
 	for _, bc := range bl.buffers {
 		a.bufferEvent(bc)
 		b := bufferStatus(bc, now)
@@ -386,56 +405,55 @@ func (a *Autoscaler) writeBuffers(ctx context.Context, l *loop) {
 			}
 			continue
 		}
-		if written+conflicts >= maxBufferStatusWrites {
-			deferred++
-			continue
-		}
-		if err := a.gate.Write("capacity-buffer-status"); err != nil {
-			logger.V(2).Info("CapacityBuffer statuses not written", "err", err.Error())
+		if !a.writeBufferStatus(ctx, &w, b) {
 			return
 		}
-		if err := a.buffers.api.UpdateStatus(ctx, b); err != nil {
-			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-				conflicts++
-				continue
-			}
-			if firstErr == nil {
-				firstErr = err
-			}
-			continue
-		}
-		written++
-		c := apimeta.FindStatusCondition(b.Status.Conditions, capacitybuffer.ReadyForProvisioning)
-		logger.V(2).Info("CapacityBuffer status written", "buffer", klog.KObj(b), "ready", c.Status, "reason", c.Reason)
 	}
 	for _, b := range bl.skipped {
 		st := skippedBufferStatus(b, a.opts.MaxCapacityBuffersPerNamespace, a.opts.MaxCapacityBuffers, now)
-		if st == nil {
-			continue
-		}
-		if written+conflicts >= maxBufferStatusWrites {
-			deferred++
-			continue
-		}
-		if err := a.gate.Write("capacity-buffer-status"); err != nil {
-			logger.V(2).Info("CapacityBuffer statuses not written", "err", err.Error())
+		if st != nil && !a.writeBufferStatus(ctx, &w, st) {
 			return
 		}
-		switch err := a.buffers.api.UpdateStatus(ctx, st); {
-		case err == nil:
-			written++
-		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-			conflicts++
-		case firstErr == nil:
-			firstErr = err
+	}
+	if w.firstErr != nil {
+		logger.Error(w.firstErr, "Writing CapacityBuffer statuses; tried again next loop")
+	}
+	if w.written+w.conflicts+w.deferred > 0 {
+		logger.Info("CapacityBuffer statuses written", "written", w.written, "conflicts", w.conflicts, "deferredToNextLoop", w.deferred)
+	}
+}
+
+// bufferWrites tallies a loop's buffer status writes.
+type bufferWrites struct {
+	written, conflicts, deferred int
+	firstErr                     error
+}
+
+// writeBufferStatus writes one buffer's status within the loop's bound
+// (the rest are deferred to the next loop) and the leader's fence; false
+// when the fence refused (nothing more is written).
+func (a *Autoscaler) writeBufferStatus(ctx context.Context, w *bufferWrites, b *capacitybuffer.CapacityBuffer) bool {
+	logger := klog.FromContext(ctx)
+	if w.written+w.conflicts >= maxBufferStatusWrites {
+		w.deferred++
+		return true
+	}
+	if err := a.gate.Write("capacity-buffer-status"); err != nil {
+		logger.V(2).Info("CapacityBuffer statuses not written", "err", err.Error())
+		return false
+	}
+	switch err := a.buffers.api.UpdateStatus(ctx, b); {
+	case err == nil:
+		w.written++
+		if c := apimeta.FindStatusCondition(b.Status.Conditions, capacitybuffer.ReadyForProvisioning); c != nil {
+			logger.V(2).Info("CapacityBuffer status written", "buffer", klog.KObj(b), "ready", c.Status, "reason", c.Reason)
 		}
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		w.conflicts++
+	case w.firstErr == nil:
+		w.firstErr = err
 	}
-	if firstErr != nil {
-		logger.Error(firstErr, "Writing CapacityBuffer statuses; tried again next loop")
-	}
-	if written+conflicts+deferred > 0 {
-		logger.Info("CapacityBuffer statuses written", "written", written, "conflicts", conflicts, "deferredToNextLoop", deferred)
-	}
+	return true
 }
 
 // bufferEvent emits a buffer's scale-up event when it changed since the
