@@ -363,57 +363,77 @@ func (a *Autoscaler) followRepairs(ctx context.Context, l *loop, pol *health.Pol
 // followRepair moves one ladder on; true when it moved to another step.
 func (a *Autoscaler) followRepair(ctx context.Context, l *loop, n *apiv1.Node, group string, rep cloudprovider.Repairer, run *RepairRun, rule health.Rule, judged, judgedBad bool) bool {
 	timeout := rule.StepTimeout(run.Step)
-	next := func(outcome, why string) bool {
-		a.nextRepairStep(ctx, l, n, group, run, rule, outcome, why)
-		return true
-	}
+	var outcome, why string
 	if run.Started.IsZero() {
-		switch {
-		case !run.Asked.IsZero() && l.now.Sub(run.Asked) >= timeout:
-			return next("failed", fmt.Sprintf("not taken by the cloud within %s", timeout))
-		case judgedBad:
-			// Asked by repairInPlace after its drain.
-		case judged:
-			// It no longer matches: an earlier step may have fixed it.
-			// Verified, not repaired further.
-			if run.Touched && run.Again.IsZero() && !repairRunning(rep, n) {
-				a.sendThroughPreflight(ctx, l, n, run)
-			}
-		default:
-			a.askRepair(ctx, l, n, group, rep, run, rule)
-		}
+		outcome, why = a.followUnstartedRepair(ctx, l, n, group, rep, run, rule, timeout, judged, judgedBad)
+	} else {
+		outcome, why = a.followStartedRepair(ctx, l, n, rep, run, timeout)
+	}
+	if outcome == "" {
 		return false
 	}
+	a.nextRepairStep(ctx, l, n, group, run, rule, outcome, why)
+	return true
+}
+
+// followUnstartedRepair follows a step the cloud has not started: failed
+// when not taken within its timeout, asked (again) otherwise, unless the
+// node was judged this loop. It returns the step's outcome ("" while it
+// goes on) and why.
+func (a *Autoscaler) followUnstartedRepair(ctx context.Context, l *loop, n *apiv1.Node, group string, rep cloudprovider.Repairer, run *RepairRun, rule health.Rule,
+	timeout time.Duration, judged, judgedBad bool) (string, string) {
+	switch {
+	case !run.Asked.IsZero() && l.now.Sub(run.Asked) >= timeout:
+		return "failed", fmt.Sprintf("not taken by the cloud within %s", timeout)
+	case judgedBad:
+		// Asked by repairInPlace after its drain.
+	case judged:
+		// It no longer matches: an earlier step may have fixed it.
+		// Verified, not repaired further.
+		if run.Touched && run.Again.IsZero() && !repairRunning(rep, n) {
+			a.sendThroughPreflight(ctx, l, n, run)
+		}
+	default:
+		a.askRepair(ctx, l, n, group, rep, run, rule)
+	}
+	return "", ""
+}
+
+// followStartedRepair follows a step the cloud started: its failure, its
+// end (the node then goes through preflight again), a preflight failure
+// after it, or its timeout. It returns the step's outcome ("" while it
+// goes on) and why.
+func (a *Autoscaler) followStartedRepair(ctx context.Context, l *loop, n *apiv1.Node, rep cloudprovider.Repairer, run *RepairRun, timeout time.Duration) (string, string) {
 	st, known := rep.RepairState(n.Spec.ProviderID)
 	known = known && string(st.Action) == run.Action
 	state, why := a.opts.Preflight.Classify(n, l.now)
 	late := l.now.Sub(run.Started) >= timeout
 	switch {
 	case known && st.Done && st.Err != nil && !st.Unknown:
-		return next("failed", st.Err.Error())
+		return "failed", st.Err.Error()
 	case known && (!st.Done || st.Unknown):
 		// Running, or its outcome unknown (it may run): waited for.
 		if late {
-			return next("timeout", fmt.Sprintf("the cloud's %s did not end within %s", run.Action, timeout))
+			return "timeout", fmt.Sprintf("the cloud's %s did not end within %s", run.Action, timeout)
 		}
 	case !known && run.BootID != "" && n.Status.NodeInfo.BootID == run.BootID:
 		// A new leader, not knowing the operation: the node has not
 		// booted again since the step was asked.
 		if late {
-			return next("timeout", fmt.Sprintf("the node did not boot again within %s", timeout))
+			return "timeout", fmt.Sprintf("the node did not boot again within %s", timeout)
 		}
 	case run.Again.IsZero():
 		// Done (or, to a new leader, the node booted again): through
 		// preflight again before anything else.
 		if !a.sendThroughPreflight(ctx, l, n, run) && late {
-			return next("timeout", fmt.Sprintf("not sent through preflight again within %s", timeout))
+			return "timeout", fmt.Sprintf("not sent through preflight again within %s", timeout)
 		}
 	case state == preflight.Failed && a.sawAgain(n, run):
-		return next("preflight-failed", why)
+		return "preflight-failed", why
 	case late:
-		return next("timeout", fmt.Sprintf("not back (preflight passed, the rule no longer matching) %s after it", timeout))
+		return "timeout", fmt.Sprintf("not back (preflight passed, the rule no longer matching) %s after it", timeout)
 	}
-	return false
+	return "", ""
 }
 
 // followEndedRepair follows a ladder past its last step (its machine is
