@@ -13,16 +13,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -33,11 +30,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/balloon"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
 	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
+	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/measure"
 )
 
 const (
@@ -72,22 +69,9 @@ func main() {
 	fs.DurationVar(&o.bootDelay, "boot-delay", 3*time.Second, "time a simulated VM takes to boot")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up when the workload is not running after this long")
 	fs.StringVar(&o.dir, "dir", "", "where certificates, kubeconfig and logs go (default: a new folder under .cache/demo)")
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			os.Exit(0)
-		}
-		os.Exit(2)
-	}
+	measure.ParseFlags(fs, os.Args[1:])
 	// The demo's own output is the progress table; components log to files.
-	klog.SetOutput(io.Discard)
-	klog.LogToStderr(false)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := run(ctx, o)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "demo:", err)
-		os.Exit(1)
-	}
+	measure.Main("demo", func(ctx context.Context) error { return run(ctx, o) })
 }
 
 func say(format string, args ...any) { fmt.Printf(format+"\n", args...) }

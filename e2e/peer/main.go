@@ -22,16 +22,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -39,11 +36,11 @@ import (
 	apiv1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/balloon"
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
 	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
+	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/measure"
 )
 
 const (
@@ -95,12 +92,7 @@ func main() {
 	fs.StringArrayVar(&o.ourArgs, "ours-flag", nil, "a flag added to this autoscaler's command line, e.g. --ours-flag=--node-addition-smoothing=false (repeatable; default none: its defaults)")
 	fs.IntVar(&o.repeat, "repeat", 1, "rounds of each run per size, interleaved (ours, karpenter, floor, then again); the report shows each run's median round and every round's time")
 	fs.BoolVar(&o.armLimits, "arm-limits", true, "the ARM simulator throttles as Azure does (its default: ARM's buckets per principal, the Compute policies per scale set and subscription) and its long-running operations take 10 s; false: neither (Karpenter's kwok provider has no such limits)")
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			os.Exit(0)
-		}
-		os.Exit(2)
-	}
+	measure.ParseFlags(fs, os.Args[1:])
 	for _, n := range o.sizes {
 		if n <= 0 {
 			fmt.Fprintf(os.Stderr, "peer: --sizes: %d is not a positive number of pods\n", n)
@@ -122,15 +114,7 @@ func main() {
 		os.Exit(2)
 	}
 	// Components log to files; the harness prints progress and the table.
-	klog.SetOutput(io.Discard)
-	klog.LogToStderr(false)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := run(ctx, o)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "peer:", err)
-		os.Exit(1)
-	}
+	measure.Main("peer", func(ctx context.Context) error { return run(ctx, o) })
 }
 
 func say(format string, args ...any) {
@@ -273,7 +257,9 @@ func runOne(ctx context.Context, o options, t tools, name string, pods int, dir 
 	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, &apiv1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("creating namespace %s: %w", namespace, err)
 	}
-	per, err := podsPerNode(cp)
+	// How many pods fit one of our nodes, from the node the simulator's
+	// hook registers (AKS's reservations).
+	per, err := measure.PodsPerNode(armsim.NewKubeNodeHook(cp.Client), ourSKU, podSpec().Containers[0].Resources)
 	if err != nil {
 		return nil, err
 	}
@@ -295,11 +281,11 @@ func runOne(ctx context.Context, o options, t tools, name string, pods int, dir 
 	if err != nil {
 		return nil, err
 	}
-	defer w.stop()
+	defer w.Stop()
 	// Figures at submission, to count from.
 	var base autoscalerFigures
 	if s.as != nil {
-		u, err := procUsage(s.as.Pid())
+		u, err := measure.ProcUsage(s.as.Pid())
 		if err != nil {
 			return nil, err
 		}
@@ -313,7 +299,7 @@ func runOne(ctx context.Context, o options, t tools, name string, pods int, dir 
 		return nil, err
 	}
 
-	self0, err := procUsage(os.Getpid())
+	self0, err := measure.ProcUsage(os.Getpid())
 	if err != nil {
 		return nil, err
 	}
@@ -364,7 +350,7 @@ func runOne(ctx context.Context, o options, t tools, name string, pods int, dir 
 	_, res.Registered = w.counts()
 	if s.as != nil {
 		f := s.fig
-		u, err := procUsage(s.as.Pid())
+		u, err := measure.ProcUsage(s.as.Pid())
 		if err != nil {
 			return nil, err
 		}
@@ -395,15 +381,15 @@ func runOne(ctx context.Context, o options, t tools, name string, pods int, dir 
 	}
 	res.Components = map[string]usage{}
 	for cname, p := range cp.Components() {
-		if u, err := procUsage(p.Pid()); err == nil {
-			res.Components[cname] = u
+		if u, err := measure.ProcUsage(p.Pid()); err == nil {
+			res.Components[cname] = usageOf(u)
 		}
 	}
 	// This process (etcd, the ARM simulator and its node hook, the
 	// watch), CPU from submission: it lives across runs.
-	if u, err := procUsage(os.Getpid()); err == nil {
+	if u, err := measure.ProcUsage(os.Getpid()); err == nil {
 		u.CPUSeconds -= self0.CPUSeconds
-		res.Components["harness"] = u
+		res.Components["harness"] = usageOf(u)
 	}
 	res.Duration = time.Since(begin).Round(time.Second).String()
 	return res, nil
@@ -458,31 +444,6 @@ func submit(ctx context.Context, cp *harness.ControlPlane, pods int) error {
 		return fmt.Errorf("creating the Deployment: %w", err)
 	}
 	return nil
-}
-
-// podsPerNode is how many pods fit one of our nodes, from the node the
-// simulator's hook registers (AKS's reservations).
-func podsPerNode(cp *harness.ControlPlane) (int, error) {
-	var sku *armsim.SKU
-	for _, k := range armsim.DefaultSKUs() {
-		if k.Name == ourSKU {
-			sku = &k
-			break
-		}
-	}
-	if sku == nil {
-		return 0, fmt.Errorf("SKU %s is not one of the simulator's", ourSKU)
-	}
-	hook := armsim.NewKubeNodeHook(cp.Client)
-	n := hook.Node(armsim.VM{ResourceGroup: resourceGroup, ScaleSet: "probe", InstanceID: "0", ComputerName: "probe000000", SKU: *sku, Location: "eastus"})
-	alloc := n.Status.Allocatable
-	fit := int(alloc.Pods().Value())
-	fit = min(fit, int(alloc.Cpu().MilliValue()/podCPU.MilliValue()))
-	fit = min(fit, int(alloc.Memory().Value()/podMemory.Value()))
-	if fit < 1 {
-		return 0, fmt.Errorf("a pod does not fit a %s node", ourSKU)
-	}
-	return fit, nil
 }
 
 // startSim starts the ARM simulator with one scale set of capacity VMs

@@ -2,14 +2,13 @@ package main
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/measure"
 )
 
 // The runs of a size.
@@ -73,6 +72,17 @@ type result struct {
 	LogDir   string   `json:"logDir"`
 	Duration string   `json:"duration"`
 	Failures []string `json:"failures,omitempty"`
+}
+
+// usage is what the report keeps of a process's measure.Usage: its peak
+// RSS and CPU time.
+type usage struct {
+	PeakRSSMiB float64 `json:"peakRSSMiB"`
+	CPUSeconds float64 `json:"cpuSeconds"`
+}
+
+func usageOf(u measure.Usage) usage {
+	return usage{PeakRSSMiB: u.PeakRSSMiB, CPUSeconds: u.CPUSeconds}
 }
 
 // autoscalerFigures are one autoscaler process's.
@@ -350,31 +360,16 @@ func fmtInt(n int) string {
 
 // write writes report.json, report.md and the plots to dir.
 func (rep *report) write(dir string) error {
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "report.json"), append(b, '\n'), 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(rep.markdown()), 0o644); err != nil {
+	if err := measure.WriteReport(dir, rep, rep.markdown()); err != nil {
 		return err
 	}
 	return writePlots(dir, rep)
 }
 
+// machine describes this machine: cores, CPU model, Go.
 func machine() string {
-	model := ""
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for line := range strings.Lines(string(b)) {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				model = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
 	s := fmt.Sprintf("%d cores", runtime.NumCPU())
-	if model != "" {
+	if model := measure.CPUModel(); model != "" {
 		s += " (" + model + ")"
 	}
 	return s + ", " + runtime.Version()

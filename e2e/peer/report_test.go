@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
+	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/measure"
 )
 
 func f(v float64) *float64 { return &v }
@@ -161,24 +162,9 @@ func TestFirstScaleUp(t *testing.T) {
 	}
 }
 
-func TestParseProc(t *testing.T) {
-	status := "Name:\tx\nVmHWM:\t  204800 kB\nVmRSS:\t 1024 kB\n"
-	stat := "1234 (a (b) c) S 1 1 1 0 -1 4194560 100 0 0 0 250 150 0 0 20 0 8 0 100 0 0"
-	u, err := parseProc(status, stat)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if u.PeakRSSMiB != 200 || u.CPUSeconds != 4 {
-		t.Errorf("parseProc = %+v, want 200 MiB and 4 s", u)
-	}
-	if _, err := parseProc("VmRSS: 1 kB\n", stat); err == nil {
-		t.Error("parseProc accepted a status without VmHWM")
-	}
-}
-
 func TestRequestsOf(t *testing.T) {
 	for _, name := range clientRequestMetrics {
-		fams, err := parseMetrics(strings.NewReader("# TYPE " + name + " counter\n" +
+		fams, err := measure.ParseMetrics(strings.NewReader("# TYPE " + name + " counter\n" +
 			name + `{code="200",method="GET"} 10` + "\n" + name + `{code="201",method="POST"} 5` + "\n"))
 		if err != nil {
 			t.Fatal(err)
@@ -187,7 +173,7 @@ func TestRequestsOf(t *testing.T) {
 			t.Errorf("%s: requestsOf = %v, %v; want 15", name, got, err)
 		}
 	}
-	fams, _ := parseMetrics(strings.NewReader("# TYPE other counter\nother 1\n"))
+	fams, _ := measure.ParseMetrics(strings.NewReader("# TYPE other counter\nother 1\n"))
 	if _, err := requestsOf(fams, "test"); err == nil {
 		t.Error("requestsOf found requests in metrics without a client counter")
 	}

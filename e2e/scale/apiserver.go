@@ -7,6 +7,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/measure"
 )
 
 // apiEvery is how often the sampler reads the API server's /metrics (a few
@@ -65,8 +67,8 @@ func apiCountersOf(fams map[string]*dto.MetricFamily) apiCounters {
 			c.buckets[b.GetUpperBound()] += float64(b.GetCumulativeCount())
 		}
 	}
-	c.rejected = value(fams, "apiserver_flowcontrol_rejected_requests_total", nil)
-	c.throttled = value(fams, "apiserver_request_total", map[string]string{"code": "429"})
+	c.rejected = measure.Sum(fams, "apiserver_flowcontrol_rejected_requests_total", nil)
+	c.throttled = measure.Sum(fams, "apiserver_request_total", map[string]string{"code": "429"})
 	return c
 }
 
@@ -172,11 +174,7 @@ func summariseAPI(points []apiPoint, from, to float64) apiSummary {
 func (e *env) readAPI(ctx context.Context) (apiCounters, error) {
 	ctx, cancel := context.WithTimeout(ctx, apiEvery)
 	defer cancel()
-	raw, err := e.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		return apiCounters{}, err
-	}
-	fams, err := parseMetricsBytes(raw)
+	fams, err := measure.APIServerMetrics(ctx, e.client)
 	if err != nil {
 		return apiCounters{}, err
 	}

@@ -44,22 +44,18 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/klog/v2"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
+	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/measure"
 )
 
 // size is how large a run is.
@@ -159,12 +155,7 @@ func main() {
 	minRun := fs.Duration("min-autoscaler-run", 0, "hold the cluster at full size until the autoscaler has run this long, so that its VM lists are counted over a whole 30-minute window; 0: just --hold (default: the size's, 30m for xl)")
 	fs.StringArrayVar(&o.autoscalerFlags, "autoscaler-flag", nil, "a flag added to the autoscaler's command line, e.g. --autoscaler-flag=--azure-concurrent-scale-ups (repeatable; the report names them; default: none, every flag but the wiring is the autoscaler's default)")
 	fs.DurationVar(&o.bootDelay, "boot-delay", 0, "time a simulated VM takes from creation to a registered node, ±half of it as jitter (default: the size's, 20s for ci, 1m for full)")
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			os.Exit(0)
-		}
-		os.Exit(2)
-	}
+	measure.ParseFlags(fs, os.Args[1:])
 	if *replot != "" {
 		if err := redraw(*replot); err != nil {
 			fmt.Fprintln(os.Stderr, "scale:", err)
@@ -279,15 +270,7 @@ func main() {
 	}
 	o.sz = sz
 	// Components log to files; the harness prints progress and the table.
-	klog.SetOutput(io.Discard)
-	klog.LogToStderr(false)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := run(ctx, o)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "scale:", err)
-		os.Exit(1)
-	}
+	measure.Main("scale", func(ctx context.Context) error { return run(ctx, o) })
 }
 
 // redraw draws the plots of a report.json again, beside it.

@@ -1,13 +1,13 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/measure"
 )
 
 // report is a whole run: report.json is this, report.md its table.
@@ -73,30 +73,14 @@ func (rep *report) failures() []string {
 }
 
 func (rep *report) write(dir string) error {
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
+	if err := measure.WriteReport(dir, rep, rep.markdown()); err != nil {
 		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "report.json"), append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("writing report.json: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(rep.markdown()), 0o644); err != nil {
-		return fmt.Errorf("writing report.md: %w", err)
 	}
 	return writePlots(dir, rep.Scenarios)
 }
 
 // machine describes this machine: cores, memory, CPU model, Go.
 func machine() string {
-	model := ""
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for line := range strings.Lines(string(b)) {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				model = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
 	mem := ""
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
 		for line := range strings.Lines(string(b)) {
@@ -109,7 +93,7 @@ func machine() string {
 		}
 	}
 	s := fmt.Sprintf("%d cores%s", runtime.NumCPU(), mem)
-	if model != "" {
+	if model := measure.CPUModel(); model != "" {
 		s += " (" + model + ")"
 	}
 	return s + ", " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"net/http"
+	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
+	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/measure"
 )
 
 // result is what one scenario measured.
@@ -41,13 +41,13 @@ type result struct {
 	// ScaleUpWrites is what the autoscaler asked ARM for.
 	ScaleUpWrites requested `json:"scaleUpWrites"`
 
-	Loops      loopStats `json:"loops"`
-	Autoscaler usage     `json:"autoscaler"`
+	Loops      loopStats     `json:"loops"`
+	Autoscaler measure.Usage `json:"autoscaler"`
 	// Steady is the autoscaler at full size, every pod Running.
 	Steady *steadyResult `json:"steady,omitempty"`
 	// Components are the control plane's processes; "harness" is this
 	// process (etcd, the ARM simulator, the observers run in it).
-	Components map[string]usage `json:"components"`
+	Components map[string]measure.Usage `json:"components"`
 
 	// AutoscalerRequests are the autoscaler's own Kubernetes API requests
 	// by "verb resource".
@@ -326,9 +326,9 @@ func (r *result) measure(ctx context.Context, e *env, w *watcher, s *sampler, t0
 	}
 	r.MaxJoinedIn60s = maxInWindow(upJoins, time.Minute)
 
-	r.Components = map[string]usage{}
+	r.Components = map[string]measure.Usage{}
 	for name, p := range e.cp.Components() {
-		u, err := procUsage(strconv.Itoa(p.Pid()))
+		u, err := measure.ProcUsage(p.Pid())
 		if err != nil {
 			r.fail("reading /proc for %s: %v", name, err)
 			continue
@@ -338,11 +338,11 @@ func (r *result) measure(ctx context.Context, e *env, w *watcher, s *sampler, t0
 		}
 		r.Components[name] = u
 	}
-	if u, err := procUsage("self"); err == nil {
+	if u, err := measure.ProcUsage(os.Getpid()); err == nil {
 		r.Components["harness"] = u
 	}
 
-	fams, err := scrape(ctx, http.DefaultClient, "http://"+e.addr+"/metrics")
+	fams, err := measure.Scrape(ctx, "http://"+e.addr+"/metrics")
 	if err != nil {
 		r.fail("reading the autoscaler's metrics: %v", err)
 	} else {
@@ -355,7 +355,7 @@ func (r *result) measure(ctx context.Context, e *env, w *watcher, s *sampler, t0
 		for _, v := range r.ARMCalls {
 			r.ARMCallsTotal += v
 		}
-		r.ARMThrottled = value(fams, "vmss_autoscaler_arm_requests_total", map[string]string{"code": "429"})
+		r.ARMThrottled = measure.Sum(fams, "vmss_autoscaler_arm_requests_total", map[string]string{"code": "429"})
 		// A refresh lists the resource group's scale sets once.
 		for op, v := range r.ARMCalls {
 			if strings.HasPrefix(op, "VirtualMachineScaleSetsClient.") && strings.Contains(op, "List") {
@@ -366,13 +366,8 @@ func (r *result) measure(ctx context.Context, e *env, w *watcher, s *sampler, t0
 			r.ARMCallsPerRefresh = r.ARMCallsTotal / r.Refreshes
 		}
 	}
-	raw, err := e.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err == nil {
-		if fams, err := parseMetricsBytes(raw); err == nil {
-			r.APIServerRequestsTotal = value(fams, "apiserver_request_total", nil)
-		} else {
-			r.fail("reading the API server's metrics: %v", err)
-		}
+	if fams, err := measure.APIServerMetrics(ctx, e.client); err == nil {
+		r.APIServerRequestsTotal = measure.Sum(fams, "apiserver_request_total", nil)
 	} else {
 		r.fail("reading the API server's metrics: %v", err)
 	}

@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/resource"
-
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
+	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/measure"
 )
 
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -119,53 +118,6 @@ func TestSummarise(t *testing.T) {
 	}
 }
 
-func TestParseProc(t *testing.T) {
-	status := "Name:\tkube-apiserver\nVmPeak:\t 9000 kB\nVmHWM:\t  524288 kB\nVmRSS:\t 400000 kB\n"
-	stat := "4242 (kube api server) S 1 4242 4242 0 -1 4194560 100 0 0 0 1234 566 0 0 20 0 12 0 100 0 0"
-	u, err := parseProc(status, stat)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if u.PeakRSSMiB != 512 || u.CPUSeconds != 18 {
-		t.Errorf("got %+v, want 512 MiB and 18 s", u)
-	}
-	for _, tc := range []struct{ name, status, stat, want string }{
-		{"no VmHWM", "Name:\tx\n", stat, "no VmHWM"},
-		{"VmHWM in pages", "VmHWM:\t 12 pages\n", stat, "VmHWM"},
-		{"short stat", status, "1 (x) S 1 2", "fields"},
-		{"no command", status, "1 x S", "command name"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := parseProc(tc.status, tc.stat)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %v, want one naming %q", err, tc.want)
-			}
-		})
-	}
-}
-
-func TestPodsPerNode(t *testing.T) {
-	hook := &armsim.KubeNodeHook{Realism: armsim.DefaultRealism()}
-	cpu, err := podsPerNode(hook, cpuSKU, burstPod(resource.MustParse("500m")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// 16 cores less AKS's kube-reserved hold fewer than 32 half-core pods.
-	if cpu < 25 || cpu >= 32 {
-		t.Errorf("%d burst pods per %s node, want between 25 and 31", cpu, cpuSKU)
-	}
-	// GPUs are advertised after registration, yet a node holds one trainer.
-	if four, err := podsPerNode(hook, cpuSKU, burstPod(resource.MustParse("3500m"))); err != nil || four != 4 {
-		t.Errorf("%d pods of 3.5 cores per %s node (%v), want 4", four, cpuSKU, err)
-	}
-	if gpu, err := podsPerNode(hook, gpuSKU, gangPod()); err != nil || gpu != 1 {
-		t.Errorf("%d trainers per %s node (%v), want 1", gpu, gpuSKU, err)
-	}
-	if _, err := podsPerNode(hook, "Standard_Nope", burstPod(resource.MustParse("500m"))); err == nil || !strings.Contains(err.Error(), "Standard_Nope") {
-		t.Errorf("unknown SKU: %v", err)
-	}
-}
-
 func TestMostSent(t *testing.T) {
 	pts := func(vals ...[3]float64) []point { // at, nodes, scaled down
 		var out []point
@@ -249,7 +201,7 @@ apiserver_request_total{verb="GET",resource="nodes",code="429"} %d
 `, fast, fast+slow, fast+slow, fast+slow, watch, watch, rejected, throttled)
 	}
 	read := func(s string) apiCounters {
-		fams, err := parseMetricsBytes([]byte(s))
+		fams, err := measure.ParseMetrics(strings.NewReader(s))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,20 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"fmt"
-	"io"
-	"net/http"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/measure"
 )
 
 // point is one sample of a scenario, At seconds after the workload was
@@ -105,7 +99,7 @@ func (s *sampler) sample(ctx context.Context) {
 	p := point{Nodes: s.w.nodeCount(), Capacity: s.e.capacity(), Pending: pending, Running: running}
 	p.VMLists = vmListCalls(s.e.sim.Calls())
 	p.ComputeThrottled, p.ARMThrottled = throttledCounts(s.e.sim.Throttled())
-	fams, err := scrape(ctx, http.DefaultClient, s.metricsURL)
+	fams, err := measure.Scrape(ctx, s.metricsURL)
 	s.sampleAPI(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -120,9 +114,9 @@ func (s *sampler) sample(ctx context.Context) {
 		s.points = append(s.points, p)
 		return
 	}
-	p.Rate = value(fams, "vmss_autoscaler_node_addition_rate_nodes_per_minute", nil)
-	p.Unschedulable = value(fams, "vmss_autoscaler_unschedulable_pods", nil)
-	p.ScaledDown = value(fams, "vmss_autoscaler_scaled_down_nodes_total", nil)
+	p.Rate = measure.Sum(fams, "vmss_autoscaler_node_addition_rate_nodes_per_minute", nil)
+	p.Unschedulable = measure.Sum(fams, "vmss_autoscaler_unschedulable_pods", nil)
+	p.ScaledDown = measure.Sum(fams, "vmss_autoscaler_scaled_down_nodes_total", nil)
 	p.HeldKinds = heldKinds(fams, time.Now())
 	s.points = append(s.points, p)
 	sum, n := histogram(fams, "vmss_autoscaler_loop_duration_seconds")
@@ -188,72 +182,6 @@ func (s *sampler) apiSeries() []apiPoint {
 	return append([]apiPoint(nil), s.api...)
 }
 
-// scrape reads a Prometheus text endpoint.
-func scrape(ctx context.Context, c *http.Client, url string) (map[string]*dto.MetricFamily, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return parseMetrics(resp.Body)
-}
-
-func parseMetrics(r io.Reader) (map[string]*dto.MetricFamily, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(r)
-	if err != nil {
-		return nil, fmt.Errorf("parsing metrics: %w", err)
-	}
-	return fams, nil
-}
-
-func parseMetricsBytes(b []byte) (map[string]*dto.MetricFamily, error) {
-	return parseMetrics(bytes.NewReader(b))
-}
-
-// matches says whether m carries every label in want.
-func matches(m *dto.Metric, want map[string]string) bool {
-	for k, v := range want {
-		found := false
-		for _, l := range m.GetLabel() {
-			if l.GetName() == k && l.GetValue() == v {
-				found = true
-				break
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
-}
-
-// value sums a counter's or gauge's series that carry the labels.
-func value(fams map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
-	total := 0.0
-	for _, m := range fams[name].GetMetric() {
-		if !matches(m, labels) {
-			continue
-		}
-		switch {
-		case m.Counter != nil:
-			total += m.GetCounter().GetValue()
-		case m.Gauge != nil:
-			total += m.GetGauge().GetValue()
-		case m.Untyped != nil:
-			total += m.GetUntyped().GetValue()
-		}
-	}
-	return total
-}
-
 // histogram returns a histogram's sum and count over all its series.
 func histogram(fams map[string]*dto.MetricFamily, name string) (sum float64, count uint64) {
 	for _, m := range fams[name].GetMetric() {
@@ -287,75 +215,4 @@ func byLabels(fams map[string]*dto.MetricFamily, name string, labels ...string) 
 		}
 	}
 	return out
-}
-
-// usage is a process's peak and current resident memory and CPU time.
-type usage struct {
-	PeakRSSMiB float64 `json:"peakRSSMiB"`
-	RSSMiB     float64 `json:"rssMiB,omitempty"`
-	CPUSeconds float64 `json:"cpuSeconds"`
-}
-
-// clockTicks is Linux's USER_HZ, the unit of /proc/<pid>/stat's times.
-const clockTicks = 100
-
-// procUsage reads a live process's peak RSS (VmHWM) and CPU time (user +
-// system) from /proc. pid "self" is this process.
-func procUsage(pid string) (usage, error) {
-	status, err := os.ReadFile("/proc/" + pid + "/status")
-	if err != nil {
-		return usage{}, err
-	}
-	stat, err := os.ReadFile("/proc/" + pid + "/stat")
-	if err != nil {
-		return usage{}, err
-	}
-	return parseProc(string(status), string(stat))
-}
-
-func parseProc(status, stat string) (usage, error) {
-	var u usage
-	found := false
-	for line := range strings.Lines(status) {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			f := strings.Fields(rest)
-			if len(f) != 2 || f[1] != "kB" {
-				return u, fmt.Errorf("/proc status: VmHWM: unexpected %q", strings.TrimSpace(rest))
-			}
-			kb, err := strconv.ParseFloat(f[0], 64)
-			if err != nil {
-				return u, fmt.Errorf("/proc status: VmHWM: %w", err)
-			}
-			u.PeakRSSMiB, found = kb/1024, true
-		}
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			var kb float64
-			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%f kB", &kb); err == nil {
-				u.RSSMiB = kb / 1024
-			}
-		}
-	}
-	if !found {
-		return u, fmt.Errorf("/proc status: no VmHWM line")
-	}
-	// The command name (field 2) is in parentheses and may hold spaces.
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return u, fmt.Errorf("/proc stat: no command name in %q", stat)
-	}
-	f := strings.Fields(stat[i+1:])
-	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
-	if len(f) < 13 {
-		return u, fmt.Errorf("/proc stat: %d fields after the command name, want at least 13", len(f))
-	}
-	var ticks float64
-	for _, s := range f[11:13] {
-		v, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return u, fmt.Errorf("/proc stat: CPU time %q: %w", s, err)
-		}
-		ticks += v
-	}
-	u.CPUSeconds = ticks / clockTicks
-	return u, nil
 }

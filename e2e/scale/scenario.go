@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -22,6 +20,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core"
 	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
+	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/measure"
 )
 
 const (
@@ -188,42 +187,6 @@ func gangPod() apiv1.ResourceRequirements {
 		Requests: apiv1.ResourceList{apiv1.ResourceCPU: resource.MustParse("80"), apiv1.ResourceMemory: resource.MustParse("800Gi"), armsim.GPUResource: eight},
 		Limits:   apiv1.ResourceList{armsim.GPUResource: eight},
 	}
-}
-
-// podsPerNode is how many pods of res a node of sku holds, from the node
-// the simulator's hook registers (AKS's reservations, max pods).
-func podsPerNode(hook *armsim.KubeNodeHook, sku string, res apiv1.ResourceRequirements) (int, error) {
-	var k *armsim.SKU
-	for _, s := range armsim.DefaultSKUs() {
-		if s.Name == sku {
-			k = &s
-			break
-		}
-	}
-	if k == nil {
-		return 0, fmt.Errorf("SKU %s is not one of the simulator's", sku)
-	}
-	n := hook.Node(armsim.VM{ResourceGroup: resourceGroup, ScaleSet: "probe", InstanceID: "0", ComputerName: "probe000000", SKU: *k, Location: "eastus"})
-	alloc := n.Status.Allocatable
-	fit := int(alloc.Pods().Value())
-	for name, q := range res.Requests {
-		if q.IsZero() {
-			continue
-		}
-		a, ok := alloc[name]
-		if !ok && name == armsim.GPUResource && k.GPUs > 0 {
-			// Advertised by the device plugin some seconds after registration.
-			a, ok = *resource.NewQuantity(int64(k.GPUs), resource.DecimalSI), true
-		}
-		if !ok {
-			return 0, fmt.Errorf("a %s node has no %s", sku, name)
-		}
-		fit = min(fit, int(a.MilliValue()/q.MilliValue()))
-	}
-	if fit < 1 {
-		return 0, fmt.Errorf("a pod of %v does not fit a %s node", res.Requests, sku)
-	}
-	return fit, nil
 }
 
 // scaleSets returns n scale sets of sku named prefix-1..n, each up to the
@@ -405,7 +368,7 @@ func (sc *scenario) startAutoscaler(ctx context.Context, e *env) error {
 func (sc *scenario) submit(ctx context.Context, e *env, hook *armsim.KubeNodeHook) (pods, nodes int, err error) {
 	c := e.client
 	if !sc.gangs {
-		per, err := podsPerNode(hook, sc.burstSKU(), sc.burstResources())
+		per, err := measure.PodsPerNode(hook, sc.burstSKU(), sc.burstResources())
 		if err != nil {
 			return 0, 0, err
 		}
@@ -493,7 +456,7 @@ func (sc *scenario) run(ctx context.Context) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer w.stop()
+	defer w.Stop()
 	if err := sc.awaitSeed(ctx, e, w, res); err != nil {
 		return nil, err
 	}
@@ -701,7 +664,7 @@ func (sc *scenario) awaitSeed(ctx context.Context, e *env, w *watcher, res *resu
 	say("  %d seeded nodes Ready after %.0f s; their pods next", want, time.Since(begin).Seconds())
 	// The seed's pods, as the cluster had them before the burst: the
 	// burst Deployment at the seed's size.
-	per, err := podsPerNode(armsim.NewKubeNodeHook(e.client), sc.burstSKU(), sc.burstResources())
+	per, err := measure.PodsPerNode(armsim.NewKubeNodeHook(e.client), sc.burstSKU(), sc.burstResources())
 	if err != nil {
 		return err
 	}
@@ -752,18 +715,18 @@ type autoscalerReading struct {
 	at           time.Time
 	requests     float64
 	statusWrites float64
-	usage        usage
+	usage        measure.Usage
 	ok           bool
 }
 
 // readAutoscaler reads the autoscaler's API request counters and /proc.
 func (sc *scenario) readAutoscaler(ctx context.Context, e *env) autoscalerReading {
 	r := autoscalerReading{at: time.Now()}
-	fams, err := scrape(ctx, http.DefaultClient, "http://"+e.addr+"/metrics")
+	fams, err := measure.Scrape(ctx, "http://"+e.addr+"/metrics")
 	if err != nil {
 		return r
 	}
-	u, err := procUsage(strconv.Itoa(e.as.Pid()))
+	u, err := measure.ProcUsage(e.as.Pid())
 	if err != nil {
 		return r
 	}

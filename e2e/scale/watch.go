@@ -2,16 +2,14 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
 	apiv1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/measure"
 )
 
 // nodePoint is the node count after a change.
@@ -24,11 +22,10 @@ type nodePoint struct {
 // LIST and WATCH each, as a kubelet-free observer costs the API server), and
 // records when nodes join and go.
 type watcher struct {
-	stopCh chan struct{}
+	*measure.Watcher
 
 	mu       sync.Mutex
-	phase    map[types.UID]apiv1.PodPhase
-	count    map[apiv1.PodPhase]int
+	phases   measure.Phases
 	nodes    map[string]bool
 	ready    map[string]bool
 	series   []nodePoint
@@ -37,53 +34,25 @@ type watcher struct {
 }
 
 func watch(ctx context.Context, cfg *rest.Config, ns string) (*watcher, error) {
-	cfg = rest.CopyConfig(cfg)
-	cfg.ContentType = "application/vnd.kubernetes.protobuf"
-	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("creating the harness's client: %w", err)
-	}
-	w := &watcher{stopCh: make(chan struct{}), phase: map[types.UID]apiv1.PodPhase{}, count: map[apiv1.PodPhase]int{}, nodes: map[string]bool{}, ready: map[string]bool{}}
-	all := informers.NewSharedInformerFactory(c, 0)
-	inNS := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithNamespace(ns))
-	nodes := all.Core().V1().Nodes().Informer()
-	pods := inNS.Core().V1().Pods().Informer()
-	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	w := &watcher{nodes: map[string]bool{}, ready: map[string]bool{}}
+	mw, err := measure.Watch(ctx, cfg, ns, cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { w.node(obj, true) },
 		UpdateFunc: func(_, obj any) { w.nodeReady(obj) },
 		DeleteFunc: func(obj any) { w.node(obj, false) },
-	}); err != nil {
-		return nil, err
-	}
-	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	}, cache.ResourceEventHandlerFuncs{
 		AddFunc:    w.pod,
 		UpdateFunc: func(_, obj any) { w.pod(obj) },
 		DeleteFunc: w.podGone,
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
-	all.Start(w.stopCh)
-	inNS.Start(w.stopCh)
-	syncCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if !cache.WaitForCacheSync(syncCtx.Done(), nodes.HasSynced, pods.HasSynced) {
-		w.stop()
-		return nil, fmt.Errorf("the harness's informers did not sync")
-	}
+	w.Watcher = mw
 	return w, nil
 }
 
-func (w *watcher) stop() { close(w.stopCh) }
-
 func (w *watcher) node(obj any, added bool) {
-	name := ""
-	switch o := obj.(type) {
-	case *apiv1.Node:
-		name = o.Name
-	case cache.DeletedFinalStateUnknown:
-		name = o.Key
-	}
+	name := measure.NodeName(obj)
 	if added {
 		w.nodeReady(obj)
 	}
@@ -135,42 +104,22 @@ func (w *watcher) readyCount() int {
 }
 
 func (w *watcher) pod(obj any) {
-	p, ok := obj.(*apiv1.Pod)
-	if !ok {
-		return
-	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if old, ok := w.phase[p.UID]; ok {
-		w.count[old]--
-	}
-	w.phase[p.UID] = p.Status.Phase
-	w.count[p.Status.Phase]++
+	w.phases.Set(obj)
 }
 
 func (w *watcher) podGone(obj any) {
-	var uid types.UID
-	switch o := obj.(type) {
-	case *apiv1.Pod:
-		uid = o.UID
-	case cache.DeletedFinalStateUnknown:
-		if p, ok := o.Obj.(*apiv1.Pod); ok {
-			uid = p.UID
-		}
-	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if old, ok := w.phase[uid]; ok {
-		w.count[old]--
-		delete(w.phase, uid)
-	}
+	w.phases.Delete(obj)
 }
 
 // pods returns the workload's running and pending pods.
 func (w *watcher) pods() (running, pending int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.count[apiv1.PodRunning], w.count[apiv1.PodPending]
+	return w.phases.Count(apiv1.PodRunning), w.phases.Count(apiv1.PodPending)
 }
 
 func (w *watcher) nodeCount() int {
