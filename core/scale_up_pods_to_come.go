@@ -78,44 +78,7 @@ func (a *Autoscaler) expectedPods(l *loop, pending []*apiv1.Pod) []*apiv1.Pod {
 	if !a.opts.ScaleUpForExpectedPods || a.listers.ReplicaSets == nil {
 		return nil
 	}
-	type owner struct {
-		rs *appsv1.ReplicaSet
-		// base is the pod its controller creates, made from its
-		// spec.template (never from a pod: a pod anyone may give the
-		// ReplicaSet as owner); nil until one of its unschedulable pods
-		// is such a pod.
-		base *apiv1.Pod
-	}
-	var owners map[types.UID]*owner
-	var order []types.UID
-	for _, p := range pending {
-		if !a.mayExpect(l, p) {
-			continue
-		}
-		uid, name, _ := replicaSetOf(p)
-		o, seen := owners[uid]
-		if !seen {
-			if owners == nil {
-				owners = map[types.UID]*owner{}
-			}
-			rs, err := a.listers.ReplicaSets.ReplicaSets(p.Namespace).Get(name)
-			if err != nil || rs.UID != uid || !expectsPods(rs) {
-				owners[uid] = nil
-				continue
-			}
-			o = &owner{rs: rs}
-			owners[uid] = o
-		}
-		if o == nil || o.base != nil {
-			continue
-		}
-		// Any of its unschedulable pods triggers the copies, which are
-		// its template's: a pod of another shape (made by hand and given
-		// the ReplicaSet as owner) brings only pods the ReplicaSet makes
-		// anyway, never copies of itself.
-		o.base = templatePod(o.rs, p)
-		order = append(order, uid)
-	}
+	owners, order := a.expectingOwners(l, pending)
 	if len(order) == 0 {
 		return nil
 	}
@@ -140,10 +103,76 @@ func (a *Autoscaler) expectedPods(l *loop, pending []*apiv1.Pod) []*apiv1.Pod {
 		}
 	}
 	// The pods it has yet to create, while its controller reports fewer
-	// than it wants: spec.replicas less every pod of it in the cache,
-	// bound or not (its namespace's pods, from the informer's index, once
-	// per namespace and loop; a ReplicaSet that has them all costs no
-	// listing).
+	// than it wants.
+	have := a.podsOfOwners(owners, order)
+	for _, uid := range order {
+		o := owners[uid]
+		n, known := have[uid]
+		if o.rs.Status.Replicas >= *o.rs.Spec.Replicas || !known {
+			continue // its pods unknown: none expected rather than too many
+		}
+		for i := 0; i < int(*o.rs.Spec.Replicas)-n; i++ {
+			if !add(o.base, i+1) {
+				return out
+			}
+		}
+	}
+	return out
+}
+
+// expectingOwner is a ReplicaSet some of whose pods are unschedulable.
+type expectingOwner struct {
+	rs *appsv1.ReplicaSet
+	// base is the pod its controller creates, made from its
+	// spec.template (never from a pod: a pod anyone may give the
+	// ReplicaSet as owner); nil until one of its unschedulable pods is
+	// such a pod.
+	base *apiv1.Pod
+}
+
+// expectingOwners are the ReplicaSets of the pending pods that expect more
+// pods (by UID; nil for one that does not), and those that will have
+// copies made, in the order their first pod came.
+func (a *Autoscaler) expectingOwners(l *loop, pending []*apiv1.Pod) (map[types.UID]*expectingOwner, []types.UID) {
+	var owners map[types.UID]*expectingOwner
+	var order []types.UID
+	for _, p := range pending {
+		if !a.mayExpect(l, p) {
+			continue
+		}
+		uid, name, _ := replicaSetOf(p)
+		o, seen := owners[uid]
+		if !seen {
+			if owners == nil {
+				owners = map[types.UID]*expectingOwner{}
+			}
+			rs, err := a.listers.ReplicaSets.ReplicaSets(p.Namespace).Get(name)
+			if err != nil || rs.UID != uid || !expectsPods(rs) {
+				owners[uid] = nil
+				continue
+			}
+			o = &expectingOwner{rs: rs}
+			owners[uid] = o
+		}
+		if o == nil || o.base != nil {
+			continue
+		}
+		// Any of its unschedulable pods triggers the copies, which are
+		// its template's: a pod of another shape (made by hand and given
+		// the ReplicaSet as owner) brings only pods the ReplicaSet makes
+		// anyway, never copies of itself.
+		o.base = templatePod(o.rs, p)
+		order = append(order, uid)
+	}
+	return owners, order
+}
+
+// podsOfOwners counts, for the owners short of their replicas, every pod
+// of theirs in the cache, bound or not: their namespace's pods, from the
+// informer's index, once per namespace and loop (an owner that has them
+// all costs no listing). An owner whose namespace could not be listed is
+// not in the result.
+func (a *Autoscaler) podsOfOwners(owners map[types.UID]*expectingOwner, order []types.UID) map[types.UID]int {
 	have := map[types.UID]int{}
 	listed := map[string]bool{} // namespace: its pods counted (false: could not be listed)
 	for _, uid := range order {
@@ -162,16 +191,11 @@ func (a *Autoscaler) expectedPods(l *loop, pending []*apiv1.Pod) []*apiv1.Pod {
 				}
 			}
 		}
-		if !ok {
-			continue // its pods unknown: none expected rather than too many
-		}
-		for i := 0; i < int(*o.rs.Spec.Replicas)-have[uid]; i++ {
-			if !add(o.base, i+1) {
-				return out
-			}
+		if ok {
+			have[uid] += 0 // known, perhaps none
 		}
 	}
-	return out
+	return have
 }
 
 // mayExpect says p, a pod of a ReplicaSet, may stand for its twins or be
