@@ -21,7 +21,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/capacitybuffer"
 	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
-	"github.com/vmss-autoscaler/vmss-autoscaler/internal/statuscmd"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/app/statuscmd"
 )
 
 func bufferGVR() schema.GroupVersionResource {

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
-	"github.com/vmss-autoscaler/vmss-autoscaler/internal/statuscmd"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/app/statuscmd"
 )
 
 // `vmss-autoscaler status`, run as an operator runs it, during a scale-up

@@ -2,7 +2,7 @@
 // VM Scale Sets. Its subcommands:
 //
 //	vmss-autoscaler [flags]            the autoscaler (internal/app: the wiring; core: the loop)
-//	vmss-autoscaler status [flags]     what the running autoscaler is doing (internal/statuscmd)
+//	vmss-autoscaler status [flags]     what the running autoscaler is doing (internal/app/statuscmd)
 //	vmss-autoscaler preflight [flags]  the preflight agent of a new node (preflight/agent)
 //	vmss-autoscaler version            the build's version
 package main
@@ -19,7 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/app"
-	"github.com/vmss-autoscaler/vmss-autoscaler/internal/statuscmd"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/app/statuscmd"
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/version"
 	"github.com/vmss-autoscaler/vmss-autoscaler/preflight/agent"
 )
