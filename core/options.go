@@ -346,7 +346,7 @@ func DefaultOptions() Options {
 
 // Validate checks the options and names the flag at fault.
 func (o Options) Validate() error {
-	pos := []struct {
+	for _, d := range []struct {
 		flag string
 		v    time.Duration
 	}{
@@ -356,27 +356,30 @@ func (o Options) Validate() error {
 		{"--initial-node-group-backoff-duration", o.InitialNodeGroupBackoffDuration},
 		{"--max-node-group-backoff-duration", o.MaxNodeGroupBackoffDuration},
 		{"--node-group-backoff-reset-timeout", o.NodeGroupBackoffResetTimeout},
-	}
-	for _, p := range pos {
-		if p.v <= 0 {
-			return fmt.Errorf("%s: must be positive, got %s", p.flag, p.v)
+		{"--scale-down-brake-window", o.ScaleDownBrakeWindow},
+		{"--replacement-brake-window", o.ReplacementBrakeWindow},
+		{"--preflight-incident-window", o.PreflightIncidentWindow},
+		{"--health-incident-window", o.HealthIncidentWindow},
+	} {
+		if d.v <= 0 {
+			return fmt.Errorf("%s: must be positive, got %s", d.flag, d.v)
 		}
 	}
-	if o.NewPodScaleUpDelay < 0 {
-		return fmt.Errorf("--new-pod-scale-up-delay: must not be negative, got %s", o.NewPodScaleUpDelay)
-	}
-	if o.PodBatchIdleDuration > o.PodBatchMaxDuration {
-		return fmt.Errorf("--pod-batch-idle-duration %s: longer than --pod-batch-max-duration %s", o.PodBatchIdleDuration, o.PodBatchMaxDuration)
-	}
-	if o.MaxNodeGroupBackoffDuration < o.InitialNodeGroupBackoffDuration {
-		return fmt.Errorf("--max-node-group-backoff-duration: %s is shorter than --initial-node-group-backoff-duration %s",
-			o.MaxNodeGroupBackoffDuration, o.InitialNodeGroupBackoffDuration)
-	}
-	if o.MaxNodesTotal < 0 {
-		return fmt.Errorf("--max-nodes-total: must not be negative, got %d", o.MaxNodesTotal)
-	}
-	if o.MaxPodEventsPerLoop < 0 {
-		return fmt.Errorf("--max-pod-events-per-loop: must not be negative, got %d", o.MaxPodEventsPerLoop)
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{
+		{"--new-pod-scale-up-delay", o.NewPodScaleUpDelay},
+		{"--scale-down-unneeded-time", o.ScaleDownUnneededTime},
+		{"--scale-down-unready-time", o.ScaleDownUnreadyTime},
+		{"--scale-down-delay-after-add", o.ScaleDownDelayAfterAdd},
+		{"--scale-down-delay-after-delete", o.ScaleDownDelayAfterDelete},
+		{"--scale-down-delay-after-failure", o.ScaleDownDelayAfterFailure},
+		{"--node-delete-delay-after-taint", o.NodeDeleteDelayAfterTaint},
+	} {
+		if d.v < 0 {
+			return fmt.Errorf("%s: must not be negative, got %s", d.flag, d.v)
+		}
 	}
 	for _, f := range []struct {
 		flag string
@@ -387,118 +390,97 @@ func (o Options) Validate() error {
 		{"--scale-down-brake-cluster-share", o.ScaleDownBrakeClusterShare},
 		{"--scale-down-brake-group-share", o.ScaleDownBrakeGroupShare},
 		{"--scale-down-max-unready-share", o.ScaleDownMaxUnreadyShare},
+		{"--replacement-brake-cluster-share", o.ReplacementBrakeClusterShare},
+		{"--preflight-incident-cluster-share", o.PreflightIncidentClusterShare},
+		{"--health-incident-cluster-share", o.HealthIncidentClusterShare},
 	} {
-		if f.v < 0 || f.v > 1 {
+		if !(f.v >= 0 && f.v <= 1) {
 			return fmt.Errorf("%s: must be between 0 and 1, got %v", f.flag, f.v)
 		}
 	}
-	for _, f := range []struct {
-		flag string
-		v    time.Duration
+	for _, n := range []struct {
+		flag     string
+		v, least int
 	}{
-		{"--scale-down-unneeded-time", o.ScaleDownUnneededTime},
-		{"--scale-down-unready-time", o.ScaleDownUnreadyTime},
-		{"--scale-down-delay-after-add", o.ScaleDownDelayAfterAdd},
-		{"--scale-down-delay-after-delete", o.ScaleDownDelayAfterDelete},
-		{"--scale-down-delay-after-failure", o.ScaleDownDelayAfterFailure},
-		{"--node-delete-delay-after-taint", o.NodeDeleteDelayAfterTaint},
+		{"--max-nodes-total", o.MaxNodesTotal, 0},
+		{"--max-pod-events-per-loop", o.MaxPodEventsPerLoop, 0},
+		{"--health-failures-before-backoff", o.HealthFailuresBeforeBackoff, 0},
+		{"--ok-total-unready-count", o.OkTotalUnreadyCount, 0},
+		{"--max-graceful-termination-sec", o.MaxGracefulTerminationSec, 0},
+		{"--preflight-failures-before-backoff", o.PreflightFailuresBeforeBackoff, 0},
+		{"--replacement-brake-min-nodes", o.ReplacementBrakeMinNodes, 1},
+		{"--preflight-incident-min-nodes", o.PreflightIncidentMinNodes, 1},
+		{"--health-incident-min-nodes", o.HealthIncidentMinNodes, 2},
 	} {
-		if f.v < 0 {
-			return fmt.Errorf("%s: must not be negative, got %s", f.flag, f.v)
+		switch {
+		case n.v < n.least && n.least == 0:
+			return fmt.Errorf("%s: must not be negative, got %d", n.flag, n.v)
+		case n.v < n.least:
+			return fmt.Errorf("%s: must be at least %d, got %d", n.flag, n.least, n.v)
 		}
 	}
-	if o.ScaleDownBrakeWindow <= 0 {
-		return fmt.Errorf("--scale-down-brake-window: must be positive, got %s", o.ScaleDownBrakeWindow)
-	}
-	if o.MaxScaleDownParallelism < 1 || o.MaxEmptyBulkDelete < 1 {
-		return fmt.Errorf("--max-scale-down-parallelism %d, --max-empty-bulk-delete %d: must be at least 1", o.MaxScaleDownParallelism, o.MaxEmptyBulkDelete)
-	}
-	if o.MaxTotalUnreadyPercentage < 0 || o.MaxTotalUnreadyPercentage > 100 {
-		return fmt.Errorf("--max-total-unready-percentage: must be between 0 and 100, got %v", o.MaxTotalUnreadyPercentage)
-	}
-	if o.ReplacementBrakeClusterShare < 0 || o.ReplacementBrakeClusterShare > 1 {
-		return fmt.Errorf("--replacement-brake-cluster-share: must be between 0 and 1, got %v", o.ReplacementBrakeClusterShare)
-	}
-	if o.ReplacementBrakeMinNodes < 1 {
-		return fmt.Errorf("--replacement-brake-min-nodes: must be at least 1, got %d", o.ReplacementBrakeMinNodes)
-	}
-	if o.MaxCapacityBuffers < 1 || o.MaxCapacityBuffersPerNamespace < 1 {
-		return fmt.Errorf("--max-capacity-buffers %d, --max-capacity-buffers-per-namespace %d: must be at least 1", o.MaxCapacityBuffers, o.MaxCapacityBuffersPerNamespace)
-	}
-	if o.MaxProvisioningRequests < 1 || o.MaxProvisioningRequestsPerNamespace < 1 {
-		return fmt.Errorf("--max-provisioning-requests %d, --max-provisioning-requests-per-namespace %d: must be at least 1", o.MaxProvisioningRequests, o.MaxProvisioningRequestsPerNamespace)
-	}
-	if o.ReplacementBrakeWindow <= 0 {
-		return fmt.Errorf("--replacement-brake-window: must be positive, got %s", o.ReplacementBrakeWindow)
-	}
-	if o.PreflightIncidentMinNodes < 1 {
-		return fmt.Errorf("--preflight-incident-min-nodes: must be at least 1, got %d", o.PreflightIncidentMinNodes)
-	}
-	if o.PreflightIncidentClusterShare < 0 || o.PreflightIncidentClusterShare > 1 {
-		return fmt.Errorf("--preflight-incident-cluster-share: must be between 0 and 1, got %v", o.PreflightIncidentClusterShare)
-	}
-	if o.PreflightIncidentWindow <= 0 {
-		return fmt.Errorf("--preflight-incident-window: must be positive, got %s", o.PreflightIncidentWindow)
-	}
-	if !(o.HealthMaxCordonedShare > 0 && o.HealthMaxCordonedShare <= 0.5) {
-		return fmt.Errorf("--health-max-cordoned-share: must be above 0 and at most 0.5, got %v", o.HealthMaxCordonedShare)
-	}
-	if o.HealthIncidentMinNodes < 2 {
-		return fmt.Errorf("--health-incident-min-nodes: must be at least 2, got %d", o.HealthIncidentMinNodes)
-	}
-	if !(o.HealthIncidentClusterShare >= 0 && o.HealthIncidentClusterShare <= 1) {
-		return fmt.Errorf("--health-incident-cluster-share: must be between 0 and 1, got %v", o.HealthIncidentClusterShare)
-	}
-	if o.HealthIncidentWindow <= 0 {
-		return fmt.Errorf("--health-incident-window: must be positive, got %s", o.HealthIncidentWindow)
-	}
-	if o.HealthFailuresBeforeBackoff < 0 {
-		return fmt.Errorf("--health-failures-before-backoff: must not be negative, got %d", o.HealthFailuresBeforeBackoff)
-	}
-	if o.HealthFailureWindow <= 0 || o.HealthFailureWindow > 24*time.Hour {
-		return fmt.Errorf("--health-failure-window: must be positive and at most 24h, got %s", o.HealthFailureWindow)
-	}
-	if o.OkTotalUnreadyCount < 0 {
-		return fmt.Errorf("--ok-total-unready-count: must not be negative, got %d", o.OkTotalUnreadyCount)
-	}
-	if o.MaxGracefulTerminationSec < 0 {
-		return fmt.Errorf("--max-graceful-termination-sec: must not be negative, got %d", o.MaxGracefulTerminationSec)
-	}
-	if o.GPUResourceName == "" {
-		return fmt.Errorf("--gpu-resource-name: must not be empty")
-	}
-	if o.Namespace == "" {
-		return fmt.Errorf("--namespace: must not be empty")
-	}
-	if err := o.queueOptions().Validate(); err != nil {
-		return err
-	}
-	if err := o.Balloons.Validate(); err != nil {
-		return err
-	}
-	// Balloons are recognised only in their namespace, which must not be
-	// one where the autoscaler's Deployment rights reach further.
-	if err := o.Balloons.ValidateNamespace(o.Namespace); err != nil {
-		return err
-	}
-	if err := o.Preflight.Validate(); err != nil {
-		return err
-	}
-	if o.PreflightFailuresBeforeBackoff < 0 {
-		return fmt.Errorf("--preflight-failures-before-backoff: must not be negative, got %d", o.PreflightFailuresBeforeBackoff)
-	}
-	if o.PreflightFailuresBeforeBackoff > 0 && o.PreflightFailureWindow <= 0 {
-		return fmt.Errorf("--preflight-failure-window: must be positive, got %s", o.PreflightFailureWindow)
-	}
-	if o.NodeAdditionAdaptive {
-		if err := o.NodeAdditionAdaptiveOptions.Validate(o.NodeAdditionRate); err != nil {
+	for _, validate := range []func() error{o.validateRelations, o.validateBounds, o.validateParts} {
+		if err := validate(); err != nil {
 			return err
 		}
 	}
-	if err := o.validateSpot(); err != nil {
-		return err
+	return nil
+}
+
+// validateRelations checks what one flag must be beside another.
+func (o Options) validateRelations() error {
+	switch {
+	case o.PodBatchIdleDuration > o.PodBatchMaxDuration:
+		return fmt.Errorf("--pod-batch-idle-duration %s: longer than --pod-batch-max-duration %s", o.PodBatchIdleDuration, o.PodBatchMaxDuration)
+	case o.MaxNodeGroupBackoffDuration < o.InitialNodeGroupBackoffDuration:
+		return fmt.Errorf("--max-node-group-backoff-duration: %s is shorter than --initial-node-group-backoff-duration %s",
+			o.MaxNodeGroupBackoffDuration, o.InitialNodeGroupBackoffDuration)
+	case o.MaxScaleDownParallelism < 1 || o.MaxEmptyBulkDelete < 1:
+		return fmt.Errorf("--max-scale-down-parallelism %d, --max-empty-bulk-delete %d: must be at least 1", o.MaxScaleDownParallelism, o.MaxEmptyBulkDelete)
+	case o.MaxTotalUnreadyPercentage < 0 || o.MaxTotalUnreadyPercentage > 100:
+		return fmt.Errorf("--max-total-unready-percentage: must be between 0 and 100, got %v", o.MaxTotalUnreadyPercentage)
 	}
-	return o.validateRanges()
+	return nil
+}
+
+// validateBounds checks the bounds with messages of their own.
+func (o Options) validateBounds() error {
+	switch {
+	case o.MaxCapacityBuffers < 1 || o.MaxCapacityBuffersPerNamespace < 1:
+		return fmt.Errorf("--max-capacity-buffers %d, --max-capacity-buffers-per-namespace %d: must be at least 1", o.MaxCapacityBuffers, o.MaxCapacityBuffersPerNamespace)
+	case o.MaxProvisioningRequests < 1 || o.MaxProvisioningRequestsPerNamespace < 1:
+		return fmt.Errorf("--max-provisioning-requests %d, --max-provisioning-requests-per-namespace %d: must be at least 1", o.MaxProvisioningRequests, o.MaxProvisioningRequestsPerNamespace)
+	case !(o.HealthMaxCordonedShare > 0 && o.HealthMaxCordonedShare <= 0.5):
+		return fmt.Errorf("--health-max-cordoned-share: must be above 0 and at most 0.5, got %v", o.HealthMaxCordonedShare)
+	case o.HealthFailureWindow <= 0 || o.HealthFailureWindow > 24*time.Hour:
+		return fmt.Errorf("--health-failure-window: must be positive and at most 24h, got %s", o.HealthFailureWindow)
+	case o.GPUResourceName == "":
+		return fmt.Errorf("--gpu-resource-name: must not be empty")
+	case o.Namespace == "":
+		return fmt.Errorf("--namespace: must not be empty")
+	case o.PreflightFailuresBeforeBackoff > 0 && o.PreflightFailureWindow <= 0:
+		return fmt.Errorf("--preflight-failure-window: must be positive, got %s", o.PreflightFailureWindow)
+	}
+	return nil
+}
+
+// validateParts checks what the loop's parts validate themselves: the
+// queue, the balloons (recognised only in their namespace, which must not
+// be one where the autoscaler's Deployment rights reach further), the
+// preflight gate, the adaptive rate, Spot, the ranges.
+func (o Options) validateParts() error {
+	checks := []func() error{o.queueOptions().Validate, o.Balloons.Validate,
+		func() error { return o.Balloons.ValidateNamespace(o.Namespace) }, o.Preflight.Validate}
+	if o.NodeAdditionAdaptive {
+		checks = append(checks, func() error { return o.NodeAdditionAdaptiveOptions.Validate(o.NodeAdditionRate) })
+	}
+	checks = append(checks, o.validateSpot, o.validateRanges)
+	for _, check := range checks {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Upper ends of the ranges validateRanges checks: far above any sane value,

@@ -57,6 +57,10 @@ func TestParseConfigRejectsBadInput(t *testing.T) {
 		{"lease a day", []string{"--leader-elect-lease-duration=24h"}, "--leader-elect-lease-duration=24h0m0s: must be between"},
 		{"content type", []string{"--kube-api-content-type=application/yaml"}, `--kube-api-content-type="application/yaml": want application/vnd.kubernetes.protobuf or application/json`},
 		{"standby informers", []string{"--standby-informers=lukewarm"}, `--standby-informers="lukewarm": want on-lead or warm`},
+		// A share that is not a number is no share: NaN compares false
+		// both ways, so a range check written as "v < 0 || v > 1" let it
+		// through (a brake with a NaN share).
+		{"share not a number", []string{"--scale-down-brake-cluster-share=NaN"}, "--scale-down-brake-cluster-share: must be between 0 and 1, got NaN"},
 		// The balloon namespace gets the Deployment rights: never kube-system or the autoscaler's own.
 		{"balloons in kube-system", []string{"--namespace=ops", "--balloon-namespace=kube-system"}, `--balloon-namespace: "kube-system" is refused`},
 		{"balloons in the autoscaler's namespace", []string{"--namespace=ops", "--balloon-namespace=ops"}, `--balloon-namespace: "ops" is the autoscaler's own namespace (--namespace)`},
