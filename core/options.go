@@ -346,10 +346,7 @@ func DefaultOptions() Options {
 
 // Validate checks the options and names the flag at fault.
 func (o Options) Validate() error {
-	for _, d := range []struct {
-		flag string
-		v    time.Duration
-	}{
+	for _, d := range []flagDuration{
 		{"--scan-interval", o.ScanInterval},
 		{"--max-node-provision-time", o.MaxNodeProvisionTime},
 		{"--max-node-startup-time", o.MaxNodeStartupTime},
@@ -365,10 +362,7 @@ func (o Options) Validate() error {
 			return fmt.Errorf("%s: must be positive, got %s", d.flag, d.v)
 		}
 	}
-	for _, d := range []struct {
-		flag string
-		v    time.Duration
-	}{
+	for _, d := range []flagDuration{
 		{"--new-pod-scale-up-delay", o.NewPodScaleUpDelay},
 		{"--scale-down-unneeded-time", o.ScaleDownUnneededTime},
 		{"--scale-down-unready-time", o.ScaleDownUnreadyTime},
@@ -425,6 +419,12 @@ func (o Options) Validate() error {
 		}
 	}
 	return nil
+}
+
+// flagDuration is a duration flag's name and value, for a check's table.
+type flagDuration struct {
+	flag string
+	v    time.Duration
 }
 
 // validateRelations checks what one flag must be beside another.
