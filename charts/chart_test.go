@@ -46,6 +46,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/scaleup"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/simulator"
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/clientmetrics"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/testutil/promrec"
 )
 
 const (
@@ -1604,30 +1605,6 @@ func TestAdmissionPolicies(t *testing.T) {
 
 // ---------------------------------------------------------------- metrics
 
-// recorder registers on a registry and remembers the collectors.
-type recorder struct {
-	reg *prometheus.Registry
-	cs  []prometheus.Collector
-}
-
-func (r *recorder) Register(c prometheus.Collector) error {
-	if err := r.reg.Register(c); err != nil {
-		return err
-	}
-	r.cs = append(r.cs, c)
-	return nil
-}
-
-func (r *recorder) MustRegister(cs ...prometheus.Collector) {
-	for _, c := range cs {
-		if err := r.Register(c); err != nil {
-			panic(err)
-		}
-	}
-}
-
-func (r *recorder) Unregister(c prometheus.Collector) bool { return r.reg.Unregister(c) }
-
 // touch creates one child of a vector, whatever its number of labels.
 func touch(get func(...string) error) error {
 	var err error
@@ -1653,7 +1630,7 @@ var mainMetricRE = regexp.MustCompile(`Name:\s*"(vmss_autoscaler_[a-z0-9_]+)"`)
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	rec := &recorder{reg: reg}
+	rec := &promrec.Recorder{Reg: reg}
 	core.NewMetrics(rec)
 	prov, err := vmss.New(vmss.Config{
 		SubscriptionID: "00000000-0000-0000-0000-000000000001",
@@ -1690,7 +1667,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 		rec.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: string(m[1]), Help: "internal/app"}))
 	}
 
-	for _, c := range rec.cs {
+	for _, c := range rec.Collectors {
 		var err error
 		switch v := c.(type) {
 		case *prometheus.CounterVec:

@@ -17,6 +17,7 @@ import (
 	"github.com/vmss-autoscaler/vmss-autoscaler/core"
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/clientmetrics"
 	"github.com/vmss-autoscaler/vmss-autoscaler/internal/secureserve"
+	"github.com/vmss-autoscaler/vmss-autoscaler/internal/testutil/promrec"
 )
 
 // The references of docs/reference, generated from the code (#43): the
@@ -69,7 +70,7 @@ func FlagsReference() string {
 // (core.NewMetrics), the Azure provider's, the Kubernetes clients'
 // (rest_client_*) and the wiring's own gauge.
 func MetricsReference(tempDir string) (string, error) {
-	rec := &recordingRegistry{reg: prometheus.NewRegistry()}
+	rec := promrec.New()
 	core.NewMetrics(rec)
 	prov, err := vmss.New(vmss.Config{
 		SubscriptionID: "00000000-0000-0000-0000-000000000001", ResourceGroups: []string{"rg"},
@@ -87,7 +88,7 @@ func MetricsReference(tempDir string) (string, error) {
 	rec.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "vmss_autoscaler_apiserver_metrics_readable", Help: apiserverMetricsReadableHelp}))
 	type row struct{ name, typ, labels, help string }
 	var rows []row
-	for _, c := range rec.cs {
+	for _, c := range rec.Collectors {
 		ch := make(chan *prometheus.Desc, 16)
 		go func() { c.Describe(ch); close(ch) }()
 		for d := range ch {
@@ -113,30 +114,6 @@ func MetricsReference(tempDir string) (string, error) {
 	}
 	return b.String(), nil
 }
-
-// recordingRegistry registers into reg and keeps the collectors.
-type recordingRegistry struct {
-	reg *prometheus.Registry
-	cs  []prometheus.Collector
-}
-
-func (r *recordingRegistry) Register(c prometheus.Collector) error {
-	if err := r.reg.Register(c); err != nil {
-		return err
-	}
-	r.cs = append(r.cs, c)
-	return nil
-}
-
-func (r *recordingRegistry) MustRegister(cs ...prometheus.Collector) {
-	for _, c := range cs {
-		if err := r.Register(c); err != nil {
-			panic(err)
-		}
-	}
-}
-
-func (r *recordingRegistry) Unregister(c prometheus.Collector) bool { return r.reg.Unregister(c) }
 
 var descRE = regexp.MustCompile(`fqName: "([^"]*)", help: "((?:[^"\\]|\\.)*)",(?: unit: "[^"]*",)? constLabels: \{[^}]*\}, variableLabels: \{([^}]*)\}`)
 
