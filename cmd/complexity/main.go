@@ -21,6 +21,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,6 +47,7 @@ func run(args []string, out io.Writer) error {
 	over := fl.Int("over", 15, "the threshold: a function above it must be in the baseline, at most at its value there")
 	baseline := fl.String("baseline", ".complexity-baseline", "file of the functions allowed above the threshold: one \"key complexity\" a line")
 	write := fl.Bool("write", false, "write the current offenders as the baseline instead of checking")
+	list := fl.Int("list", -1, "print every function above this complexity, most complex first, and check nothing")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
@@ -60,6 +62,10 @@ func run(args []string, out io.Writer) error {
 			return err
 		}
 		funcs = append(funcs, fs...)
+	}
+	if *list >= 0 {
+		printAbove(out, funcs, *list)
+		return nil
 	}
 	above10 := 0
 	var offenders []Func
@@ -212,4 +218,15 @@ func writeBaseline(path string, offenders []Func) error {
 		fmt.Fprintf(&b, "%s %d\n", f.Key, f.Complexity)
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// printAbove prints the functions above threshold, most complex first.
+func printAbove(out io.Writer, funcs []Func, threshold int) {
+	sorted := slices.Clone(funcs)
+	slices.SortStableFunc(sorted, func(a, b Func) int { return b.Complexity - a.Complexity })
+	for _, f := range sorted {
+		if f.Complexity > threshold {
+			fmt.Fprintf(out, "%d %s\n", f.Complexity, f.Key)
+		}
+	}
 }
