@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -247,4 +249,63 @@ func operationFailures(body, set, code string) (float64, string) {
 		}
 	}
 	return sum, strings.Join(lines, "\n")
+}
+
+// TestAzureDeleteBatchNamingAVanishedVM: a VM deleted out of band after
+// the autoscaler's last VM list is still named in its deletion batch, and
+// ARM refuses the whole batch (400 InvalidParameter: "The provided
+// instanceId … is not an active Virtual Machine Scale Set VM instanceId",
+// as quoted in microsoft/onefuzz issue 2547). The autoscaler lists the
+// VMs again and sends the rest: the set ends empty, every node goes, and
+// no failed scale-down is counted. Before, one vanished VM failed the
+// whole batch and its machines were untainted and judged again.
+func TestAzureDeleteBatchNamingAVanishedVM(t *testing.T) {
+	t.Parallel()
+	sc := newScenario(t)
+	cpu := sc.scaleSet("vanish", "Standard_D16s_v5", 4, nil)
+	sc.registered(cpu, 4)
+	if err := sc.s.sim.InjectFault(sc.rg, cpu, armsim.Fault{Kind: armsim.FaultVanishBeforeDelete, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	// The brake's shares at 1: the four empty nodes go in one batch.
+	p := sc.autoscaler("one", fastScaleDown("--nodes=0:10:"+cpu,
+		"--scale-down-brake-cluster-share=1", "--scale-down-brake-group-share=1")...)
+	sc.eventually("the set empty and its nodes gone", 3*time.Minute, func() (bool, string) {
+		vms := sc.vms(cpu)
+		return len(vms) == 0 && sc.nodesOf()[cpu] == 0, fmt.Sprintf("VMs %v, nodes %d\n%s", vms, sc.nodesOf()[cpu], sc.writeLog(cpu))
+	})
+	var refused, sent []armsim.Write
+	for _, w := range sc.writesTo(cpu) {
+		if w.Op != armsim.OpDeleteInstances || w.At.Before(start) || w.Caller == armsim.CallerOf("e2e-token-"+sc.prefix) {
+			continue
+		}
+		if w.Status == http.StatusBadRequest {
+			refused = append(refused, w)
+		} else if accepted(w) {
+			sent = append(sent, w)
+		}
+	}
+	if len(refused) != 1 || len(refused[0].InstanceIDs) < 2 {
+		t.Fatalf("refused deletions %v, want one batch of 2 or more (the fault not applied: the scenario proves nothing)\n%s", refused, sc.writeLog(cpu))
+	}
+	vanished := refused[0].InstanceIDs[0]
+	var resent []string
+	for _, w := range sent {
+		if w.At.After(refused[0].At) {
+			resent = append(resent, w.InstanceIDs...)
+		}
+	}
+	for _, id := range refused[0].InstanceIDs[1:] {
+		if !slices.Contains(resent, id) {
+			t.Fatalf("instance %s of the refused batch never sent again (sent after it: %v)\n%s", id, resent, sc.writeLog(cpu))
+		}
+	}
+	if slices.Contains(resent, vanished) {
+		t.Fatalf("the vanished instance %s sent again: %v\n%s", vanished, resent, sc.writeLog(cpu))
+	}
+	_, body := sc.get(p, "/metrics")
+	if got := metricValue(body, `vmss_autoscaler_failed_scale_downs_total{node_group="`+cpu+`",step="delete"}`); got > 0 {
+		t.Fatalf("%v failed scale-downs counted for a batch sent again, want none", got)
+	}
 }

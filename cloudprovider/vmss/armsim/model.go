@@ -144,10 +144,18 @@ const (
 	// with many extensions take minutes to delete on Azure, long enough
 	// for a newer write to preempt the deletion (see preempt).
 	FaultSlowDelete
+	// FaultVanishBeforeDelete makes the next instance deletion that names
+	// two VMs or more find its first VM already gone, as if deleted out of
+	// band (another tool, a Spot eviction with policy Delete) after the
+	// caller's last VM list and finished just before the request: the VM
+	// is removed, its node told so at the next Advance, and ARM refuses
+	// the whole batch for naming an instance it no longer has (400
+	// InvalidParameter, see deleteInstances). Count counts deletions.
+	FaultVanishBeforeDelete
 )
 
 // lastFaultKind is the highest FaultKind.
-const lastFaultKind = FaultSlowDelete
+const lastFaultKind = FaultVanishBeforeDelete
 
 // String returns the fault kind's name.
 func (k FaultKind) String() string {
@@ -178,6 +186,8 @@ func (k FaultKind) String() string {
 		return "DeletingWithoutIDs"
 	case FaultSlowDelete:
 		return "SlowDelete"
+	case FaultVanishBeforeDelete:
+		return "VanishBeforeDelete"
 	}
 	return "FaultKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -1230,6 +1240,7 @@ func (s *Server) deleteInstances(set *scaleSet, ids []string, force bool, now ti
 	if len(ids) == 0 {
 		return nil, &armError{http.StatusBadRequest, "InvalidParameter", "The parameter 'instanceIds' must contain at least one instance ID.", ""}
 	}
+	s.vanishFirst(set, ids)
 	vms := make([]*vmRecord, 0, len(ids))
 	for _, id := range ids {
 		vm, ok := set.vmByKey(id)
@@ -1272,6 +1283,28 @@ func (s *Server) deleteInstances(set *scaleSet, ids []string, force bool, now ti
 	klog.V(2).InfoS("Deleting scale set instances", "resourceGroup", set.rg, "name", set.name, "instanceIDs", ids,
 		"capacity", set.capacity(), "operation", op.id)
 	return op, nil
+}
+
+// vanishFirst applies FaultVanishBeforeDelete to a deletion naming ids:
+// its first VM is removed as a finished out-of-band deletion, and its
+// node is gone at the next Advance. Callers hold s.mu.
+func (s *Server) vanishFirst(set *scaleSet, ids []string) {
+	if len(ids) < 2 {
+		return
+	}
+	vm, ok := set.vmByKey(ids[0])
+	if !ok {
+		return
+	}
+	if _, ok := set.takeFault(FaultVanishBeforeDelete); !ok {
+		return
+	}
+	set.remove(vm)
+	set.etag++
+	if vm.notified && !slices.Contains(s.gone, vm) {
+		s.gone = append(s.gone, vm)
+	}
+	klog.V(2).InfoS("Fault: a VM vanished before the deletion naming it", "resourceGroup", set.rg, "name", set.name, "instanceID", ids[0])
 }
 
 // normalizeETag strips a weak prefix and quotes from an entity tag.

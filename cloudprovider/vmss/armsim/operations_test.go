@@ -3,6 +3,7 @@ package armsim
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
@@ -545,4 +547,46 @@ func TestSlowDeleteKeepsVMsDeletingAndItsOperationRunning(t *testing.T) {
 	if st := env.opStatus(t, url); st.Status != "Succeeded" {
 		t.Fatalf("second deletion's operation %s, want Succeeded (the fault was used up)", st.Status)
 	}
+}
+
+// TestVanishBeforeDeleteRefusesTheBatch: FaultVanishBeforeDelete removes
+// the first VM a deletion of two or more names, as a finished
+// out-of-band deletion; ARM then refuses the whole batch for naming an
+// instance it no longer has (400 InvalidParameter, nothing else
+// changes), the capacity counts the vanished VM out, its node is told
+// gone at the next Advance, and the fault is used up.
+func TestVanishBeforeDeleteRefusesTheBatch(t *testing.T) {
+	hook := newRecordingHook()
+	env := newTestEnv(t, Options{Hook: hook}, ScaleSetSpec{ResourceGroup: testRG, Name: "pool", SKU: "Standard_D16s_v5", Capacity: 3})
+	ctx := context.Background()
+	env.srv.Advance(ctx)
+	if err := env.srv.InjectFault(testRG, "pool", Fault{Kind: FaultVanishBeforeDelete, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// A deletion of one VM takes no fault.
+	url := env.write(t, "pool", -1, "2")
+	env.clock.Step(time.Minute)
+	env.srv.Advance(ctx)
+	if st := env.opStatus(t, url); st.Status != "Succeeded" {
+		t.Fatalf("single deletion's operation %s, want Succeeded", st.Status)
+	}
+	_, err := env.sets.BeginDeleteInstances(ctx, testRG, "pool",
+		armcompute.VirtualMachineScaleSetVMInstanceRequiredIDs{InstanceIDs: to.SliceOfPtrs("0", "1")}, nil)
+	var re *azcore.ResponseError
+	if !errors.As(err, &re) || re.StatusCode != http.StatusBadRequest || re.ErrorCode != "InvalidParameter" {
+		t.Fatalf("deletion naming a vanished VM: %v, want 400 InvalidParameter", err)
+	}
+	st := env.state(t, "pool")
+	if got := vmStates(st); len(got) != 1 || got["1"] != StateRunning {
+		t.Fatalf("VMs %v, want VM 0 gone and VM 1 Running (the batch refused)", got)
+	}
+	if st.Capacity != 1 {
+		t.Fatalf("capacity %d, want 1", st.Capacity)
+	}
+	env.srv.Advance(ctx)
+	if _, deleted := hook.snapshot(); len(deleted) != 2 {
+		t.Fatalf("nodes told deleted %v, want VM 2's and the vanished VM 0's", deleted)
+	}
+	// Used up: the same batch, now of existing VMs, is accepted.
+	env.write(t, "pool", -1, "1")
 }
