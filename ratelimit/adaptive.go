@@ -49,6 +49,18 @@ func DefaultAdaptiveOptions() AdaptiveOptions {
 
 // Validate names the flag at fault; rate is the configured starting rate.
 func (o AdaptiveOptions) Validate(rate float64) error {
+	if err := o.validateBounds(rate); err != nil {
+		return err
+	}
+	if err := o.validateSteps(); err != nil {
+		return err
+	}
+	return o.validateLatency()
+}
+
+// validateBounds checks the rate's bounds and that the starting rate is
+// within them.
+func (o AdaptiveOptions) validateBounds(rate float64) error {
 	switch {
 	case o.Min <= 0:
 		return fmt.Errorf("--node-addition-rate-min: must be positive, got %v", o.Min)
@@ -56,12 +68,27 @@ func (o AdaptiveOptions) Validate(rate float64) error {
 		return fmt.Errorf("--node-addition-rate-max: %v is below --node-addition-rate-min %v", o.Max, o.Min)
 	case rate < o.Min || rate > o.Max:
 		return fmt.Errorf("--node-addition-rate: %v is outside the adaptive bounds [%v, %v]", rate, o.Min, o.Max)
+	}
+	return nil
+}
+
+// validateSteps checks how the controller moves the rate: the cut, the
+// raise and the period.
+func (o AdaptiveOptions) validateSteps() error {
+	switch {
 	case o.DecreaseFactor <= 0 || o.DecreaseFactor >= 1:
 		return fmt.Errorf("--node-addition-rate-decrease-factor: must be between 0 and 1 (exclusive), got %v", o.DecreaseFactor)
 	case o.IncreaseStep <= 0:
 		return fmt.Errorf("--node-addition-rate-increase-step: must be positive, got %v", o.IncreaseStep)
 	case o.Interval <= 0:
 		return fmt.Errorf("--node-addition-adaptive-interval: must be positive, got %s", o.Interval)
+	}
+	return nil
+}
+
+// validateLatency checks what makes latency trouble.
+func (o AdaptiveOptions) validateLatency() error {
+	switch {
 	case o.LatencyThreshold <= 0:
 		return fmt.Errorf("--node-addition-latency-threshold: must be positive, got %s", o.LatencyThreshold)
 	case o.SlowShare <= 0 || o.SlowShare > 1:
@@ -158,17 +185,31 @@ func (a *Adaptive) Update(now time.Time, limited bool, take func() Signals) (c C
 	if why := a.outright(s); why != "" && (a.lastCut.IsZero() || now.Sub(a.lastCut) >= a.opts.Interval/3) {
 		return a.cut(now, why), true
 	}
-	period := a.opts.Interval
-	if a.slowStart {
-		period = a.opts.Interval / slowStartPeriods
-	}
-	if now.Sub(a.last) < period {
+	if now.Sub(a.last) < a.period() {
 		return Change{}, false
 	}
 	if why := a.trouble(a.acc); why != "" {
 		return a.cut(now, why), true
 	}
 	c = Change{From: a.rate, Signals: a.acc}
+	a.raise()
+	a.next(now)
+	c.To, c.Reason = a.rate, a.reason
+	return c, true
+}
+
+// period is how often the controller decides on its signals: a sixth of
+// Interval in slow start, Interval after.
+func (a *Adaptive) period() time.Duration {
+	if a.slowStart {
+		return a.opts.Interval / slowStartPeriods
+	}
+	return a.opts.Interval
+}
+
+// raise sets the rate of a healthy period: doubled in slow start, else
+// one step up, when the rate held demand back and is below the maximum.
+func (a *Adaptive) raise() {
 	switch {
 	case !a.limited:
 		a.reason = ReasonSteady
@@ -181,9 +222,6 @@ func (a *Adaptive) Update(now time.Time, limited bool, take func() Signals) (c C
 		a.rate = math.Min(a.opts.Max, a.rate+a.opts.IncreaseStep)
 		a.reason = ReasonHealthy
 	}
-	a.next(now)
-	c.To, c.Reason = a.rate, a.reason
-	return c, true
 }
 
 // cut decreases the rate for why and ends slow start.

@@ -126,30 +126,13 @@ func ParseRejected(r io.Reader) (float64, error) {
 	var total float64
 	for sc.Scan() {
 		line := sc.Bytes()
-		if !bytes.HasPrefix(line, name) || len(line) == len(name) {
+		rest, ok := rejectedSeries(line, name)
+		if !ok {
 			continue
 		}
-		if c := line[len(name)]; c != '{' && c != ' ' {
-			continue // a longer name with the same prefix
-		}
-		rest := line[len(name):]
-		if rest[0] == '{' {
-			end := bytes.LastIndexByte(rest, '}')
-			if end < 0 {
-				return 0, fmt.Errorf("parsing %s: unterminated labels in %q", RejectedMetric, line)
-			}
-			rest = rest[end+1:]
-		}
-		fields := bytes.Fields(rest)
-		if len(fields) == 0 {
-			return 0, fmt.Errorf("parsing %s: no value in %q", RejectedMetric, line)
-		}
-		v, err := strconv.ParseFloat(string(fields[0]), 64)
+		v, err := sampleValue(line, rest)
 		if err != nil {
-			return 0, fmt.Errorf("parsing %s value %q: %w", RejectedMetric, fields[0], err)
-		}
-		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-			return 0, fmt.Errorf("parsing %s value %q: a counter must be a finite, non-negative number", RejectedMetric, fields[0])
+			return 0, err
 		}
 		total += v
 	}
@@ -157,4 +140,46 @@ func ParseRejected(r io.Reader) (float64, error) {
 		return 0, fmt.Errorf("reading metrics: %w", err)
 	}
 	return total, nil
+}
+
+// rejectedSeries says whether line is a sample of the metric name (not
+// of a longer name with the same prefix), and returns what follows the
+// name.
+func rejectedSeries(line, name []byte) (rest []byte, ok bool) {
+	if !bytes.HasPrefix(line, name) || len(line) == len(name) {
+		return nil, false
+	}
+	if c := line[len(name)]; c != '{' && c != ' ' {
+		return nil, false // a longer name with the same prefix
+	}
+	return line[len(name):], true
+}
+
+// sampleValue is the value of a sample of RejectedMetric, rest being the
+// line after the name: its labels, if any, are skipped.
+func sampleValue(line, rest []byte) (float64, error) {
+	if rest[0] == '{' {
+		end := bytes.LastIndexByte(rest, '}')
+		if end < 0 {
+			return 0, fmt.Errorf("parsing %s: unterminated labels in %q", RejectedMetric, line)
+		}
+		rest = rest[end+1:]
+	}
+	fields := bytes.Fields(rest)
+	if len(fields) == 0 {
+		return 0, fmt.Errorf("parsing %s: no value in %q", RejectedMetric, line)
+	}
+	return counterValue(fields[0])
+}
+
+// counterValue parses a counter's value: a finite, non-negative number.
+func counterValue(field []byte) (float64, error) {
+	v, err := strconv.ParseFloat(string(field), 64)
+	if err != nil {
+		return 0, fmt.Errorf("parsing %s value %q: %w", RejectedMetric, field, err)
+	}
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		return 0, fmt.Errorf("parsing %s value %q: a counter must be a finite, non-negative number", RejectedMetric, field)
+	}
+	return v, nil
 }

@@ -301,11 +301,53 @@ func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 		q.tokens = math.Max(0, math.Min(q.tokens, float64(q.opts.Burst-inFlight)))
 	}
 	q.refill(now)
-	d := Decision{ReleaseClass: map[string]map[Class]int{}, Queued: map[string]map[Class]int{}}
-	room := q.opts.MaxInFlight - inFlight
-	if room < 0 {
-		room = 0
+	st := &deciding{
+		q:        q,
+		now:      now,
+		inFlight: inFlight,
+		d:        Decision{ReleaseClass: map[string]map[Class]int{}, Queued: map[string]map[Class]int{}},
+		room:     max(0, q.opts.MaxInFlight-inFlight),
+		ds:       stated(demands),
 	}
+	st.left = make([]int, len(st.ds))
+	for i := range st.ds {
+		st.left[i] = st.ds[i].Count
+	}
+	gangs := q.line(now, st.ds)
+	for _, class := range []Class{Workload, Balloon} {
+		st.releaseGangs(class, gangs)
+		st.releaseSingles(class)
+	}
+	q.head = st.head
+	st.recordQueued()
+	q.settleCredit(now, st.ds, st.left)
+	q.forgetWaiting(st.ds, st.left)
+	st.d.Tokens = q.tokens
+	return st.d
+}
+
+// deciding is one Decide's working state.
+type deciding struct {
+	q        *Queue
+	now      time.Time
+	inFlight int
+	d        Decision
+	// room is what the in-flight cap still holds.
+	room int
+	// ds is the demand stated, in order; left is what of each is not
+	// released yet.
+	ds   []Demand
+	left []int
+	// held is the head's reason once a gang (or a group's write's worth)
+	// could not be released: nothing after it goes.
+	held Limit
+	// head is the gang that holds the order, for the next Decide.
+	head *gangLine
+}
+
+// stated is the demand for at least one node, by class, then age, then
+// group.
+func stated(demands []Demand) []Demand {
 	ds := make([]Demand, 0, len(demands))
 	for _, x := range demands {
 		if x.Count > 0 {
@@ -321,196 +363,247 @@ func (q *Queue) Decide(now time.Time, demands []Demand, inFlight int) Decision {
 		}
 		return ds[i].Group < ds[j].Group
 	})
-	left := make([]int, len(ds))
-	for i := range ds {
-		left[i] = ds[i].Count
+	return ds
+}
+
+// limit records why demand was held back, the first reason only.
+func (st *deciding) limit(why Limit) {
+	if st.d.Limit == NotLimited {
+		st.d.Limit = why
 	}
-	limit := func(why Limit) {
-		if d.Limit == NotLimited {
-			d.Limit = why
+}
+
+// releaseGangs releases the gangs of class, in line: all or nothing,
+// across every group the gang's nodes come from.
+func (st *deciding) releaseGangs(class Class, gangs []*gangLine) {
+	for _, g := range gangs {
+		if g.key.class == class {
+			st.releaseGang(g)
 		}
 	}
-	gangs := q.line(now, ds)
-	// held is the head's reason once a gang could not be released:
-	// nothing after it goes.
-	held := NotLimited
-	var head *gangLine
-	for _, class := range []Class{Workload, Balloon} {
-		// Gangs first within their class, in line: all or nothing, across
-		// every group the gang's nodes come from.
-		for _, g := range gangs {
-			if g.key.class != class {
-				continue
-			}
-			if g.members == nil {
-				// The head of an earlier round of this loop, not restated.
-				if held == NotLimited {
-					held, head = g.limit, g
-					limit(held)
-				}
-				continue
-			}
-			need := 0
-			for _, j := range g.members {
-				need += left[j]
-			}
-			if need == 0 {
-				continue
-			}
-			why := NotLimited
-			switch {
-			case need > room && !(need > q.opts.MaxInFlight && inFlight == 0 && room == q.opts.MaxInFlight):
-				// A gang larger than the whole cap could never fit under it:
-				// it goes alone, when nothing is in flight and nothing was
-				// released before it, and the cap is paid back (nothing more
-				// goes until its nodes are up).
-				why = LimitInFlight
-			case float64(need) > q.tokens && q.tokens < float64(min(need, q.opts.Burst)):
-				// A gang larger than the burst goes when the bucket is full
-				// and is paid back afterwards (tokens go negative).
-				why = LimitRate
-			case held != NotLimited:
-				// It would fit, but the head waits for this room.
-				why = held
-			}
-			if why != NotLimited {
-				limit(why)
-				d.hold(g.key.name, need, why)
-				if held == NotLimited {
-					held = why
-					head = &gangLine{key: g.key, first: g.first, since: g.since, nodes: need, limit: why, at: now}
-				}
-				continue
-			}
-			q.tokens -= float64(need)
-			room = max(0, room-need)
-			for _, j := range g.members {
-				d.release(ds[j], left[j])
-				left[j] = 0
-			}
-			// Released demand leaves the line: if it comes back (the cloud
-			// refused it), it is new demand.
-			delete(q.seen, g.key)
+}
+
+// releaseGang releases a gang's nodes all at once, or holds it whole.
+func (st *deciding) releaseGang(g *gangLine) {
+	if g.members == nil {
+		// The head of an earlier round of this loop, not restated.
+		if st.held == NotLimited {
+			st.held, st.head = g.limit, g
+			st.limit(st.held)
 		}
-		// Then one node per group per round, starting after the last
-		// round's first group.
-		var order []int
-		for i, x := range ds {
-			if x.Class == class && x.Gang == "" && left[i] > 0 {
-				order = append(order, i)
-			}
+		return
+	}
+	need := 0
+	for _, j := range g.members {
+		need += st.left[j]
+	}
+	if need == 0 {
+		return
+	}
+	if why := st.gangLimit(need); why != NotLimited {
+		st.holdGang(g, need, why)
+		return
+	}
+	st.q.tokens -= float64(need)
+	st.room = max(0, st.room-need)
+	for _, j := range g.members {
+		st.d.release(st.ds[j], st.left[j])
+		st.left[j] = 0
+	}
+	// Released demand leaves the line: if it comes back (the cloud
+	// refused it), it is new demand.
+	delete(st.q.seen, g.key)
+}
+
+// gangLimit is what holds back a gang of need nodes, if anything.
+func (st *deciding) gangLimit(need int) Limit {
+	q := st.q
+	switch {
+	case need > st.room && !(need > q.opts.MaxInFlight && st.inFlight == 0 && st.room == q.opts.MaxInFlight):
+		// A gang larger than the whole cap could never fit under it:
+		// it goes alone, when nothing is in flight and nothing was
+		// released before it, and the cap is paid back (nothing more
+		// goes until its nodes are up).
+		return LimitInFlight
+	case float64(need) > q.tokens && q.tokens < float64(min(need, q.opts.Burst)):
+		// A gang larger than the burst goes when the bucket is full
+		// and is paid back afterwards (tokens go negative).
+		return LimitRate
+	case st.held != NotLimited:
+		// It would fit, but the head waits for this room.
+		return st.held
+	}
+	return NotLimited
+}
+
+// holdGang holds a gang of need nodes back whole; the first held is the
+// head.
+func (st *deciding) holdGang(g *gangLine, need int, why Limit) {
+	st.limit(why)
+	st.d.hold(g.key.name, need, why)
+	if st.held == NotLimited {
+		st.held = why
+		st.head = &gangLine{key: g.key, first: g.first, since: g.since, nodes: need, limit: why, at: st.now}
+	}
+}
+
+// releaseSingles releases the single-node demand of class: a group's
+// deferred nodes first, then a write's worth per group per round,
+// starting after the last round's first group.
+func (st *deciding) releaseSingles(class Class) {
+	var order []int
+	for i, x := range st.ds {
+		if x.Class == class && x.Gang == "" && st.left[i] > 0 {
+			order = append(order, i)
 		}
-		if held != NotLimited {
-			// Behind a held gang: nothing goes.
-			if len(order) > 0 {
-				limit(held)
-			}
+	}
+	if st.held != NotLimited {
+		// Behind a held gang: nothing goes.
+		if len(order) > 0 {
+			st.limit(st.held)
+		}
+		return
+	}
+	st.releaseCredit(order)
+	order = slices.DeleteFunc(order, func(i int) bool { return st.left[i] == 0 })
+	order = rotate(st.ds, order, st.q.cursor)
+	st.releaseChunks(order)
+}
+
+// releaseCredit releases a group's deferred nodes, already paid for: the
+// request the cloud deferred goes again, merged with what the group gets
+// now, as one write.
+func (st *deciding) releaseCredit(order []int) {
+	q := st.q
+	for _, i := range order {
+		c := q.credit[st.ds[i].Group]
+		n := min(c.n, st.left[i], st.room)
+		if n <= 0 {
 			continue
 		}
-		// A group's deferred nodes first, already paid for: the request
-		// the cloud deferred goes again, merged with what the group gets
-		// now, as one write.
+		c.n -= n
+		q.credit[st.ds[i].Group] = c
+		st.room -= n
+		st.left[i] -= n
+		st.d.release(st.ds[i], n)
+	}
+}
+
+// releaseChunks releases a write's worth per group per round: min(its
+// demand, the burst) or nothing. Each group's release is one capacity
+// write, and a scale set takes one at a time for a whole operation
+// (until its VMs have booted and run their extensions: minutes for GPU
+// VMs; Microsoft, "Virtual Machine Scale Sets" REST reference: the
+// operation's status stays InProgress until the instances are
+// provisioned), so a release of a node or two a loop spread over many
+// groups left every scale set busy with a thin write while the in-flight
+// cap had room (issue #38's xl run: 200 of 300 in flight on average). A
+// group whose chunk does not fit the bucket or the cap holds what comes
+// after it, as a held gang does, so the tokens and room it waits for are
+// not spent by smaller demand first; the next round starts after the
+// last group released to.
+func (st *deciding) releaseChunks(order []int) {
+	chunk := st.q.Chunk()
+	for len(order) > 0 && st.held == NotLimited {
+		next := order[:0:0]
 		for _, i := range order {
-			c := q.credit[ds[i].Group]
-			n := min(c.n, left[i], room)
-			if n <= 0 {
-				continue
+			if st.releaseChunk(i, chunk) {
+				next = append(next, i)
 			}
-			c.n -= n
-			q.credit[ds[i].Group] = c
-			room -= n
-			left[i] -= n
-			d.release(ds[i], n)
 		}
-		order = slices.DeleteFunc(order, func(i int) bool { return left[i] == 0 })
-		order = rotate(ds, order, q.cursor)
-		// A write's worth per group per round: min(its demand, the
-		// burst) or nothing. Each group's release is one capacity write,
-		// and a scale set takes one at a time for a whole operation
-		// (until its VMs have booted and run their extensions: minutes
-		// for GPU VMs; Microsoft, "Virtual Machine Scale Sets" REST
-		// reference: the operation's status stays InProgress until the
-		// instances are provisioned), so a release of a node or two a
-		// loop spread over many groups left every scale set busy with a
-		// thin write while the in-flight cap had room (issue #38's xl
-		// run: 200 of 300 in flight on average). A group whose chunk
-		// does not fit the bucket or the cap holds what comes after it,
-		// as a held gang does, so the tokens and room it waits for are
-		// not spent by smaller demand first; the next round starts after
-		// the last group released to.
-		chunk := q.Chunk()
-		for len(order) > 0 && held == NotLimited {
-			next := order[:0:0]
-			for _, i := range order {
-				if held != NotLimited {
-					next = append(next, i)
-					continue
-				}
-				n := min(left[i], chunk)
-				switch {
-				case n > room:
-					held = LimitInFlight
-				case float64(n) > q.tokens && q.overflows() && q.tokens >= 1:
-					// Waiting would spill the bucket: what it holds goes.
-					n = int(q.tokens)
-				case float64(n) > q.tokens:
-					held = LimitRate
-				}
-				if held != NotLimited {
-					// A group that waited chunkPatience for its write's
-					// worth takes what fits: gangs released first every
-					// round could keep the room or the bucket just short
-					// of it for as long as they keep coming.
-					since, waiting := q.waitingSince[ds[i].Group]
-					if fit := min(left[i], room, int(math.Floor(q.tokens))); waiting && now.Sub(since) >= chunkPatience && fit >= 1 {
-						held, n = NotLimited, fit
-					} else {
-						if !waiting {
-							q.waitingSince[ds[i].Group] = now
-						}
-						limit(held)
-						next = append(next, i)
-						continue
-					}
-				}
-				delete(q.waitingSince, ds[i].Group)
-				q.tokens -= float64(n)
-				room -= n
-				left[i] -= n
-				d.release(ds[i], n)
-				q.cursor = ds[i].Group
-				if left[i] > 0 {
-					next = append(next, i)
-				}
+		order = next
+	}
+}
+
+// releaseChunk releases demand i's write's worth, or holds it (and what
+// comes after it); it says whether i has demand left for the next round.
+func (st *deciding) releaseChunk(i, chunk int) (again bool) {
+	if st.held != NotLimited {
+		return true
+	}
+	n, why := st.chunkOf(i, chunk)
+	if why != NotLimited {
+		fit, ok := st.outwaited(i)
+		if !ok {
+			st.held = why
+			st.limit(why)
+			return true
+		}
+		n = fit
+	}
+	q := st.q
+	delete(q.waitingSince, st.ds[i].Group)
+	q.tokens -= float64(n)
+	st.room -= n
+	st.left[i] -= n
+	st.d.release(st.ds[i], n)
+	q.cursor = st.ds[i].Group
+	return st.left[i] > 0
+}
+
+// chunkOf is demand i's next write: min(its demand, chunk), or what the
+// bucket holds when waiting would spill it; and what holds it back when
+// it does not fit.
+func (st *deciding) chunkOf(i, chunk int) (int, Limit) {
+	q := st.q
+	n := min(st.left[i], chunk)
+	switch {
+	case n > st.room:
+		return n, LimitInFlight
+	case float64(n) > q.tokens && q.overflows() && q.tokens >= 1:
+		// Waiting would spill the bucket: what it holds goes.
+		return int(q.tokens), NotLimited
+	case float64(n) > q.tokens:
+		return n, LimitRate
+	}
+	return n, NotLimited
+}
+
+// outwaited says whether demand i's group waited chunkPatience for its
+// write's worth, and what fits now: gangs released first every round
+// could keep the room or the bucket just short of it for as long as they
+// keep coming. A group that starts waiting is remembered.
+func (st *deciding) outwaited(i int) (fit int, ok bool) {
+	q := st.q
+	since, waiting := q.waitingSince[st.ds[i].Group]
+	if fit := min(st.left[i], st.room, int(math.Floor(q.tokens))); waiting && st.now.Sub(since) >= chunkPatience && fit >= 1 {
+		return fit, true
+	}
+	if !waiting {
+		q.waitingSince[st.ds[i].Group] = st.now
+	}
+	return 0, false
+}
+
+// recordQueued records, per group and class, the demand held back.
+func (st *deciding) recordQueued() {
+	for i, x := range st.ds {
+		if st.left[i] > 0 {
+			if st.d.Queued[x.Group] == nil {
+				st.d.Queued[x.Group] = map[Class]int{}
 			}
-			order = next
+			st.d.Queued[x.Group][x.Class] += st.left[i]
 		}
 	}
-	q.head = head
+}
+
+// forgetWaiting forgets the groups whose single-node demand no longer
+// waits.
+func (q *Queue) forgetWaiting(ds []Demand, left []int) {
+	if len(q.waitingSince) == 0 {
+		return
+	}
+	still := map[string]bool{}
 	for i, x := range ds {
-		if left[i] > 0 {
-			if d.Queued[x.Group] == nil {
-				d.Queued[x.Group] = map[Class]int{}
-			}
-			d.Queued[x.Group][x.Class] += left[i]
+		if x.Gang == "" && left[i] > 0 {
+			still[x.Group] = true
 		}
 	}
-	q.settleCredit(now, ds, left)
-	if len(q.waitingSince) > 0 { // a group no longer waiting: forgotten
-		still := map[string]bool{}
-		for i, x := range ds {
-			if x.Gang == "" && left[i] > 0 {
-				still[x.Group] = true
-			}
-		}
-		for g := range q.waitingSince {
-			if !still[g] {
-				delete(q.waitingSince, g)
-			}
+	for g := range q.waitingSince {
+		if !still[g] {
+			delete(q.waitingSince, g)
 		}
 	}
-	d.Tokens = q.tokens
-	return d
 }
 
 // Seed tells a queue that has not decided yet that recent nodes were
@@ -585,29 +678,40 @@ func (q *Queue) line(now time.Time, ds []Demand) []*gangLine {
 		k := gangKey{x.Class, x.Gang}
 		g := byKey[k]
 		if g == nil {
-			s, ok := q.seen[k]
-			if !ok {
-				s.first = now
-			}
-			s.last = now
-			q.seen[k] = s
-			g = &gangLine{key: k, first: s.first, since: x.Since}
+			g = &gangLine{key: k, first: q.saw(k, now), since: x.Since}
 			byKey[k] = g
 			out = append(out, g)
 		}
 		// ds is sorted by age within a class: the first member is the oldest.
 		g.members = append(g.members, i)
 	}
-	for k, s := range q.seen {
-		if s.last.Before(now) {
-			delete(q.seen, k)
-		}
-	}
+	q.forgetUnstated(now)
 	if h := q.head; h != nil && h.at.Equal(now) && byKey[h.key] == nil {
 		out = append(out, &gangLine{key: h.key, first: h.first, since: h.since, nodes: h.nodes, limit: h.limit, at: h.at})
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].before(out[j]) })
 	return out
+}
+
+// saw records that gang k is demanded now and returns when the queue
+// first saw it.
+func (q *Queue) saw(k gangKey, now time.Time) time.Time {
+	s, ok := q.seen[k]
+	if !ok {
+		s.first = now
+	}
+	s.last = now
+	q.seen[k] = s
+	return s.first
+}
+
+// forgetUnstated forgets the gangs not demanded now.
+func (q *Queue) forgetUnstated(now time.Time) {
+	for k, s := range q.seen {
+		if s.last.Before(now) {
+			delete(q.seen, k)
+		}
+	}
 }
 
 // Refund returns the tokens of n released nodes the cloud refused, so a

@@ -183,46 +183,61 @@ func (r *Remover) Remove(ctx context.Context, groups map[string]cloudprovider.No
 		out[i].Machine = m
 		perGroup[m.Group] = append(perGroup[m.Group], i)
 	}
-	overdue := map[int][]*apiv1.Pod{}
 	for _, id := range slices.Sorted(maps.Keys(perGroup)) {
-		var idx []int
-		for _, i := range perGroup[id] {
-			if n := machines[i].Node; n != nil {
-				h, late, err := r.holder(ctx, n.Name)
-				if err != nil {
-					out[i].Err = fmt.Errorf("reading the pods of node %s before deleting its machine: %w", n.Name, err)
-					continue
-				}
-				if h != nil {
-					out[i].Held = h
-					continue
-				}
-				overdue[i] = late
-			}
-			idx = append(idx, i)
-		}
-		if len(idx) == 0 {
-			continue
-		}
-		err := deleteGroup(ctx, groups, id, len(idx), func(yield func(string) bool) {
-			for _, i := range idx {
-				if !yield(machines[i].ProviderID) {
-					return
-				}
-			}
-		})
-		sent := err == nil || !cloudprovider.NotSent(err)
-		for _, i := range idx {
-			out[i].Deleted, out[i].Err, out[i].Sent = err == nil, err, sent
-			if err == nil {
-				// Said once: a deletion sent with an unclear answer is
-				// looked at again, and said, when it is sent again.
-				out[i].Overdue = overdue[i]
-				r.sayOverdue(out[i])
-			}
-		}
+		r.removeGroup(ctx, groups, id, machines, perGroup[id], out)
 	}
 	return out
+}
+
+// removeGroup looks at the nodes of a group's machines (indexes in
+// machines and out) again and deletes the machines nothing holds, with
+// one DeleteNodes, recording each machine's outcome.
+func (r *Remover) removeGroup(ctx context.Context, groups map[string]cloudprovider.NodeGroup, id string, machines []Machine, idxs []int, out []Outcome) {
+	idx, overdue := r.unheld(ctx, machines, idxs, out)
+	if len(idx) == 0 {
+		return
+	}
+	err := deleteGroup(ctx, groups, id, len(idx), func(yield func(string) bool) {
+		for _, i := range idx {
+			if !yield(machines[i].ProviderID) {
+				return
+			}
+		}
+	})
+	sent := err == nil || !cloudprovider.NotSent(err)
+	for _, i := range idx {
+		out[i].Deleted, out[i].Err, out[i].Sent = err == nil, err, sent
+		if err == nil {
+			// Said once: a deletion sent with an unclear answer is
+			// looked at again, and said, when it is sent again.
+			out[i].Overdue = overdue[i]
+			r.sayOverdue(out[i])
+		}
+	}
+}
+
+// unheld are the machines (of idxs) whose node holds no pod, or that
+// have no node, with each one's overdue pods; a held machine's holder,
+// or the error reading its pods, goes in its outcome.
+func (r *Remover) unheld(ctx context.Context, machines []Machine, idxs []int, out []Outcome) ([]int, map[int][]*apiv1.Pod) {
+	var idx []int
+	overdue := map[int][]*apiv1.Pod{}
+	for _, i := range idxs {
+		if n := machines[i].Node; n != nil {
+			h, late, err := r.holder(ctx, n.Name)
+			if err != nil {
+				out[i].Err = fmt.Errorf("reading the pods of node %s before deleting its machine: %w", n.Name, err)
+				continue
+			}
+			if h != nil {
+				out[i].Held = h
+				continue
+			}
+			overdue[i] = late
+		}
+		idx = append(idx, i)
+	}
+	return idx, overdue
 }
 
 // sayOverdue puts an EventDeletedWhileTerminating on each overdue pod of

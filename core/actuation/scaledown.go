@@ -243,12 +243,15 @@ func (s *ScaleDown) Held(now time.Time, afterDelete, afterFailure time.Duration)
 // autoscaler (another cluster-autoscaler, or ours for other scale sets) is
 // that one's to taint.
 func (s *ScaleDown) SoftTaint(ctx context.Context, now time.Time, nodes []*apiv1.Node, unneeded []string, managed func(name string) bool) {
-	logger := klog.FromContext(ctx)
-	budget := s.opts.MaxSoftTaintsPerLoop
-	want := make(map[string]bool, len(unneeded))
-	for _, n := range unneeded {
-		want[n] = true
-	}
+	has, tainted := softTainted(nodes, managed)
+	taint := apiv1.Taint{Key: scaledown.DeletionCandidateTaint, Value: fmt.Sprint(now.Unix()), Effect: apiv1.TaintEffectPreferNoSchedule}
+	budget := s.addSoftTaints(ctx, unneeded, tainted, taint, s.opts.MaxSoftTaintsPerLoop)
+	s.removeSoftTaints(ctx, has, unneeded, budget)
+}
+
+// softTainted are the managed nodes that carry the DeletionCandidate
+// taint, sorted, and as a set.
+func softTainted(nodes []*apiv1.Node, managed func(name string) bool) ([]string, map[string]bool) {
 	var has []string
 	tainted := map[string]bool{}
 	for _, n := range nodes {
@@ -258,18 +261,33 @@ func (s *ScaleDown) SoftTaint(ctx context.Context, now time.Time, nodes []*apiv1
 		}
 	}
 	sort.Strings(has)
-	taint := apiv1.Taint{Key: scaledown.DeletionCandidateTaint, Value: fmt.Sprint(now.Unix()), Effect: apiv1.TaintEffectPreferNoSchedule}
+	return has, tainted
+}
+
+// addSoftTaints taints the unneeded nodes not tainted yet, within
+// budget; it returns the budget left.
+func (s *ScaleDown) addSoftTaints(ctx context.Context, unneeded []string, tainted map[string]bool, taint apiv1.Taint, budget int) int {
 	for _, n := range unneeded {
 		if tainted[n] {
 			continue
 		}
 		if budget <= 0 {
-			return
+			return budget
 		}
 		budget--
 		if err := s.actions.AddTaint(ctx, n, taint); err != nil {
-			logger.Error(err, "Adding deletion-candidate taint", "node", n)
+			klog.FromContext(ctx).Error(err, "Adding deletion-candidate taint", "node", n)
 		}
+	}
+	return budget
+}
+
+// removeSoftTaints untaints the tainted nodes (has) no longer unneeded,
+// within budget.
+func (s *ScaleDown) removeSoftTaints(ctx context.Context, has, unneeded []string, budget int) {
+	want := make(map[string]bool, len(unneeded))
+	for _, n := range unneeded {
+		want[n] = true
 	}
 	for _, n := range has {
 		if want[n] {
@@ -280,7 +298,7 @@ func (s *ScaleDown) SoftTaint(ctx context.Context, now time.Time, nodes []*apiv1
 		}
 		budget--
 		if err := s.actions.RemoveTaint(ctx, n, scaledown.DeletionCandidateTaint); err != nil {
-			logger.Error(err, "Removing deletion-candidate taint", "node", n)
+			klog.FromContext(ctx).Error(err, "Removing deletion-candidate taint", "node", n)
 		}
 	}
 }
@@ -292,6 +310,27 @@ func (s *ScaleDown) SoftTaint(ctx context.Context, now time.Time, nodes []*apiv1
 func (s *ScaleDown) UntaintStale(ctx context.Context, nodes []*apiv1.Node, groups []cloudprovider.NodeGroup, managed func(name string) bool) {
 	// Only nodes whose machine is listed and not deleting are untainted; a
 	// node whose machine is gone is on its way out.
+	alive := aliveMachines(groups)
+	budget := s.opts.MaxSoftTaintsPerLoop
+	for _, n := range nodes {
+		if budget <= 0 {
+			return
+		}
+		if !s.staleTaint(n, managed, alive) {
+			continue
+		}
+		budget--
+		if err := s.actions.RemoveTaint(ctx, n.Name, scaledown.ToBeDeletedTaint); err != nil {
+			klog.FromContext(ctx).Error(err, "Removing a stale to-be-deleted taint", "node", n.Name)
+			continue
+		}
+		klog.FromContext(ctx).Info("Removed a stale to-be-deleted taint", "node", n.Name)
+	}
+}
+
+// aliveMachines are the provider ID keys of the groups' machines listed
+// and not deleting (a group that cannot list them adds none).
+func aliveMachines(groups []cloudprovider.NodeGroup) map[string]bool {
 	alive := map[string]bool{}
 	for _, g := range groups {
 		ins, err := g.Instances()
@@ -304,22 +343,14 @@ func (s *ScaleDown) UntaintStale(ctx context.Context, nodes []*apiv1.Node, group
 			}
 		}
 	}
-	budget := s.opts.MaxSoftTaintsPerLoop
-	for _, n := range nodes {
-		if budget <= 0 {
-			return
-		}
-		if !managed(n.Name) || !HasTaintKey(n, scaledown.ToBeDeletedTaint) ||
-			s.IsDraining(n.Name) || s.IsGone(n.Name) || !alive[cloudprovider.ProviderIDKey(n.Spec.ProviderID)] {
-			continue
-		}
-		budget--
-		if err := s.actions.RemoveTaint(ctx, n.Name, scaledown.ToBeDeletedTaint); err != nil {
-			klog.FromContext(ctx).Error(err, "Removing a stale to-be-deleted taint", "node", n.Name)
-			continue
-		}
-		klog.FromContext(ctx).Info("Removed a stale to-be-deleted taint", "node", n.Name)
-	}
+	return alive
+}
+
+// staleTaint says whether a managed node's ToBeDeleted taint is stale:
+// not being drained or deleted by this process, its machine alive.
+func (s *ScaleDown) staleTaint(n *apiv1.Node, managed func(name string) bool, alive map[string]bool) bool {
+	return managed(n.Name) && HasTaintKey(n, scaledown.ToBeDeletedTaint) &&
+		!s.IsDraining(n.Name) && !s.IsGone(n.Name) && alive[cloudprovider.ProviderIDKey(n.Spec.ProviderID)]
 }
 
 // RemoveEmpty taints empty nodes and hands them to deletion after
@@ -361,17 +392,7 @@ func (s *ScaleDown) deadline(from time.Time, o EvictOptions) time.Time {
 // and an event names the pod). One whose evicted pods are still within
 // their grace period waits for the next loop, until its deadline.
 func (s *ScaleDown) FlushDrained(ctx context.Context, now time.Time, groups map[string]cloudprovider.NodeGroup) {
-	s.mu.Lock()
-	var due, later []toDelete
-	for _, d := range s.drained {
-		if d.notBefore.After(now) {
-			later = append(later, d)
-		} else {
-			due = append(due, d)
-		}
-	}
-	s.drained = later
-	s.mu.Unlock()
+	due := s.takeDue(now)
 	if len(due) == 0 {
 		return
 	}
@@ -383,25 +404,13 @@ func (s *ScaleDown) FlushDrained(ctx context.Context, now time.Time, groups map[
 	var wait []toDelete
 	for i, o := range s.remover.Remove(ctx, groups, machines) {
 		d := due[i]
-		switch {
-		case o.Deleted:
-			s.removed(now, d.r)
-			deleted[d.r.Group]++
-		case o.Err != nil && o.Sent:
-			s.uncertain(ctx, now, d.r, o.Err)
-		case o.Err != nil:
-			s.fail(ctx, now, d.r, "delete", o.Err)
-		case o.Held.Terminating && now.Before(d.deadline):
+		if s.settle(ctx, now, d, o) {
 			wait = append(wait, d)
 			continue // still draining
-		case o.Held.Terminating:
-			s.fail(ctx, now, d.r, "drain-timeout", fmt.Errorf("%s, past the drain's deadline %s", o.Held, d.deadline.UTC().Format(time.RFC3339)))
-		default:
-			s.fail(ctx, now, d.r, "recheck", fmt.Errorf("%s: it came after the scale-down decision; the node is kept", o.Held))
 		}
-		s.mu.Lock()
-		delete(s.draining, d.r.Node.Name)
-		s.mu.Unlock()
+		if o.Deleted {
+			deleted[d.r.Group]++
+		}
 	}
 	s.mu.Lock()
 	s.drained = append(s.drained, wait...)
@@ -410,6 +419,48 @@ func (s *ScaleDown) FlushDrained(ctx context.Context, now time.Time, groups map[
 		klog.FromContext(ctx).Info("Removed nodes", "nodeGroup", id, "count", deleted[id])
 	}
 	s.setInFlight()
+}
+
+// takeDue takes the drained nodes whose delay after the taint is over
+// out of drained.
+func (s *ScaleDown) takeDue(now time.Time) []toDelete {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var due, later []toDelete
+	for _, d := range s.drained {
+		if d.notBefore.After(now) {
+			later = append(later, d)
+		} else {
+			due = append(due, d)
+		}
+	}
+	s.drained = later
+	return due
+}
+
+// settle records what the Remover did with a drained node: removed,
+// uncertain, or failed (untainted) at the step that failed; it says
+// whether the node waits instead, its evicted pods still terminating
+// before its deadline. A node settled is no longer draining.
+func (s *ScaleDown) settle(ctx context.Context, now time.Time, d toDelete, o Outcome) (waits bool) {
+	switch {
+	case o.Deleted:
+		s.removed(now, d.r)
+	case o.Err != nil && o.Sent:
+		s.uncertain(ctx, now, d.r, o.Err)
+	case o.Err != nil:
+		s.fail(ctx, now, d.r, "delete", o.Err)
+	case o.Held.Terminating && now.Before(d.deadline):
+		return true
+	case o.Held.Terminating:
+		s.fail(ctx, now, d.r, "drain-timeout", fmt.Errorf("%s, past the drain's deadline %s", o.Held, d.deadline.UTC().Format(time.RFC3339)))
+	default:
+		s.fail(ctx, now, d.r, "recheck", fmt.Errorf("%s: it came after the scale-down decision; the node is kept", o.Held))
+	}
+	s.mu.Lock()
+	delete(s.draining, d.r.Node.Name)
+	s.mu.Unlock()
+	return false
 }
 
 // UncertainDeleteWait is how long a node whose deletion failed without a
@@ -498,24 +549,26 @@ func (s *ScaleDown) drain(ctx context.Context, now time.Time, o EvictOptions, r 
 		return err
 	}
 	deadline := s.clock.Now().Add(time.Duration(o.MaxGracefulTerminationSec)*time.Second + time.Minute)
+	if err := s.evictAll(ctx, o, r, deadline); err != nil {
+		return err
+	}
+	if r.Reason == "unready" {
+		// No kubelet will confirm the pods' end on an unready node; the
+		// accepted evictions are what the node's removal waits for.
+		return nil
+	}
+	return s.awaitGone(ctx, r, deadline)
+}
+
+// evictAll evicts the node's pods, again every 5 s while some are
+// refused (a PodDisruptionBudget says not yet), until deadline; a
+// failure is recorded (step "evict").
+func (s *ScaleDown) evictAll(ctx context.Context, o EvictOptions, r scaledown.Removal, deadline time.Time) error {
 	pending := append([]*apiv1.Pod(nil), r.Pods...)
 	for len(pending) > 0 {
-		var retry []*apiv1.Pod
-		for _, p := range pending {
-			if err := s.evictor.Evict(ctx, o, p); err != nil {
-				if Refused(err) {
-					// The gate closed under the drain (the cluster turned
-					// unhealthy, or this replica lost its lease): stop now,
-					// not at the deadline.
-					s.fail(ctx, s.clock.Now(), r, "evict", err)
-					return err
-				}
-				retry = append(retry, p)
-				continue
-			}
-			if s.rec != nil {
-				s.rec.Eventf(p, apiv1.EventTypeNormal, EventScaleDown, "deleting pod for node scale down of %s", r.Node.Name)
-			}
+		retry, err := s.evictEach(ctx, o, r, pending)
+		if err != nil {
+			return err
 		}
 		pending = retry
 		if len(pending) == 0 {
@@ -531,19 +584,37 @@ func (s *ScaleDown) drain(ctx context.Context, now time.Time, o EvictOptions, r 
 			return err
 		}
 	}
-	if r.Reason == "unready" {
-		// No kubelet will confirm the pods' end on an unready node; the
-		// accepted evictions are what the node's removal waits for.
-		return nil
-	}
-	for {
-		left := 0
-		for _, p := range r.Pods {
-			cur, err := s.pods.Pods(p.Namespace).Get(p.Name)
-			if err == nil && cur.UID == p.UID && cur.Spec.NodeName == r.Node.Name && cur.Status.Phase != apiv1.PodSucceeded && cur.Status.Phase != apiv1.PodFailed {
-				left++
+	return nil
+}
+
+// evictEach asks for each pod's eviction once; it returns the pods to
+// ask again, or the gate's refusal (recorded).
+func (s *ScaleDown) evictEach(ctx context.Context, o EvictOptions, r scaledown.Removal, pods []*apiv1.Pod) ([]*apiv1.Pod, error) {
+	var retry []*apiv1.Pod
+	for _, p := range pods {
+		if err := s.evictor.Evict(ctx, o, p); err != nil {
+			if Refused(err) {
+				// The gate closed under the drain (the cluster turned
+				// unhealthy, or this replica lost its lease): stop now,
+				// not at the deadline.
+				s.fail(ctx, s.clock.Now(), r, "evict", err)
+				return nil, err
 			}
+			retry = append(retry, p)
+			continue
 		}
+		if s.rec != nil {
+			s.rec.Eventf(p, apiv1.EventTypeNormal, EventScaleDown, "deleting pod for node scale down of %s", r.Node.Name)
+		}
+	}
+	return retry, nil
+}
+
+// awaitGone waits, every second, until the evicted pods are gone from the
+// node, until deadline; a timeout is recorded (step "drain-timeout").
+func (s *ScaleDown) awaitGone(ctx context.Context, r scaledown.Removal, deadline time.Time) error {
+	for {
+		left := s.podsLeft(r)
 		if left == 0 {
 			return nil
 		}
@@ -557,6 +628,19 @@ func (s *ScaleDown) drain(ctx context.Context, now time.Time, o EvictOptions, r 
 			return err
 		}
 	}
+}
+
+// podsLeft is how many of the removal's pods are still running on its
+// node (the same pods, by UID, not finished).
+func (s *ScaleDown) podsLeft(r scaledown.Removal) int {
+	left := 0
+	for _, p := range r.Pods {
+		cur, err := s.pods.Pods(p.Namespace).Get(p.Name)
+		if err == nil && cur.UID == p.UID && cur.Spec.NodeName == r.Node.Name && cur.Status.Phase != apiv1.PodSucceeded && cur.Status.Phase != apiv1.PodFailed {
+			left++
+		}
+	}
+	return left
 }
 
 // pause waits d on the actuator's clock, or until ctx ends.

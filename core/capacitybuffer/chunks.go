@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	apiv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -63,66 +64,13 @@ func notReady(reason, format string, args ...any) error {
 // the buffer's last status.
 func Resolve(ctx context.Context, api API, b *CapacityBuffer) (Chunks, error) {
 	s := b.Spec
-	var c Chunks
-	var scalableReplicas *int32
-	switch {
-	case s.PodTemplateRef != nil && s.ScalableRef != nil:
-		return c, notReady(ReasonInvalidSpec, "spec.podTemplateRef (%q) and spec.scalableRef (%s %q) are both set: set one", s.PodTemplateRef.Name, s.ScalableRef.Kind, s.ScalableRef.Name)
-	case s.PodTemplateRef != nil:
-		if err := validName("spec.podTemplateRef.name", s.PodTemplateRef.Name); err != nil {
-			return c, err
-		}
-		if s.Percentage != nil {
-			return c, notReady(ReasonInvalidSpec, "spec.percentage (%d) needs spec.scalableRef: it is a percentage of its replicas", *s.Percentage)
-		}
-		pt, err := api.PodTemplate(b.Namespace, s.PodTemplateRef.Name)
-		if err != nil {
-			return c, notReady(ReasonPodTemplateNotFound, "spec.podTemplateRef.name: PodTemplate %s/%s: %v", b.Namespace, s.PodTemplateRef.Name, err)
-		}
-		c.Template, c.TemplateRef, c.TemplateGeneration = &pt.Template, pt.Name, pt.Generation
-		c.Source = "PodTemplate " + pt.Name
-	case s.ScalableRef != nil:
-		if err := validScalableRef(*s.ScalableRef); err != nil {
-			return c, err
-		}
-		t, r, err := api.Scalable(ctx, b.Namespace, *s.ScalableRef)
-		var unsupported *UnsupportedScalableError
-		var missing *ScalableNotFoundError
-		switch {
-		case errors.As(err, &unsupported):
-			return c, &NotReadyError{Reason: ReasonScalableRefUnsupported, Err: err}
-		case errors.As(err, &missing):
-			return c, &NotReadyError{Reason: ReasonScalableRefNotFound, Err: err}
-		case err != nil:
-			return c, err
-		}
-		c.Template, scalableReplicas = t, &r
-		// Not its replicas: the status would be rewritten each time the
-		// workload is scaled.
-		c.Source = fmt.Sprintf("the pod template of %s %s", s.ScalableRef.Kind, s.ScalableRef.Name)
-	default:
-		return c, notReady(ReasonInvalidSpec, "neither spec.podTemplateRef nor spec.scalableRef is set: set one")
+	c, scalableReplicas, err := chunkSource(ctx, api, b)
+	if err != nil {
+		return c, err
 	}
-
-	var want *int32
-	if s.Replicas != nil {
-		if *s.Replicas < 0 {
-			return c, notReady(ReasonInvalidSpec, "spec.replicas: %d, must not be negative", *s.Replicas)
-		}
-		want = s.Replicas
-	}
-	if s.Percentage != nil {
-		p := *s.Percentage
-		if p < 0 {
-			return c, notReady(ReasonInvalidSpec, "spec.percentage: %d, must not be negative", p)
-		}
-		n := int32(0)
-		if p > 0 {
-			n = max(1, int32(math.Ceil(float64(p)*float64(*scalableReplicas)/100)))
-		}
-		if want == nil || n > *want {
-			want = &n
-		}
+	want, err := replicasWanted(s, scalableReplicas)
+	if err != nil {
+		return c, err
 	}
 	if s.Limits != nil {
 		fit, why, err := chunksWithin(*s.Limits, c.Template)
@@ -142,6 +90,97 @@ func Resolve(ctx context.Context, api API, b *CapacityBuffer) (Chunks, error) {
 	}
 	c.Replicas = *want
 	return c, nil
+}
+
+// chunkSource reads the chunks' template from exactly one of
+// podTemplateRef and scalableRef, and the scalable object's replicas
+// (nil for a podTemplateRef).
+func chunkSource(ctx context.Context, api API, b *CapacityBuffer) (Chunks, *int32, error) {
+	s := b.Spec
+	switch {
+	case s.PodTemplateRef != nil && s.ScalableRef != nil:
+		return Chunks{}, nil, notReady(ReasonInvalidSpec, "spec.podTemplateRef (%q) and spec.scalableRef (%s %q) are both set: set one", s.PodTemplateRef.Name, s.ScalableRef.Kind, s.ScalableRef.Name)
+	case s.PodTemplateRef != nil:
+		c, err := fromPodTemplate(api, b)
+		return c, nil, err
+	case s.ScalableRef != nil:
+		return fromScalable(ctx, api, b)
+	}
+	return Chunks{}, nil, notReady(ReasonInvalidSpec, "neither spec.podTemplateRef nor spec.scalableRef is set: set one")
+}
+
+// fromPodTemplate takes the chunks' template from the PodTemplate
+// podTemplateRef names (no percentage then: it is one of a scalable
+// object's replicas).
+func fromPodTemplate(api API, b *CapacityBuffer) (Chunks, error) {
+	s := b.Spec
+	var c Chunks
+	if err := validName("spec.podTemplateRef.name", s.PodTemplateRef.Name); err != nil {
+		return c, err
+	}
+	if s.Percentage != nil {
+		return c, notReady(ReasonInvalidSpec, "spec.percentage (%d) needs spec.scalableRef: it is a percentage of its replicas", *s.Percentage)
+	}
+	pt, err := api.PodTemplate(b.Namespace, s.PodTemplateRef.Name)
+	if err != nil {
+		return c, notReady(ReasonPodTemplateNotFound, "spec.podTemplateRef.name: PodTemplate %s/%s: %v", b.Namespace, s.PodTemplateRef.Name, err)
+	}
+	c.Template, c.TemplateRef, c.TemplateGeneration = &pt.Template, pt.Name, pt.Generation
+	c.Source = "PodTemplate " + pt.Name
+	return c, nil
+}
+
+// fromScalable takes the chunks' template, and its replicas, from the
+// object scalableRef names.
+func fromScalable(ctx context.Context, api API, b *CapacityBuffer) (Chunks, *int32, error) {
+	s := b.Spec
+	var c Chunks
+	if err := validScalableRef(*s.ScalableRef); err != nil {
+		return c, nil, err
+	}
+	t, r, err := api.Scalable(ctx, b.Namespace, *s.ScalableRef)
+	var unsupported *UnsupportedScalableError
+	var missing *ScalableNotFoundError
+	switch {
+	case errors.As(err, &unsupported):
+		return c, nil, &NotReadyError{Reason: ReasonScalableRefUnsupported, Err: err}
+	case errors.As(err, &missing):
+		return c, nil, &NotReadyError{Reason: ReasonScalableRefNotFound, Err: err}
+	case err != nil:
+		return c, nil, err
+	}
+	c.Template = t
+	// Not its replicas: the status would be rewritten each time the
+	// workload is scaled.
+	c.Source = fmt.Sprintf("the pod template of %s %s", s.ScalableRef.Kind, s.ScalableRef.Name)
+	return c, &r, nil
+}
+
+// replicasWanted is the chunks replicas and percentage (of
+// scalableReplicas, rounded up to at least 1) ask for: the larger when
+// both are set, nil when neither is.
+func replicasWanted(s Spec, scalableReplicas *int32) (*int32, error) {
+	var want *int32
+	if s.Replicas != nil {
+		if *s.Replicas < 0 {
+			return nil, notReady(ReasonInvalidSpec, "spec.replicas: %d, must not be negative", *s.Replicas)
+		}
+		want = s.Replicas
+	}
+	if s.Percentage != nil {
+		p := *s.Percentage
+		if p < 0 {
+			return nil, notReady(ReasonInvalidSpec, "spec.percentage: %d, must not be negative", p)
+		}
+		n := int32(0)
+		if p > 0 {
+			n = max(1, int32(math.Ceil(float64(p)*float64(*scalableReplicas)/100)))
+		}
+		if want == nil || n > *want {
+			want = &n
+		}
+	}
+	return want, nil
 }
 
 // kindPattern is an API kind: a CamelCase identifier.
@@ -201,22 +240,9 @@ func chunksWithin(limits ResourceList, t *apiv1.PodTemplateSpec) (int32, string,
 		if !ok || per.IsZero() {
 			continue
 		}
-		if lim.Sign() < 0 {
-			return 0, "", notReady(ReasonInvalidSpec, "spec.limits.%s: %s, must not be negative", n, lim.String())
-		}
-		if per.Sign() < 0 {
-			// The API server refuses a negative request in a pod; a
-			// template is not validated as one.
-			return 0, "", notReady(ReasonInvalidSpec, "a chunk requests %s %s: a request must not be negative", per.String(), n)
-		}
-		var k int64
-		if lim.CmpInt64(1<<40) < 0 && per.MilliValue() > 0 {
-			// Exact in thousandths (300m over 100m is 3, not 2.9999).
-			k = lim.MilliValue() / per.MilliValue()
-		} else {
-			// Clamped before the conversion: a ratio past int64 (1E over
-			// 1m) would turn negative.
-			k = int64(math.Min(math.Floor(lim.AsApproximateFloat64()/per.AsApproximateFloat64()), MaxChunks+1))
+		k, err := chunksOf(n, lim, per)
+		if err != nil {
+			return 0, "", err
 		}
 		if k < best {
 			best, binding = k, fmt.Sprintf("limited by spec.limits.%s %s at %s a chunk", n, lim.String(), per.String())
@@ -226,6 +252,26 @@ func chunksWithin(limits ResourceList, t *apiv1.PodTemplateSpec) (int32, string,
 		return 0, "", notReady(ReasonInvalidSpec, "spec.limits (%s) bounds nothing: one chunk requests none of these resources", strings.Join(names, ", "))
 	}
 	return int32(max(0, min(best, MaxChunks+1))), binding, nil
+}
+
+// chunksOf is how many chunks requesting per of resource n fit its
+// limit lim (at most MaxChunks+1 when not exact).
+func chunksOf(n string, lim, per resource.Quantity) (int64, error) {
+	if lim.Sign() < 0 {
+		return 0, notReady(ReasonInvalidSpec, "spec.limits.%s: %s, must not be negative", n, lim.String())
+	}
+	if per.Sign() < 0 {
+		// The API server refuses a negative request in a pod; a
+		// template is not validated as one.
+		return 0, notReady(ReasonInvalidSpec, "a chunk requests %s %s: a request must not be negative", per.String(), n)
+	}
+	if lim.CmpInt64(1<<40) < 0 && per.MilliValue() > 0 {
+		// Exact in thousandths (300m over 100m is 3, not 2.9999).
+		return lim.MilliValue() / per.MilliValue(), nil
+	}
+	// Clamped before the conversion: a ratio past int64 (1E over
+	// 1m) would turn negative.
+	return int64(math.Min(math.Floor(lim.AsApproximateFloat64()/per.AsApproximateFloat64()), MaxChunks+1)), nil
 }
 
 // podRequests is what one chunk requests (limits standing for missing

@@ -233,24 +233,31 @@ func (c *scalableCache) get(ctx context.Context, ns string, ref ScalableRef) (*a
 		}
 		return nil, 0, fmt.Errorf("reading spec.scalableRef %s %s/%s: deferred, too many reads of scalable objects at once", ref.Kind, ns, ref.Name)
 	}
-	rctx, cancel := context.WithTimeout(ctx, readTimeout)
-	t, r, err := c.read(rctx, ns, ref)
-	cancel()
-	var unsupported *UnsupportedScalableError
-	switch {
-	case err == nil, errors.As(err, &unsupported):
-		e = scalableEntry{at: now, template: t, replicas: r, err: err}
-	case apierrors.IsNotFound(err):
-		e = scalableEntry{at: now, err: &ScalableNotFoundError{Namespace: ns, Ref: ref}}
-	default:
-		e.failed, e.failErr = now, fmt.Errorf("reading spec.scalableRef %s %s/%s: %w", ref.Kind, ns, ref.Name, err)
-	}
+	e = c.readEntry(ctx, ns, ref, e, now)
 	c.entries[key] = e
 	c.prune(now)
 	if !e.failed.IsZero() {
 		return c.stale(e, now)
 	}
 	return e.template, e.replicas, e.err
+}
+
+// readEntry reads the object now, within readTimeout: a good read or an
+// answer (unsupported, not found) makes a new entry; a failure is noted
+// on e, which keeps its last good read.
+func (c *scalableCache) readEntry(ctx context.Context, ns string, ref ScalableRef, e scalableEntry, now time.Time) scalableEntry {
+	rctx, cancel := context.WithTimeout(ctx, readTimeout)
+	t, r, err := c.read(rctx, ns, ref)
+	cancel()
+	var unsupported *UnsupportedScalableError
+	switch {
+	case err == nil, errors.As(err, &unsupported):
+		return scalableEntry{at: now, template: t, replicas: r, err: err}
+	case apierrors.IsNotFound(err):
+		return scalableEntry{at: now, err: &ScalableNotFoundError{Namespace: ns, Ref: ref}}
+	}
+	e.failed, e.failErr = now, fmt.Errorf("reading spec.scalableRef %s %s/%s: %w", ref.Kind, ns, ref.Name, err)
+	return e
 }
 
 // stale serves the last good read while a read fails or waits, up to

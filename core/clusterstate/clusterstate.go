@@ -356,70 +356,96 @@ func (r *Registry) readCloud(gs *GroupState, g cloudprovider.NodeGroup) []cloudp
 // never-registered machines for deletion, and returns the number of live
 // (not deleting) machines.
 func (r *Registry) classifyInstances(u *updateState, gs *GroupState, instances []cloudprovider.Instance, provision time.Duration) int {
-	rd := &gs.Readiness
 	live := 0
 	for _, in := range instances {
-		id := in.ProviderID
 		if in.State == cloudprovider.InstanceDeleting {
-			rd.Deleting++
-			r.deleting[cloudprovider.ProviderIDKey(id)] = true
-			delete(r.failedRunningCode, id)
+			gs.Readiness.Deleting++
+			r.deleting[cloudprovider.ProviderIDKey(in.ProviderID)] = true
+			delete(r.failedRunningCode, in.ProviderID)
 			continue
 		}
 		live++
-		node := u.nodeByID[cloudprovider.ProviderIDKey(id)]
-		failed := in.FailedRunning
-		if failed == nil && in.Error != nil && node != nil && isReady(node) {
-			// Failed, with no power state that says it runs, but its node
-			// is registered and Ready: it runs (the power state may be
-			// missing from the instance view). Its pods live on it.
-			failed, in.Error = in.Error, nil
-		}
-		if failed != nil {
-			r.failedRunning(u, gs, id, node, *failed)
-		} else if code, ok := r.failedRunningCode[id]; ok {
-			delete(r.failedRunningCode, id)
-			if in.Error == nil {
-				u.act.FailedRunningRecovered = append(u.act.FailedRunningRecovered,
-					FailedRunning{Group: gs.ID, ProviderID: id, Node: node, Error: cloudprovider.InstanceError{Code: code}})
-			}
-		}
-		if in.Error != nil && in.Error.Class == cloudprovider.ClassEvicted {
-			// The cloud took it back (a Spot VM evicted and deallocated):
-			// it runs nothing, so it is deleted, and no scale-up failed.
-			// The core counts evictions (cloudprovider.EvictionReporter).
-			rd.InError++
-			r.deleteOnce(u.act, gs.ID, id, u.now, nil)
-			continue
-		}
-		if in.Error != nil {
-			rd.InError++
-			r.deleteOnce(u.act, gs.ID, id, u.now, func() Failure {
-				return r.fail(gs.ID, in.Error.Class, errorReason(in.Error.Class),
-					fmt.Sprintf("instance %s failed: %s %s", id, in.Error.Code, in.Error.Message), u.now)
-			})
-			continue
-		}
-		if node != nil {
-			delete(r.unregisteredSince, id)
-			continue
-		}
-		since, ok := r.unregisteredSince[id]
-		if !ok {
-			since = r.appearedAt(u, gs.ID)
-			r.unregisteredSince[id] = since
-		}
-		if u.now.Sub(since) <= provision {
-			rd.Unregistered++
-			continue
-		}
-		rd.LongUnregistered++
-		r.deleteOnce(u.act, gs.ID, id, u.now, func() Failure {
-			return r.fail(gs.ID, cloudprovider.ClassOther, "provision-timeout",
-				fmt.Sprintf("instance %s did not register as a node within %s", id, provision), u.now)
-		})
+		r.classifyLive(u, gs, in, provision)
 	}
 	return live
+}
+
+// classifyLive counts a machine not being deleted: failed while it runs,
+// in error (listed for deletion), registered, or not registered (listed
+// for deletion past the provision time).
+func (r *Registry) classifyLive(u *updateState, gs *GroupState, in cloudprovider.Instance, provision time.Duration) {
+	id := in.ProviderID
+	node := u.nodeByID[cloudprovider.ProviderIDKey(id)]
+	r.trackFailedRunning(u, gs, &in, node)
+	if in.Error != nil {
+		r.instanceError(u, gs, id, in.Error)
+		return
+	}
+	if node != nil {
+		delete(r.unregisteredSince, id)
+		return
+	}
+	r.unregistered(u, gs, id, provision)
+}
+
+// trackFailedRunning lists a machine failed while it runs, and one that
+// recovered from it. A machine failed with no power state that says it
+// runs, whose node is registered and Ready, runs (the power state may be
+// missing from the instance view): its error is taken as failed while
+// running, and cleared from in.
+func (r *Registry) trackFailedRunning(u *updateState, gs *GroupState, in *cloudprovider.Instance, node *apiv1.Node) {
+	id := in.ProviderID
+	failed := in.FailedRunning
+	if failed == nil && in.Error != nil && node != nil && isReady(node) {
+		// Its pods live on it.
+		failed, in.Error = in.Error, nil
+	}
+	if failed != nil {
+		r.failedRunning(u, gs, id, node, *failed)
+	} else if code, ok := r.failedRunningCode[id]; ok {
+		delete(r.failedRunningCode, id)
+		if in.Error == nil {
+			u.act.FailedRunningRecovered = append(u.act.FailedRunningRecovered,
+				FailedRunning{Group: gs.ID, ProviderID: id, Node: node, Error: cloudprovider.InstanceError{Code: code}})
+		}
+	}
+}
+
+// instanceError counts a machine in error and lists it for deletion: an
+// evicted one without a failure, any other as a failed scale-up.
+func (r *Registry) instanceError(u *updateState, gs *GroupState, id string, e *cloudprovider.InstanceError) {
+	gs.Readiness.InError++
+	if e.Class == cloudprovider.ClassEvicted {
+		// The cloud took it back (a Spot VM evicted and deallocated):
+		// it runs nothing, so it is deleted, and no scale-up failed.
+		// The core counts evictions (cloudprovider.EvictionReporter).
+		r.deleteOnce(u.act, gs.ID, id, u.now, nil)
+		return
+	}
+	r.deleteOnce(u.act, gs.ID, id, u.now, func() Failure {
+		return r.fail(gs.ID, e.Class, errorReason(e.Class),
+			fmt.Sprintf("instance %s failed: %s %s", id, e.Code, e.Message), u.now)
+	})
+}
+
+// unregistered counts a machine with no node: unregistered within the
+// provision time, long unregistered after it (listed for deletion as a
+// failed scale-up).
+func (r *Registry) unregistered(u *updateState, gs *GroupState, id string, provision time.Duration) {
+	since, ok := r.unregisteredSince[id]
+	if !ok {
+		since = r.appearedAt(u, gs.ID)
+		r.unregisteredSince[id] = since
+	}
+	if u.now.Sub(since) <= provision {
+		gs.Readiness.Unregistered++
+		return
+	}
+	gs.Readiness.LongUnregistered++
+	r.deleteOnce(u.act, gs.ID, id, u.now, func() Failure {
+		return r.fail(gs.ID, cloudprovider.ClassOther, "provision-timeout",
+			fmt.Sprintf("instance %s did not register as a node within %s", id, provision), u.now)
+	})
 }
 
 // failedRunning counts and lists a machine the cloud reports failed while
@@ -503,6 +529,13 @@ func (r *Registry) checkNeverCreated(u *updateState, gs *GroupState, live int, p
 // forgetGone drops what the registry remembers of machines no longer
 // listed and nodes no longer there.
 func (r *Registry) forgetGone(seen map[string]bool, nodes []*apiv1.Node) {
+	r.forgetMachines(seen)
+	r.forgetNodes(nodes)
+}
+
+// forgetMachines drops what the registry remembers of machines not
+// listed (seen).
+func (r *Registry) forgetMachines(seen map[string]bool) {
 	for id := range r.unregisteredSince {
 		if !seen[id] {
 			delete(r.unregisteredSince, id)
@@ -519,6 +552,10 @@ func (r *Registry) forgetGone(seen map[string]bool, nodes []*apiv1.Node) {
 			delete(r.failedRunningCode, id)
 		}
 	}
+}
+
+// forgetNodes drops the preflight state of nodes no longer there.
+func (r *Registry) forgetNodes(nodes []*apiv1.Node) {
 	present := make(map[string]bool, len(nodes))
 	for _, n := range nodes {
 		present[n.Name] = true

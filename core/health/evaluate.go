@@ -40,12 +40,29 @@ func Shortfall(node, template *apiv1.Node, memTol float64) []apiv1.ResourceName 
 	// resources by allocatable: a device the plugin marked unhealthy
 	// leaves capacity and lowers allocatable.
 	var out []apiv1.ResourceName
-	if want, ok := template.Status.Capacity[apiv1.ResourceMemory]; ok && want.Sign() > 0 {
-		got := node.Status.Capacity[apiv1.ResourceMemory]
-		if float64(got.Value()) < float64(want.Value())*(1-memTol) {
-			out = append(out, apiv1.ResourceMemory)
-		}
+	if memoryShort(node, template, memTol) {
+		out = append(out, apiv1.ResourceMemory)
 	}
+	out = append(out, extendedShort(node, template)...)
+	slices.Sort(out)
+	return out
+}
+
+// memoryShort says whether node's memory capacity is below template's by
+// more than memTol.
+func memoryShort(node, template *apiv1.Node, memTol float64) bool {
+	want, ok := template.Status.Capacity[apiv1.ResourceMemory]
+	if !ok || want.Sign() <= 0 {
+		return false
+	}
+	got := node.Status.Capacity[apiv1.ResourceMemory]
+	return float64(got.Value()) < float64(want.Value())*(1-memTol)
+}
+
+// extendedShort is the extended resources template has that node
+// advertises less of (allocatable), unsorted.
+func extendedShort(node, template *apiv1.Node) []apiv1.ResourceName {
+	var out []apiv1.ResourceName
 	have := node.Status.Allocatable
 	for name, want := range template.Status.Allocatable {
 		if want.Sign() <= 0 || !isExtended(name) {
@@ -55,7 +72,6 @@ func Shortfall(node, template *apiv1.Node, memTol float64) []apiv1.ResourceName 
 			out = append(out, name)
 		}
 	}
-	slices.Sort(out)
 	return out
 }
 
@@ -120,34 +136,59 @@ func (p *Policy) Evaluate(node *apiv1.Node, shortfall []apiv1.ResourceName) []Ma
 	}
 	var out []Match
 	for i := range p.Rules {
-		r := &p.Rules[i]
-		switch {
-		case r.Condition != nil:
-			for _, c := range node.Status.Conditions {
-				if c.Type == r.Condition.Type && c.Status == r.Condition.Status {
-					out = append(out, Match{Rule: r, Since: c.LastTransitionTime.Time, Detail: conditionDetail(c)})
-					break
-				}
-			}
-		case r.Taint != nil:
-			for _, t := range node.Spec.Taints {
-				if t.Key == r.Taint.Key && (r.Taint.Value == "" || t.Value == r.Taint.Value) &&
-					(r.Taint.Effect == "" || t.Effect == r.Taint.Effect) {
-					m := Match{Rule: r, Detail: "taint " + t.ToString()}
-					if t.TimeAdded != nil {
-						m.Since = t.TimeAdded.Time
-					}
-					out = append(out, m)
-					break
-				}
-			}
-		case r.BelowSKU != nil:
-			if slices.Contains(shortfall, r.BelowSKU.Resource) {
-				out = append(out, Match{Rule: r, Detail: string(r.BelowSKU.Resource) + " below the VM size"})
-			}
+		if m, ok := p.Rules[i].match(node, shortfall); ok {
+			out = append(out, m)
 		}
 	}
 	return out
+}
+
+// match is the rule's match on node, if it matches.
+func (r *Rule) match(node *apiv1.Node, shortfall []apiv1.ResourceName) (Match, bool) {
+	switch {
+	case r.Condition != nil:
+		return r.matchCondition(node)
+	case r.Taint != nil:
+		return r.matchTaint(node)
+	case r.BelowSKU != nil:
+		if slices.Contains(shortfall, r.BelowSKU.Resource) {
+			return Match{Rule: r, Detail: string(r.BelowSKU.Resource) + " below the VM size"}, true
+		}
+	}
+	return Match{}, false
+}
+
+// matchCondition matches the node's condition of the rule's type with
+// the rule's status.
+func (r *Rule) matchCondition(node *apiv1.Node) (Match, bool) {
+	for _, c := range node.Status.Conditions {
+		if c.Type == r.Condition.Type && c.Status == r.Condition.Status {
+			return Match{Rule: r, Since: c.LastTransitionTime.Time, Detail: conditionDetail(c)}, true
+		}
+	}
+	return Match{}, false
+}
+
+// matchTaint matches the node's first taint the rule's matches.
+func (r *Rule) matchTaint(node *apiv1.Node) (Match, bool) {
+	for _, t := range node.Spec.Taints {
+		if !r.Taint.matches(t) {
+			continue
+		}
+		m := Match{Rule: r, Detail: "taint " + t.ToString()}
+		if t.TimeAdded != nil {
+			m.Since = t.TimeAdded.Time
+		}
+		return m, true
+	}
+	return Match{}, false
+}
+
+// matches says whether t has the key, and the value and effect when
+// they are not empty.
+func (tm *TaintMatch) matches(t apiv1.Taint) bool {
+	return t.Key == tm.Key && (tm.Value == "" || t.Value == tm.Value) &&
+		(tm.Effect == "" || t.Effect == tm.Effect)
 }
 
 // conditionDetail is `condition <type>=<status>`, with the reason and the
@@ -199,34 +240,8 @@ type Verdict struct {
 // firstSeen is nil), from now. A For of 0 is due at once; a Since after
 // now (clock skew) counts as now. Matches without a Rule are ignored.
 func (p *Policy) Judge(matches []Match, now time.Time, firstSeen func(rule string) time.Time) Verdict {
-	v := Verdict{Matches: matches}
-	due, pending := -1, -1 // the strongest due and not-due matches
-	left := make([]time.Duration, len(matches))
-	for i, m := range matches {
-		r := m.Rule
-		if r == nil {
-			continue
-		}
-		since := m.Since
-		if since.IsZero() && firstSeen != nil {
-			since = firstSeen(r.Name)
-		}
-		if since.IsZero() {
-			since = now
-		}
-		left[i] = r.For - max(now.Sub(since), 0)
-		if r.For <= 0 || left[i] <= 0 {
-			left[i] = 0
-			if due < 0 || r.Action > matches[due].Rule.Action {
-				due = i
-			}
-		} else if pending < 0 || r.Action > matches[pending].Rule.Action {
-			pending = i
-		}
-		if r.CordonFirst && r.Action >= Drain {
-			v.Cordon = true
-		}
-	}
+	v := Verdict{Matches: matches, Cordon: cordonsFirst(matches)}
+	left, due, pending := countdown(matches, now, firstSeen)
 	switch {
 	case due >= 0:
 		v.Action, v.Rule, v.Due = matches[due].Rule.Action, matches[due].Rule.Name, true
@@ -240,13 +255,76 @@ func (p *Policy) Judge(matches []Match, now time.Time, firstSeen func(rule strin
 		}
 		return v
 	}
-	for i, m := range matches {
-		if m.Rule == nil || left[i] <= 0 || m.Rule.Action <= v.Action {
-			continue
-		}
-		if v.Next == 0 || left[i] < v.Next {
-			v.Next = left[i]
+	v.Next = soonestStronger(matches, left, v.Action)
+	return v
+}
+
+// cordonsFirst says whether a matched drain or replace rule cordons
+// before its action.
+func cordonsFirst(matches []Match) bool {
+	for _, m := range matches {
+		if r := m.Rule; r != nil && r.CordonFirst && r.Action >= Drain {
+			return true
 		}
 	}
-	return v
+	return false
+}
+
+// countdown is, per match, the time until its rule is due (0 once due),
+// and the strongest due and not-due matches (the first of the strongest;
+// -1 for none).
+func countdown(matches []Match, now time.Time, firstSeen func(rule string) time.Time) (left []time.Duration, due, pending int) {
+	due, pending = -1, -1
+	left = make([]time.Duration, len(matches))
+	for i, m := range matches {
+		r := m.Rule
+		if r == nil {
+			continue
+		}
+		left[i] = r.For - max(now.Sub(matchStart(m, now, firstSeen)), 0)
+		if r.For <= 0 || left[i] <= 0 {
+			left[i] = 0
+			due = stronger(matches, due, i)
+		} else {
+			pending = stronger(matches, pending, i)
+		}
+	}
+	return left, due, pending
+}
+
+// matchStart is when a match's For is counted from: its Since, else when
+// the caller first saw it, else now.
+func matchStart(m Match, now time.Time, firstSeen func(rule string) time.Time) time.Time {
+	since := m.Since
+	if since.IsZero() && firstSeen != nil {
+		since = firstSeen(m.Rule.Name)
+	}
+	if since.IsZero() {
+		since = now
+	}
+	return since
+}
+
+// stronger is i when its rule's action is stronger than best's (or best
+// is -1), else best.
+func stronger(matches []Match, best, i int) int {
+	if best < 0 || matches[i].Rule.Action > matches[best].Rule.Action {
+		return i
+	}
+	return best
+}
+
+// soonestStronger is the shortest time until a matched rule stronger
+// than action becomes due, 0 when there is none.
+func soonestStronger(matches []Match, left []time.Duration, action Action) time.Duration {
+	var next time.Duration
+	for i, m := range matches {
+		if m.Rule == nil || left[i] <= 0 || m.Rule.Action <= action {
+			continue
+		}
+		if next == 0 || left[i] < next {
+			next = left[i]
+		}
+	}
+	return next
 }

@@ -272,20 +272,37 @@ func (v *validator) policy(doc any) *Policy {
 		BreakerReleaseAfter: v.duration("", m, "breakerReleaseAfter", defaultBreakerReleaseAfter),
 		BreakerReleaseNodes: v.count("", m, "breakerReleaseNodes", defaultBreakerReleaseNodes, 0, 10),
 	}
+	list, ok := v.ruleList(m)
+	if !ok {
+		return p
+	}
+	p.Rules = v.rules(list)
+	v.breakerCap(p)
+	return p
+}
+
+// ruleList is the policy's list of rules; ok false (and the problem
+// recorded) when it is absent, not a list or too long.
+func (v *validator) ruleList(m map[string]any) ([]any, bool) {
 	raw, present := m["rules"]
 	list, isList := raw.([]any)
 	switch {
 	case !present || raw == nil:
 		v.fail("rules: required: a list of rules (an empty list disables every rule)")
-		return p
+		return nil, false
 	case !isList:
 		v.fail("rules: %s: want a list of rules, got %s", show(raw), kindOf(raw))
-		return p
+		return nil, false
 	case len(list) > MaxRules:
 		v.fail("rules: at most %d rules, got %d", MaxRules, len(list))
-		return p
+		return nil, false
 	}
-	p.Rules = make([]Rule, 0, len(list))
+	return list, true
+}
+
+// rules reads every rule, refusing a name used twice.
+func (v *validator) rules(list []any) []Rule {
+	out := make([]Rule, 0, len(list))
 	names := map[string]int{}
 	for i, x := range list {
 		path := fmt.Sprintf("rules[%d]", i)
@@ -297,20 +314,28 @@ func (v *validator) policy(doc any) *Policy {
 				names[r.Name] = i
 			}
 		}
-		p.Rules = append(p.Rules, r)
+		out = append(out, r)
 	}
-	if pct, ok := strings.CutSuffix(p.MaxUnhealthy.StrVal, "%"); ok && p.MaxUnhealthy.Type == intstr.String {
-		if n, err := strconv.Atoi(pct); err == nil && n > MaxUnhealthyCapPercent {
-			for i := range p.Rules {
-				if p.Rules[i].Action >= Drain {
-					v.fail("maxUnhealthy: %q: at most \"%d%%\" with drain or replace rules (rules[%d] %q is a %s rule): a breaker that lets more than half a group be drained at once lets one bad signal empty it",
-						p.MaxUnhealthy.StrVal, MaxUnhealthyCapPercent, i, p.Rules[i].Name, p.Rules[i].Action)
-					break
-				}
-			}
+	return out
+}
+
+// breakerCap refuses a maxUnhealthy percent above MaxUnhealthyCapPercent
+// when a rule drains or replaces, naming the first such rule.
+func (v *validator) breakerCap(p *Policy) {
+	pct, ok := strings.CutSuffix(p.MaxUnhealthy.StrVal, "%")
+	if !ok || p.MaxUnhealthy.Type != intstr.String {
+		return
+	}
+	if n, err := strconv.Atoi(pct); err != nil || n <= MaxUnhealthyCapPercent {
+		return
+	}
+	for i := range p.Rules {
+		if p.Rules[i].Action >= Drain {
+			v.fail("maxUnhealthy: %q: at most \"%d%%\" with drain or replace rules (rules[%d] %q is a %s rule): a breaker that lets more than half a group be drained at once lets one bad signal empty it",
+				p.MaxUnhealthy.StrVal, MaxUnhealthyCapPercent, i, p.Rules[i].Name, p.Rules[i].Action)
+			return
 		}
 	}
-	return p
 }
 
 // count reads a whole number in [lo, hi]; def when absent.
@@ -377,16 +402,36 @@ func (v *validator) rule(path string, x any) Rule {
 	if !ok {
 		return r
 	}
-	if name, present, ok := v.text(path, m, "name"); !present {
-		v.fail("%s.name: required", path)
-	} else if ok {
-		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
-			v.fail("%s.name: %q: must be a DNS label: %s", path, name, strings.Join(errs, "; "))
-		} else {
-			r.Name = name
-		}
-	}
+	r.Name = v.ruleName(path, m)
+	v.ruleMatch(path, m, &r)
+	r.For = v.duration(path, m, "for", 0)
+	r.Action = v.ruleAction(path, m)
+	r.EvictLocalScratch = v.drainFlag(path, m, "evictLocalScratch", "evicts", r.Action, r.Action == Replace)
+	r.CordonFirst = v.drainFlag(path, m, "cordonFirst", "cordons before its action", r.Action, r.Action >= Drain)
+	r.Repair, r.RepairTimeout, r.StepTimeouts = v.repair(path, m, r.Action)
+	return r
+}
 
+// ruleName reads a rule's name: required, a DNS label.
+func (v *validator) ruleName(path string, m map[string]any) string {
+	name, present, ok := v.text(path, m, "name")
+	if !present {
+		v.fail("%s.name: required", path)
+		return ""
+	}
+	if !ok {
+		return ""
+	}
+	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+		v.fail("%s.name: %q: must be a DNS label: %s", path, name, strings.Join(errs, "; "))
+		return ""
+	}
+	return name
+}
+
+// ruleMatch reads a rule's match: exactly one of condition, taint and
+// belowSKU.
+func (v *validator) ruleMatch(path string, m map[string]any, r *Rule) {
 	var matches []string
 	for _, f := range []string{"condition", "taint", "belowSKU"} {
 		if m[f] != nil {
@@ -408,45 +453,49 @@ func (v *validator) rule(path string, x any) Rule {
 	default:
 		v.fail("%s: %d matches (%s): give exactly one", path, len(matches), strings.Join(matches, ", "))
 	}
+}
 
-	r.For = v.duration(path, m, "for", 0)
-
-	if s, present, ok := v.text(path, m, "action"); !present {
+// ruleAction reads a rule's action: required, one of actionList.
+func (v *validator) ruleAction(path string, m map[string]any) Action {
+	s, present, ok := v.text(path, m, "action")
+	switch {
+	case !present:
 		v.fail("%s.action: required: one of %s", path, actionList)
-	} else if ok {
+	case ok:
 		if a, known := parseAction(s); known {
-			r.Action = a
-		} else {
-			v.fail("%s.action: %q: must be one of %s", path, s, actionList)
+			return a
 		}
+		v.fail("%s.action: %q: must be one of %s", path, s, actionList)
 	}
+	return Report
+}
 
-	r.EvictLocalScratch = r.Action == Replace
-	if x, present := m["evictLocalScratch"]; present && x != nil {
-		b, isBool := x.(bool)
-		switch {
-		case !isBool:
-			v.fail("%s.evictLocalScratch: %s: must be true or false, got %s", path, show(x), kindOf(x))
-		case b && r.Action < Drain:
-			v.fail("%s.evictLocalScratch: true: only a drain or replace rule evicts, not a %s rule", path, r.Action)
-		default:
-			r.EvictLocalScratch = b
-		}
+// boolean reads a boolean field: present false for an absent or null
+// field; ok false (and the problem recorded) for anything but a boolean.
+func (v *validator) boolean(path string, m map[string]any, field string) (b, present, ok bool) {
+	x, present := m[field]
+	if !present || x == nil {
+		return false, false, true
 	}
-	r.CordonFirst = r.Action >= Drain
-	if x, present := m["cordonFirst"]; present && x != nil {
-		b, isBool := x.(bool)
-		switch {
-		case !isBool:
-			v.fail("%s.cordonFirst: %s: must be true or false, got %s", path, show(x), kindOf(x))
-		case b && r.Action < Drain:
-			v.fail("%s.cordonFirst: true: only a drain or replace rule cordons before its action, not a %s rule", path, r.Action)
-		default:
-			r.CordonFirst = b
-		}
+	b, ok = x.(bool)
+	if !ok {
+		v.fail("%s.%s: %s: must be true or false, got %s", path, field, show(x), kindOf(x))
 	}
-	r.Repair, r.RepairTimeout, r.StepTimeouts = v.repair(path, m, r.Action)
-	return r
+	return b, true, ok
+}
+
+// drainFlag reads a rule's boolean that only a drain or replace rule may
+// set true (what it does, for the error); def when absent or refused.
+func (v *validator) drainFlag(path string, m map[string]any, field, does string, action Action, def bool) bool {
+	b, present, ok := v.boolean(path, m, field)
+	switch {
+	case !present || !ok:
+		return def
+	case b && action < Drain:
+		v.fail("%s.%s: true: only a drain or replace rule %s, not a %s rule", path, field, does, action)
+		return def
+	}
+	return b
 }
 
 // repair reads a rule's repair steps and their timeouts: only on a replace
@@ -472,6 +521,17 @@ func (v *validator) repair(path string, m map[string]any, action Action) ([]Repa
 		v.fail("%s.repair: %s: must be a list of steps (reboot, reimage, redeploy), got %s", path, show(x), kindOf(x))
 		return nil, 0, nil
 	}
+	steps := v.repairSteps(path, list)
+	if len(list) == 0 {
+		v.fail("%s.repair: empty: leave it out to replace at once", path)
+	}
+	timeout, byStep := v.repairTimeouts(path, m, steps)
+	return steps, timeout, byStep
+}
+
+// repairSteps reads a repair's steps: each a known step, in the order
+// reboot, reimage, redeploy, none twice.
+func (v *validator) repairSteps(path string, list []any) []RepairStep {
 	var steps []RepairStep
 	last := -1
 	for i, e := range list {
@@ -488,19 +548,18 @@ func (v *validator) repair(path string, m map[string]any, action Action) ([]Repa
 			steps, last = append(steps, RepairStep(s)), at
 		}
 	}
-	if len(list) == 0 {
-		v.fail("%s.repair: empty: leave it out to replace at once", path)
-	}
-	inRange := func(field string, d time.Duration) {
-		if d < time.Minute || d > 6*time.Hour {
-			v.fail("%s.%s: %s: must be from 1m to 6h", path, field, d)
-		}
-	}
+	return steps
+}
+
+// repairTimeouts reads repairTimeout: one duration for every step, or a
+// map of step to duration (a step it leaves out has
+// DefaultRepairTimeout), each from 1m to 6h.
+func (v *validator) repairTimeouts(path string, m map[string]any, steps []RepairStep) (time.Duration, map[RepairStep]time.Duration) {
 	perStep, isMap := m["repairTimeout"].(map[string]any)
 	if !isMap {
 		timeout := v.duration(path, m, "repairTimeout", DefaultRepairTimeout)
-		inRange("repairTimeout", timeout)
-		return steps, timeout, nil
+		v.repairTimeoutInRange(path, "repairTimeout", timeout)
+		return timeout, nil
 	}
 	byStep := map[RepairStep]time.Duration{}
 	for _, k := range slices.Sorted(maps.Keys(perStep)) {
@@ -513,10 +572,17 @@ func (v *validator) repair(path string, m map[string]any, action Action) ([]Repa
 			continue
 		}
 		d := v.duration(path+".repairTimeout", perStep, k, DefaultRepairTimeout)
-		inRange("repairTimeout."+k, d)
+		v.repairTimeoutInRange(path, "repairTimeout."+k, d)
 		byStep[RepairStep(k)] = d
 	}
-	return steps, DefaultRepairTimeout, byStep
+	return DefaultRepairTimeout, byStep
+}
+
+// repairTimeoutInRange refuses a repair timeout outside [1m, 6h].
+func (v *validator) repairTimeoutInRange(path, field string, d time.Duration) {
+	if d < time.Minute || d > 6*time.Hour {
+		v.fail("%s.%s: %s: must be from 1m to 6h", path, field, d)
+	}
 }
 
 func (v *validator) condition(path string, x any) *ConditionMatch {
@@ -525,34 +591,10 @@ func (v *validator) condition(path string, x any) *ConditionMatch {
 		return nil
 	}
 	c := &ConditionMatch{}
-	if t, present, ok := v.text(path, m, "type"); !present || (ok && t == "") {
-		v.fail("%s.type: required: the condition's type, such as XIDErrors", path)
-	} else if ok {
-		if errs := validation.IsQualifiedName(t); len(errs) > 0 {
-			v.fail("%s.type: %q: not a condition type: %s", path, t, strings.Join(errs, "; "))
-		} else if apiv1.NodeConditionType(t) == apiv1.NodeReady {
-			v.fail("%s.type: %q: the kubelet's readiness is the unready guard's and scale-down's (--scale-down-unready-time), not a health rule's: True matches every node, False and Unknown none (unready nodes are not judged)", path, t)
-		} else {
-			c.Type = apiv1.NodeConditionType(t)
-		}
-	}
-	statuses := []apiv1.ConditionStatus{apiv1.ConditionTrue, apiv1.ConditionFalse, apiv1.ConditionUnknown}
-	if s, present, ok := v.text(path, m, "status"); !present {
-		v.fail("%s.status: required: \"True\", \"False\" or \"Unknown\"", path)
-	} else if ok {
-		if !slices.Contains(statuses, apiv1.ConditionStatus(s)) {
-			v.fail("%s.status: %q: must be \"True\", \"False\" or \"Unknown\"", path, s)
-		} else {
-			c.Status = apiv1.ConditionStatus(s)
-		}
-	}
-	if x, present := m["matchHealthyStatus"]; present && x != nil {
-		b, isBool := x.(bool)
-		if !isBool {
-			v.fail("%s.matchHealthyStatus: %s: must be true or false, got %s", path, show(x), kindOf(x))
-		} else {
-			c.MatchHealthyStatus = b
-		}
+	c.Type = v.conditionType(path, m)
+	c.Status = v.conditionStatus(path, m)
+	if b, present, ok := v.boolean(path, m, "matchHealthyStatus"); present && ok {
+		c.MatchHealthyStatus = b
 	}
 	if healthy, known := healthyStatus[c.Type]; known && c.Status == healthy && !c.MatchHealthyStatus {
 		v.fail("%s.status: %q: %s=%s is what a healthy node reports: the rule would match every healthy node (the problem is %s=True); set matchHealthyStatus: true only if that is meant",
@@ -561,39 +603,107 @@ func (v *validator) condition(path string, x any) *ConditionMatch {
 	return c
 }
 
+// conditionType reads a condition match's type: required, a qualified
+// name, not Ready.
+func (v *validator) conditionType(path string, m map[string]any) apiv1.NodeConditionType {
+	t, present, ok := v.text(path, m, "type")
+	if !present || (ok && t == "") {
+		v.fail("%s.type: required: the condition's type, such as XIDErrors", path)
+		return ""
+	}
+	if !ok {
+		return ""
+	}
+	if errs := validation.IsQualifiedName(t); len(errs) > 0 {
+		v.fail("%s.type: %q: not a condition type: %s", path, t, strings.Join(errs, "; "))
+		return ""
+	}
+	if apiv1.NodeConditionType(t) == apiv1.NodeReady {
+		v.fail("%s.type: %q: the kubelet's readiness is the unready guard's and scale-down's (--scale-down-unready-time), not a health rule's: True matches every node, False and Unknown none (unready nodes are not judged)", path, t)
+		return ""
+	}
+	return apiv1.NodeConditionType(t)
+}
+
+// conditionStatus reads a condition match's status: required, True,
+// False or Unknown.
+func (v *validator) conditionStatus(path string, m map[string]any) apiv1.ConditionStatus {
+	statuses := []apiv1.ConditionStatus{apiv1.ConditionTrue, apiv1.ConditionFalse, apiv1.ConditionUnknown}
+	s, present, ok := v.text(path, m, "status")
+	if !present {
+		v.fail("%s.status: required: \"True\", \"False\" or \"Unknown\"", path)
+		return ""
+	}
+	if !ok {
+		return ""
+	}
+	if !slices.Contains(statuses, apiv1.ConditionStatus(s)) {
+		v.fail("%s.status: %q: must be \"True\", \"False\" or \"Unknown\"", path, s)
+		return ""
+	}
+	return apiv1.ConditionStatus(s)
+}
+
 func (v *validator) taint(path string, x any) *TaintMatch {
 	m, ok := v.object(path, x, taintFields)
 	if !ok {
 		return nil
 	}
 	t := &TaintMatch{}
-	if k, present, ok := v.text(path, m, "key"); !present || (ok && k == "") {
-		v.fail("%s.key: required: the taint's key", path)
-	} else if ok {
-		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
-			v.fail("%s.key: %q: not a taint key: %s", path, k, strings.Join(errs, "; "))
-		} else if isOwnTaint(k) {
-			v.fail("%s.key: %q: the autoscaler's own (or its cordon's) taint: a rule on it would act on the autoscaler's own work", path, k)
-		} else {
-			t.Key = k
-		}
-	}
-	if val, present, ok := v.text(path, m, "value"); present && ok {
-		if errs := validation.IsValidLabelValue(val); len(errs) > 0 {
-			v.fail("%s.value: %q: not a taint value: %s", path, val, strings.Join(errs, "; "))
-		} else {
-			t.Value = val
-		}
-	}
-	effects := []apiv1.TaintEffect{apiv1.TaintEffectNoSchedule, apiv1.TaintEffectPreferNoSchedule, apiv1.TaintEffectNoExecute}
-	if e, present, ok := v.text(path, m, "effect"); present && ok && e != "" {
-		if !slices.Contains(effects, apiv1.TaintEffect(e)) {
-			v.fail("%s.effect: %q: must be NoSchedule, PreferNoSchedule or NoExecute (or absent: any)", path, e)
-		} else {
-			t.Effect = apiv1.TaintEffect(e)
-		}
-	}
+	t.Key = v.taintKey(path, m)
+	t.Value = v.taintValue(path, m)
+	t.Effect = v.taintEffect(path, m)
 	return t
+}
+
+// taintKey reads a taint match's key: required, a qualified name, not
+// one of the autoscaler's own taints.
+func (v *validator) taintKey(path string, m map[string]any) string {
+	k, present, ok := v.text(path, m, "key")
+	if !present || (ok && k == "") {
+		v.fail("%s.key: required: the taint's key", path)
+		return ""
+	}
+	if !ok {
+		return ""
+	}
+	if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+		v.fail("%s.key: %q: not a taint key: %s", path, k, strings.Join(errs, "; "))
+		return ""
+	}
+	if isOwnTaint(k) {
+		v.fail("%s.key: %q: the autoscaler's own (or its cordon's) taint: a rule on it would act on the autoscaler's own work", path, k)
+		return ""
+	}
+	return k
+}
+
+// taintValue reads a taint match's value, a label value; "" (any) when
+// absent.
+func (v *validator) taintValue(path string, m map[string]any) string {
+	val, present, ok := v.text(path, m, "value")
+	if !present || !ok {
+		return ""
+	}
+	if errs := validation.IsValidLabelValue(val); len(errs) > 0 {
+		v.fail("%s.value: %q: not a taint value: %s", path, val, strings.Join(errs, "; "))
+		return ""
+	}
+	return val
+}
+
+// taintEffect reads a taint match's effect; "" (any) when absent.
+func (v *validator) taintEffect(path string, m map[string]any) apiv1.TaintEffect {
+	effects := []apiv1.TaintEffect{apiv1.TaintEffectNoSchedule, apiv1.TaintEffectPreferNoSchedule, apiv1.TaintEffectNoExecute}
+	e, present, ok := v.text(path, m, "effect")
+	if !present || !ok || e == "" {
+		return ""
+	}
+	if !slices.Contains(effects, apiv1.TaintEffect(e)) {
+		v.fail("%s.effect: %q: must be NoSchedule, PreferNoSchedule or NoExecute (or absent: any)", path, e)
+		return ""
+	}
+	return apiv1.TaintEffect(e)
 }
 
 func (v *validator) belowSKU(path string, x any) *BelowSKUMatch {
@@ -679,45 +789,57 @@ func (p *Policy) Marshal() ([]byte, error) {
 		Rules:               make([]outRule, 0, len(p.Rules)),
 	}
 	for i := range p.Rules {
-		r := &p.Rules[i]
-		o := outRule{Name: r.Name, For: r.For.String(), Action: r.Action.String()}
-		if r.Condition != nil {
-			o.Condition = &outCondition{Type: string(r.Condition.Type), Status: string(r.Condition.Status), MatchHealthyStatus: r.Condition.MatchHealthyStatus}
-		}
-		if r.BelowSKU != nil {
-			o.BelowSKU = &outBelowSKU{Resource: string(r.BelowSKU.Resource)}
-		}
-		if r.Taint != nil {
-			o.Taint = &outTaint{Key: r.Taint.Key, Value: r.Taint.Value, Effect: string(r.Taint.Effect)}
-		}
-		if r.CordonFirst != (r.Action >= Drain) {
-			b := r.CordonFirst
-			o.CordonFirst = &b
-		}
-		if r.EvictLocalScratch != (r.Action == Replace) {
-			b := r.EvictLocalScratch
-			o.EvictLocalScratch = &b
-		}
-		for _, st := range r.Repair {
-			o.Repair = append(o.Repair, string(st))
-		}
-		switch {
-		case len(r.StepTimeouts) > 0:
-			byStep := map[string]string{}
-			for st, d := range r.StepTimeouts {
-				byStep[string(st)] = d.String()
-			}
-			o.RepairTimeout = byStep
-		case len(r.Repair) > 0:
-			o.RepairTimeout = r.RepairTimeout.String()
-		}
-		out.Rules = append(out.Rules, o)
+		out.Rules = append(out.Rules, outRuleOf(&p.Rules[i]))
 	}
 	data, err := yaml.Marshal(out)
 	if err != nil {
 		return nil, fmt.Errorf("policy: marshal: %w", err)
 	}
 	return data, nil
+}
+
+// outRuleOf is a rule as Marshal writes it.
+func outRuleOf(r *Rule) outRule {
+	o := outRule{Name: r.Name, For: r.For.String(), Action: r.Action.String()}
+	if r.Condition != nil {
+		o.Condition = &outCondition{Type: string(r.Condition.Type), Status: string(r.Condition.Status), MatchHealthyStatus: r.Condition.MatchHealthyStatus}
+	}
+	if r.BelowSKU != nil {
+		o.BelowSKU = &outBelowSKU{Resource: string(r.BelowSKU.Resource)}
+	}
+	if r.Taint != nil {
+		o.Taint = &outTaint{Key: r.Taint.Key, Value: r.Taint.Value, Effect: string(r.Taint.Effect)}
+	}
+	if r.CordonFirst != (r.Action >= Drain) {
+		b := r.CordonFirst
+		o.CordonFirst = &b
+	}
+	if r.EvictLocalScratch != (r.Action == Replace) {
+		b := r.EvictLocalScratch
+		o.EvictLocalScratch = &b
+	}
+	o.Repair, o.RepairTimeout = outRepair(r)
+	return o
+}
+
+// outRepair is a rule's repair steps and timeout as Marshal writes them:
+// the timeouts per step when there are some, else the one timeout when
+// there are steps.
+func outRepair(r *Rule) (steps []string, timeout any) {
+	for _, st := range r.Repair {
+		steps = append(steps, string(st))
+	}
+	switch {
+	case len(r.StepTimeouts) > 0:
+		byStep := map[string]string{}
+		for st, d := range r.StepTimeouts {
+			byStep[string(st)] = d.String()
+		}
+		return steps, byStep
+	case len(r.Repair) > 0:
+		return steps, r.RepairTimeout.String()
+	}
+	return steps, nil
 }
 
 // percent writes a share as a percent that reads back as the same share:

@@ -204,19 +204,7 @@ type LedgerGetter func(namespace string) *quota.Ledger
 // namespaces' quota ledgers of the loop (nil: none).
 func (t *Tracker) Plan(now time.Time, reqs []*ProvisioningRequest, consumed func(*ProvisioningRequest) []*apiv1.Pod, waiting func(*ProvisioningRequest) int,
 	get TemplateGetter, ledger LedgerGetter) Plan {
-	sorted := make([]*ProvisioningRequest, 0, len(reqs))
-	for _, r := range reqs {
-		if Supported(r) {
-			sorted = append(sorted, r)
-		}
-	}
-	sort.Slice(sorted, func(i, j int) bool {
-		a, b := sorted[i], sorted[j]
-		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
-			return a.CreationTimestamp.Before(&b.CreationTimestamp)
-		}
-		return Key(a) < Key(b)
-	})
+	sorted := plannable(reqs)
 	var p Plan
 	seen := make(map[types.UID]bool, len(sorted))
 	// The pods of a request are never created until it is provisioned:
@@ -226,7 +214,6 @@ func (t *Tracker) Plan(now time.Time, reqs []*ProvisioningRequest, consumed func
 	if ledger == nil {
 		ledger = func(string) *quota.Ledger { return nil }
 	}
-	sort.SliceStable(sorted, func(i, j int) bool { return IsTrue(sorted[i], Provisioned) && !IsTrue(sorted[j], Provisioned) })
 	// Bounded work (#40): booked requests are planned always (their
 	// capacity is promised), finished ones cost nothing; the rest are
 	// planned up to the bounds, the namespaces in turns, and those left
@@ -255,7 +242,32 @@ func (t *Tracker) Plan(now time.Time, reqs []*ProvisioningRequest, consumed func
 	for _, r := range left {
 		t.skip(now, r, &p)
 	}
-	// Forget requests that are gone.
+	t.forgetGone(seen)
+	return p
+}
+
+// plannable are the supported requests in the order Plan spends quotas
+// and bounds: booked ones first, then oldest first.
+func plannable(reqs []*ProvisioningRequest) []*ProvisioningRequest {
+	sorted := make([]*ProvisioningRequest, 0, len(reqs))
+	for _, r := range reqs {
+		if Supported(r) {
+			sorted = append(sorted, r)
+		}
+	}
+	sort.Slice(sorted, func(i, j int) bool {
+		a, b := sorted[i], sorted[j]
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
+		return Key(a) < Key(b)
+	})
+	sort.SliceStable(sorted, func(i, j int) bool { return IsTrue(sorted[i], Provisioned) && !IsTrue(sorted[j], Provisioned) })
+	return sorted
+}
+
+// forgetGone forgets the requests not seen in this Plan.
+func (t *Tracker) forgetGone(seen map[types.UID]bool) {
 	for uid := range t.seen {
 		if !seen[uid] {
 			delete(t.backoff, uid)
@@ -265,7 +277,6 @@ func (t *Tracker) Plan(now time.Time, reqs []*ProvisioningRequest, consumed func
 		}
 	}
 	t.seen = seen
-	return p
 }
 
 func (t *Tracker) plan(now time.Time, r *ProvisioningRequest, consumed func(*ProvisioningRequest) []*apiv1.Pod, waiting func(*ProvisioningRequest) int,
@@ -721,25 +732,11 @@ func Unconsumed(pods, consumers []*apiv1.Pod) []*apiv1.Pod {
 	}
 	// The pods of each shape, in order; a consumer takes the first left of
 	// its shape, else the last pod left.
-	byKey := map[string][]int{}
-	key := ""
-	for i, p := range pods {
-		if i == 0 || !samePodSpec(p, pods[i-1]) { // the pods of a set share their spec
-			key = requestsKey(p)
-		}
-		byKey[key] = append(byKey[key], i)
-	}
+	byKey := byShape(pods)
 	taken := make([]bool, len(pods))
 	last := len(pods) - 1
 	for _, c := range consumers {
-		hit := -1
-		k := requestsKey(c)
-		for q := byKey[k]; len(q) > 0 && hit < 0; q = q[1:] {
-			if !taken[q[0]] {
-				hit = q[0]
-			}
-			byKey[k] = q[1:]
-		}
+		hit := firstOfShape(byKey, requestsKey(c), taken)
 		if hit < 0 {
 			for taken[last] {
 				last--
@@ -755,6 +752,33 @@ func Unconsumed(pods, consumers []*apiv1.Pod) []*apiv1.Pod {
 		}
 	}
 	return out
+}
+
+// byShape is the indexes of the pods of each shape (requestsKey), in
+// order.
+func byShape(pods []*apiv1.Pod) map[string][]int {
+	byKey := map[string][]int{}
+	key := ""
+	for i, p := range pods {
+		if i == 0 || !samePodSpec(p, pods[i-1]) { // the pods of a set share their spec
+			key = requestsKey(p)
+		}
+		byKey[key] = append(byKey[key], i)
+	}
+	return byKey
+}
+
+// firstOfShape is the first pod of shape k not taken, or -1; the pods it
+// passes leave byKey.
+func firstOfShape(byKey map[string][]int, k string, taken []bool) int {
+	hit := -1
+	for q := byKey[k]; len(q) > 0 && hit < 0; q = q[1:] {
+		if !taken[q[0]] {
+			hit = q[0]
+		}
+		byKey[k] = q[1:]
+	}
+	return hit
 }
 
 // samePodSpec says two pods made by Pods share their spec (one pod set).

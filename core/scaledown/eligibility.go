@@ -144,31 +144,8 @@ func podRequests(p *apiv1.Pod, gpu apiv1.ResourceName) Requested {
 
 // utilizationOf is UtilizationOf with the pods' requests from requests.
 func utilizationOf(node *apiv1.Node, pods []*apiv1.Pod, gpu apiv1.ResourceName, r Rules, total *Requested, requests func(*apiv1.Pod) Requested) Utilization {
+	sum := counted(pods, r, total, requests)
 	alloc := node.Status.Allocatable
-	var sum Requested
-	add := func(p *apiv1.Pod, sign int64) {
-		req := requests(p)
-		sum.MilliCPU += sign * req.MilliCPU
-		sum.Memory += sign * req.Memory
-		sum.GPU += sign * req.GPU
-	}
-	excluded := func(p *apiv1.Pod) bool {
-		return IsDaemonSetPod(p) || IsMirrorPod(p) || (r.IsFreeRoom != nil && r.IsFreeRoom(p))
-	}
-	if total != nil {
-		sum = *total
-		for _, p := range pods {
-			if !terminal(p) && excluded(p) {
-				add(p, -1)
-			}
-		}
-	} else {
-		for _, p := range pods {
-			if !terminal(p) && !excluded(p) {
-				add(p, 1)
-			}
-		}
-	}
 	u := Utilization{}
 	if c := alloc.Cpu().MilliValue(); c > 0 {
 		u.CPU = float64(sum.MilliCPU) / float64(c)
@@ -181,6 +158,40 @@ func utilizationOf(node *apiv1.Node, pods []*apiv1.Pod, gpu apiv1.ResourceName, 
 		u.GPU = float64(sum.GPU) / float64(q.Value())
 	}
 	return u
+}
+
+// counted is what the counted pods request: total less the excluded
+// ones when total is known, else the sum of the others.
+func counted(pods []*apiv1.Pod, r Rules, total *Requested, requests func(*apiv1.Pod) Requested) Requested {
+	var sum Requested
+	if total != nil {
+		sum = *total
+		for _, p := range pods {
+			if !terminal(p) && r.excluded(p) {
+				sum.add(requests(p), -1)
+			}
+		}
+		return sum
+	}
+	for _, p := range pods {
+		if !terminal(p) && !r.excluded(p) {
+			sum.add(requests(p), 1)
+		}
+	}
+	return sum
+}
+
+// add adds sign times req.
+func (s *Requested) add(req Requested, sign int64) {
+	s.MilliCPU += sign * req.MilliCPU
+	s.Memory += sign * req.Memory
+	s.GPU += sign * req.GPU
+}
+
+// excluded says whether a pod does not count in utilisation: DaemonSet,
+// mirror and free-room pods.
+func (r Rules) excluded(p *apiv1.Pod) bool {
+	return IsDaemonSetPod(p) || IsMirrorPod(p) || (r.IsFreeRoom != nil && r.IsFreeRoom(p))
 }
 
 // PDBs answers, per pod, which PodDisruptionBudgets cover it and how many
@@ -261,21 +272,8 @@ func PodsToMove(pods []*apiv1.Pod, pdbs *PDBs, r Rules) ([]*apiv1.Pod, Reason, s
 			free = append(free, p)
 			continue
 		}
-		switch p.Annotations[SafeToEvictAnnotation] {
-		case "true":
-			move = append(move, p)
-			continue
-		case "false":
-			return nil, ReasonSafeToEvictFalse, fmt.Sprintf("pod %s/%s is annotated %s=false", p.Namespace, p.Name, SafeToEvictAnnotation)
-		}
-		if controllerOf(p) == nil {
-			return nil, ReasonNotReplicated, fmt.Sprintf("pod %s/%s has no controller", p.Namespace, p.Name)
-		}
-		if r.SkipNodesWithSystemPods && p.Namespace == "kube-system" && !pdbs.Covered(p) {
-			return nil, ReasonKubeSystem, fmt.Sprintf("pod %s/%s is in kube-system without a PodDisruptionBudget", p.Namespace, p.Name)
-		}
-		if r.SkipNodesWithLocalStorage && hasLocalStorage(p) && !(r.EvictScratch && !hasHostPath(p)) {
-			return nil, ReasonLocalStorage, fmt.Sprintf("pod %s/%s uses local storage", p.Namespace, p.Name)
+		if reason, why := r.blocking(p, pdbs); reason != ReasonNone {
+			return nil, reason, why
 		}
 		move = append(move, p)
 	}
@@ -283,6 +281,34 @@ func PodsToMove(pods []*apiv1.Pod, pdbs *PDBs, r Rules) ([]*apiv1.Pod, Reason, s
 		return nil, ReasonPDB, why
 	}
 	return append(move, free...), ReasonNone, ""
+}
+
+// blocking is why a pod (neither left with the node nor free room) keeps
+// its node, and in words; ReasonNone when it may be evicted.
+func (r Rules) blocking(p *apiv1.Pod, pdbs *PDBs) (Reason, string) {
+	switch p.Annotations[SafeToEvictAnnotation] {
+	case "true":
+		return ReasonNone, ""
+	case "false":
+		return ReasonSafeToEvictFalse, fmt.Sprintf("pod %s/%s is annotated %s=false", p.Namespace, p.Name, SafeToEvictAnnotation)
+	}
+	if controllerOf(p) == nil {
+		return ReasonNotReplicated, fmt.Sprintf("pod %s/%s has no controller", p.Namespace, p.Name)
+	}
+	if r.SkipNodesWithSystemPods && p.Namespace == "kube-system" && !pdbs.Covered(p) {
+		return ReasonKubeSystem, fmt.Sprintf("pod %s/%s is in kube-system without a PodDisruptionBudget", p.Namespace, p.Name)
+	}
+	if r.keepsLocalStorage(p) {
+		return ReasonLocalStorage, fmt.Sprintf("pod %s/%s uses local storage", p.Namespace, p.Name)
+	}
+	return ReasonNone, ""
+}
+
+// keepsLocalStorage says whether a pod's local storage keeps its node:
+// with SkipNodesWithLocalStorage, unless EvictScratch lets an emptyDir
+// (not a hostPath) go.
+func (r Rules) keepsLocalStorage(p *apiv1.Pod) bool {
+	return r.SkipNodesWithLocalStorage && hasLocalStorage(p) && !(r.EvictScratch && !hasHostPath(p))
 }
 
 // hasHostPath reports hostPath volumes.

@@ -201,34 +201,10 @@ func (p *Planner) Plan(ctx context.Context, now time.Time, snap *snapshot.Snapsh
 		if n.Group == "" {
 			continue
 		}
-		name := n.Node.Name
-		seen[name] = true
-		reason, c := p.eligible(n, groups[n.Group], pdbs)
-		if reason != ReasonNone {
-			delete(p.since, name)
-			d.Kept[reason]++
-			continue
+		seen[n.Node.Name] = true
+		if c, ok := p.due(now, snap, n, groups[n.Group], pdbs, &d); ok {
+			due = append(due, c)
 		}
-		first, ok := p.since[name]
-		if !ok {
-			first = now
-			p.since[name] = now
-		}
-		d.Unneeded = append(d.Unneeded, name)
-		wait := n.UnneededTime
-		if !n.Ready {
-			wait = n.UnreadyTime
-		}
-		if now.Sub(first) < wait {
-			d.Kept[ReasonUnneededTimeShort]++
-			continue
-		}
-		idx, ok := snap.Index(name)
-		if !ok {
-			continue
-		}
-		c.index = idx
-		due = append(due, c)
 	}
 	for name := range p.since {
 		if !seen[name] {
@@ -236,7 +212,46 @@ func (p *Planner) Plan(ctx context.Context, now time.Time, snap *snapshot.Snapsh
 		}
 	}
 	sort.Strings(d.Unneeded)
-	// Empty nodes first, then the least utilised.
+	sortDue(due)
+	p.choose(ctx, now, snap, nodes, groups, pdbs, inflight, due, &d)
+	return d
+}
+
+// due judges a managed node: kept (its reason counted in d), unneeded
+// (since when is kept), and due for removal once unneeded long enough.
+func (p *Planner) due(now time.Time, snap *snapshot.Snapshot, n *Node, g *Group, pdbs *PDBs, d *Decision) (candidate, bool) {
+	name := n.Node.Name
+	reason, c := p.eligible(n, g, pdbs)
+	if reason != ReasonNone {
+		delete(p.since, name)
+		d.Kept[reason]++
+		return c, false
+	}
+	first, ok := p.since[name]
+	if !ok {
+		first = now
+		p.since[name] = now
+	}
+	d.Unneeded = append(d.Unneeded, name)
+	wait := n.UnneededTime
+	if !n.Ready {
+		wait = n.UnreadyTime
+	}
+	if now.Sub(first) < wait {
+		d.Kept[ReasonUnneededTimeShort]++
+		return c, false
+	}
+	idx, ok := snap.Index(name)
+	if !ok {
+		return c, false
+	}
+	c.index = idx
+	return c, true
+}
+
+// sortDue orders the due nodes: empty nodes first, then the least
+// utilised.
+func sortDue(due []candidate) {
 	sort.SliceStable(due, func(i, j int) bool {
 		if (len(due[i].move) == 0) != (len(due[j].move) == 0) {
 			return len(due[i].move) == 0
@@ -246,35 +261,20 @@ func (p *Planner) Plan(ctx context.Context, now time.Time, snap *snapshot.Snapsh
 		}
 		return due[i].n.Node.Name < due[j].n.Node.Name
 	})
-	p.choose(ctx, now, snap, nodes, groups, pdbs, inflight, due, &d)
-	return d
 }
 
 // eligible applies the node rules; it returns the candidate when the node
 // is unneeded.
 func (p *Planner) eligible(n *Node, g *Group, pdbs *PDBs) (Reason, candidate) {
 	c := candidate{n: n}
-	switch {
-	case g == nil:
-		return ReasonSizeUnknown, c
-	case n.Node.Annotations[ScaleDownDisabledAnnotation] == "true":
-		return ReasonDisabled, c
-	case hasTaint(n.Node, ToBeDeletedTaint) || n.Node.DeletionTimestamp != nil:
-		return ReasonBeingDeleted, c
-	case !g.Healthy:
-		return ReasonGroupUnhealthy, c
-	case g.RecentScaleUp:
-		return ReasonRecentScaleUp, c
+	if reason := keptAnyway(n, g); reason != ReasonNone {
+		return reason, c
 	}
 	c.why = "unready"
 	if n.Ready {
-		u := p.utilization(n)
-		threshold := n.UtilizationThreshold
-		if u.HasGPU {
-			threshold = n.GPUUtilizationThreshold
-		}
-		c.util = u.Max()
-		if c.util >= threshold {
+		util, high := p.highUtilization(n)
+		c.util = util
+		if high {
 			return ReasonHighUtilization, c
 		}
 		c.why = "underutilized"
@@ -290,6 +290,36 @@ func (p *Planner) eligible(n *Node, g *Group, pdbs *PDBs) (Reason, candidate) {
 	return ReasonNone, c
 }
 
+// keptAnyway is why a node is kept whatever its pods: its group's size
+// unknown, its annotation, its deletion under way, its group unhealthy
+// or scaled up recently.
+func keptAnyway(n *Node, g *Group) Reason {
+	switch {
+	case g == nil:
+		return ReasonSizeUnknown
+	case n.Node.Annotations[ScaleDownDisabledAnnotation] == "true":
+		return ReasonDisabled
+	case hasTaint(n.Node, ToBeDeletedTaint) || n.Node.DeletionTimestamp != nil:
+		return ReasonBeingDeleted
+	case !g.Healthy:
+		return ReasonGroupUnhealthy
+	case g.RecentScaleUp:
+		return ReasonRecentScaleUp
+	}
+	return ReasonNone
+}
+
+// highUtilization is a ready node's utilisation, and whether it reaches
+// the node's threshold (the GPU one on GPU nodes).
+func (p *Planner) highUtilization(n *Node) (float64, bool) {
+	u := p.utilization(n)
+	threshold := n.UtilizationThreshold
+	if u.HasGPU {
+		threshold = n.GPUUtilizationThreshold
+	}
+	return u.Max(), u.Max() >= threshold
+}
+
 // choose picks removals within min sizes, the brake and the parallelism
 // limit, simulating where each drained node's pods go. A node that
 // receives pods in this pass stays.
@@ -297,87 +327,120 @@ func (p *Planner) choose(ctx context.Context, now time.Time, snap *snapshot.Snap
 	if len(due) == 0 {
 		return
 	}
-	removed := map[int]bool{}
-	receiving := map[int]bool{}
-	removedPerGroup := map[string]int{}
-	clusterSize := len(nodes)
-	groupSize := map[string]int{}
-	for i := range nodes {
-		groupSize[nodes[i].Group]++
-	}
-	ready := make([]bool, snap.Len())
-	for i := range nodes {
-		if idx, ok := snap.Index(nodes[i].Node.Name); ok && nodes[i].Ready && !hasTaint(nodes[i].Node, ToBeDeletedTaint) {
-			ready[idx] = true
-		}
-	}
-	fork := snap.Fork()
+	st := newChoosing(snap, nodes)
 	for _, c := range due {
-		g := groups[c.n.Group]
-		if g.Target-g.Deleting-removedPerGroup[c.n.Group] <= g.Min {
-			d.Kept[ReasonMinSize]++
+		if why := p.hold(now, st, groups[c.n.Group], c, pdbs, inflight, d); why != ReasonNone {
+			d.Kept[why]++
 			continue
 		}
-		if receiving[c.index] {
+		if len(c.move) > 0 && !p.moveAway(ctx, st, c) {
 			d.Kept[ReasonNoPlaceToMove]++
 			continue
 		}
-		empty := len(c.move) == 0
-		if empty && len(d.Empty) >= p.opts.MaxEmptyBulkDelete {
-			d.Kept[ReasonParallelism]++
-			continue
-		}
-		if !empty && inflight+len(d.Drain) >= p.opts.MaxParallelism {
-			d.Kept[ReasonParallelism]++
-			continue
-		}
-		if !p.brake.Allow(now, c.n.Group, clusterSize-len(removed), groupSize[c.n.Group]-removedPerGroup[c.n.Group]) {
-			d.Kept[ReasonBrake]++
-			d.Braked = true
-			continue
-		}
-		if ok, _ := pdbs.CanEvict(c.move); !ok {
-			d.Kept[ReasonPDB]++
-			continue
-		}
-		if !empty {
-			child := fork.Fork()
-			dests := make([]int, 0, len(ready))
-			for i, r := range ready {
-				if r && i != c.index && !removed[i] {
-					dests = append(dests, i)
-				}
-			}
-			got := map[int]bool{}
-			ok := true
-			for _, grp := range simulator.GroupPods(unbound(c.move), p.opts.GPU) {
-				placed := p.sim.FitOnNodes(ctx, child, grp, 0, dests, func(_, node int) { got[node] = true })
-				if placed < len(grp.Pods) {
-					ok = false
-					break
-				}
-			}
-			if !ok {
-				d.Kept[ReasonNoPlaceToMove]++
-				continue
-			}
-			fork = child
-			for i := range got {
-				receiving[i] = true
-			}
-		}
 		pdbs.Take(c.move)
-		removed[c.index] = true
-		removedPerGroup[c.n.Group]++
-		r := Removal{Node: c.n.Node, Group: c.n.Group, Pods: c.move, Reason: c.why, Util: c.util}
-		if empty {
-			d.Empty = append(d.Empty, r)
-		} else {
-			d.Drain = append(d.Drain, r)
-		}
+		st.removed[c.index] = true
+		st.removedPerGroup[c.n.Group]++
+		d.add(Removal{Node: c.n.Node, Group: c.n.Group, Pods: c.move, Reason: c.why, Util: c.util})
 		// Reserved now so the shares hold within this pass; the actuator
 		// says when the deletion is sent (Brake.Sent) or given up.
 		p.brake.Reserve(now, c.n.Group, c.n.Node.Name)
+	}
+}
+
+// choosing is what choose has decided so far: the simulated cluster with
+// the drained nodes' pods moved, the nodes removed (in all and per
+// group), the nodes receiving pods, and the sizes and ready nodes it
+// started from.
+type choosing struct {
+	fork            *snapshot.Fork
+	removed         map[int]bool
+	receiving       map[int]bool
+	removedPerGroup map[string]int
+	clusterSize     int
+	groupSize       map[string]int
+	// ready[i] says snapshot node i is ready and not being deleted: a
+	// place for moved pods.
+	ready []bool
+}
+
+func newChoosing(snap *snapshot.Snapshot, nodes []Node) *choosing {
+	st := &choosing{
+		removed:         map[int]bool{},
+		receiving:       map[int]bool{},
+		removedPerGroup: map[string]int{},
+		clusterSize:     len(nodes),
+		groupSize:       map[string]int{},
+		ready:           make([]bool, snap.Len()),
+	}
+	for i := range nodes {
+		st.groupSize[nodes[i].Group]++
+	}
+	for i := range nodes {
+		if idx, ok := snap.Index(nodes[i].Node.Name); ok && nodes[i].Ready && !hasTaint(nodes[i].Node, ToBeDeletedTaint) {
+			st.ready[idx] = true
+		}
+	}
+	st.fork = snap.Fork()
+	return st
+}
+
+// hold is why a due node is kept this pass, before its pods are placed:
+// its group's min size, pods moved onto it, the parallelism limits, the
+// brake (d.Braked set) or a PodDisruptionBudget.
+func (p *Planner) hold(now time.Time, st *choosing, g *Group, c candidate, pdbs *PDBs, inflight int, d *Decision) Reason {
+	empty := len(c.move) == 0
+	if g.Target-g.Deleting-st.removedPerGroup[c.n.Group] <= g.Min {
+		return ReasonMinSize
+	}
+	if st.receiving[c.index] {
+		return ReasonNoPlaceToMove
+	}
+	if empty && len(d.Empty) >= p.opts.MaxEmptyBulkDelete {
+		return ReasonParallelism
+	}
+	if !empty && inflight+len(d.Drain) >= p.opts.MaxParallelism {
+		return ReasonParallelism
+	}
+	if !p.brake.Allow(now, c.n.Group, st.clusterSize-len(st.removed), st.groupSize[c.n.Group]-st.removedPerGroup[c.n.Group]) {
+		d.Braked = true
+		return ReasonBrake
+	}
+	if ok, _ := pdbs.CanEvict(c.move); !ok {
+		return ReasonPDB
+	}
+	return ReasonNone
+}
+
+// moveAway places a drained node's pods on the ready nodes left, in a
+// child of the fork kept when all fit (their nodes then receive them).
+func (p *Planner) moveAway(ctx context.Context, st *choosing, c candidate) bool {
+	child := st.fork.Fork()
+	dests := make([]int, 0, len(st.ready))
+	for i, r := range st.ready {
+		if r && i != c.index && !st.removed[i] {
+			dests = append(dests, i)
+		}
+	}
+	got := map[int]bool{}
+	for _, grp := range simulator.GroupPods(unbound(c.move), p.opts.GPU) {
+		placed := p.sim.FitOnNodes(ctx, child, grp, 0, dests, func(_, node int) { got[node] = true })
+		if placed < len(grp.Pods) {
+			return false
+		}
+	}
+	st.fork = child
+	for i := range got {
+		st.receiving[i] = true
+	}
+	return true
+}
+
+// add adds a removal: an empty node's to Empty, else to Drain.
+func (d *Decision) add(r Removal) {
+	if len(r.Pods) == 0 {
+		d.Empty = append(d.Empty, r)
+	} else {
+		d.Drain = append(d.Drain, r)
 	}
 }
 

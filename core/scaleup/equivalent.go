@@ -52,57 +52,82 @@ func equivalentClasses(fork *snapshot.Fork, pending []Pending, cands []Candidate
 // a whole domain). volumes says a pending pod has a volume claim, whose
 // volume's node affinity may read any label.
 func referencedNodeLabels(fork *snapshot.Fork, pending []Pending) (map[string]bool, bool) {
-	refs := map[string]bool{}
+	refs := labelRefs{}
 	volumes := false
-	addTerms := func(terms []apiv1.PodAffinityTerm) {
-		for _, t := range terms {
-			refs[t.TopologyKey] = true
-		}
-	}
-	addWeighted := func(terms []apiv1.WeightedPodAffinityTerm) {
-		for _, t := range terms {
-			refs[t.PodAffinityTerm.TopologyKey] = true
-		}
-	}
-	addSelector := func(terms []apiv1.NodeSelectorTerm) {
-		for _, t := range terms {
-			for _, r := range t.MatchExpressions {
-				refs[r.Key] = true
-			}
-		}
-	}
 	for _, pg := range pending {
 		p := pg.G.Rep()
-		for k := range p.Spec.NodeSelector {
-			refs[k] = true
+		refs.pod(p)
+		volumes = volumes || hasVolumeClaim(p)
+	}
+	refs.requiredAntiAffinity(fork)
+	return refs, volumes
+}
+
+// labelRefs is a set of node label keys the filters can read.
+type labelRefs map[string]bool
+
+// pod adds the keys of a pod's node selector, spread constraints and
+// affinity.
+func (refs labelRefs) pod(p *apiv1.Pod) {
+	for k := range p.Spec.NodeSelector {
+		refs[k] = true
+	}
+	for _, c := range p.Spec.TopologySpreadConstraints {
+		refs[c.TopologyKey] = true
+	}
+	if a := p.Spec.Affinity; a != nil {
+		refs.nodeAffinity(a.NodeAffinity)
+		if pa := a.PodAffinity; pa != nil {
+			refs.terms(pa.RequiredDuringSchedulingIgnoredDuringExecution)
+			refs.weighted(pa.PreferredDuringSchedulingIgnoredDuringExecution)
 		}
-		for _, c := range p.Spec.TopologySpreadConstraints {
-			refs[c.TopologyKey] = true
-		}
-		if a := p.Spec.Affinity; a != nil {
-			if na := a.NodeAffinity; na != nil {
-				if na.RequiredDuringSchedulingIgnoredDuringExecution != nil {
-					addSelector(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms)
-				}
-				for _, t := range na.PreferredDuringSchedulingIgnoredDuringExecution {
-					addSelector([]apiv1.NodeSelectorTerm{t.Preference})
-				}
-			}
-			if pa := a.PodAffinity; pa != nil {
-				addTerms(pa.RequiredDuringSchedulingIgnoredDuringExecution)
-				addWeighted(pa.PreferredDuringSchedulingIgnoredDuringExecution)
-			}
-			if pa := a.PodAntiAffinity; pa != nil {
-				addTerms(pa.RequiredDuringSchedulingIgnoredDuringExecution)
-				addWeighted(pa.PreferredDuringSchedulingIgnoredDuringExecution)
-			}
-		}
-		for _, v := range p.Spec.Volumes {
-			if v.PersistentVolumeClaim != nil || v.Ephemeral != nil {
-				volumes = true
-			}
+		if pa := a.PodAntiAffinity; pa != nil {
+			refs.terms(pa.RequiredDuringSchedulingIgnoredDuringExecution)
+			refs.weighted(pa.PreferredDuringSchedulingIgnoredDuringExecution)
 		}
 	}
+}
+
+// nodeAffinity adds the keys of a node affinity's required and preferred
+// terms.
+func (refs labelRefs) nodeAffinity(na *apiv1.NodeAffinity) {
+	if na == nil {
+		return
+	}
+	if na.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		refs.selector(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms)
+	}
+	for _, t := range na.PreferredDuringSchedulingIgnoredDuringExecution {
+		refs.selector([]apiv1.NodeSelectorTerm{t.Preference})
+	}
+}
+
+// terms adds the topology keys of pod (anti-)affinity terms.
+func (refs labelRefs) terms(terms []apiv1.PodAffinityTerm) {
+	for _, t := range terms {
+		refs[t.TopologyKey] = true
+	}
+}
+
+// weighted adds the topology keys of weighted pod (anti-)affinity terms.
+func (refs labelRefs) weighted(terms []apiv1.WeightedPodAffinityTerm) {
+	for _, t := range terms {
+		refs[t.PodAffinityTerm.TopologyKey] = true
+	}
+}
+
+// selector adds the keys node selector terms match on.
+func (refs labelRefs) selector(terms []apiv1.NodeSelectorTerm) {
+	for _, t := range terms {
+		for _, r := range t.MatchExpressions {
+			refs[r.Key] = true
+		}
+	}
+}
+
+// requiredAntiAffinity adds the topology keys of the required
+// anti-affinity of the pods in fork.
+func (refs labelRefs) requiredAntiAffinity(fork *snapshot.Fork) {
 	anti, _ := fork.NodeInfos().HavePodsWithRequiredAntiAffinityList()
 	for _, n := range anti {
 		for _, pi := range n.GetPodsWithRequiredAntiAffinity() {
@@ -111,7 +136,17 @@ func referencedNodeLabels(fork *snapshot.Fork, pending []Pending) (map[string]bo
 			}
 		}
 	}
-	return refs, volumes
+}
+
+// hasVolumeClaim says whether a pod has a volume claim (persistent or
+// ephemeral).
+func hasVolumeClaim(p *apiv1.Pod) bool {
+	for _, v := range p.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil || v.Ephemeral != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // templateKey describes a template as the filters see it: its taints,
@@ -123,17 +158,29 @@ func templateKey(tmpl fwk.NodeInfo, keep func(label string) bool) string {
 		return ""
 	}
 	n := tmpl.Node()
-	var b strings.Builder
-	w := func(s ...string) {
-		for _, x := range s {
-			b.WriteString(x)
-			b.WriteByte(0)
-		}
-	}
-	w("unschedulable", strconv.FormatBool(n.Spec.Unschedulable))
+	var b keyBuilder
+	b.w("unschedulable", strconv.FormatBool(n.Spec.Unschedulable))
 	for _, t := range n.Spec.Taints {
-		w("taint", t.Key, t.Value, string(t.Effect))
+		b.w("taint", t.Key, t.Value, string(t.Effect))
 	}
+	b.allocatable(n)
+	b.labels(n, keep)
+	b.requests(tmpl)
+	return b.String()
+}
+
+// keyBuilder writes a template key: fields separated by NUL bytes.
+type keyBuilder struct{ strings.Builder }
+
+func (b *keyBuilder) w(s ...string) {
+	for _, x := range s {
+		b.WriteString(x)
+		b.WriteByte(0)
+	}
+}
+
+// allocatable writes the node's allocatable resources, by name.
+func (b *keyBuilder) allocatable(n *apiv1.Node) {
 	names := make([]string, 0, len(n.Status.Allocatable))
 	for r := range n.Status.Allocatable {
 		names = append(names, string(r))
@@ -141,8 +188,12 @@ func templateKey(tmpl fwk.NodeInfo, keep func(label string) bool) string {
 	sort.Strings(names)
 	for _, r := range names {
 		q := n.Status.Allocatable[apiv1.ResourceName(r)]
-		w("alloc", r, q.String())
+		b.w("alloc", r, q.String())
 	}
+}
+
+// labels writes the node's labels keep says matter, by key.
+func (b *keyBuilder) labels(n *apiv1.Node, keep func(label string) bool) {
 	labels := make([]string, 0, len(n.Labels))
 	for k := range n.Labels {
 		if keep(k) {
@@ -151,10 +202,15 @@ func templateKey(tmpl fwk.NodeInfo, keep func(label string) bool) string {
 	}
 	sort.Strings(labels)
 	for _, k := range labels {
-		w("label", k, n.Labels[k])
+		b.w("label", k, n.Labels[k])
 	}
+}
+
+// requests writes the template's pods' count and requests, scalar
+// resources by name.
+func (b *keyBuilder) requests(tmpl fwk.NodeInfo) {
 	req := tmpl.GetRequested()
-	w("pods", strconv.Itoa(len(tmpl.GetPods())), strconv.FormatInt(req.GetMilliCPU(), 10), strconv.FormatInt(req.GetMemory(), 10),
+	b.w("pods", strconv.Itoa(len(tmpl.GetPods())), strconv.FormatInt(req.GetMilliCPU(), 10), strconv.FormatInt(req.GetMemory(), 10),
 		strconv.FormatInt(req.GetEphemeralStorage(), 10))
 	scalars := make([]string, 0, len(req.GetScalarResources()))
 	for r := range req.GetScalarResources() {
@@ -162,7 +218,6 @@ func templateKey(tmpl fwk.NodeInfo, keep func(label string) bool) string {
 	}
 	sort.Strings(scalars)
 	for _, r := range scalars {
-		w("req", r, strconv.FormatInt(req.GetScalarResources()[apiv1.ResourceName(r)], 10))
+		b.w("req", r, strconv.FormatInt(req.GetScalarResources()[apiv1.ResourceName(r)], 10))
 	}
-	return b.String()
 }

@@ -100,83 +100,131 @@ func (e *Estimator) Estimate(ctx context.Context, base *snapshot.Fork, pending [
 	}
 	fork := base.Fork()
 	est := &Estimate{Group: groupID, Placed: make([]int, len(pending)), Reasons: make([]string, len(pending)), Codes: make([]ReasonCode, len(pending)), fork: fork}
-	var newNodes []int
-	off := 0
+	b := &binpack{e: e, fork: fork, est: est, group: groupID, tmpl: tmpl, limit: limit}
 	for pi, p := range pending {
-		g := p.G
 		if p.Left() <= 0 {
 			continue
 		}
-		if gpuPodsOnly && g.Req.GPU == 0 {
-			est.Reasons[pi], est.Codes[pi] = "GPU node group, pod requests no GPU", ReasonGPUGroup
+		if why, code := refusal(p.G, gpuPodsOnly, refuse); why != "" {
+			est.Reasons[pi], est.Codes[pi] = why, code
 			continue
 		}
-		if refuse != nil {
-			if why := refuse(g); why != "" {
-				est.Reasons[pi], est.Codes[pi] = why, ReasonRefused
-				continue
-			}
-		}
-		ss := e.Sim.NewSession(ctx, fork, g)
-		if st := ss.Failed(); st != nil {
-			est.Reasons[pi], est.Codes[pi] = statusReason(st), ReasonDoesNotFit
-			continue
-		}
-		pos := 0
-		for i := p.From; i < len(g.Pods); i++ {
-			if !g.Simple {
-				pos = 0
-			}
-			placed := false
-			for ; pos < len(newNodes); pos++ {
-				if ss.TryNode(ctx, i, newNodes[pos]) == nil {
-					ss.Commit(ctx, i, newNodes[pos])
-					placed = true
-					break
-				}
-			}
-			if placed {
-				est.Placed[pi]++
-				continue
-			}
-			if len(newNodes) >= limit {
-				est.Reasons[pi], est.Codes[pi] = "max-size", ReasonMaxSize
-				break
-			}
-			// Named past the template nodes the fork holds already (an
-			// earlier gang's of this group, planned in the same pass).
-			for {
-				if _, taken := fork.Index(templateNodeName(groupID, off+len(newNodes))); !taken {
-					break
-				}
-				off++
-			}
-			idx, err := fork.AddNode(e.templateNode(tmpl, groupID, off+len(newNodes)))
-			if err != nil {
-				est.Reasons[pi], est.Codes[pi] = err.Error(), ReasonNoTemplate
-				break
-			}
-			if !g.Simple {
-				// Spreading and affinity count topology domains at PreFilter:
-				// a new node is a new domain.
-				ss = e.Sim.NewSession(ctx, fork, g)
-			}
-			if st := ss.TryNode(ctx, i, idx); st != nil {
-				fork.RemoveLastNode()
-				est.Reasons[pi], est.Codes[pi] = statusReason(st), ReasonDoesNotFit
-				break
-			}
-			ss.Commit(ctx, i, idx)
-			newNodes = append(newNodes, idx)
-			pos = len(newNodes) - 1
-			est.Placed[pi]++
-		}
+		b.place(ctx, pi, p)
 	}
-	est.NewNodes = len(newNodes)
-	for _, idx := range newNodes {
+	est.NewNodes = len(b.newNodes)
+	for _, idx := range b.newNodes {
 		est.Nodes = append(est.Nodes, fork.NodeInfo(idx))
 	}
 	return est
+}
+
+// refusal is why pod group g may not grow the node group at all: a GPU
+// group's pods that request no GPU, or refuse's reason; "" when it may.
+func refusal(g *simulator.Group, gpuPodsOnly bool, refuse func(*simulator.Group) string) (string, ReasonCode) {
+	if gpuPodsOnly && g.Req.GPU == 0 {
+		return "GPU node group, pod requests no GPU", ReasonGPUGroup
+	}
+	if refuse != nil {
+		if why := refuse(g); why != "" {
+			return why, ReasonRefused
+		}
+	}
+	return "", ""
+}
+
+// binpack is one Estimate's placing of pods onto new template nodes.
+type binpack struct {
+	e     *Estimator
+	fork  *snapshot.Fork
+	est   *Estimate
+	group string
+	tmpl  fwk.NodeInfo
+	limit int
+	// newNodes are the fork's indexes of the new nodes; off skips the
+	// template node names the fork held already.
+	newNodes []int
+	off      int
+}
+
+// place places pending group pi's pods on the new nodes, adding one
+// when none takes the next pod, until the limit or a pod that fits no
+// new node (its reason recorded).
+func (b *binpack) place(ctx context.Context, pi int, p Pending) {
+	g := p.G
+	ss := b.e.Sim.NewSession(ctx, b.fork, g)
+	if st := ss.Failed(); st != nil {
+		b.est.Reasons[pi], b.est.Codes[pi] = statusReason(st), ReasonDoesNotFit
+		return
+	}
+	pos := 0
+	for i := p.From; i < len(g.Pods); i++ {
+		if !g.Simple {
+			pos = 0
+		}
+		if at, ok := b.onNewNodes(ctx, ss, i, pos); ok {
+			pos = at
+			b.est.Placed[pi]++
+			continue
+		}
+		var why string
+		var code ReasonCode
+		if ss, why, code = b.onNewNode(ctx, ss, g, i); why != "" {
+			b.est.Reasons[pi], b.est.Codes[pi] = why, code
+			break
+		}
+		pos = len(b.newNodes) - 1
+		b.est.Placed[pi]++
+	}
+}
+
+// onNewNodes places pod i on the first new node from pos that takes it,
+// and says which.
+func (b *binpack) onNewNodes(ctx context.Context, ss *simulator.Session, i, pos int) (int, bool) {
+	for ; pos < len(b.newNodes); pos++ {
+		if ss.TryNode(ctx, i, b.newNodes[pos]) == nil {
+			ss.Commit(ctx, i, b.newNodes[pos])
+			return pos, true
+		}
+	}
+	return pos, false
+}
+
+// onNewNode adds a new template node and places pod i on it, returning
+// the session to go on with; why (and its code) when the limit is
+// reached, the node cannot be added or the pod does not fit it.
+func (b *binpack) onNewNode(ctx context.Context, ss *simulator.Session, g *simulator.Group, i int) (_ *simulator.Session, why string, code ReasonCode) {
+	if len(b.newNodes) >= b.limit {
+		return ss, "max-size", ReasonMaxSize
+	}
+	idx, err := b.addNode()
+	if err != nil {
+		return ss, err.Error(), ReasonNoTemplate
+	}
+	if !g.Simple {
+		// Spreading and affinity count topology domains at PreFilter:
+		// a new node is a new domain.
+		ss = b.e.Sim.NewSession(ctx, b.fork, g)
+	}
+	if st := ss.TryNode(ctx, i, idx); st != nil {
+		b.fork.RemoveLastNode()
+		return ss, statusReason(st), ReasonDoesNotFit
+	}
+	ss.Commit(ctx, i, idx)
+	b.newNodes = append(b.newNodes, idx)
+	return ss, "", ""
+}
+
+// addNode adds the next template node to the fork, named past the
+// template nodes the fork holds already (an earlier gang's of this
+// group, planned in the same pass).
+func (b *binpack) addNode() (int, error) {
+	for {
+		if _, taken := b.fork.Index(templateNodeName(b.group, b.off+len(b.newNodes))); !taken {
+			break
+		}
+		b.off++
+	}
+	return b.fork.AddNode(b.e.templateNode(b.tmpl, b.group, b.off+len(b.newNodes)))
 }
 
 // Fork is the simulated cluster with the estimate's nodes and pods.

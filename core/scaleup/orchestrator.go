@@ -241,13 +241,36 @@ func (o *Orchestrator) start(ctx context.Context, req Request) (*start, error) {
 // nodes not taken by earlier bookings. It returns the fork with them (and
 // marks their nodes taken), or false.
 func (o *Orchestrator) placeBooking(ctx context.Context, fork *snapshot.Fork, b Booking, upcoming map[string][]int, taken map[int]bool) (*snapshot.Fork, bool) {
+	cands, group := bookableNodes(b, upcoming, taken)
+	if len(cands) == 0 {
+		return nil, false
+	}
+	child := fork.Fork()
+	used, perGroup, ok := o.fitBooking(ctx, child, b.Pods, cands, group)
+	if !ok {
+		return nil, false
+	}
+	for g, n := range perGroup {
+		if n > b.Nodes[g] {
+			return nil, false
+		}
+	}
+	for idx := range used {
+		taken[idx] = true
+	}
+	return child, true
+}
+
+// bookableNodes are the upcoming nodes a booking may take, groups in
+// order: of each group it bought nodes of, at most that many not taken
+// by earlier bookings; group names each one's group.
+func bookableNodes(b Booking, upcoming map[string][]int, taken map[int]bool) (cands []int, group map[int]string) {
 	groups := make([]string, 0, len(b.Nodes))
 	for g := range b.Nodes {
 		groups = append(groups, g)
 	}
 	sort.Strings(groups)
-	var cands []int
-	group := map[int]string{}
+	group = map[int]string{}
 	for _, g := range groups {
 		n := 0
 		for _, idx := range upcoming[g] {
@@ -262,13 +285,15 @@ func (o *Orchestrator) placeBooking(ctx context.Context, fork *snapshot.Fork, b 
 			n++
 		}
 	}
-	if len(cands) == 0 {
-		return nil, false
-	}
-	child := fork.Fork()
-	used := map[int]bool{}
-	perGroup := map[string]int{}
-	for _, g := range simulator.GroupPods(b.Pods, o.GPU) {
+	return cands, group
+}
+
+// fitBooking places a booking's pods on cands in child: the nodes used,
+// how many of each group, and false when a pod fits none.
+func (o *Orchestrator) fitBooking(ctx context.Context, child *snapshot.Fork, pods []*apiv1.Pod, cands []int, group map[int]string) (used map[int]bool, perGroup map[string]int, ok bool) {
+	used = map[int]bool{}
+	perGroup = map[string]int{}
+	for _, g := range simulator.GroupPods(pods, o.GPU) {
 		n := o.Planner.Estimator.Sim.FitOnNodes(ctx, child, g, 0, cands, func(_, node int) {
 			if !used[node] {
 				used[node] = true
@@ -276,18 +301,10 @@ func (o *Orchestrator) placeBooking(ctx context.Context, fork *snapshot.Fork, b 
 			}
 		})
 		if n < len(g.Pods) {
-			return nil, false
+			return nil, nil, false
 		}
 	}
-	for g, n := range perGroup {
-		if n > b.Nodes[g] {
-			return nil, false
-		}
-	}
-	for idx := range used {
-		taken[idx] = true
-	}
-	return child, true
+	return used, perGroup, true
 }
 
 // placement is a pod placed on an upcoming (template) node.
@@ -312,17 +329,12 @@ func (o *Orchestrator) plan(ctx context.Context, req Request) (demand, error) {
 	var carry []placement
 	var planned []ScaleUp
 	var st *start
-	begin := func() (err error) {
-		if st == nil {
-			st, err = o.start(ctx, req)
-		}
-		return err
-	}
+	var err error
 	for _, pass := range req.Passes {
 		if len(pass.Pods) == 0 && len(pass.Gangs) == 0 {
 			continue
 		}
-		if err := begin(); err != nil {
+		if st, err = o.startOnce(ctx, req, st); err != nil {
 			return demand{}, err
 		}
 		cands := candidates(req.Groups, planned, nil)
@@ -331,28 +343,12 @@ func (o *Orchestrator) plan(ctx context.Context, req Request) (demand, error) {
 			return demand{}, err
 		}
 		carry = append(carry, out.upcoming...)
-		for _, n := range out.claimed {
-			if d.claimed == nil {
-				d.claimed = map[string]bool{}
-			}
-			d.claimed[n] = true
-		}
-		if pass.Balloon {
-			markBalloon(out.res.ScaleUps, pass.Last)
-		} else {
-			d.awaiting += out.awaiting
-		}
+		d.add(pass, out)
 		planned = append(planned, out.res.ScaleUps...)
-		d.res.ScaleUps = append(d.res.ScaleUps, out.res.ScaleUps...)
-		d.res.NoScale = append(d.res.NoScale, out.res.NoScale...)
-		d.res.Placed = append(d.res.Placed, out.res.Placed...)
-		if d.res.Fork == nil {
-			d.res.Fork = out.res.Fork
-		}
 	}
 	if len(req.Bookings) > 0 {
 		// No pass ran: the bookings are still placed, to tell which fit nowhere.
-		if err := begin(); err != nil {
+		if st, err = o.startOnce(ctx, req, st); err != nil {
 			return demand{}, err
 		}
 	}
@@ -361,6 +357,37 @@ func (o *Orchestrator) plan(ctx context.Context, req Request) (demand, error) {
 	}
 	d.upcoming = carry
 	return d, nil
+}
+
+// startOnce is st, built by the first pass that needs it.
+func (o *Orchestrator) startOnce(ctx context.Context, req Request, st *start) (*start, error) {
+	if st != nil {
+		return st, nil
+	}
+	return o.start(ctx, req)
+}
+
+// add adds a pass's plan to the demand: its nodes claimed, its scale-ups
+// (balloons' marked), the pods it leaves and the gangs it placed; the
+// fork is the first pass's.
+func (d *demand) add(pass Pass, out passOutput) {
+	for _, n := range out.claimed {
+		if d.claimed == nil {
+			d.claimed = map[string]bool{}
+		}
+		d.claimed[n] = true
+	}
+	if pass.Balloon {
+		markBalloon(out.res.ScaleUps, pass.Last)
+	} else {
+		d.awaiting += out.awaiting
+	}
+	d.res.ScaleUps = append(d.res.ScaleUps, out.res.ScaleUps...)
+	d.res.NoScale = append(d.res.NoScale, out.res.NoScale...)
+	d.res.Placed = append(d.res.Placed, out.res.Placed...)
+	if d.res.Fork == nil {
+		d.res.Fork = out.res.Fork
+	}
 }
 
 // planPass finds the pods of a pass that fit neither on usable nodes nor
@@ -418,8 +445,8 @@ func (o *Orchestrator) planPass(ctx context.Context, req Request, st *start, pas
 func (o *Orchestrator) execute(ctx context.Context, req Request, d demand, q Queue, inc Increaser) Outcome {
 	out := Outcome{InFlight: req.InFlight, Released: map[string]map[ratelimit.Class]int{}, Queued: map[string]map[ratelimit.Class]int{}}
 	out.Result = Result{Fork: d.res.Fork, NoScale: d.res.NoScale, Placed: d.res.Placed}
+	r := &requesting{q: q, inc: inc, now: req.Now, out: &out, failed: map[string]bool{}}
 	res := d.res
-	failed := map[string]bool{}
 	for round := 0; ; round++ {
 		dec := q.Decide(req.Now, demands(res.ScaleUps), out.InFlight)
 		if out.Limit == ratelimit.NotLimited {
@@ -431,94 +458,114 @@ func (o *Orchestrator) execute(ctx context.Context, req Request, d demand, q Que
 		var retry []*apiv1.Pod
 		order, byGroup := groupScaleUps(res.ScaleUps)
 		for _, g := range order {
-			sus := byGroup[g]
-			released := dec.ReleaseClass[g]
-			if n := sum(released); n > 0 {
-				err := inc.IncreaseSize(ctx, g, n)
-				if Deferred(err) {
-					// Nothing was sent and nothing failed: the released
-					// nodes wait, queued, for the group's next write,
-					// which takes them without paying again.
-					q.Defer(g, n, req.Now)
-					for c, k := range released {
-						add(out.Queued, g, c, k)
-					}
-					released = nil
-				} else if err != nil {
-					q.Refund(n)
-					var pods []*apiv1.Pod
-					for _, su := range sus {
-						pods = append(pods, su.Pods...)
-					}
-					out.Result.Failed = append(out.Result.Failed, Failed{Group: g, Delta: n, Err: err, Pods: pods})
-					if c := cloudprovider.ClassOf(err); c != cloudprovider.ClassThrottled && c != cloudprovider.ClassConflict && c != cloudprovider.ClassFenced {
-						failed[g] = true
-						for _, su := range sus {
-							if su.Gang == "" {
-								retry = append(retry, su.Pods...)
-							}
-						}
-					}
-					continue
-				}
-				if err == nil {
-					out.InFlight += n
-				}
-			}
-			// Each scale-up gets its class's release, in plan order, up to
-			// what it asked for; the rest of its demand is queued.
-			left := map[ratelimit.Class]int{}
-			for c, n := range released {
-				left[c] = n
-			}
-			for _, su := range sus {
-				class := su.Class()
-				r := min(left[class], su.Delta)
-				left[class] -= r
-				add(out.Released, g, class, r)
-				out.Result.ScaleUps = append(out.Result.ScaleUps, ScaleUp{Group: g, Delta: r, Pods: su.Pods, Queued: su.Delta - r, Balloon: su.Balloon, Last: su.Last, Gang: su.Gang})
-			}
+			retry = append(retry, r.request(ctx, g, byGroup[g], dec.ReleaseClass[g])...)
 		}
-		for g, byClass := range dec.Queued {
-			if failed[g] {
-				continue
-			}
-			for c, n := range byClass {
-				add(out.Queued, g, c, n)
-			}
-		}
+		r.queue(dec.Queued)
 		if len(retry) == 0 || round >= len(req.Groups) {
 			break
 		}
-		res = o.replan(ctx, req, res.Fork, retry, out, failed)
+		res = o.replan(ctx, req, res.Fork, retry, out, r.failed)
 		out.Result.Fork = res.Fork
 		out.Result.NoScale = append(out.Result.NoScale, res.NoScale...)
 	}
 	return out
 }
 
+// requesting is what execute's requests share: the queue, the cloud, the
+// outcome so far and the groups the cloud refused in this loop.
+type requesting struct {
+	q      Queue
+	inc    Increaser
+	now    time.Time
+	out    *Outcome
+	failed map[string]bool
+}
+
+// request requests group g's released nodes, one request for all its
+// classes, and records what its scale-ups got. It returns the pods to
+// plan again on other groups when the cloud refused the group.
+func (r *requesting) request(ctx context.Context, g string, sus []ScaleUp, released map[ratelimit.Class]int) []*apiv1.Pod {
+	if n := sum(released); n > 0 {
+		err := r.inc.IncreaseSize(ctx, g, n)
+		switch {
+		case Deferred(err):
+			// Nothing was sent and nothing failed: the released
+			// nodes wait, queued, for the group's next write,
+			// which takes them without paying again.
+			r.q.Defer(g, n, r.now)
+			for c, k := range released {
+				add(r.out.Queued, g, c, k)
+			}
+			released = nil
+		case err != nil:
+			return r.refused(g, n, sus, err)
+		default:
+			r.out.InFlight += n
+		}
+	}
+	r.grant(g, sus, released)
+	return nil
+}
+
+// refused records a refused request of n nodes for group g: its tokens
+// back to the queue, and, unless the refusal is passing (throttling, a
+// conflict, fencing), the group dropped for this loop; it returns the
+// group's pods to plan again, gangs' aside.
+func (r *requesting) refused(g string, n int, sus []ScaleUp, err error) []*apiv1.Pod {
+	r.q.Refund(n)
+	var pods []*apiv1.Pod
+	for _, su := range sus {
+		pods = append(pods, su.Pods...)
+	}
+	r.out.Result.Failed = append(r.out.Result.Failed, Failed{Group: g, Delta: n, Err: err, Pods: pods})
+	if c := cloudprovider.ClassOf(err); c == cloudprovider.ClassThrottled || c == cloudprovider.ClassConflict || c == cloudprovider.ClassFenced {
+		return nil
+	}
+	r.failed[g] = true
+	var retry []*apiv1.Pod
+	for _, su := range sus {
+		if su.Gang == "" {
+			retry = append(retry, su.Pods...)
+		}
+	}
+	return retry
+}
+
+// grant gives each of group g's scale-ups its class's release, in plan
+// order, up to what it asked for; the rest of its demand is queued.
+func (r *requesting) grant(g string, sus []ScaleUp, released map[ratelimit.Class]int) {
+	left := map[ratelimit.Class]int{}
+	for c, n := range released {
+		left[c] = n
+	}
+	for _, su := range sus {
+		class := su.Class()
+		n := min(left[class], su.Delta)
+		left[class] -= n
+		add(r.out.Released, g, class, n)
+		r.out.Result.ScaleUps = append(r.out.Result.ScaleUps, ScaleUp{Group: g, Delta: n, Pods: su.Pods, Queued: su.Delta - n, Balloon: su.Balloon, Last: su.Last, Gang: su.Gang})
+	}
+}
+
+// queue records the demand the queue held back, but a refused group's.
+func (r *requesting) queue(queued map[string]map[ratelimit.Class]int) {
+	for g, byClass := range queued {
+		if r.failed[g] {
+			continue
+		}
+		for c, n := range byClass {
+			add(r.out.Queued, g, c, n)
+		}
+	}
+}
+
 // replan plans the pods of refused groups on the groups left: workload
 // first, then balloons, each on candidates less what is released or
 // queued already.
 func (o *Orchestrator) replan(ctx context.Context, req Request, fork *snapshot.Fork, pods []*apiv1.Pod, out Outcome, failed map[string]bool) Result {
-	var standing []ScaleUp
-	for _, m := range []map[string]map[ratelimit.Class]int{out.Released, out.Queued} {
-		for g, byClass := range m {
-			standing = append(standing, ScaleUp{Group: g, Delta: sum(byClass)})
-		}
-	}
+	standing := standingOf(out)
 	maxNew := req.MaxNew - total(standing)
-	var wl, bl, last []*apiv1.Pod
-	for _, p := range pods {
-		switch {
-		case req.IsLast != nil && req.IsLast(p):
-			last = append(last, p)
-		case req.IsBalloon != nil && req.IsBalloon(p):
-			bl = append(bl, p)
-		default:
-			wl = append(wl, p)
-		}
-	}
+	wl, bl, last := splitByClass(req, pods)
 	res := Result{Fork: fork}
 	for _, part := range []struct {
 		pods          []*apiv1.Pod
@@ -538,6 +585,34 @@ func (o *Orchestrator) replan(ctx context.Context, req Request, fork *snapshot.F
 		res.Fork = next.Fork
 	}
 	return res
+}
+
+// standingOf is the nodes released or queued already, as scale-ups per
+// group.
+func standingOf(out Outcome) []ScaleUp {
+	var standing []ScaleUp
+	for _, m := range []map[string]map[ratelimit.Class]int{out.Released, out.Queued} {
+		for g, byClass := range m {
+			standing = append(standing, ScaleUp{Group: g, Delta: sum(byClass)})
+		}
+	}
+	return standing
+}
+
+// splitByClass splits pods into workload, balloons and capacity buffers'
+// chunks.
+func splitByClass(req Request, pods []*apiv1.Pod) (wl, bl, last []*apiv1.Pod) {
+	for _, p := range pods {
+		switch {
+		case req.IsLast != nil && req.IsLast(p):
+			last = append(last, p)
+		case req.IsBalloon != nil && req.IsBalloon(p):
+			bl = append(bl, p)
+		default:
+			wl = append(wl, p)
+		}
+	}
+	return wl, bl, last
 }
 
 // candidates copies the groups' candidates for one pass: each group's

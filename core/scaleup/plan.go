@@ -100,99 +100,158 @@ type Planner struct {
 // size).
 func (p *Planner) Plan(ctx context.Context, fork *snapshot.Fork, pending []Pending, cands []Candidate, maxNew int) Result {
 	res := Result{Fork: fork}
-	pending = append([]Pending(nil), pending...)
+	st := &planning{fork: fork, pending: append([]Pending(nil), pending...), maxNew: maxNew}
 	// reasons[i][group] is why node group `group` cannot take pending group i.
-	reasons := make([]map[string]reason, len(pending))
-	for i := range reasons {
-		reasons[i] = map[string]reason{}
+	st.reasons = make([]map[string]reason, len(st.pending))
+	for i := range st.reasons {
+		st.reasons[i] = map[string]reason{}
 	}
+	usable := st.usable(cands)
+	if !p.EstimateEach {
+		st.classes = equivalentClasses(fork, st.pending, usable)
+	}
+	for len(usable) > 0 && anyLeft(st.pending) {
+		options, limits := p.estimateRound(ctx, st, usable)
+		if len(options) == 0 {
+			break
+		}
+		chosen, ok := p.confirm(ctx, st, usable, limits, p.Expander.Pick(options))
+		if !ok {
+			st.classes = nil
+			continue
+		}
+		res.ScaleUps = append(res.ScaleUps, ScaleUp{Group: chosen.Group, Delta: chosen.Estimate.NewNodes, Pods: placedPods(st.pending, chosen.Estimate)})
+		st.take(chosen.Estimate)
+		res.Fork = st.fork
+		usable = removeCandidate(usable, chosen.Group)
+	}
+	for i, pg := range st.pending {
+		if pg.Left() <= 0 {
+			continue
+		}
+		res.NoScale = append(res.NoScale, noScaleUp(pg, st.reasons[i], len(cands)))
+	}
+	return res
+}
+
+// planning is one Plan's state: the simulated cluster with the nodes
+// chosen so far, the pods still pending, why each group cannot take each
+// pending group, the groups' equivalence classes (nil: every group
+// estimated for itself) and the nodes that may still be added.
+type planning struct {
+	fork    *snapshot.Fork
+	pending []Pending
+	reasons []map[string]reason
+	classes map[string]string
+	maxNew  int
+}
+
+// usable is the candidates the planner may estimate; a skipped one (or
+// one without a template) gives every pending group its reason.
+func (st *planning) usable(cands []Candidate) []Candidate {
 	usable := make([]Candidate, 0, len(cands))
 	for _, c := range cands {
 		if c.Skip != "" || c.Template == nil {
-			for i := range reasons {
-				reasons[i][c.Group] = c.skipReason()
+			for i := range st.reasons {
+				st.reasons[i][c.Group] = c.skipReason()
 			}
 			continue
 		}
 		usable = append(usable, c)
 	}
-	var classes map[string]string
-	if !p.EstimateEach {
-		classes = equivalentClasses(fork, pending, usable)
-	}
-	for len(usable) > 0 && anyLeft(pending) {
-		var options []*Option
-		// shared[class and limit] is the estimate of the class's first
-		// group by ID this round.
-		shared := map[string]*Estimate{}
-		limits := make(map[string]int, len(usable))
-		for _, c := range sortedByGroup(usable) {
-			limit := c.Limit
-			if limit > maxNew {
-				limit = maxNew
-			}
-			if limit <= 0 {
-				why := reason{ReasonMaxSize, fmt.Sprintf("max size %s reached", c.Group)}
-				if maxNew <= 0 {
-					why = reason{ReasonMaxNodesTotal, "max-nodes-total reached"}
-				}
-				for i := range pending {
-					if pending[i].Left() > 0 {
-						reasons[i][c.Group] = why
-					}
-				}
-				continue
-			}
-			limits[c.Group] = limit
-			key, ok := classes[c.Group]
-			key += "\x00" + strconv.Itoa(limit)
-			est := shared[key]
-			if !ok || est == nil {
-				est = p.Estimator.Estimate(ctx, fork, pending, c.Group, c.Template, limit, c.GPUPodsOnly, c.Refuse)
-				if ok {
-					shared[key] = est
-				}
-			}
-			for i := range est.Reasons {
-				if r := estimateReason(est, i, c, limit); r.msg != "" && est.Placed[i] < pending[i].Left() {
-					reasons[i][c.Group] = r
-				}
-			}
-			if est.NewNodes > 0 {
-				options = append(options, &Option{Group: c.Group, Estimate: est})
-			}
-		}
-		if len(options) == 0 {
-			break
-		}
-		chosen := p.Expander.Pick(options)
-		if chosen.Estimate.Group != chosen.Group {
-			c := candidateOf(usable, chosen.Group)
-			chosen = &Option{Group: c.Group, Estimate: p.Estimator.Estimate(ctx, fork, pending, c.Group, c.Template, limits[c.Group], c.GPUPodsOnly, c.Refuse)}
-			if chosen.Estimate.NewNodes == 0 {
-				// Not equivalent after all (the class key missed something):
-				// no group is dropped for it, the next round decides again.
-				klog.FromContext(ctx).Info("Estimate shared by equivalent node groups did not hold for the chosen one; planning again", "group", c.Group)
-				classes = nil
-				continue
-			}
-		}
-		res.ScaleUps = append(res.ScaleUps, ScaleUp{Group: chosen.Group, Delta: chosen.Estimate.NewNodes, Pods: placedPods(pending, chosen.Estimate)})
-		fork = chosen.Estimate.Fork()
-		res.Fork = fork
-		maxNew -= chosen.Estimate.NewNodes
-		for i := range pending {
-			pending[i].From += chosen.Estimate.Placed[i]
-		}
-		usable = removeCandidate(usable, chosen.Group)
-	}
-	for i, pg := range pending {
-		if pg.Left() <= 0 {
+	return usable
+}
+
+// estimateRound estimates every usable group within its limit (and the
+// nodes left in total), recording why each leaves pods: the options are
+// the groups that add nodes, limits each estimated group's bound.
+func (p *Planner) estimateRound(ctx context.Context, st *planning, usable []Candidate) ([]*Option, map[string]int) {
+	var options []*Option
+	// shared[class and limit] is the estimate of the class's first
+	// group by ID this round.
+	shared := map[string]*Estimate{}
+	limits := make(map[string]int, len(usable))
+	for _, c := range sortedByGroup(usable) {
+		limit := min(c.Limit, st.maxNew)
+		if limit <= 0 {
+			st.noRoom(c)
 			continue
 		}
-		res.NoScale = append(res.NoScale, noScaleUp(pg, reasons[i], len(cands)))
+		limits[c.Group] = limit
+		est := p.estimateShared(ctx, st, c, limit, shared)
+		st.recordReasons(est, c, limit)
+		if est.NewNodes > 0 {
+			options = append(options, &Option{Group: c.Group, Estimate: est})
+		}
 	}
-	return res
+	return options, limits
+}
+
+// noRoom records, for the pods still pending, that group c can add no
+// node: its max size, or --max-nodes-total.
+func (st *planning) noRoom(c Candidate) {
+	why := reason{ReasonMaxSize, fmt.Sprintf("max size %s reached", c.Group)}
+	if st.maxNew <= 0 {
+		why = reason{ReasonMaxNodesTotal, "max-nodes-total reached"}
+	}
+	for i := range st.pending {
+		if st.pending[i].Left() > 0 {
+			st.reasons[i][c.Group] = why
+		}
+	}
+}
+
+// estimateShared is group c's estimate within limit: its class's when
+// an equivalent group was estimated this round (shared), else its own.
+func (p *Planner) estimateShared(ctx context.Context, st *planning, c Candidate, limit int, shared map[string]*Estimate) *Estimate {
+	key, ok := st.classes[c.Group]
+	key += "\x00" + strconv.Itoa(limit)
+	est := shared[key]
+	if !ok || est == nil {
+		est = p.Estimator.Estimate(ctx, st.fork, st.pending, c.Group, c.Template, limit, c.GPUPodsOnly, c.Refuse)
+		if ok {
+			shared[key] = est
+		}
+	}
+	return est
+}
+
+// recordReasons records why group c's estimate leaves the rest of each
+// pending group.
+func (st *planning) recordReasons(est *Estimate, c Candidate, limit int) {
+	for i := range est.Reasons {
+		if r := estimateReason(est, i, c, limit); r.msg != "" && est.Placed[i] < st.pending[i].Left() {
+			st.reasons[i][c.Group] = r
+		}
+	}
+}
+
+// confirm estimates the chosen group for itself when its estimate was an
+// equivalent group's, so the fork holds its own nodes; ok is false when
+// that estimate adds no node (the groups were not equivalent after all).
+func (p *Planner) confirm(ctx context.Context, st *planning, usable []Candidate, limits map[string]int, chosen *Option) (*Option, bool) {
+	if chosen.Estimate.Group == chosen.Group {
+		return chosen, true
+	}
+	c := candidateOf(usable, chosen.Group)
+	chosen = &Option{Group: c.Group, Estimate: p.Estimator.Estimate(ctx, st.fork, st.pending, c.Group, c.Template, limits[c.Group], c.GPUPodsOnly, c.Refuse)}
+	if chosen.Estimate.NewNodes == 0 {
+		// Not equivalent after all (the class key missed something):
+		// no group is dropped for it, the next round decides again.
+		klog.FromContext(ctx).Info("Estimate shared by equivalent node groups did not hold for the chosen one; planning again", "group", c.Group)
+		return nil, false
+	}
+	return chosen, true
+}
+
+// take moves the plan past a chosen estimate: its fork, its nodes and
+// the pods it places.
+func (st *planning) take(est *Estimate) {
+	st.fork = est.Fork()
+	st.maxNew -= est.NewNodes
+	for i := range st.pending {
+		st.pending[i].From += est.Placed[i]
+	}
 }
 
 func anyLeft(p []Pending) bool {

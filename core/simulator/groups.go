@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"encoding/json"
+	"hash"
 	"hash/fnv"
 	"io"
 	"sort"
@@ -152,21 +153,19 @@ func isSimple(p *apiv1.Pod) bool {
 			return false
 		}
 	}
-	for _, c := range p.Spec.Containers {
+	return !hasHostPort(p.Spec.Containers) && !hasHostPort(p.Spec.InitContainers)
+}
+
+// hasHostPort says whether a container asks for a host port.
+func hasHostPort(cs []apiv1.Container) bool {
+	for _, c := range cs {
 		for _, port := range c.Ports {
 			if port.HostPort > 0 {
-				return false
+				return true
 			}
 		}
 	}
-	for _, c := range p.Spec.InitContainers {
-		for _, port := range c.Ports {
-			if port.HostPort > 0 {
-				return false
-			}
-		}
-	}
-	return true
+	return false
 }
 
 // perPodLabels differ between otherwise identical pods and do not affect
@@ -184,75 +183,96 @@ func isPerPodLabel(k string) bool {
 // Volumes are left out (each pod has its own token volume, and volume
 // plugins are not simulated). Pods without a controller are never grouped.
 func equivalenceKey(p *apiv1.Pod) string {
-	h := fnv.New128a()
-	w := func(s string) { _, _ = io.WriteString(h, s); _, _ = h.Write([]byte{0}) }
+	k := keyWriter{fnv.New128a()}
 	if ref := metav1.GetControllerOf(p); ref != nil {
-		w(string(ref.UID))
+		k.w(string(ref.UID))
 	} else {
-		w("pod:" + string(p.UID))
+		k.w("pod:" + string(p.UID))
 	}
-	w(p.Namespace)
-	keys := make([]string, 0, len(p.Labels))
-	for k := range p.Labels {
-		if !isPerPodLabel(k) {
-			keys = append(keys, k)
+	k.w(p.Namespace)
+	k.labels(p.Labels)
+	k.w(p.Spec.SchedulerName)
+	if p.Spec.Priority != nil {
+		k.w(strconv.FormatInt(int64(*p.Spec.Priority), 10))
+	}
+	k.w(p.Spec.NodeName)
+	k.containers(p.Spec.InitContainers)
+	k.w("init-end")
+	k.containers(p.Spec.Containers)
+	k.w("containers-end")
+	// The rarely-set structured fields are encoded as JSON only when present.
+	k.json("ns", p.Spec.NodeSelector, len(p.Spec.NodeSelector) > 0)
+	k.json("aff", p.Spec.Affinity, p.Spec.Affinity != nil)
+	k.json("tol", p.Spec.Tolerations, len(p.Spec.Tolerations) > 0)
+	k.json("tsc", p.Spec.TopologySpreadConstraints, len(p.Spec.TopologySpreadConstraints) > 0)
+	k.json("ovh", p.Spec.Overhead, len(p.Spec.Overhead) > 0)
+	k.json("res", p.Spec.Resources, p.Spec.Resources != nil)
+	return string(k.h.Sum(nil))
+}
+
+// keyWriter hashes an equivalence key: fields each followed by a NUL
+// byte.
+type keyWriter struct{ h hash.Hash }
+
+func (k keyWriter) w(s string) { _, _ = io.WriteString(k.h, s); _, _ = k.h.Write([]byte{0}) }
+
+// labels writes the labels, but the per-pod ones, by key.
+func (k keyWriter) labels(labels map[string]string) {
+	keys := make([]string, 0, len(labels))
+	for l := range labels {
+		if !isPerPodLabel(l) {
+			keys = append(keys, l)
 		}
 	}
 	sort.Strings(keys)
-	for _, k := range keys {
-		w(k)
-		w(p.Labels[k])
+	for _, l := range keys {
+		k.w(l)
+		k.w(labels[l])
 	}
-	w(p.Spec.SchedulerName)
-	if p.Spec.Priority != nil {
-		w(strconv.FormatInt(int64(*p.Spec.Priority), 10))
-	}
-	w(p.Spec.NodeName)
-	writeContainers := func(cs []apiv1.Container) {
-		for _, c := range cs {
-			for _, rl := range []apiv1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
-				names := make([]string, 0, len(rl))
-				for n := range rl {
-					names = append(names, string(n))
-				}
-				sort.Strings(names)
-				for _, n := range names {
-					q := rl[apiv1.ResourceName(n)]
-					w(n)
-					w(q.String())
-				}
-				w("|")
-			}
-			for _, port := range c.Ports {
-				w(strconv.Itoa(int(port.HostPort)) + "/" + string(port.Protocol) + "/" + port.HostIP)
-			}
-			if c.RestartPolicy != nil {
-				w(string(*c.RestartPolicy))
-			}
-			w("||")
+}
+
+// containers writes each container's requests, limits, host ports and
+// restart policy.
+func (k keyWriter) containers(cs []apiv1.Container) {
+	for _, c := range cs {
+		for _, rl := range []apiv1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
+			k.resources(rl)
+			k.w("|")
 		}
-	}
-	writeContainers(p.Spec.InitContainers)
-	w("init-end")
-	writeContainers(p.Spec.Containers)
-	w("containers-end")
-	// The rarely-set structured fields are encoded as JSON only when present.
-	writeJSON := func(tag string, v any, present bool) {
-		if !present {
-			return
+		for _, port := range c.Ports {
+			k.w(strconv.Itoa(int(port.HostPort)) + "/" + string(port.Protocol) + "/" + port.HostIP)
 		}
-		b, err := json.Marshal(v)
-		if err != nil {
-			b = []byte(err.Error())
+		if c.RestartPolicy != nil {
+			k.w(string(*c.RestartPolicy))
 		}
-		w(tag)
-		_, _ = h.Write(b)
+		k.w("||")
 	}
-	writeJSON("ns", p.Spec.NodeSelector, len(p.Spec.NodeSelector) > 0)
-	writeJSON("aff", p.Spec.Affinity, p.Spec.Affinity != nil)
-	writeJSON("tol", p.Spec.Tolerations, len(p.Spec.Tolerations) > 0)
-	writeJSON("tsc", p.Spec.TopologySpreadConstraints, len(p.Spec.TopologySpreadConstraints) > 0)
-	writeJSON("ovh", p.Spec.Overhead, len(p.Spec.Overhead) > 0)
-	writeJSON("res", p.Spec.Resources, p.Spec.Resources != nil)
-	return string(h.Sum(nil))
+}
+
+// resources writes a resource list, by name.
+func (k keyWriter) resources(rl apiv1.ResourceList) {
+	names := make([]string, 0, len(rl))
+	for n := range rl {
+		names = append(names, string(n))
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		q := rl[apiv1.ResourceName(n)]
+		k.w(n)
+		k.w(q.String())
+	}
+}
+
+// json writes tag and v as JSON (the error's text if it has none) when
+// present.
+func (k keyWriter) json(tag string, v any, present bool) {
+	if !present {
+		return
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		b = []byte(err.Error())
+	}
+	k.w(tag)
+	_, _ = k.h.Write(b)
 }

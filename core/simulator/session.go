@@ -131,18 +131,7 @@ func (s *Simulator) FitOnNodes(ctx context.Context, fork *snapshot.Fork, g *Grou
 		if !g.Simple {
 			pos = 0
 		}
-		for ; pos < len(candidates); pos++ {
-			if dead != nil && dead[pos] {
-				continue
-			}
-			st := ss.TryNode(ctx, i, candidates[pos])
-			if st == nil {
-				break
-			}
-			if dead != nil && (st.Code() == fwk.UnschedulableAndUnresolvable || !g.Req.Fits(fork.Free(candidates[pos]))) {
-				dead[pos] = true
-			}
-		}
+		pos = ss.firstFit(ctx, i, candidates, pos, dead)
 		if pos == len(candidates) {
 			break
 		}
@@ -153,4 +142,24 @@ func (s *Simulator) FitOnNodes(ctx context.Context, fork *snapshot.Fork, g *Grou
 		count++
 	}
 	return count
+}
+
+// firstFit is the first of candidates from pos on that pod i fits, or
+// len(candidates). With dead (a group that is not Simple), it skips the
+// nodes marked dead and marks those that fail for good (resources, or an
+// unresolvable status).
+func (ss *Session) firstFit(ctx context.Context, i int, candidates []int, pos int, dead []bool) int {
+	for ; pos < len(candidates); pos++ {
+		if dead != nil && dead[pos] {
+			continue
+		}
+		st := ss.TryNode(ctx, i, candidates[pos])
+		if st == nil {
+			return pos
+		}
+		if dead != nil && (st.Code() == fwk.UnschedulableAndUnresolvable || !ss.g.Req.Fits(ss.fork.Free(candidates[pos]))) {
+			dead[pos] = true
+		}
+	}
+	return pos
 }

@@ -88,6 +88,29 @@ func (b *Builder) Build(nodes []*apiv1.Node, pods []*apiv1.Pod) (*Snapshot, []*a
 	b.epoch++
 	e := b.epoch
 	var st Stats
+	b.seeNodes(nodes, e)
+	unbound, bound := b.seePods(pods, e)
+	st.Pods = bound
+	b.dropGonePods(e)
+	b.dropGoneNodes(e)
+	b.sortNodes(len(nodes))
+	dirty := b.dirtyNodes()
+	b.rebuild(dirty)
+	st.RebuiltNodes = len(dirty)
+	infos := make([]fwk.NodeInfo, len(b.order))
+	lists := make([][]*apiv1.Pod, len(b.order))
+	for i, ne := range b.order {
+		infos[i], lists[i] = ne.info, ne.list
+	}
+	st.Nodes = len(infos)
+	s := New(infos, b.gpu)
+	s.pods = lists
+	return s, unbound, st
+}
+
+// seeNodes marks the nodes listed seen in Build e: a new node, or a
+// changed one, is dirty; a node new to the order drops it.
+func (b *Builder) seeNodes(nodes []*apiv1.Node, e uint64) {
 	for _, n := range nodes {
 		ne := b.nodes[n.Name]
 		if ne == nil {
@@ -103,7 +126,11 @@ func (b *Builder) Build(nodes []*apiv1.Node, pods []*apiv1.Pod) (*Snapshot, []*a
 		}
 		ne.seen = e
 	}
-	var unbound []*apiv1.Pod
+}
+
+// seePods marks the pods listed seen in Build e, indexing the new ones;
+// it returns the unbound pods not terminated, and how many are bound.
+func (b *Builder) seePods(pods []*apiv1.Pod, e uint64) (unbound []*apiv1.Pod, bound int) {
 	for _, p := range pods {
 		slot, ok := b.index[p]
 		if !ok {
@@ -112,16 +139,26 @@ func (b *Builder) Build(nodes []*apiv1.Node, pods []*apiv1.Pod) (*Snapshot, []*a
 		b.seen[slot] = e
 		switch b.pods[slot].kind {
 		case podBound:
-			st.Pods++
+			bound++
 		case podUnbound:
 			unbound = append(unbound, p)
 		}
 	}
+	return unbound, bound
+}
+
+// dropGonePods forgets the pods Build e did not list.
+func (b *Builder) dropGonePods(e uint64) {
 	for slot, s := range b.seen {
 		if s != e && b.pods[slot].pod != nil {
 			b.remove(int32(slot))
 		}
 	}
+}
+
+// dropGoneNodes forgets the nodes Build e did not list (kept, without
+// node, while pods are bound to them).
+func (b *Builder) dropGoneNodes(e uint64) {
 	for name, ne := range b.nodes {
 		if ne.seen != e && ne.node != nil {
 			ne.node, ne.info, ne.list = nil, nil, nil
@@ -131,32 +168,31 @@ func (b *Builder) Build(nodes []*apiv1.Node, pods []*apiv1.Pod) (*Snapshot, []*a
 			delete(b.nodes, name)
 		}
 	}
-	if b.order == nil {
-		b.order = make([]*nodeEntry, 0, len(nodes))
-		for _, ne := range b.nodes {
-			if ne.node != nil {
-				b.order = append(b.order, ne)
-			}
-		}
-		sort.Slice(b.order, func(i, j int) bool { return b.order[i].name < b.order[j].name })
+}
+
+// sortNodes orders the nodes by name again when the set changed.
+func (b *Builder) sortNodes(capacity int) {
+	if b.order != nil {
+		return
 	}
+	b.order = make([]*nodeEntry, 0, capacity)
+	for _, ne := range b.nodes {
+		if ne.node != nil {
+			b.order = append(b.order, ne)
+		}
+	}
+	sort.Slice(b.order, func(i, j int) bool { return b.order[i].name < b.order[j].name })
+}
+
+// dirtyNodes are the nodes whose NodeInfo must be built.
+func (b *Builder) dirtyNodes() []*nodeEntry {
 	var dirty []*nodeEntry
 	for _, ne := range b.order {
 		if ne.dirty || ne.info == nil {
 			dirty = append(dirty, ne)
 		}
 	}
-	b.rebuild(dirty)
-	st.RebuiltNodes = len(dirty)
-	infos := make([]fwk.NodeInfo, len(b.order))
-	lists := make([][]*apiv1.Pod, len(b.order))
-	for i, ne := range b.order {
-		infos[i], lists[i] = ne.info, ne.list
-	}
-	st.Nodes = len(infos)
-	s := New(infos, b.gpu)
-	s.pods = lists
-	return s, unbound, st
+	return dirty
 }
 
 // add indexes a pod object not seen before and returns its slot.

@@ -77,41 +77,64 @@ func controllerUID(pod *apiv1.Pod) types.UID {
 // allocated resources, the PodResizePending condition) and of node
 // allocatable resource claims. Lists must be in the same order.
 func resourceFieldsEqual(a, b *apiv1.Pod) bool {
-	as, bs := &a.Spec, &b.Spec
-	if len(as.Containers) != len(bs.Containers) || len(as.InitContainers) != len(bs.InitContainers) {
+	return specResourcesEqual(&a.Spec, &b.Spec) && statusResourcesEqual(a, b)
+}
+
+// specResourcesEqual compares what PodRequests reads of the specs: the
+// containers, the init containers, the pod-level resources and overhead.
+func specResourcesEqual(as, bs *apiv1.PodSpec) bool {
+	return containersEqual(as.Containers, bs.Containers) && initContainersEqual(as.InitContainers, bs.InitContainers) &&
+		requirementsEqual(as.Resources, bs.Resources) && listsEqual(as.Overhead, bs.Overhead)
+}
+
+// statusResourcesEqual compares what PodRequests reads of the statuses:
+// the resizes' actuated and allocated resources and pending condition,
+// and the node allocatable resource claims.
+func statusResourcesEqual(a, b *apiv1.Pod) bool {
+	st, sb := &a.Status, &b.Status
+	return statusesEqual(st.ContainerStatuses, sb.ContainerStatuses) && statusesEqual(st.InitContainerStatuses, sb.InitContainerStatuses) &&
+		requirementsEqual(st.Resources, sb.Resources) && listsEqual(st.AllocatedResources, sb.AllocatedResources) &&
+		resizePending(a) == resizePending(b) &&
+		claimStatusesEqual(st.NodeAllocatableResourceClaimStatuses, sb.NodeAllocatableResourceClaimStatuses)
+}
+
+// containersEqual compares containers' names and requests.
+func containersEqual(a, b []apiv1.Container) bool {
+	if len(a) != len(b) {
 		return false
 	}
-	for i := range as.Containers {
-		ca, cb := &as.Containers[i], &bs.Containers[i]
+	for i := range a {
+		ca, cb := &a[i], &b[i]
 		if ca.Name != cb.Name || !listsEqual(ca.Resources.Requests, cb.Resources.Requests) {
 			return false
 		}
 	}
-	for i := range as.InitContainers {
-		ca, cb := &as.InitContainers[i], &bs.InitContainers[i]
+	return true
+}
+
+// initContainersEqual compares init containers' names, requests and
+// restart policies.
+func initContainersEqual(a, b []apiv1.Container) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		ca, cb := &a[i], &b[i]
 		if ca.Name != cb.Name || !listsEqual(ca.Resources.Requests, cb.Resources.Requests) || !restartPoliciesEqual(ca.RestartPolicy, cb.RestartPolicy) {
 			return false
 		}
 	}
-	if !requirementsEqual(as.Resources, bs.Resources) || !listsEqual(as.Overhead, bs.Overhead) {
+	return true
+}
+
+// claimStatusesEqual compares node allocatable resource claims'
+// resources.
+func claimStatusesEqual(a, b []apiv1.NodeAllocatableResourceClaimStatus) bool {
+	if len(a) != len(b) {
 		return false
 	}
-	st, sb := &a.Status, &b.Status
-	if !statusesEqual(st.ContainerStatuses, sb.ContainerStatuses) || !statusesEqual(st.InitContainerStatuses, sb.InitContainerStatuses) {
-		return false
-	}
-	if !requirementsEqual(st.Resources, sb.Resources) || !listsEqual(st.AllocatedResources, sb.AllocatedResources) {
-		return false
-	}
-	if resizePending(a) != resizePending(b) {
-		return false
-	}
-	ca, cb := st.NodeAllocatableResourceClaimStatuses, sb.NodeAllocatableResourceClaimStatuses
-	if len(ca) != len(cb) {
-		return false
-	}
-	for i := range ca {
-		if !listsEqual(ca[i].Resources, cb[i].Resources) {
+	for i := range a {
+		if !listsEqual(a[i].Resources, b[i].Resources) {
 			return false
 		}
 	}

@@ -229,32 +229,8 @@ func (d *Driver) Run(ctx context.Context, loop func(context.Context, Reason)) {
 		d.events.Store(t.Events)
 		now := d.clock.Now()
 		var wake time.Time // when to look again; zero: only on a signal
-		earliest := func(at time.Time) {
-			if wake.IsZero() || at.Before(wake) {
-				wake = at
-			}
-		}
 		if !last.IsZero() {
-			if due, open := d.batchDue(t); open && !t.Events {
-				d.podFirst.Store(0) // turned off live: the batch is dropped
-			} else if open && now.Before(due) {
-				earliest(due)
-			} else if open {
-				d.podFirst.Store(0)
-				d.pending.CompareAndSwap(int32(None), int32(Pods))
-			}
-			if w, ok := d.takeTimed(now, !t.Events); ok && t.Events {
-				if now.Before(w.at) {
-					earliest(w.at)
-				} else {
-					d.pending.CompareAndSwap(int32(None), int32(w.r))
-				}
-			}
-			if floor := last.Add(t.Interval); now.Before(floor) {
-				earliest(floor)
-			} else {
-				d.pending.CompareAndSwap(int32(None), int32(Periodic))
-			}
+			wake = d.due(t, now, last)
 		}
 		if Reason(d.pending.Load()) != None {
 			if gapEnd := last.Add(t.gap()); !last.IsZero() && now.Before(gapEnd) {
@@ -272,6 +248,66 @@ func (d *Driver) Run(ctx context.Context, loop func(context.Context, Reason)) {
 		}
 		d.wait(ctx, now, wake)
 	}
+}
+
+// due records in pending what is due at now (the pods' batch closed, the
+// timed wake, the floor after the previous loop's start at last) and
+// returns when to look again for what is not yet (zero: only on a
+// signal).
+func (d *Driver) due(t Timing, now, last time.Time) time.Time {
+	var wake time.Time
+	if at, ok := d.checkBatch(t, now); ok {
+		wake = earlier(wake, at)
+	}
+	if at, ok := d.checkTimed(t, now); ok {
+		wake = earlier(wake, at)
+	}
+	if floor := last.Add(t.Interval); now.Before(floor) {
+		wake = earlier(wake, floor)
+	} else {
+		d.pending.CompareAndSwap(int32(None), int32(Periodic))
+	}
+	return wake
+}
+
+// checkBatch closes the open pod batch when it is due (a Pods loop is
+// then pending) or when the events were turned off live (the batch is
+// dropped); else it returns when the open batch closes.
+func (d *Driver) checkBatch(t Timing, now time.Time) (time.Time, bool) {
+	due, open := d.batchDue(t)
+	switch {
+	case open && !t.Events:
+		d.podFirst.Store(0) // turned off live: the batch is dropped
+	case open && now.Before(due):
+		return due, true
+	case open:
+		d.podFirst.Store(0)
+		d.pending.CompareAndSwap(int32(None), int32(Pods))
+	}
+	return time.Time{}, false
+}
+
+// checkTimed takes the timed wake when it is due (its loop is then
+// pending), or clears it when the events are off; else it returns when
+// it is due.
+func (d *Driver) checkTimed(t Timing, now time.Time) (time.Time, bool) {
+	w, ok := d.takeTimed(now, !t.Events)
+	if !ok || !t.Events {
+		return time.Time{}, false
+	}
+	if now.Before(w.at) {
+		return w.at, true
+	}
+	d.pending.CompareAndSwap(int32(None), int32(w.r))
+	return time.Time{}, false
+}
+
+// earlier is at when it comes before wake or wake is zero, else wake.
+func earlier(wake, at time.Time) time.Time {
+	if wake.IsZero() || at.Before(wake) {
+		return at
+	}
+	return wake
 }
 
 // wait returns at until, on a signal, or when ctx ends. A timer of its
