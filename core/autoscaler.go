@@ -179,12 +179,7 @@ func New(d Deps) (*Autoscaler, error) {
 	if err := d.Options.Validate(); err != nil {
 		return nil, err
 	}
-	if d.Clock == nil {
-		d.Clock = clock.RealClock{}
-	}
-	if d.Rand == nil {
-		d.Rand = rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
-	}
+	fillDefaults(&d)
 	gate := actuation.NewGate(d.Fence, d.Metrics.GateRefused)
 	a := &Autoscaler{
 		opts:      d.Options,
@@ -227,12 +222,7 @@ func New(d Deps) (*Autoscaler, error) {
 	if a.nodeAdd, err = newNodeAddition(d.Options, d.APIServer); err != nil {
 		return nil, err
 	}
-	if d.Options.ProvisioningRequests && d.ProvisioningRequests != nil {
-		a.provreq = &provreqState{api: d.ProvisioningRequests, tracker: provreq.NewTracker(provreq.DefaultOptions())}
-	}
-	if d.Options.CapacityBuffers && d.CapacityBuffers != nil {
-		a.buffers = &buffersState{api: d.CapacityBuffers, lastEvent: map[types.UID]string{}, lastGood: map[types.UID]goodChunks{}}
-	}
+	a.takeObjectAPIs(d)
 	// Every phase's error count exists from the start, at zero, so a
 	// dashboard or an alert on its rate has a series before the first error.
 	for _, p := range a.phases() {
@@ -242,6 +232,28 @@ func New(d Deps) (*Autoscaler, error) {
 	a.writeGap.Store(int64(d.Options.NodeGroupWriteInterval))
 	a.driver = trigger.New(d.Clock, a.triggerTiming)
 	return a, nil
+}
+
+// fillDefaults gives d the real clock and a seeded random source where it
+// has none.
+func fillDefaults(d *Deps) {
+	if d.Clock == nil {
+		d.Clock = clock.RealClock{}
+	}
+	if d.Rand == nil {
+		d.Rand = rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	}
+}
+
+// takeObjectAPIs keeps the ProvisioningRequest and CapacityBuffer APIs
+// when their options turn them on.
+func (a *Autoscaler) takeObjectAPIs(d Deps) {
+	if d.Options.ProvisioningRequests && d.ProvisioningRequests != nil {
+		a.provreq = &provreqState{api: d.ProvisioningRequests, tracker: provreq.NewTracker(provreq.DefaultOptions())}
+	}
+	if d.Options.CapacityBuffers && d.CapacityBuffers != nil {
+		a.buffers = &buffersState{api: d.CapacityBuffers, lastEvent: map[types.UID]string{}, lastGood: map[types.UID]goodChunks{}}
+	}
 }
 
 func (o Options) registryOptions() clusterstate.Options {

@@ -90,12 +90,21 @@ func (a *Autoscaler) takeEvictions(ctx context.Context, l *loop) {
 	for _, gs := range a.registry.Groups() {
 		a.metrics.SpotEvictions.WithLabelValues(gs.ID)
 	}
-	type counts struct{ deleted, deallocated int }
-	per := map[string]*counts{}
-	for _, e := range sp.reporter.Evictions() {
+	a.reportEvictions(ctx, l, countEvictions(sp.reporter.Evictions()))
+	a.backOffEvicted(ctx, l)
+}
+
+// evictionCount is one group's evictions of a loop, by how the cloud
+// took the machines back.
+type evictionCount struct{ deleted, deallocated int }
+
+// countEvictions are the evictions by group.
+func countEvictions(evictions []cloudprovider.Eviction) map[string]*evictionCount {
+	per := map[string]*evictionCount{}
+	for _, e := range evictions {
 		c := per[e.Group]
 		if c == nil {
-			c = &counts{}
+			c = &evictionCount{}
 			per[e.Group] = c
 		}
 		if e.Deallocated {
@@ -104,7 +113,13 @@ func (a *Autoscaler) takeEvictions(ctx context.Context, l *loop) {
 			c.deleted++
 		}
 	}
-	limit, window := a.opts.SpotEvictionBackoffCount, a.opts.SpotEvictionWindow
+	return per
+}
+
+// reportEvictions counts, logs and tells each group's evictions, and
+// keeps their times for the backoff.
+func (a *Autoscaler) reportEvictions(ctx context.Context, l *loop, per map[string]*evictionCount) {
+	sp := a.spot
 	logger := klog.FromContext(ctx)
 	for _, id := range slices.Sorted(maps.Keys(per)) {
 		c := per[id]
@@ -118,6 +133,14 @@ func (a *Autoscaler) takeEvictions(ctx context.Context, l *loop) {
 			sp.recent[id] = append(sp.recent[id], l.now)
 		}
 	}
+}
+
+// backOffEvicted backs off the groups with --spot-eviction-backoff-count
+// evictions within the window, and forgets the evictions out of it.
+func (a *Autoscaler) backOffEvicted(ctx context.Context, l *loop) {
+	sp := a.spot
+	limit, window := a.opts.SpotEvictionBackoffCount, a.opts.SpotEvictionWindow
+	logger := klog.FromContext(ctx)
 	for _, id := range slices.Sorted(maps.Keys(sp.recent)) {
 		recent := withinWindow(sp.recent[id], l.now, window)
 		if limit <= 0 {

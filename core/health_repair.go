@@ -181,26 +181,13 @@ func (a *Autoscaler) repairInPlace(ctx context.Context, l *loop, c *healthCandid
 	}
 	rep := repairerOf(l, c.group)
 	hs, name := a.health, c.node.Name
-	why, ours := actuation.CordonedBy(c.node)
-	ours = (ours && strings.HasPrefix(why, cordonHealth)) || hs.cordoned[name] != ""
+	ours := a.cordonedForHealth(c.node)
 	if rep == nil || !ours {
 		// Not repairable in place, or cordoned by someone else (an
 		// operator, an upgrade): replaced as before.
 		return false
 	}
-	run := hs.repairs[name]
-	// A run of another rule or of other steps (the policy changed), or
-	// one whose step was tried longer ago than the loops could have
-	// left it, starts over; what the machine went through is kept.
-	stale := run != nil && !run.Asked.IsZero() && l.now.Sub(run.Asked) > 4*rule.StepTimeout(-1)
-	if run == nil || run.Rule != rule.Name || stale || (run.active() && (run.Step >= len(rule.Repair) || string(rule.Repair[run.Step]) != run.Action)) {
-		old := run
-		run = a.newRepairRun(ctx, l, c.node, rule)
-		if old != nil {
-			run.Touched, run.Again, run.BootID = old.Touched, old.Again, old.BootID
-		}
-		hs.repairs[name] = run
-	}
+	run := a.currentRepairRun(ctx, l, c.node, rule)
 	// The whole ladder is one admission of the replacement brake: it
 	// stays reserved while the ladder runs, however long.
 	a.replace.brake.Reserve(l.now, c.group, name)
@@ -216,6 +203,45 @@ func (a *Autoscaler) repairInPlace(ctx context.Context, l *loop, c *healthCandid
 	}
 	a.setHealthState(c, state)
 	return true
+}
+
+// cordonedForHealth says node health cordoned n: its cordon is ours, for
+// health, or health remembers cordoning it.
+func (a *Autoscaler) cordonedForHealth(n *apiv1.Node) bool {
+	why, ours := actuation.CordonedBy(n)
+	return (ours && strings.HasPrefix(why, cordonHealth)) || a.health.cordoned[n.Name] != ""
+}
+
+// currentRepairRun is the node's run of the rule's ladder. A run of
+// another rule or of other steps (the policy changed), or one whose step
+// was tried longer ago than the loops could have left it, starts over;
+// what the machine went through is kept.
+func (a *Autoscaler) currentRepairRun(ctx context.Context, l *loop, n *apiv1.Node, rule health.Rule) *RepairRun {
+	hs := a.health
+	run := hs.repairs[n.Name]
+	if repairRunOutdated(run, rule, l.now) {
+		old := run
+		run = a.newRepairRun(ctx, l, n, rule)
+		if old != nil {
+			run.Touched, run.Again, run.BootID = old.Touched, old.Again, old.BootID
+		}
+		hs.repairs[n.Name] = run
+	}
+	return run
+}
+
+// repairRunOutdated says a node's run must start over for the rule: there
+// is none, it is of another rule or of other steps, or its step was tried
+// longer ago than the loops could have left it (stale).
+func repairRunOutdated(run *RepairRun, rule health.Rule, now time.Time) bool {
+	stale := run != nil && !run.Asked.IsZero() && now.Sub(run.Asked) > 4*rule.StepTimeout(-1)
+	return run == nil || run.Rule != rule.Name || stale || run.stepsChanged(&rule)
+}
+
+// stepsChanged says an active run's step is not the rule's (nil: no such
+// rule any more) step at its place: the policy changed under the ladder.
+func (run *RepairRun) stepsChanged(rule *health.Rule) bool {
+	return run.active() && (rule == nil || run.Step >= len(rule.Repair) || string(rule.Repair[run.Step]) != run.Action)
 }
 
 // newRepairRun starts a node's ladder: at its first step, or past the
@@ -259,11 +285,7 @@ func (a *Autoscaler) askRepair(ctx context.Context, l *loop, n *apiv1.Node, grou
 	// A repair stops what runs on the machine, as a deletion does: it
 	// waits for the same pods a deletion would (a pod still within its
 	// grace, one bound in the cordon window).
-	if h, err := a.remover.Holder(ctx, name); err != nil || h != nil {
-		hs.repairWhy[name] = "its pods could not be read"
-		if h != nil {
-			hs.repairWhy[name] = h.String()
-		}
+	if a.repairWaitsForPods(ctx, name) {
 		return
 	}
 	if err := a.persistSafetyState(ctx, l.now); err != nil {
@@ -285,15 +307,7 @@ func (a *Autoscaler) askRepair(ctx context.Context, l *loop, n *apiv1.Node, grou
 	case err == nil || errors.Is(err, cloudprovider.ErrOutcomeUnknown):
 		// Sent (an unclear answer included: the action may run, and is
 		// followed as running until its step times out).
-		delete(hs.repairWhy, name)
-		run.Started, run.Touched, run.Again, run.BootID = sent.Started, true, time.Time{}, sent.BootID
-		a.metrics.HealthRepairs.WithLabelValues(group, run.Action, "started").Inc()
-		logger.Info("Repairing an unhealthy node in place", "node", klog.KObj(n), "nodeGroup", group, "rule", rule.Name, "action", run.Action)
-		if a.rec != nil {
-			a.rec.Event(nodeRef(n), apiv1.EventTypeWarning, EventHealthRepair,
-				fmt.Sprintf("%s (health rule %q, step %d of %d): it has %s to pass preflight again and stop matching, else the next step",
-					run.Action, rule.Name, run.Step+1, len(rule.Repair), rule.StepTimeout(run.Step)))
-		}
+		a.repairSent(ctx, n, group, run, &sent, rule)
 	case cloudprovider.NotSent(err) || cloudprovider.IsThrottled(err):
 		// Held (fenced, the unready guard), not listed yet, or throttled
 		// by ARM or the VM's Compute policy (a 429 runs nothing): asked
@@ -307,6 +321,36 @@ func (a *Autoscaler) askRepair(ctx context.Context, l *loop, n *apiv1.Node, grou
 	}
 }
 
+// repairWaitsForPods says a pod a deletion would wait for is on the node
+// (or its pods could not be read), and keeps why for the status.
+func (a *Autoscaler) repairWaitsForPods(ctx context.Context, name string) bool {
+	hs := a.health
+	h, err := a.remover.Holder(ctx, name)
+	if err == nil && h == nil {
+		return false
+	}
+	hs.repairWhy[name] = "its pods could not be read"
+	if h != nil {
+		hs.repairWhy[name] = h.String()
+	}
+	return true
+}
+
+// repairSent takes a step the cloud was sent (an unclear answer included:
+// the action may run, and is followed as running until its step times
+// out): the run as written ahead, counted, logged and told.
+func (a *Autoscaler) repairSent(ctx context.Context, n *apiv1.Node, group string, run, sent *RepairRun, rule health.Rule) {
+	delete(a.health.repairWhy, n.Name)
+	run.Started, run.Touched, run.Again, run.BootID = sent.Started, true, time.Time{}, sent.BootID
+	a.metrics.HealthRepairs.WithLabelValues(group, run.Action, "started").Inc()
+	klog.FromContext(ctx).Info("Repairing an unhealthy node in place", "node", klog.KObj(n), "nodeGroup", group, "rule", rule.Name, "action", run.Action)
+	if a.rec != nil {
+		a.rec.Event(nodeRef(n), apiv1.EventTypeWarning, EventHealthRepair,
+			fmt.Sprintf("%s (health rule %q, step %d of %d): it has %s to pass preflight again and stop matching, else the next step",
+				run.Action, rule.Name, run.Step+1, len(rule.Repair), rule.StepTimeout(run.Step)))
+	}
+}
+
 // followRepairs moves every ladder on: a step the cloud ended sends its
 // node through preflight again; a step that failed in the cloud or in
 // preflight, or ran out of time, gives way to the next; a due step of a
@@ -317,47 +361,64 @@ func (a *Autoscaler) askRepair(ctx context.Context, l *loop, n *apiv1.Node, grou
 // returns the machines of ladders that ended with their node NotReady and
 // no preflight gate to catch it: they are replaced.
 func (a *Autoscaler) followRepairs(ctx context.Context, l *loop, pol *health.Policy, j judgement) []actuation.Machine {
-	hs := a.health
 	var giveUp []actuation.Machine
-	for _, name := range sortedKeys(hs.repairs) {
-		run := hs.repairs[name]
-		idx, ok := l.snap.Index(name)
-		g, grouped := l.groupOf[name]
-		if !ok || !grouped {
-			continue
-		}
-		n, group := l.snap.NodeInfo(idx).Node(), g.ID()
-		rep := repairerOf(l, group)
-		if rep == nil {
-			continue
-		}
-		rule := pol.Rule(run.Rule)
-		if run.active() && (rule == nil || run.Step >= len(rule.Repair) || string(rule.Repair[run.Step]) != run.Action) {
-			// The policy changed under the ladder: it ends. A node whose
-			// machine it touched is still verified before it takes work;
-			// a new ladder starts if the node still matches a rule.
-			if !a.repairUnverified(name, n) {
-				delete(hs.repairs, name)
-				delete(hs.repairWhy, name)
-				continue
-			}
-			run.Action, run.Rule = repairReplace, "" // over; of no rule (repairInPlace starts anew)
-		}
-		_, judgedBad := j.cands[name]
-		if !run.active() {
-			if m, ok := a.followEndedRepair(ctx, l, n, group, rep, run, j.judged[name]); ok {
-				giveUp = append(giveUp, m)
-			}
-			continue
-		}
-		// The ladder's admission of the replacement brake stays reserved
-		// whoever judges the node.
-		a.replace.brake.Reserve(l.now, group, name)
-		if a.followRepair(ctx, l, n, group, rep, run, *rule, j.judged[name], judgedBad) && run.active() && !j.judged[name] {
-			a.askRepair(ctx, l, n, group, rep, run, *rule)
+	for _, name := range sortedKeys(a.health.repairs) {
+		if m, ok := a.followLadder(ctx, l, pol, j, name); ok {
+			giveUp = append(giveUp, m)
 		}
 	}
 	return giveUp
+}
+
+// followLadder moves the node's ladder on (followRepairs); it returns the
+// node's machine when the ladder ended and it is given up.
+func (a *Autoscaler) followLadder(ctx context.Context, l *loop, pol *health.Policy, j judgement, name string) (actuation.Machine, bool) {
+	hs := a.health
+	run := hs.repairs[name]
+	n, group, rep, ok := a.ladderNode(l, name)
+	if !ok {
+		return actuation.Machine{}, false
+	}
+	rule := pol.Rule(run.Rule)
+	if run.stepsChanged(rule) {
+		// The policy changed under the ladder: it ends. A node whose
+		// machine it touched is still verified before it takes work;
+		// a new ladder starts if the node still matches a rule.
+		if !a.repairUnverified(name, n) {
+			delete(hs.repairs, name)
+			delete(hs.repairWhy, name)
+			return actuation.Machine{}, false
+		}
+		run.Action, run.Rule = repairReplace, "" // over; of no rule (repairInPlace starts anew)
+	}
+	_, judgedBad := j.cands[name]
+	if !run.active() {
+		return a.followEndedRepair(ctx, l, n, group, rep, run, j.judged[name])
+	}
+	// The ladder's admission of the replacement brake stays reserved
+	// whoever judges the node.
+	a.replace.brake.Reserve(l.now, group, name)
+	if a.followRepair(ctx, l, n, group, rep, run, *rule, j.judged[name], judgedBad) && run.active() && !j.judged[name] {
+		a.askRepair(ctx, l, n, group, rep, run, *rule)
+	}
+	return actuation.Machine{}, false
+}
+
+// ladderNode is the node of a ladder, its group and the group's repairer;
+// false when the node is not in the snapshot, in no group, or its group
+// cannot repair.
+func (a *Autoscaler) ladderNode(l *loop, name string) (*apiv1.Node, string, cloudprovider.Repairer, bool) {
+	idx, ok := l.snap.Index(name)
+	g, grouped := l.groupOf[name]
+	if !ok || !grouped {
+		return nil, "", nil, false
+	}
+	n, group := l.snap.NodeInfo(idx).Node(), g.ID()
+	rep := repairerOf(l, group)
+	if rep == nil {
+		return nil, "", nil, false
+	}
+	return n, group, rep, true
 }
 
 // followRepair moves one ladder on; true when it moved to another step.
@@ -408,20 +469,48 @@ func (a *Autoscaler) followStartedRepair(ctx context.Context, l *loop, n *apiv1.
 	known = known && string(st.Action) == run.Action
 	state, why := a.opts.Preflight.Classify(n, l.now)
 	late := l.now.Sub(run.Started) >= timeout
-	switch {
-	case known && st.Done && st.Err != nil && !st.Unknown:
-		return "failed", st.Err.Error()
-	case known && (!st.Done || st.Unknown):
-		// Running, or its outcome unknown (it may run): waited for.
-		if late {
-			return "timeout", fmt.Sprintf("the cloud's %s did not end within %s", run.Action, timeout)
+	if known {
+		if outcome, msg, decided := knownRepairOutcome(st, run, late, timeout); decided {
+			return outcome, msg
 		}
-	case !known && run.BootID != "" && n.Status.NodeInfo.BootID == run.BootID:
+	} else if run.BootID != "" && n.Status.NodeInfo.BootID == run.BootID {
 		// A new leader, not knowing the operation: the node has not
 		// booted again since the step was asked.
-		if late {
-			return "timeout", fmt.Sprintf("the node did not boot again within %s", timeout)
-		}
+		return timedOut(late, "the node did not boot again within %s", timeout)
+	}
+	return a.followRepairedNode(ctx, l, n, run, state, why, late, timeout)
+}
+
+// knownRepairOutcome is the outcome of a started step whose operation the
+// cloud knows: failed, or a timeout while it runs (or its outcome is
+// unknown: it may run); decided is false once it ended well.
+func knownRepairOutcome(st cloudprovider.RepairStatus, run *RepairRun, late bool, timeout time.Duration) (outcome, why string, decided bool) {
+	switch {
+	case st.Done && st.Err != nil && !st.Unknown:
+		return "failed", st.Err.Error(), true
+	case !st.Done || st.Unknown:
+		// Running, or its outcome unknown (it may run): waited for.
+		outcome, why = timedOut(late, "the cloud's %s did not end within %s", run.Action, timeout)
+		return outcome, why, true
+	}
+	return "", "", false
+}
+
+// timedOut is a step's timeout, once it is late ("" while it is not).
+func timedOut(late bool, format string, args ...any) (string, string) {
+	if !late {
+		return "", ""
+	}
+	return "timeout", fmt.Sprintf(format, args...)
+}
+
+// followRepairedNode follows a node whose repair step ended (or, to a new
+// leader, that booted again): through preflight again before anything
+// else, then back unless preflight fails it or it is not back in time.
+// state and why are its preflight state.
+func (a *Autoscaler) followRepairedNode(ctx context.Context, l *loop, n *apiv1.Node, run *RepairRun, state preflight.State, why string, late bool,
+	timeout time.Duration) (string, string) {
+	switch {
 	case run.Again.IsZero():
 		// Done (or, to a new leader, the node booted again): through
 		// preflight again before anything else.
@@ -569,26 +658,35 @@ func (a *Autoscaler) adoptRepairs(ctx context.Context, l *loop) {
 	}
 	hs.repairsAdopted = true
 	for _, n := range l.nodes {
-		why, ours := actuation.CordonedBy(n)
-		if !ours || !strings.HasPrefix(why, cordonHealth) || n.Annotations[actuation.RepairAnnotation] == "" {
-			continue
+		if run := a.leftRepairRun(n); run != nil {
+			hs.repairs[n.Name] = run
 		}
-		rec := readRepairRecord(n)
-		if rec.Run == nil || hs.repairs[n.Name] != nil {
-			continue
-		}
-		// A run older than the node's cordon is a stale record (the
-		// node was released and cordoned again since), not this ladder.
-		if _, at, ok := strings.Cut(why, " "); ok {
-			if t, err := time.Parse(time.RFC3339, at); err == nil && rec.Run.Since.Before(t.Add(-time.Minute)) {
-				continue
-			}
-		}
-		hs.repairs[n.Name] = rec.Run
 	}
 	if len(hs.repairs) > 0 {
 		klog.FromContext(ctx).Info("Repair ladders read back from the nodes", "nodes", len(hs.repairs))
 	}
+}
+
+// leftRepairRun is the ladder an earlier leader left on a node it
+// cordoned for health, when this process follows none there yet; nil
+// otherwise.
+func (a *Autoscaler) leftRepairRun(n *apiv1.Node) *RepairRun {
+	why, ours := actuation.CordonedBy(n)
+	if !ours || !strings.HasPrefix(why, cordonHealth) || n.Annotations[actuation.RepairAnnotation] == "" {
+		return nil
+	}
+	rec := readRepairRecord(n)
+	if rec.Run == nil || a.health.repairs[n.Name] != nil {
+		return nil
+	}
+	// A run older than the node's cordon is a stale record (the
+	// node was released and cordoned again since), not this ladder.
+	if _, at, ok := strings.Cut(why, " "); ok {
+		if t, err := time.Parse(time.RFC3339, at); err == nil && rec.Run.Since.Before(t.Add(-time.Minute)) {
+			return nil
+		}
+	}
+	return rec.Run
 }
 
 // countRepairing counts, for the breakers, the nodes of an active ladder
@@ -626,33 +724,41 @@ func (a *Autoscaler) repairReport(l *loop, pol *health.Policy) ([]HealthRepair, 
 			more++
 			continue
 		}
-		run := hs.repairs[name]
-		r := HealthRepair{Node: name, Rule: run.Rule, Step: run.Action}
-		if !run.Asked.IsZero() {
-			r.Since = run.Asked.UTC()
-		}
-		if g, ok := l.groupOf[name]; ok {
-			r.NodeGroup = g.ID()
-		}
-		if rule := pol.Rule(run.Rule); rule != nil && run.active() {
-			r.Step = fmt.Sprintf("%d/%d %s", run.Step+1, len(rule.Repair), run.Action)
-		}
-		switch stage := repairStage(run); stage {
-		case "replace":
-			r.State = "replacing: no step fixed it"
-		case "due":
-			r.State = "due"
-			if why := hs.repairWhy[name]; why != "" {
-				r.State += ": " + why
-			}
-		case "cloud":
-			r.State, r.Since = "in the cloud", run.Started.UTC()
-		default:
-			r.State, r.Since = "preflight again, then the rule must clear", run.Again.UTC()
-		}
-		out = append(out, r)
+		out = append(out, a.repairStatus(l, pol, name))
 	}
 	return out, more
+}
+
+// repairStatus is the node's ladder in progress, for the status: its
+// step (with its place on the ladder while it runs), its stage and since
+// when.
+func (a *Autoscaler) repairStatus(l *loop, pol *health.Policy, name string) HealthRepair {
+	hs := a.health
+	run := hs.repairs[name]
+	r := HealthRepair{Node: name, Rule: run.Rule, Step: run.Action}
+	if !run.Asked.IsZero() {
+		r.Since = run.Asked.UTC()
+	}
+	if g, ok := l.groupOf[name]; ok {
+		r.NodeGroup = g.ID()
+	}
+	if rule := pol.Rule(run.Rule); rule != nil && run.active() {
+		r.Step = fmt.Sprintf("%d/%d %s", run.Step+1, len(rule.Repair), run.Action)
+	}
+	switch stage := repairStage(run); stage {
+	case "replace":
+		r.State = "replacing: no step fixed it"
+	case "due":
+		r.State = "due"
+		if why := hs.repairWhy[name]; why != "" {
+			r.State += ": " + why
+		}
+	case "cloud":
+		r.State, r.Since = "in the cloud", run.Started.UTC()
+	default:
+		r.State, r.Since = "preflight again, then the rule must clear", run.Again.UTC()
+	}
+	return r
 }
 
 // repairStage is where a run is, for the metric: due, cloud, preflight,

@@ -346,6 +346,18 @@ func DefaultOptions() Options {
 
 // Validate checks the options and names the flag at fault.
 func (o Options) Validate() error {
+	for _, validate := range []func() error{o.validateDurations, o.validateShares, o.validateCounts,
+		o.validateRelations, o.validateBounds, o.validateParts} {
+		if err := validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateDurations checks the durations that must be positive, then
+// those that must not be negative.
+func (o Options) validateDurations() error {
 	for _, d := range []flagDuration{
 		{"--scan-interval", o.ScanInterval},
 		{"--max-node-provision-time", o.MaxNodeProvisionTime},
@@ -375,6 +387,12 @@ func (o Options) Validate() error {
 			return fmt.Errorf("%s: must not be negative, got %s", d.flag, d.v)
 		}
 	}
+	return nil
+}
+
+// validateShares checks the shares, each between 0 and 1 (a share that is
+// not a number is refused).
+func (o Options) validateShares() error {
 	for _, f := range []struct {
 		flag string
 		v    float64
@@ -392,6 +410,11 @@ func (o Options) Validate() error {
 			return fmt.Errorf("%s: must be between 0 and 1, got %v", f.flag, f.v)
 		}
 	}
+	return nil
+}
+
+// validateCounts checks the counts' least values.
+func (o Options) validateCounts() error {
 	for _, n := range []struct {
 		flag     string
 		v, least int
@@ -411,11 +434,6 @@ func (o Options) Validate() error {
 			return fmt.Errorf("%s: must not be negative, got %d", n.flag, n.v)
 		case n.v < n.least:
 			return fmt.Errorf("%s: must be at least %d, got %d", n.flag, n.least, n.v)
-		}
-	}
-	for _, validate := range []func() error{o.validateRelations, o.validateBounds, o.validateParts} {
-		if err := validate(); err != nil {
-			return err
 		}
 	}
 	return nil
@@ -445,21 +463,42 @@ func (o Options) validateRelations() error {
 
 // validateBounds checks the bounds with messages of their own.
 func (o Options) validateBounds() error {
+	for _, validate := range []func() error{o.validateObjectLimits, o.validateHealthBounds} {
+		if err := validate(); err != nil {
+			return err
+		}
+	}
 	switch {
-	case o.MaxCapacityBuffers < 1 || o.MaxCapacityBuffersPerNamespace < 1:
-		return fmt.Errorf("--max-capacity-buffers %d, --max-capacity-buffers-per-namespace %d: must be at least 1", o.MaxCapacityBuffers, o.MaxCapacityBuffersPerNamespace)
-	case o.MaxProvisioningRequests < 1 || o.MaxProvisioningRequestsPerNamespace < 1:
-		return fmt.Errorf("--max-provisioning-requests %d, --max-provisioning-requests-per-namespace %d: must be at least 1", o.MaxProvisioningRequests, o.MaxProvisioningRequestsPerNamespace)
-	case !(o.HealthMaxCordonedShare > 0 && o.HealthMaxCordonedShare <= 0.5):
-		return fmt.Errorf("--health-max-cordoned-share: must be above 0 and at most 0.5, got %v", o.HealthMaxCordonedShare)
-	case o.HealthFailureWindow <= 0 || o.HealthFailureWindow > 24*time.Hour:
-		return fmt.Errorf("--health-failure-window: must be positive and at most 24h, got %s", o.HealthFailureWindow)
 	case o.GPUResourceName == "":
 		return fmt.Errorf("--gpu-resource-name: must not be empty")
 	case o.Namespace == "":
 		return fmt.Errorf("--namespace: must not be empty")
 	case o.PreflightFailuresBeforeBackoff > 0 && o.PreflightFailureWindow <= 0:
 		return fmt.Errorf("--preflight-failure-window: must be positive, got %s", o.PreflightFailureWindow)
+	}
+	return nil
+}
+
+// validateObjectLimits checks the limits on the capacity buffers and the
+// provisioning requests the autoscaler takes.
+func (o Options) validateObjectLimits() error {
+	switch {
+	case o.MaxCapacityBuffers < 1 || o.MaxCapacityBuffersPerNamespace < 1:
+		return fmt.Errorf("--max-capacity-buffers %d, --max-capacity-buffers-per-namespace %d: must be at least 1", o.MaxCapacityBuffers, o.MaxCapacityBuffersPerNamespace)
+	case o.MaxProvisioningRequests < 1 || o.MaxProvisioningRequestsPerNamespace < 1:
+		return fmt.Errorf("--max-provisioning-requests %d, --max-provisioning-requests-per-namespace %d: must be at least 1", o.MaxProvisioningRequests, o.MaxProvisioningRequestsPerNamespace)
+	}
+	return nil
+}
+
+// validateHealthBounds checks node health's cordoned share and failure
+// window.
+func (o Options) validateHealthBounds() error {
+	switch {
+	case !(o.HealthMaxCordonedShare > 0 && o.HealthMaxCordonedShare <= 0.5):
+		return fmt.Errorf("--health-max-cordoned-share: must be above 0 and at most 0.5, got %v", o.HealthMaxCordonedShare)
+	case o.HealthFailureWindow <= 0 || o.HealthFailureWindow > 24*time.Hour:
+		return fmt.Errorf("--health-failure-window: must be positive and at most 24h, got %s", o.HealthFailureWindow)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/balloon"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/capacitybuffer"
@@ -116,14 +117,7 @@ func (a *Autoscaler) warmSpecs(ctx context.Context, l *loop) ([]balloon.GroupSpe
 		// policy holds the Deployment to: one refused would stop the loop.
 		target := min(pol.WarmTarget(gs.Readiness.Target), gs.Max, int(a.opts.Balloons.MaxReplicas))
 		pools[g.ID()] = &warmPool{Group: g.ID(), Target: target}
-		alloc, req := tmpl.GetAllocatable(), tmpl.GetRequested()
-		requests := apiv1.ResourceList{
-			apiv1.ResourceCPU:    *resource.NewMilliQuantity(alloc.GetMilliCPU()-req.GetMilliCPU(), resource.DecimalSI),
-			apiv1.ResourceMemory: *resource.NewQuantity(alloc.GetMemory()-req.GetMemory(), resource.BinarySI),
-		}
-		if gpus := alloc.GetScalarResources()[a.opts.GPUResourceName] - req.GetScalarResources()[a.opts.GPUResourceName]; gpus > 0 {
-			requests[a.opts.GPUResourceName] = *resource.NewQuantity(gpus, resource.DecimalSI)
-		}
+		requests := a.balloonRequests(tmpl)
 		label, value, ok := a.groupSelector(g.ID(), tmpl.Node())
 		if !ok {
 			klog.FromContext(ctx).Error(nil, "No balloons for a group whose nodes no label selects", "nodeGroup", g.ID(),
@@ -131,17 +125,38 @@ func (a *Autoscaler) warmSpecs(ctx context.Context, l *loop) ([]balloon.GroupSpe
 			known = false
 			continue
 		}
-		var tols []apiv1.Toleration
-		for _, t := range tmpl.Node().Spec.Taints {
-			if t.Key == a.opts.Preflight.Taint.Key {
-				continue
-			}
-			tols = append(tols, apiv1.Toleration{Key: t.Key, Operator: apiv1.TolerationOpEqual, Value: t.Value, Effect: t.Effect})
-		}
+		tols := a.balloonTolerations(tmpl.Node())
 		specs = append(specs, balloon.GroupSpec{Group: g.ID(), Replicas: int32(target), Requests: requests, Tolerations: tols,
 			NodeLabel: label, NodeLabelValue: value})
 	}
 	return specs, pools, known, nil
+}
+
+// balloonRequests are what one balloon requests: the room a node of the
+// template leaves free (its GPUs only when it has some).
+func (a *Autoscaler) balloonRequests(tmpl fwk.NodeInfo) apiv1.ResourceList {
+	alloc, req := tmpl.GetAllocatable(), tmpl.GetRequested()
+	requests := apiv1.ResourceList{
+		apiv1.ResourceCPU:    *resource.NewMilliQuantity(alloc.GetMilliCPU()-req.GetMilliCPU(), resource.DecimalSI),
+		apiv1.ResourceMemory: *resource.NewQuantity(alloc.GetMemory()-req.GetMemory(), resource.BinarySI),
+	}
+	if gpus := alloc.GetScalarResources()[a.opts.GPUResourceName] - req.GetScalarResources()[a.opts.GPUResourceName]; gpus > 0 {
+		requests[a.opts.GPUResourceName] = *resource.NewQuantity(gpus, resource.DecimalSI)
+	}
+	return requests
+}
+
+// balloonTolerations tolerate the template node's taints but the
+// preflight taint.
+func (a *Autoscaler) balloonTolerations(tmpl *apiv1.Node) []apiv1.Toleration {
+	var tols []apiv1.Toleration
+	for _, t := range tmpl.Spec.Taints {
+		if t.Key == a.opts.Preflight.Taint.Key {
+			continue
+		}
+		tols = append(tols, apiv1.Toleration{Key: t.Key, Operator: apiv1.TolerationOpEqual, Value: t.Value, Effect: t.Effect})
+	}
+	return tols
 }
 
 // AgentPoolLabel is the label AKS puts on a node pool's nodes, with the
@@ -173,6 +188,17 @@ func (a *Autoscaler) countWarm(l *loop, pools map[string]*warmPool) {
 	if len(pools) == 0 {
 		return
 	}
+	a.countWarmReady(l, pools)
+	a.countPendingBalloons(l, pools)
+	for id, w := range pools {
+		a.metrics.WarmTarget.WithLabelValues(id).Set(float64(w.Target))
+		a.metrics.WarmReady.WithLabelValues(id).Set(float64(w.WarmReady))
+		a.metrics.BalloonsPending.WithLabelValues(id).Set(float64(w.Pending))
+	}
+}
+
+// countWarmReady counts each pool's usable nodes that hold a balloon.
+func (a *Autoscaler) countWarmReady(l *loop, pools map[string]*warmPool) {
 	for i := 0; i < l.snap.Len(); i++ {
 		ni := l.snap.NodeInfo(i)
 		g, ok := l.groupOf[ni.Node().Name]
@@ -186,17 +212,17 @@ func (a *Autoscaler) countWarm(l *loop, pools map[string]*warmPool) {
 			}
 		}
 	}
+}
+
+// countPendingBalloons counts each pool's balloons waiting for a node (not
+// being deleted).
+func (a *Autoscaler) countPendingBalloons(l *loop, pools map[string]*warmPool) {
 	for _, p := range l.unbound {
 		if a.opts.Balloons.IsBalloon(p) && p.DeletionTimestamp == nil {
 			if w := pools[a.opts.Balloons.GroupOf(p)]; w != nil {
 				w.Pending++
 			}
 		}
-	}
-	for id, w := range pools {
-		a.metrics.WarmTarget.WithLabelValues(id).Set(float64(w.Target))
-		a.metrics.WarmReady.WithLabelValues(id).Set(float64(w.WarmReady))
-		a.metrics.BalloonsPending.WithLabelValues(id).Set(float64(w.Pending))
 	}
 }
 

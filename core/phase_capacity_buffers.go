@@ -271,18 +271,7 @@ func (a *Autoscaler) bufferResults(l *loop, out scaleup.Outcome) {
 	if bl == nil || len(bl.pending) == 0 {
 		return
 	}
-	seen := map[types.UID]bool{}
-	mark := func(pods []*apiv1.Pod, f func(*bufferChunks, *apiv1.Pod)) {
-		for _, p := range pods {
-			if !capacitybuffer.IsBufferPod(p) || seen[p.UID] {
-				continue
-			}
-			if bc := bl.byUID[capacitybuffer.BufferOf(p)]; bc != nil {
-				seen[p.UID] = true
-				f(bc, p)
-			}
-		}
-	}
+	mark := (&chunkMarker{bl: bl, seen: map[types.UID]bool{}}).mark
 	for _, su := range out.Result.ScaleUps {
 		mark(su.Pods, func(bc *bufferChunks, _ *apiv1.Pod) {
 			if su.Delta > 0 && !slices.Contains(bc.groups, su.Group) {
@@ -306,24 +295,34 @@ func (a *Autoscaler) bufferResults(l *loop, out scaleup.Outcome) {
 	}
 }
 
+// chunkMarker hands each buffer chunk of scale-up's outcome to its
+// buffer, once: a chunk is in one result only.
+type chunkMarker struct {
+	bl   *buffersLoop
+	seen map[types.UID]bool
+}
+
+// mark calls f with the buffer of each chunk of pods not marked yet
+// (other pods, and chunks of buffers not in the loop, are passed over).
+func (m *chunkMarker) mark(pods []*apiv1.Pod, f func(*bufferChunks, *apiv1.Pod)) {
+	for _, p := range pods {
+		if !capacitybuffer.IsBufferPod(p) || m.seen[p.UID] {
+			continue
+		}
+		if bc := m.bl.byUID[capacitybuffer.BufferOf(p)]; bc != nil {
+			m.seen[p.UID] = true
+			f(bc, p)
+		}
+	}
+}
+
 // bufferStatus is the status a buffer should have after this loop, and
 // the condition that changed last (for the log); nil when unchanged or
 // when nothing may be said (a failed read keeps the last status).
 func bufferStatus(bc *bufferChunks, now metav1.Time) *capacitybuffer.CapacityBuffer {
 	var nr *capacitybuffer.NotReadyError
 	if bc.err != nil && !errors.As(bc.err, &nr) {
-		if !bc.unreadable {
-			return nil
-		}
-		// No chunks stand for it: say so, keeping what else it said.
-		b := bc.b.DeepCopy()
-		apimeta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: capacitybuffer.Provisioning, Status: metav1.ConditionFalse,
-			Reason: capacitybuffer.ReasonScalableRefUnreadable, Message: "its workload cannot be read, no chunks are placed: " + bc.err.Error(),
-			ObservedGeneration: b.Generation, LastTransitionTime: now})
-		if equality.Semantic.DeepEqual(b.Status, bc.b.Status) {
-			return nil
-		}
-		return b
+		return unreadableBufferStatus(bc, now)
 	}
 	b := bc.b.DeepCopy()
 	st := &b.Status
@@ -362,6 +361,24 @@ func bufferStatus(bc *bufferChunks, now metav1.Time) *capacitybuffer.CapacityBuf
 				fmt.Sprintf("%d chunks take room on ready nodes or on nodes bought for them, which pods may use at once (vmss-autoscaler status shows where)", n))
 		}
 	}
+	if equality.Semantic.DeepEqual(b.Status, bc.b.Status) {
+		return nil
+	}
+	return b
+}
+
+// unreadableBufferStatus is the status of a buffer whose workload could
+// not be read: nil while its last chunks stand for it (its status is
+// kept) or when it says so already.
+func unreadableBufferStatus(bc *bufferChunks, now metav1.Time) *capacitybuffer.CapacityBuffer {
+	if !bc.unreadable {
+		return nil
+	}
+	// No chunks stand for it: say so, keeping what else it said.
+	b := bc.b.DeepCopy()
+	apimeta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: capacitybuffer.Provisioning, Status: metav1.ConditionFalse,
+		Reason: capacitybuffer.ReasonScalableRefUnreadable, Message: "its workload cannot be read, no chunks are placed: " + bc.err.Error(),
+		ObservedGeneration: b.Generation, LastTransitionTime: now})
 	if equality.Semantic.DeepEqual(b.Status, bc.b.Status) {
 		return nil
 	}
@@ -415,18 +432,23 @@ func (a *Autoscaler) writeBuffers(ctx context.Context, l *loop) {
 			return
 		}
 	}
-	if w.firstErr != nil {
-		logger.Error(w.firstErr, "Writing CapacityBuffer statuses; tried again next loop")
-	}
-	if w.written+w.conflicts+w.deferred > 0 {
-		logger.Info("CapacityBuffer statuses written", "written", w.written, "conflicts", w.conflicts, "deferredToNextLoop", w.deferred)
-	}
+	w.log(logger)
 }
 
 // bufferWrites tallies a loop's buffer status writes.
 type bufferWrites struct {
 	written, conflicts, deferred int
 	firstErr                     error
+}
+
+// log tells the loop's first failed write and what was written.
+func (w *bufferWrites) log(logger klog.Logger) {
+	if w.firstErr != nil {
+		logger.Error(w.firstErr, "Writing CapacityBuffer statuses; tried again next loop")
+	}
+	if w.written+w.conflicts+w.deferred > 0 {
+		logger.Info("CapacityBuffer statuses written", "written", w.written, "conflicts", w.conflicts, "deferredToNextLoop", w.deferred)
+	}
 }
 
 // writeBufferStatus writes one buffer's status within the loop's bound

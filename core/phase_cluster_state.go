@@ -29,15 +29,7 @@ func (a *Autoscaler) updateClusterState(ctx context.Context, l *loop) error {
 		logger.Info("Failed machines still listed long after their deletion was sent; asking again", "nodeGroup", g, "count", act.LostDeletes[g],
 			"after", a.opts.DeletionLostAfter)
 	}
-	for _, f := range act.Failures {
-		a.metrics.FailedScaleUps.WithLabelValues(f.Group, f.Reason).Inc()
-		logger.Info("Scale-up failed", "nodeGroup", f.Group, "reason", f.Reason, "class", f.Class.String(), "message", f.Message)
-		reason := EventFailedScaleUp
-		if f.Reason == "preflight" {
-			reason = EventPreflightFailures
-		}
-		a.groupEvent(apiv1.EventTypeWarning, reason, fmt.Sprintf("node group %s: %s", f.Group, f.Message))
-	}
+	a.reportScaleUpFailures(ctx, act.Failures)
 	if l.unhealthy != "" && len(act.Delete) > 0 {
 		// Held, not forgotten: asked again by the next Update.
 		for id, ids := range act.Delete {
@@ -47,14 +39,7 @@ func (a *Autoscaler) updateClusterState(ctx context.Context, l *loop) error {
 		act.Delete = nil
 	}
 	a.removeFailedMachines(ctx, l, act.Delete)
-	for _, id := range sortedKeys(act.DecreaseTarget) {
-		delta := act.DecreaseTarget[id]
-		if err := l.byID[id].DecreaseTargetSize(ctx, delta); err != nil {
-			logger.Error(err, "Lowering target for machines never created", "nodeGroup", id, "delta", delta)
-			continue
-		}
-		logger.Info("Lowered target for machines never created", "nodeGroup", id, "delta", delta)
-	}
+	a.lowerUncreatedTargets(ctx, l, act.DecreaseTarget)
 	for _, gs := range a.registry.Groups() {
 		a.publishGroupMetrics(gs)
 		if gs.SizeError != nil {
@@ -63,6 +48,35 @@ func (a *Autoscaler) updateClusterState(ctx context.Context, l *loop) error {
 		}
 	}
 	return nil
+}
+
+// reportScaleUpFailures counts, logs and tells the scale-up failures the
+// cluster state's Update found.
+func (a *Autoscaler) reportScaleUpFailures(ctx context.Context, failures []clusterstate.Failure) {
+	logger := klog.FromContext(ctx)
+	for _, f := range failures {
+		a.metrics.FailedScaleUps.WithLabelValues(f.Group, f.Reason).Inc()
+		logger.Info("Scale-up failed", "nodeGroup", f.Group, "reason", f.Reason, "class", f.Class.String(), "message", f.Message)
+		reason := EventFailedScaleUp
+		if f.Reason == "preflight" {
+			reason = EventPreflightFailures
+		}
+		a.groupEvent(apiv1.EventTypeWarning, reason, fmt.Sprintf("node group %s: %s", f.Group, f.Message))
+	}
+}
+
+// lowerUncreatedTargets lowers each group's target by the machines it
+// requested that the cloud never created.
+func (a *Autoscaler) lowerUncreatedTargets(ctx context.Context, l *loop, decrease map[string]int) {
+	logger := klog.FromContext(ctx)
+	for _, id := range sortedKeys(decrease) {
+		delta := decrease[id]
+		if err := l.byID[id].DecreaseTargetSize(ctx, delta); err != nil {
+			logger.Error(err, "Lowering target for machines never created", "nodeGroup", id, "delta", delta)
+			continue
+		}
+		logger.Info("Lowered target for machines never created", "nodeGroup", id, "delta", delta)
+	}
 }
 
 // Events of the cluster-wide unready guard, on the status ConfigMap.

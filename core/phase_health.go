@@ -219,16 +219,7 @@ func (a *Autoscaler) healthPolicy(ctx context.Context) (*health.Policy, bool) {
 	}
 	cm, err := a.listers.ConfigMaps.Get(name)
 	if err != nil {
-		if !apierrors.IsNotFound(err) || (!hs.seen && hs.lastGood == "") {
-			return hs.policy, hs.paused
-		}
-		if hs.version != "" {
-			klog.FromContext(ctx).Info("Health policy ConfigMap gone; the last good policy stays in force", "configmap", name)
-			hs.version = ""
-		}
-		hs.policyErr = fmt.Sprintf("health policy ConfigMap %s gone: the last good policy stays in force", name)
-		hs.dropPending()
-		return hs.policy, hs.paused || hs.noPolicy()
+		return a.policyUnread(ctx, name, err)
 	}
 	hs.seen = true
 	v, set := cm.Annotations[HealthPausedAnnotation]
@@ -241,29 +232,60 @@ func (a *Autoscaler) healthPolicy(ctx context.Context) (*health.Policy, bool) {
 	raw := cm.Data["policy"]
 	p, err := health.Parse(raw)
 	if err != nil {
-		err = fmt.Errorf("health policy ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
-		what := "the last good policy stays"
-		if hs.lastGood == "" {
-			what = "no policy was accepted yet: health actions are paused (reports only) until one is"
-		}
-		hs.policyErr = err.Error() + "; " + what
-		klog.FromContext(ctx).Error(err, "Ignoring the health policy", "resourceVersion", cm.ResourceVersion, "then", what)
-		if a.rec != nil {
-			a.rec.Event(cm, apiv1.EventTypeWarning, EventInvalidHealthPolicy, hs.policyErr)
-		}
-		hs.dropPending()
-		return hs.policy, hs.paused || hs.noPolicy()
+		return a.refusePolicy(ctx, cm, err)
 	}
 	hs.policy, hs.policyErr = p, ""
+	hs.takePolicy(raw)
+	klog.FromContext(ctx).Info("Health policy loaded", "configmap", klog.KObj(cm), "rules", len(p.Rules), "paused", hs.paused, "hash", policyHash(raw))
+	return p, hs.paused
+}
+
+// policyUnread is the policy in force when its ConfigMap could not be
+// read: the last one, as the last pause says, while the cache errs or no
+// ConfigMap was ever seen or accepted; one that went away leaves the last
+// good policy in force.
+func (a *Autoscaler) policyUnread(ctx context.Context, name string, err error) (*health.Policy, bool) {
+	hs := a.health
+	if !apierrors.IsNotFound(err) || (!hs.seen && hs.lastGood == "") {
+		return hs.policy, hs.paused
+	}
+	if hs.version != "" {
+		klog.FromContext(ctx).Info("Health policy ConfigMap gone; the last good policy stays in force", "configmap", name)
+		hs.version = ""
+	}
+	hs.policyErr = fmt.Sprintf("health policy ConfigMap %s gone: the last good policy stays in force", name)
+	hs.dropPending()
+	return hs.policy, hs.paused || hs.noPolicy()
+}
+
+// refusePolicy keeps the last good policy in place of one that does not
+// parse (with none, actions pause), and says so: the status, the log and
+// an event on the ConfigMap.
+func (a *Autoscaler) refusePolicy(ctx context.Context, cm *apiv1.ConfigMap, err error) (*health.Policy, bool) {
+	hs := a.health
+	err = fmt.Errorf("health policy ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
+	what := "the last good policy stays"
+	if hs.lastGood == "" {
+		what = "no policy was accepted yet: health actions are paused (reports only) until one is"
+	}
+	hs.policyErr = err.Error() + "; " + what
+	klog.FromContext(ctx).Error(err, "Ignoring the health policy", "resourceVersion", cm.ResourceVersion, "then", what)
+	if a.rec != nil {
+		a.rec.Event(cm, apiv1.EventTypeWarning, EventInvalidHealthPolicy, hs.policyErr)
+	}
+	hs.dropPending()
+	return hs.policy, hs.paused || hs.noPolicy()
+}
+
+// takePolicy takes a newly parsed policy's text: the last good one again,
+// or one accepted as the last good one after its first evaluation
+// (firstEvaluation), or once confirmed.
+func (hs *healthState) takePolicy(raw string) {
 	if raw == hs.lastGood {
 		hs.pending = ""
 	} else {
-		// Accepted as the last good one after its first evaluation
-		// (firstEvaluation), or once confirmed.
 		hs.pending, hs.pendingHash, hs.evaluated = raw, policyHash(raw), false
 	}
-	klog.FromContext(ctx).Info("Health policy loaded", "configmap", klog.KObj(cm), "rules", len(p.Rules), "paused", hs.paused, "hash", policyHash(raw))
-	return p, hs.paused
 }
 
 // policyHash names a policy's text for HealthConfirmAnnotation: the first
@@ -528,10 +550,7 @@ func (a *Autoscaler) judgeNodes(ctx context.Context, l *loop, pol *health.Policy
 		if ok {
 			j.all[g.ID()]++
 		}
-		if !ok || !clusterstate.IsReady(n) || a.healthExempt(n) || a.startingUp(l, n) {
-			continue
-		}
-		if st, _ := a.opts.Preflight.Classify(n, l.now); st != preflight.Passed {
+		if !ok || !a.judgeable(l, n) {
 			continue
 		}
 		j.judged[n.Name] = true
@@ -540,59 +559,109 @@ func (a *Autoscaler) judgeNodes(ctx context.Context, l *loop, pol *health.Policy
 		if len(short) > 0 {
 			degraded[g.ID()] = append(degraded[g.ID()], n.Name)
 		}
-		// A shortfall the node's other resources explain is reported, never
-		// a belowSKU match (health.Unjudged).
-		judged := short[:0:0]
-		for _, r := range short {
-			if why := health.Unjudged(n, r); why != "" {
-				if len(rep.notJudged) < maxHealthListed {
-					rep.notJudged = append(rep.notJudged, n.Name+": "+why)
-				} else {
-					rep.notJudgedMore++
-				}
-				continue
-			}
-			judged = append(judged, r)
-		}
-		matches := pol.Evaluate(n, judged)
+		matches := pol.Evaluate(n, rep.judgedShortfall(n, short))
 		if len(matches) == 0 {
 			delete(hs.firstSeen, n.Name)
 			delete(hs.told, n.Name)
 			continue
 		}
-		firstSeen := hs.firstSeenOf(n.Name, matches, l.now)
-		verdict := pol.Judge(matches, l.now, firstSeen)
-		c := &healthCandidate{node: n, group: g.ID(), verdict: verdict}
-		j.cands[n.Name] = c
-		for _, m := range matches {
-			if m.Rule.Action < health.Cordon {
-				continue
-			}
-			j.ruleAll[m.Rule.Name]++
-			since := m.Since
-			if since.IsZero() {
-				since = firstSeen(m.Rule.Name)
-			}
-			if m.Rule.Action >= health.Drain && (c.began.IsZero() || since.Before(c.began)) {
-				c.began = since
-			}
-			if l.now.Sub(since) <= a.opts.HealthIncidentWindow {
-				j.ruleRecent[m.Rule.Name]++
-			}
-		}
-		for _, m := range matches {
-			if m.Rule.Action >= health.Drain {
-				j.over[g.ID()]++
-				break
-			}
-		}
-		unhealthy[[2]string{g.ID(), verdict.Rule}]++
+		c := a.judgeCandidate(l, pol, j, n, g.ID(), matches)
+		unhealthy[[2]string{g.ID(), c.verdict.Rule}]++
 	}
+	rep.listDegraded(degraded)
+	rep.nodes = a.listUnhealthy(ctx, l, rep, j)
+	a.publishUnhealthy(unhealthy)
+	for _, g := range l.groups {
+		a.metrics.DegradedNodes.WithLabelValues(g.ID()).Set(float64(len(degraded[g.ID()])))
+	}
+	return j
+}
+
+// judgeable says a managed node is judged: Ready, not on its way out,
+// past startup and preflight (preflight, the unready path and startup own
+// the others).
+func (a *Autoscaler) judgeable(l *loop, n *apiv1.Node) bool {
+	if !clusterstate.IsReady(n) || a.healthExempt(n) || a.startingUp(l, n) {
+		return false
+	}
+	st, _ := a.opts.Preflight.Classify(n, l.now)
+	return st == preflight.Passed
+}
+
+// judgedShortfall is the node's shortfall the rules judge: one the node's
+// other resources explain is reported, never a belowSKU match
+// (health.Unjudged).
+func (rep *healthReport) judgedShortfall(n *apiv1.Node, short []apiv1.ResourceName) []apiv1.ResourceName {
+	judged := short[:0:0]
+	for _, r := range short {
+		if why := health.Unjudged(n, r); why != "" {
+			if len(rep.notJudged) < maxHealthListed {
+				rep.notJudged = append(rep.notJudged, n.Name+": "+why)
+			} else {
+				rep.notJudgedMore++
+			}
+			continue
+		}
+		judged = append(judged, r)
+	}
+	return judged
+}
+
+// judgeCandidate judges a node that matches rules: its verdict, when its
+// earliest drain or replace match began, and its part in the counts of
+// the rules (the incidents') and of its group (the breaker's).
+func (a *Autoscaler) judgeCandidate(l *loop, pol *health.Policy, j judgement, n *apiv1.Node, group string, matches []health.Match) *healthCandidate {
+	firstSeen := a.health.firstSeenOf(n.Name, matches, l.now)
+	verdict := pol.Judge(matches, l.now, firstSeen)
+	c := &healthCandidate{node: n, group: group, verdict: verdict}
+	j.cands[n.Name] = c
+	j.countRuleMatches(c, matches, firstSeen, l.now, a.opts.HealthIncidentWindow)
+	for _, m := range matches {
+		if m.Rule.Action >= health.Drain {
+			j.over[group]++
+			break
+		}
+	}
+	return c
+}
+
+// countRuleMatches counts the candidate's matches of rules that cordon or
+// more, and those that began within the incident window, and dates when
+// its earliest drain or replace match began.
+func (j judgement) countRuleMatches(c *healthCandidate, matches []health.Match, firstSeen func(string) time.Time, now time.Time, window time.Duration) {
+	for _, m := range matches {
+		if m.Rule.Action < health.Cordon {
+			continue
+		}
+		j.ruleAll[m.Rule.Name]++
+		since := m.Since
+		if since.IsZero() {
+			since = firstSeen(m.Rule.Name)
+		}
+		if m.Rule.Action >= health.Drain && (c.began.IsZero() || since.Before(c.began)) {
+			c.began = since
+		}
+		if now.Sub(since) <= window {
+			j.ruleRecent[m.Rule.Name]++
+		}
+	}
+}
+
+// listDegraded keeps each group's degraded nodes for the status, the
+// first maxHealthListed by name.
+func (rep *healthReport) listDegraded(degraded map[string][]string) {
 	for id, names := range degraded {
 		slices.Sort(names)
 		rep.degraded[id] = names[:min(len(names), maxHealthListed)]
 	}
-	rep.nodes = make([]HealthNode, 0, min(len(j.cands), maxHealthListed))
+}
+
+// listUnhealthy lists the candidates for the status, the first
+// maxHealthListed by node name (each candidate's entry is where its
+// state is written), and tells NodeUnhealthy once per node and rule.
+func (a *Autoscaler) listUnhealthy(ctx context.Context, l *loop, rep *healthReport, j judgement) []HealthNode {
+	hs := a.health
+	nodes := make([]HealthNode, 0, min(len(j.cands), maxHealthListed))
 	for _, name := range sortedKeys(j.cands) {
 		c := j.cands[name]
 		v := c.verdict
@@ -602,10 +671,10 @@ func (a *Autoscaler) judgeNodes(ctx context.Context, l *loop, pol *health.Policy
 			// A time, not a countdown: the status is written only when it changes.
 			e.State = fmt.Sprintf("matched; %s due at %s", action, l.now.Add(v.Next).UTC().Format(time.RFC3339))
 		}
-		if len(rep.nodes) < maxHealthListed {
+		if len(nodes) < maxHealthListed {
 			// Within its capacity: the entry's address stays valid.
-			rep.nodes = append(rep.nodes, e)
-			c.entry = &rep.nodes[len(rep.nodes)-1]
+			nodes = append(nodes, e)
+			c.entry = &nodes[len(nodes)-1]
 		} else {
 			rep.more++
 		}
@@ -614,6 +683,13 @@ func (a *Autoscaler) judgeNodes(ctx context.Context, l *loop, pol *health.Policy
 			a.tellUnhealthy(ctx, c.node, c.group, v)
 		}
 	}
+	return nodes
+}
+
+// publishUnhealthy sets the unhealthy nodes' gauge by group and rule,
+// deleting the series of pairs with none left.
+func (a *Autoscaler) publishUnhealthy(unhealthy map[[2]string]int) {
+	hs := a.health
 	for k := range hs.unhealthySeries {
 		if _, ok := unhealthy[k]; !ok {
 			a.metrics.HealthUnhealthy.DeleteLabelValues(k[0], k[1])
@@ -624,10 +700,6 @@ func (a *Autoscaler) judgeNodes(ctx context.Context, l *loop, pol *health.Policy
 		a.metrics.HealthUnhealthy.WithLabelValues(k[0], k[1]).Set(float64(c))
 		hs.unhealthySeries[k] = true
 	}
-	for _, g := range l.groups {
-		a.metrics.DegradedNodes.WithLabelValues(g.ID()).Set(float64(len(degraded[g.ID()])))
-	}
-	return j
 }
 
 // healthExempt says a node is already on its way out: scale-down's taint,
@@ -711,40 +783,52 @@ func (a *Autoscaler) tellUnhealthy(ctx context.Context, n *apiv1.Node, group str
 // back within bounds for the storm cooldown. Groups gone from the cloud
 // are forgotten.
 func (a *Autoscaler) updateBreakers(ctx context.Context, l *loop, pol *health.Policy, j judgement) {
-	hs := a.health
 	for _, g := range l.groups {
-		id := g.ID()
-		allowed := pol.AllowedOf(j.live[id], j.all[id])
-		until, on := hs.breakers[id]
-		if _, ok := hs.breakerSince[id]; on && !ok {
-			// Taken over from an earlier leader (the safety state keeps
-			// the breakers, not when they engaged): the release counts
-			// from now, one release time more, never less.
+		a.updateBreaker(ctx, l, pol, j, g.ID())
+	}
+	a.forgetGoneBreakers(l)
+}
+
+// updateBreaker engages, arms the release of, or releases one group's
+// breaker, and sets its gauge.
+func (a *Autoscaler) updateBreaker(ctx context.Context, l *loop, pol *health.Policy, j judgement, id string) {
+	hs := a.health
+	allowed := pol.AllowedOf(j.live[id], j.all[id])
+	until, on := hs.breakers[id]
+	if _, ok := hs.breakerSince[id]; on && !ok {
+		// Taken over from an earlier leader (the safety state keeps
+		// the breakers, not when they engaged): the release counts
+		// from now, one release time more, never less.
+		hs.breakerSince[id] = l.now
+	}
+	switch {
+	case j.over[id] > allowed:
+		if !on {
+			msg := fmt.Sprintf("health breaker engaged for node group %s: %d of its %d nodes are unhealthy, more than maxUnhealthy allows (%d); nodes not yet cordoned are reported only, none is drained or replaced (the group still scales up), until at most %d are for %s, or until %d or fewer have held it for %s (then they are replaced one at a time)",
+				id, j.over[id], j.live[id], allowed, allowed, pol.StormCooldown, pol.BreakerReleaseNodes, pol.BreakerReleaseAfter)
+			klog.FromContext(ctx).Info("Health breaker engaged", "nodeGroup", id, "unhealthy", j.over[id], "nodes", j.live[id], "allowed", allowed)
+			a.groupEvent(apiv1.EventTypeWarning, EventHealthBreaker, msg)
 			hs.breakerSince[id] = l.now
 		}
-		switch {
-		case j.over[id] > allowed:
-			if !on {
-				msg := fmt.Sprintf("health breaker engaged for node group %s: %d of its %d nodes are unhealthy, more than maxUnhealthy allows (%d); nodes not yet cordoned are reported only, none is drained or replaced (the group still scales up), until at most %d are for %s, or until %d or fewer have held it for %s (then they are replaced one at a time)",
-					id, j.over[id], j.live[id], allowed, allowed, pol.StormCooldown, pol.BreakerReleaseNodes, pol.BreakerReleaseAfter)
-				klog.FromContext(ctx).Info("Health breaker engaged", "nodeGroup", id, "unhealthy", j.over[id], "nodes", j.live[id], "allowed", allowed)
-				a.groupEvent(apiv1.EventTypeWarning, EventHealthBreaker, msg)
-				hs.breakerSince[id] = l.now
-			}
-			hs.breakers[id] = time.Time{}
-		case on && until.IsZero():
-			hs.breakers[id] = l.now.Add(pol.StormCooldown)
-		case on && !l.now.Before(until):
-			delete(hs.breakers, id)
-			delete(hs.breakerSince, id)
-			klog.FromContext(ctx).Info("Health breaker released", "nodeGroup", id, "unhealthy", j.over[id], "allowed", allowed)
-		}
-		v := 0.0
-		if _, on := hs.breakers[id]; on {
-			v = 1
-		}
-		a.metrics.HealthBreaker.WithLabelValues(id).Set(v)
+		hs.breakers[id] = time.Time{}
+	case on && until.IsZero():
+		hs.breakers[id] = l.now.Add(pol.StormCooldown)
+	case on && !l.now.Before(until):
+		delete(hs.breakers, id)
+		delete(hs.breakerSince, id)
+		klog.FromContext(ctx).Info("Health breaker released", "nodeGroup", id, "unhealthy", j.over[id], "allowed", allowed)
 	}
+	v := 0.0
+	if _, on := hs.breakers[id]; on {
+		v = 1
+	}
+	a.metrics.HealthBreaker.WithLabelValues(id).Set(v)
+}
+
+// forgetGoneBreakers forgets the breakers of groups gone from the cloud,
+// and their series.
+func (a *Autoscaler) forgetGoneBreakers(l *loop) {
+	hs := a.health
 	for id := range hs.breakers {
 		if _, ok := l.byID[id]; !ok {
 			delete(hs.breakers, id)
@@ -864,12 +948,36 @@ func (a *Autoscaler) countYoungFailure(ctx context.Context, l *loop, c *healthCa
 	if hs.youngFailures == nil {
 		hs.youngFailures = map[string][]YoungFailure{}
 	}
-	recent, fresh := hs.youngFailures[c.group][:0], 1
-	var first time.Time // the group first seen failing, in the window
-	for _, f := range hs.youngFailures[c.group] {
-		if l.now.Sub(f.At) < o.HealthFailureWindow {
-			if f.Node == c.node.Name {
-				return // counted already (by this leader, or the last)
+	recent, fresh, first, counted := youngFailuresWithin(hs.youngFailures[c.group], c.node.Name, l.now, o.HealthFailureWindow)
+	if counted {
+		return // counted already (by this leader, or the last)
+	}
+	if !admitted && (first.IsZero() || c.node.CreationTimestamp.Time.Before(first)) {
+		// Dated from when its match began: a node bought while the first
+		// ones' rules ran their course was bought into a group already
+		// failing.
+		hs.youngFailures[c.group] = append(recent, YoungFailure{Node: c.node.Name, At: matchBegan(c, l.now).UTC(), Seen: true})
+		return
+	}
+	recent = append(recent, YoungFailure{Node: c.node.Name, At: l.now.UTC()})
+	hs.youngFailures[c.group] = recent
+	if fresh < o.HealthFailuresBeforeBackoff {
+		return
+	}
+	a.backOffYoungFailures(ctx, l, c, recent, fresh)
+}
+
+// youngFailuresWithin keeps, in place, a group's young failures within
+// the window; fresh counts them, plus the one being counted, but those
+// spent or only seen, and first is the earliest. counted says node is
+// among them already: then nothing is kept, and the failures are left as
+// they are.
+func youngFailuresWithin(failures []YoungFailure, node string, now time.Time, window time.Duration) (recent []YoungFailure, fresh int, first time.Time, counted bool) {
+	recent, fresh = failures[:0], 1
+	for _, f := range failures {
+		if now.Sub(f.At) < window {
+			if f.Node == node {
+				return recent, fresh, first, true
 			}
 			recent = append(recent, f)
 			if !f.Spent && !f.Seen {
@@ -880,24 +988,26 @@ func (a *Autoscaler) countYoungFailure(ctx context.Context, l *loop, c *healthCa
 			}
 		}
 	}
-	if !admitted && (first.IsZero() || c.node.CreationTimestamp.Time.Before(first)) {
-		// Dated from when its match began: a node bought while the first
-		// ones' rules ran their course was bought into a group already
-		// failing.
-		began := c.began
-		if began.IsZero() || began.After(l.now) {
-			began = l.now
-		}
-		hs.youngFailures[c.group] = append(recent, YoungFailure{Node: c.node.Name, At: began.UTC(), Seen: true})
-		return
+	return recent, fresh, first, false
+}
+
+// matchBegan is when the candidate's match began, no later than now (now
+// when it is not known).
+func matchBegan(c *healthCandidate, now time.Time) time.Time {
+	began := c.began
+	if began.IsZero() || began.After(now) {
+		began = now
 	}
-	recent = append(recent, YoungFailure{Node: c.node.Name, At: l.now.UTC()})
-	hs.youngFailures[c.group] = recent
-	if fresh < o.HealthFailuresBeforeBackoff {
-		return
-	}
-	// Spent, not forgotten: a node still due next loop is not counted
-	// again, and only failures after this backoff count towards the next.
+	return began
+}
+
+// backOffYoungFailures backs the candidate's group off: fresh of its
+// young failures (recent) within the window reached
+// --health-failures-before-backoff. They are spent, not forgotten: a node
+// still due next loop is not counted again, and only failures after this
+// backoff count towards the next.
+func (a *Autoscaler) backOffYoungFailures(ctx context.Context, l *loop, c *healthCandidate, recent []YoungFailure, fresh int) {
+	o := a.opts
 	for i := range recent {
 		recent[i].Spent = true
 	}
@@ -929,12 +1039,28 @@ func (hs *healthState) inIncident(c *healthCandidate) string {
 // this loop (NotReady, failed preflight, on its way out) keeps its cordon
 // and its admission: its match is unknown, not gone.
 func (a *Autoscaler) recoverHealthy(ctx context.Context, l *loop, j judgement) {
+	a.forgetRecovered(ctx, l, j)
 	hs := a.health
-	for _, name := range sortedKeys(hs.admitted) {
-		if !j.judged[name] || a.repairUnverified(name, nodeOf(l, name)) {
+	for _, name := range sortedKeys(hs.cordoned) {
+		if !a.judgedVerified(l, j, name) {
 			continue
 		}
-		if c, ok := j.cands[name]; !ok || !c.verdict.Due || c.verdict.Action < health.Drain {
+		if c, ok := j.cands[name]; ok && c.cordonWanted() {
+			continue
+		}
+		a.uncordonRecoveredNode(ctx, l, name)
+	}
+}
+
+// forgetRecovered forgets the admissions of judged nodes no drain or
+// replacement is due for any more, and ends their repair ladders.
+func (a *Autoscaler) forgetRecovered(ctx context.Context, l *loop, j judgement) {
+	hs := a.health
+	for _, name := range sortedKeys(hs.admitted) {
+		if !a.judgedVerified(l, j, name) {
+			continue
+		}
+		if !j.drainDue(name) {
 			delete(hs.admitted, name)
 			a.replace.brake.Dropped(name) // not replaced: counted from its admission
 			a.repaired(ctx, l, name)
@@ -943,41 +1069,51 @@ func (a *Autoscaler) recoverHealthy(ctx context.Context, l *loop, j judgement) {
 	for _, name := range sortedKeys(hs.repairs) {
 		// A run restored by a failover whose node recovered meanwhile
 		// (no admission of this leader to drop) ends here.
-		if c, ok := j.cands[name]; j.judged[name] && !a.repairUnverified(name, nodeOf(l, name)) && (!ok || !c.verdict.Due || c.verdict.Action < health.Drain) {
+		if a.judgedVerified(l, j, name) && !j.drainDue(name) {
 			a.repaired(ctx, l, name)
 		}
 	}
-	for _, name := range sortedKeys(hs.cordoned) {
-		if !j.judged[name] || a.repairUnverified(name, nodeOf(l, name)) {
-			continue
+}
+
+// judgedVerified says the node was judged this loop and no repair ladder
+// waits for it to pass preflight again: what its rules say of it holds.
+func (a *Autoscaler) judgedVerified(l *loop, j judgement, name string) bool {
+	return j.judged[name] && !a.repairUnverified(name, nodeOf(l, name))
+}
+
+// drainDue says the node matches a rule whose drain or replacement is due.
+func (j judgement) drainDue(name string) bool {
+	c, ok := j.cands[name]
+	return ok && c.verdict.Due && c.verdict.Action >= health.Drain
+}
+
+// uncordonRecoveredNode uncordons a node health handling cordoned that no
+// rule asks to keep cordoned any more, and forgets its cordon.
+func (a *Autoscaler) uncordonRecoveredNode(ctx context.Context, l *loop, name string) {
+	hs := a.health
+	idx, ok := l.snap.Index(name)
+	if !ok {
+		return
+	}
+	n := l.snap.NodeInfo(idx).Node()
+	if n.Spec.Unschedulable {
+		if err := a.actions.Uncordon(ctx, name); err != nil {
+			klog.FromContext(ctx).Error(err, "Uncordoning a node that recovered", "node", klog.KObj(n))
+			return
 		}
-		if c, ok := j.cands[name]; ok && c.cordonWanted() {
-			continue
-		}
-		idx, ok := l.snap.Index(name)
-		if !ok {
-			continue
-		}
-		n := l.snap.NodeInfo(idx).Node()
-		if n.Spec.Unschedulable {
-			if err := a.actions.Uncordon(ctx, name); err != nil {
-				klog.FromContext(ctx).Error(err, "Uncordoning a node that recovered", "node", klog.KObj(n))
-				continue
-			}
-		}
-		rule := hs.cordoned[name]
-		hs.release(name)
-		a.replace.brake.Dropped(name)
-		group := ""
-		if g, ok := l.groupOf[name]; ok {
-			group = g.ID()
-		}
-		a.metrics.HealthActions.WithLabelValues(group, rule, "uncordon").Inc()
-		klog.FromContext(ctx).Info("Node recovered; uncordoned", "node", klog.KObj(n), "rule", rule)
-		if a.rec != nil {
-			a.rec.Event(nodeRef(n), apiv1.EventTypeNormal, EventHealthRecovered,
-				fmt.Sprintf("health rule %q no longer matches; uncordoned", rule))
-		}
+	}
+	rule := hs.cordoned[name]
+	hs.release(name)
+	a.replace.brake.Dropped(name)
+	group := ""
+	if g, ok := l.groupOf[name]; ok {
+		group = g.ID()
+	}
+	a.metrics.HealthActions.WithLabelValues(group, rule, "uncordon").Inc()
+	klog.FromContext(ctx).Info("Node recovered; uncordoned", "node", klog.KObj(n), "rule", rule)
+	if a.rec != nil {
+		a.rec.Event(nodeRef(n), apiv1.EventTypeNormal, EventHealthRecovered,
+			fmt.Sprintf("health rule %q no longer matches; uncordoned", rule))
 	}
 }
 
@@ -990,147 +1126,241 @@ func (a *Autoscaler) recoverHealthy(ctx context.Context, l *loop, j judgement) {
 // health cordons held; drains and replacements within the breaker, one
 // node per gang, the replacement brake and the group's minimum.
 func (a *Autoscaler) actOnUnhealthy(ctx context.Context, l *loop, pol *health.Policy, paused bool, j judgement) []actuation.Machine {
-	hs := a.health
-	cands := j.cands
-	gangs := newGangClaims(a, l)
-	var toDelete []actuation.Machine
-	cordons := 0
-	ceiling := a.cordonCeiling(j)
-	planned := map[string]int{}  // replacements sent per group this loop
-	released := map[string]int{} // nodes a released breaker lets go, per group
-	for name := range hs.admitted {
+	h := &healthActing{pol: pol, j: j, gangs: newGangClaims(a, l), ceiling: a.cordonCeiling(j), planned: map[string]int{}, released: a.releasedByGroup(l)}
+	for _, name := range sortedKeys(j.cands) {
+		a.actOnCandidate(ctx, l, h, j.cands[name], paused)
+	}
+	return h.toDelete
+}
+
+// healthActing is what actOnUnhealthy keeps across one loop's candidates.
+type healthActing struct {
+	pol      *health.Policy
+	j        judgement
+	gangs    *gangClaims
+	ceiling  int                 // the most health cordons held at once
+	cordons  int                 // health cordons written this loop
+	planned  map[string]int      // replacements sent per group this loop
+	released map[string]int      // nodes a released breaker lets go, per group
+	toDelete []actuation.Machine // the machines ready to be deleted
+}
+
+// releasedByGroup counts the nodes admitted for a drain or replacement
+// per group: a released breaker lets one go at a time.
+func (a *Autoscaler) releasedByGroup(l *loop) map[string]int {
+	released := map[string]int{}
+	for name := range a.health.admitted {
 		if g, ok := l.groupOf[name]; ok {
 			released[g.ID()]++
 		}
 	}
-	for _, name := range sortedKeys(cands) {
-		c := cands[name]
-		n, v := c.node, c.verdict
-		if !v.Cordon && v.Action < health.Cordon {
-			continue // report only
-		}
-		if paused {
-			a.holdHealth(ctx, l, c, heldPaused, "health actions are paused (annotation "+HealthPausedAnnotation+")")
-			continue
-		}
-		if l.unhealthy != "" {
-			a.holdHealth(ctx, l, c, heldGuard, "the cluster-wide unready guard holds: "+l.unhealthy)
-			continue
-		}
-		if hs.unconfirmed() {
-			a.holdHealth(ctx, l, c, heldUnconfirmed, "the new health policy awaits confirmation: "+hs.policyErr)
-			continue
-		}
-		if rule := hs.inIncident(c); rule != "" {
-			a.holdHealth(ctx, l, c, heldIncident, fmt.Sprintf("rule %q is in a health incident (many nodes began matching it at once)", rule))
-			continue
-		}
-		_, breaker := hs.breakers[c.group]
-		releasing := breaker && a.breakerReleased(l, pol, j, c.group)
-		if v.Cordon && !n.Spec.Unschedulable {
-			if breaker && !releasing {
-				if v.Due && v.Action >= health.Drain {
-					a.countYoungFailure(ctx, l, c, false)
-				}
-				a.holdHealth(ctx, l, c, heldBreaker, fmt.Sprintf("node group %s's health breaker holds (maxUnhealthy %s): no new cordon", c.group, pol.MaxUnhealthy.String()))
-				continue
-			}
-			if held := a.healthCordonsHeld(); held >= ceiling {
-				a.holdHealth(ctx, l, c, heldCeiling, fmt.Sprintf("%d nodes hold a health cordon, the cluster-wide ceiling (--health-max-cordoned-share)", held))
-				continue
-			}
-			if cordons == maxHealthCordonsPerLoop {
-				a.holdHealth(ctx, l, c, heldCordonCap, fmt.Sprintf("at most %d health cordons a loop", maxHealthCordonsPerLoop))
-				continue
-			}
-			cordons++
-			if err := a.cordonForReplacement(ctx, l, n.Name, cordonHealth+v.Rule); err != nil {
-				klog.FromContext(ctx).Error(err, "Cordoning an unhealthy node", "node", klog.KObj(n))
-				continue
-			}
-			hs.cordoned[n.Name] = v.Rule
-			a.metrics.HealthActions.WithLabelValues(c.group, v.Rule, "cordon").Inc()
-			a.setHealthState(c, "cordoned")
-			if a.rec != nil {
-				a.rec.Event(nodeRef(n), apiv1.EventTypeWarning, EventHealthCordon, fmt.Sprintf("cordoned: health rule %q", v.Rule))
-			}
-		} else if n.Spec.Unschedulable {
-			a.setHealthState(c, "cordoned")
-		}
-		if !v.Due || v.Action < health.Drain {
-			continue
-		}
-		if breaker && !releasing {
-			// A node drained before the breaker engaged goes on with its
-			// repair ladder (a step on a drained machine disrupts
-			// nothing); its replacement waits like any other.
-			if hs.admitted[n.Name] && a.repairOwns(n.Name) && a.repairInPlace(ctx, l, c, verdictRule(v)) {
-				continue
-			}
-			a.countYoungFailure(ctx, l, c, false)
-			a.holdHealth(ctx, l, c, heldBreaker, fmt.Sprintf("node group %s's health breaker holds (maxUnhealthy %s)", c.group, pol.MaxUnhealthy.String()))
-			continue
-		}
-		if releasing && !hs.admitted[n.Name] && released[c.group] > 0 {
-			a.holdHealth(ctx, l, c, heldBreaker, fmt.Sprintf("node group %s's health breaker lets its %d unhealthy nodes go one at a time", c.group, j.over[c.group]))
-			continue
-		}
-		if other := gangs.conflict(n.Name); other != "" {
-			a.holdHealth(ctx, l, c, heldGang, "another node of its gang is being drained: "+other)
-			continue
-		}
-		if v.Action == health.Replace {
-			if why := a.replacementFirst(ctx, l, c, planned[c.group]); why != "" {
-				a.holdHealth(ctx, l, c, heldMinSize, why)
-				continue
-			}
-		}
-		if _, ours := hs.cordoned[n.Name]; !ours && !hs.admitted[n.Name] {
-			// Cordoned by someone else (an upgrade, kured, an operator):
-			// it counts towards the ceiling like a health cordon.
-			if held := a.healthCordonsHeld(); held >= ceiling {
-				a.holdHealth(ctx, l, c, heldCeiling, fmt.Sprintf("%d nodes are held by health handling, the cluster-wide ceiling (--health-max-cordoned-share)", held))
-				continue
-			}
-		}
-		if !hs.admitted[n.Name] {
-			if !a.allowReplacement(l, c.group, n.Name) {
-				a.holdHealth(ctx, l, c, heldBrake, "the replacement brake's budget is spent")
-				continue
-			}
-			hs.admitted[n.Name] = true
-			released[c.group]++
-			a.countYoungFailure(ctx, l, c, true)
-			a.metrics.HealthActions.WithLabelValues(c.group, v.Rule, "drain").Inc()
-			klog.FromContext(ctx).Info("Draining an unhealthy node", "node", klog.KObj(n), "nodeGroup", c.group, "rule", v.Rule, "action", v.Action.String())
-			if a.rec != nil {
-				a.rec.Event(nodeRef(n), apiv1.EventTypeWarning, EventHealthDrain,
-					fmt.Sprintf("draining (health rule %q, action %s): pods evicted with their grace periods", v.Rule, v.Action))
-			}
-		}
-		delete(hs.heldTold, n.Name) // no longer held: a later hold is told again
-		gangs.claim(n.Name)
-		if !a.drainForReplacement(ctx, l, n, verdictRule(v).EvictLocalScratch) {
-			if why, blocked := a.preflight.blocked[n.Name]; blocked {
-				a.holdHealth(ctx, l, c, heldBlocked, why)
-			} else {
-				a.setHealthState(c, "draining")
-			}
-			continue
-		}
-		if v.Action == health.Drain {
-			a.setHealthState(c, "drained")
-			a.replace.brake.Dropped(n.Name) // nothing deleted: counted from its admission
-			continue
-		}
-		if a.repairInPlace(ctx, l, c, verdictRule(v)) {
-			continue
-		}
-		a.setHealthState(c, "deleting")
-		planned[c.group]++
-		toDelete = append(toDelete, actuation.MachineOf(c.group, n))
+	return released
+}
+
+// actOnCandidate takes one unhealthy node as far as the bounds let it go
+// this loop: cordoned, admitted, drained, repaired or replaced.
+func (a *Autoscaler) actOnCandidate(ctx context.Context, l *loop, h *healthActing, c *healthCandidate, paused bool) {
+	if a.actionsHeld(ctx, l, c, paused) {
+		return
 	}
-	return toDelete
+	_, breaker := a.health.breakers[c.group]
+	releasing := breaker && a.breakerReleased(l, h.pol, h.j, c.group)
+	if !a.cordonUnhealthy(ctx, l, h, c, breaker, releasing) || !a.drainAdmitted(ctx, l, h, c, breaker, releasing) {
+		return
+	}
+	a.drainUnhealthy(ctx, l, h, c)
+}
+
+// actionsHeld says nothing is done for a candidate this loop: its rule
+// only reports, or a bound on every health action holds it (told): the
+// pause, the unready guard, a new policy awaiting confirmation, an
+// incident of one of its rules.
+func (a *Autoscaler) actionsHeld(ctx context.Context, l *loop, c *healthCandidate, paused bool) bool {
+	hs := a.health
+	if !c.verdict.Cordon && c.verdict.Action < health.Cordon {
+		return true // report only
+	}
+	switch {
+	case paused:
+		a.holdHealth(ctx, l, c, heldPaused, "health actions are paused (annotation "+HealthPausedAnnotation+")")
+	case l.unhealthy != "":
+		a.holdHealth(ctx, l, c, heldGuard, "the cluster-wide unready guard holds: "+l.unhealthy)
+	case hs.unconfirmed():
+		a.holdHealth(ctx, l, c, heldUnconfirmed, "the new health policy awaits confirmation: "+hs.policyErr)
+	default:
+		rule := hs.inIncident(c)
+		if rule == "" {
+			return false
+		}
+		a.holdHealth(ctx, l, c, heldIncident, fmt.Sprintf("rule %q is in a health incident (many nodes began matching it at once)", rule))
+	}
+	return true
+}
+
+// cordonUnhealthy cordons a node whose verdict asks for it, within the
+// group's breaker, the cluster-wide ceiling and the per-loop cap; false
+// when the node goes no further this loop (held, or its cordon failed).
+func (a *Autoscaler) cordonUnhealthy(ctx context.Context, l *loop, h *healthActing, c *healthCandidate, breaker, releasing bool) bool {
+	n, v := c.node, c.verdict
+	if !v.Cordon || n.Spec.Unschedulable {
+		if n.Spec.Unschedulable {
+			a.setHealthState(c, "cordoned")
+		}
+		return true
+	}
+	if a.newCordonHeld(ctx, l, h, c, breaker, releasing) {
+		return false
+	}
+	h.cordons++
+	if err := a.cordonForReplacement(ctx, l, n.Name, cordonHealth+v.Rule); err != nil {
+		klog.FromContext(ctx).Error(err, "Cordoning an unhealthy node", "node", klog.KObj(n))
+		return false
+	}
+	a.health.cordoned[n.Name] = v.Rule
+	a.metrics.HealthActions.WithLabelValues(c.group, v.Rule, "cordon").Inc()
+	a.setHealthState(c, "cordoned")
+	if a.rec != nil {
+		a.rec.Event(nodeRef(n), apiv1.EventTypeWarning, EventHealthCordon, fmt.Sprintf("cordoned: health rule %q", v.Rule))
+	}
+	return true
+}
+
+// newCordonHeld holds a new cordon (told) that the group's breaker (one
+// not releasing: a node due for a drain or replacement still counts
+// towards the group's health backoff), the cluster-wide ceiling or the
+// per-loop cap refuses.
+func (a *Autoscaler) newCordonHeld(ctx context.Context, l *loop, h *healthActing, c *healthCandidate, breaker, releasing bool) bool {
+	v := c.verdict
+	if breaker && !releasing {
+		if v.Due && v.Action >= health.Drain {
+			a.countYoungFailure(ctx, l, c, false)
+		}
+		a.holdHealth(ctx, l, c, heldBreaker, fmt.Sprintf("node group %s's health breaker holds (maxUnhealthy %s): no new cordon", c.group, h.pol.MaxUnhealthy.String()))
+		return true
+	}
+	if held := a.healthCordonsHeld(); held >= h.ceiling {
+		a.holdHealth(ctx, l, c, heldCeiling, fmt.Sprintf("%d nodes hold a health cordon, the cluster-wide ceiling (--health-max-cordoned-share)", held))
+		return true
+	}
+	if h.cordons == maxHealthCordonsPerLoop {
+		a.holdHealth(ctx, l, c, heldCordonCap, fmt.Sprintf("at most %d health cordons a loop", maxHealthCordonsPerLoop))
+		return true
+	}
+	return false
+}
+
+// drainAdmitted says a node due for a drain or replacement is admitted
+// for it: not held by its group's breaker, its gang, its group's minimum
+// or the ceiling on held nodes, and admitted by the replacement brake (now
+// or in an earlier loop).
+func (a *Autoscaler) drainAdmitted(ctx context.Context, l *loop, h *healthActing, c *healthCandidate, breaker, releasing bool) bool {
+	v := c.verdict
+	if !v.Due || v.Action < health.Drain {
+		return false
+	}
+	if a.breakerHoldsDrain(ctx, l, h, c, breaker, releasing) || a.drainBoundHeld(ctx, l, h, c) {
+		return false
+	}
+	return a.health.admitted[c.node.Name] || a.admitUnhealthy(ctx, l, h, c)
+}
+
+// breakerHoldsDrain holds (told) a drain or replacement the group's
+// breaker holds, and says so. A node drained before the breaker engaged
+// goes on with its repair ladder (a step on a drained machine disrupts
+// nothing); its replacement waits like any other. A released breaker lets
+// its nodes go one at a time.
+func (a *Autoscaler) breakerHoldsDrain(ctx context.Context, l *loop, h *healthActing, c *healthCandidate, breaker, releasing bool) bool {
+	hs := a.health
+	n := c.node
+	if breaker && !releasing {
+		if hs.admitted[n.Name] && a.repairOwns(n.Name) && a.repairInPlace(ctx, l, c, verdictRule(c.verdict)) {
+			return true
+		}
+		a.countYoungFailure(ctx, l, c, false)
+		a.holdHealth(ctx, l, c, heldBreaker, fmt.Sprintf("node group %s's health breaker holds (maxUnhealthy %s)", c.group, h.pol.MaxUnhealthy.String()))
+		return true
+	}
+	if releasing && !hs.admitted[n.Name] && h.released[c.group] > 0 {
+		a.holdHealth(ctx, l, c, heldBreaker, fmt.Sprintf("node group %s's health breaker lets its %d unhealthy nodes go one at a time", c.group, h.j.over[c.group]))
+		return true
+	}
+	return false
+}
+
+// drainBoundHeld holds (told) a drain or replacement that another node of
+// its gang being drained, its group's minimum (the replacement is bought
+// first) or the ceiling on held nodes refuses, and says so.
+func (a *Autoscaler) drainBoundHeld(ctx context.Context, l *loop, h *healthActing, c *healthCandidate) bool {
+	hs := a.health
+	n := c.node
+	if other := h.gangs.conflict(n.Name); other != "" {
+		a.holdHealth(ctx, l, c, heldGang, "another node of its gang is being drained: "+other)
+		return true
+	}
+	if c.verdict.Action == health.Replace {
+		if why := a.replacementFirst(ctx, l, c, h.planned[c.group]); why != "" {
+			a.holdHealth(ctx, l, c, heldMinSize, why)
+			return true
+		}
+	}
+	if _, ours := hs.cordoned[n.Name]; !ours && !hs.admitted[n.Name] {
+		// Cordoned by someone else (an upgrade, kured, an operator):
+		// it counts towards the ceiling like a health cordon.
+		if held := a.healthCordonsHeld(); held >= h.ceiling {
+			a.holdHealth(ctx, l, c, heldCeiling, fmt.Sprintf("%d nodes are held by health handling, the cluster-wide ceiling (--health-max-cordoned-share)", held))
+			return true
+		}
+	}
+	return false
+}
+
+// admitUnhealthy admits a node for its drain within the replacement
+// brake's budget (held, told, when it is spent), counts it towards its
+// group's health backoff and tells the drain.
+func (a *Autoscaler) admitUnhealthy(ctx context.Context, l *loop, h *healthActing, c *healthCandidate) bool {
+	n, v := c.node, c.verdict
+	if !a.allowReplacement(l, c.group, n.Name) {
+		a.holdHealth(ctx, l, c, heldBrake, "the replacement brake's budget is spent")
+		return false
+	}
+	a.health.admitted[n.Name] = true
+	h.released[c.group]++
+	a.countYoungFailure(ctx, l, c, true)
+	a.metrics.HealthActions.WithLabelValues(c.group, v.Rule, "drain").Inc()
+	klog.FromContext(ctx).Info("Draining an unhealthy node", "node", klog.KObj(n), "nodeGroup", c.group, "rule", v.Rule, "action", v.Action.String())
+	if a.rec != nil {
+		a.rec.Event(nodeRef(n), apiv1.EventTypeWarning, EventHealthDrain,
+			fmt.Sprintf("draining (health rule %q, action %s): pods evicted with their grace periods", v.Rule, v.Action))
+	}
+	return true
+}
+
+// drainUnhealthy drains an admitted node. Once nothing is left to evict,
+// a drain rule's node is done (drained, its machine kept); a replace
+// rule's goes to its repair ladder, or its machine to deletion.
+func (a *Autoscaler) drainUnhealthy(ctx context.Context, l *loop, h *healthActing, c *healthCandidate) {
+	n, v := c.node, c.verdict
+	delete(a.health.heldTold, n.Name) // no longer held: a later hold is told again
+	h.gangs.claim(n.Name)
+	if !a.drainForReplacement(ctx, l, n, verdictRule(v).EvictLocalScratch) {
+		if why, blocked := a.preflight.blocked[n.Name]; blocked {
+			a.holdHealth(ctx, l, c, heldBlocked, why)
+		} else {
+			a.setHealthState(c, "draining")
+		}
+		return
+	}
+	if v.Action == health.Drain {
+		a.setHealthState(c, "drained")
+		a.replace.brake.Dropped(n.Name) // nothing deleted: counted from its admission
+		return
+	}
+	if a.repairInPlace(ctx, l, c, verdictRule(v)) {
+		return
+	}
+	a.setHealthState(c, "deleting")
+	h.planned[c.group]++
+	h.toDelete = append(h.toDelete, actuation.MachineOf(c.group, n))
 }
 
 // boughtFirst is a replacement bought first: when.
@@ -1162,20 +1392,7 @@ func (a *Autoscaler) replacementFirst(ctx context.Context, l *loop, c *healthCan
 		return fmt.Sprintf("node group %s's size is unknown: its machine cannot be deleted; the node stays cordoned, its pods run on", c.group)
 	}
 	hs := a.health
-	// Nodes of the group already on their way out (admitted for a
-	// replacement, not deleted yet, or waiting for the replacement bought
-	// for them) do not count.
-	leaving := planned
-	for other := range hs.admitted {
-		if g, ok := l.groupOf[other]; ok && other != name && g.ID() == c.group && hs.deleted[other].IsZero() {
-			leaving++
-		}
-	}
-	for other := range hs.boughtFirst {
-		if g, ok := l.groupOf[other]; ok && other != name && g.ID() == c.group && !hs.admitted[other] {
-			leaving++
-		}
-	}
+	leaving := a.leavingNodes(l, c, planned)
 	rebuy := false
 	if b, ok := hs.boughtFirst[name]; ok {
 		switch {
@@ -1191,17 +1408,68 @@ func (a *Autoscaler) replacementFirst(ctx context.Context, l *loop, c *healthCan
 			return fmt.Sprintf("node group %s is at its minimum size (%d): its replacement was bought first; the drain waits for it to be Ready (%d Ready, %d of them leaving)", c.group, gs.Min, r.Ready, leaving+1)
 		}
 	}
-	// Enough machines without it: more than the minimum in the target,
-	// and the minimum Ready without it or machines still coming (a
-	// machine that never came is in the target, not coming).
-	if !rebuy && r.Target-leaving > gs.Min && (r.Ready-1-leaving >= gs.Min || r.Upcoming > 0) {
+	if !rebuy && enoughWithout(r, gs.Min, leaving) {
 		return ""
 	}
-	for other := range hs.boughtFirst {
-		if g, ok := l.groupOf[other]; ok && other != name && g.ID() == c.group && !hs.admitted[other] {
-			return fmt.Sprintf("node group %s is at its minimum size (%d): another of its nodes (%s) waits for the replacement bought for it first; one at a time", c.group, gs.Min, other)
+	if other := a.otherBoughtFirst(l, c); other != "" {
+		return fmt.Sprintf("node group %s is at its minimum size (%d): another of its nodes (%s) waits for the replacement bought for it first; one at a time", c.group, gs.Min, other)
+	}
+	return a.buyReplacementFirst(ctx, l, c, gs)
+}
+
+// leavingNodes counts the nodes of the candidate's group already on their
+// way out: admitted for a replacement and not deleted yet, or waiting for
+// the replacement bought for them; planned are the replacements already
+// sent this loop.
+func (a *Autoscaler) leavingNodes(l *loop, c *healthCandidate, planned int) int {
+	hs := a.health
+	leaving := planned
+	for other := range hs.admitted {
+		if otherOfGroup(l, other, c) && hs.deleted[other].IsZero() {
+			leaving++
 		}
 	}
+	for other := range hs.boughtFirst {
+		if otherOfGroup(l, other, c) && !hs.admitted[other] {
+			leaving++
+		}
+	}
+	return leaving
+}
+
+// otherOfGroup says node other is another node of the candidate's group.
+func otherOfGroup(l *loop, other string, c *healthCandidate) bool {
+	g, ok := l.groupOf[other]
+	return ok && other != c.node.Name && g.ID() == c.group
+}
+
+// enoughWithout says a group has enough machines without one more: more
+// than its minimum in the target, and the minimum Ready without it or
+// machines still coming (a machine that never came is in the target, not
+// coming).
+func enoughWithout(r clusterstate.Readiness, minSize, leaving int) bool {
+	return r.Target-leaving > minSize && (r.Ready-1-leaving >= minSize || r.Upcoming > 0)
+}
+
+// otherBoughtFirst names another node of the candidate's group, not
+// admitted yet, that waits for the replacement bought for it first; ""
+// when none does.
+func (a *Autoscaler) otherBoughtFirst(l *loop, c *healthCandidate) string {
+	hs := a.health
+	for other := range hs.boughtFirst {
+		if otherOfGroup(l, other, c) && !hs.admitted[other] {
+			return other
+		}
+	}
+	return ""
+}
+
+// buyReplacementFirst buys the candidate's replacement, one more node of
+// its group at its minimum, and says why the drain waits: for the node
+// bought, or, at its maximum or backed off, for ever or until the backoff
+// ends.
+func (a *Autoscaler) buyReplacementFirst(ctx context.Context, l *loop, c *healthCandidate, gs *clusterstate.GroupState) string {
+	r := gs.Readiness
 	switch {
 	case r.Target >= gs.Max:
 		return fmt.Sprintf("node group %s is at its minimum and maximum size (%d): no replacement can be bought first and its machine cannot be deleted; the node stays cordoned, its pods run on", c.group, gs.Min)
@@ -1213,7 +1481,7 @@ func (a *Autoscaler) replacementFirst(ctx context.Context, l *loop, c *healthCan
 		return fmt.Sprintf("node group %s is at its minimum size (%d): buying its replacement first failed (retried next loop): %v", c.group, gs.Min, err)
 	}
 	want := a.registry.Group(c.group).Readiness.Target
-	hs.boughtFirst[name] = boughtFirst{at: l.now}
+	a.health.boughtFirst[c.node.Name] = boughtFirst{at: l.now}
 	a.metrics.HealthActions.WithLabelValues(c.group, c.verdict.Rule, "buy-first").Inc()
 	klog.FromContext(ctx).Info("Bought an unhealthy node's replacement first: its group is at its minimum", "node", klog.KObj(c.node), "nodeGroup", c.group, "target", want)
 	if a.rec != nil {
@@ -1294,38 +1562,32 @@ func (a *Autoscaler) setHealthState(c *healthCandidate, state string) {
 // pruneHealth forgets nodes whose Node objects are gone.
 func (a *Autoscaler) pruneHealth(l *loop) {
 	hs := a.health
+	gone := func(name string) bool { _, ok := l.snap.Index(name); return !ok }
 	for _, m := range []map[string]string{hs.told, hs.heldTold, hs.cordoned} {
-		for name := range m {
-			if _, ok := l.snap.Index(name); !ok {
-				delete(m, name)
-			}
-		}
+		deleteGone(m, gone)
 	}
-	for name := range hs.deleted {
-		if _, ok := l.snap.Index(name); !ok {
-			delete(hs.deleted, name)
-		}
-	}
-	for name := range hs.boughtFirst {
-		if _, ok := l.snap.Index(name); !ok {
-			delete(hs.boughtFirst, name)
-		}
-	}
+	deleteGone(hs.deleted, gone)
+	deleteGone(hs.boughtFirst, gone)
 	for name := range hs.repairs {
-		if _, ok := l.snap.Index(name); !ok {
+		if gone(name) {
 			delete(hs.repairs, name)
 			delete(hs.repairWhy, name)
 		}
 	}
 	for name := range hs.admitted {
-		if _, ok := l.snap.Index(name); !ok {
+		if gone(name) {
 			delete(hs.admitted, name)
 			a.replace.brake.Dropped(name) // gone: counted from its admission if never sent
 		}
 	}
-	for name := range hs.firstSeen {
-		if _, ok := l.snap.Index(name); !ok {
-			delete(hs.firstSeen, name)
+	deleteGone(hs.firstSeen, gone)
+}
+
+// deleteGone deletes from m the nodes gone says are gone.
+func deleteGone[V any](m map[string]V, gone func(string) bool) {
+	for name := range m {
+		if gone(name) {
+			delete(m, name)
 		}
 	}
 }

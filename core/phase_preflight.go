@@ -101,38 +101,9 @@ func (a *Autoscaler) usable(l *loop, n *apiv1.Node) bool {
 func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error {
 	logger := klog.FromContext(ctx)
 	act := l.actions
-	for _, p := range act.PreflightPassed {
-		since := p.Node.CreationTimestamp.Time
-		if t, ok := preflight.AgainAt(p.Node, l.now); ok && t.After(since) {
-			since = t // a repaired node's second pass
-		}
-		took := preflight.PassedAt(p.Node, l.now).Sub(since)
-		a.metrics.PreflightDuration.WithLabelValues(p.Group).Observe(took.Seconds())
-		a.metrics.PreflightResults.WithLabelValues(p.Group, "passed").Inc()
-		logger.V(2).Info("Node passed preflight", "node", klog.KObj(p.Node), "nodeGroup", p.Group, "took", took.Round(time.Second))
-	}
-	for _, f := range act.PreflightNewFailures {
-		if a.repairOwns(f.Node.Name) {
-			continue // a repair step's check: the ladder's (health_repair.go)
-		}
-		result := "failed"
-		if f.Node.Labels[a.opts.Preflight.Label] != preflight.ValueFailed {
-			result = "timeout"
-		}
-		a.metrics.PreflightResults.WithLabelValues(f.Group, result).Inc()
-		logger.Info("Node failed preflight; replacing it", "node", klog.KObj(f.Node), "nodeGroup", f.Group, "reason", f.Reason)
-		if a.rec != nil {
-			a.rec.Event(nodeRef(f.Node), apiv1.EventTypeWarning, EventPreflightFailed,
-				fmt.Sprintf("node failed preflight and will be replaced: %s", f.Reason))
-		}
-	}
-	pending := map[string]int{}
-	for _, gs := range a.registry.Groups() {
-		pending[gs.ID] = gs.Readiness.Preflight
-	}
-	for g, n := range pending {
-		a.metrics.PreflightPending.WithLabelValues(g).Set(float64(n))
-	}
+	a.reportPreflightPasses(ctx, l, act.PreflightPassed)
+	a.reportPreflightFailures(ctx, act.PreflightNewFailures)
+	a.publishPreflightPending()
 	// The repair ladders an earlier leader left: their nodes' preflight
 	// results are theirs (repairOwns), from this leader's first loop.
 	a.adoptRepairs(ctx, l)
@@ -154,52 +125,134 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 		return nil
 	}
 	var toDelete []actuation.Machine
-	ps := a.preflight
 	atOnce := settling{held: a.settlingCordons(l, act.PreflightFailed)}
 	for _, f := range act.PreflightFailed {
-		n := f.Node
-		if _, done := ps.deleted[n.Name]; done || a.repairOwns(n.Name) {
-			// A node a repair ladder sent through preflight again is the
-			// ladder's: a failure moves it to its next step (health_repair.go).
-			continue
+		if a.replaceableNow(ctx, l, f, &atOnce) {
+			toDelete = append(toDelete, actuation.MachineOf(f.Group, f.Node))
 		}
-		if _, on := l.incidents[a.opts.Preflight.FailedCheck(n)]; on {
-			// Many nodes fail this check at once: what it tests is broken,
-			// not this machine. Nothing is done to it while that lasts, and
-			// what was done before the incident was seen is taken back.
-			l.incidentKept++
-			a.releaseForIncident(ctx, n)
-			continue
-		}
-		if !ps.incidents.settled(n.Name, l.now, a.opts.PreflightFailureSettle) {
-			// Too recent to tell a bad machine from the first report of an
-			// outage: the other agents may still be reporting. Nothing is
-			// evicted or deleted yet; a node that had passed is cordoned
-			// at once (below).
-			l.failuresSettling++
-			a.cordonAtOnce(ctx, l, n, &atOnce)
-			continue
-		}
-		if !n.Spec.Unschedulable {
-			if err := a.cordonForReplacement(ctx, l, n.Name, cordonPreflight); err != nil {
-				logger.Error(err, "Cordoning a node that failed preflight", "node", klog.KObj(n))
-				continue
-			}
-			ps.cordoned[n.Name] = true
-		}
-		// The replacement brake admits a node before its pods are evicted:
-		// past the budget, a failed node is cordoned and nothing more.
-		if !ps.admitted[n.Name] {
-			if !a.allowReplacement(l, f.Group, n.Name) {
-				continue
-			}
-			ps.admitted[n.Name] = true
-		}
-		if !a.drainForReplacement(ctx, l, n, false) {
-			continue
-		}
-		toDelete = append(toDelete, actuation.MachineOf(f.Group, n))
 	}
+	a.logKeptFailures(ctx, l, atOnce)
+	toDelete = a.savePreflightCount(ctx, l, toDelete)
+	a.deletePreflightFailed(ctx, l, toDelete)
+	a.pruneFailed(l)
+	return nil
+}
+
+// reportPreflightPasses observes how long the nodes that passed preflight
+// took (a repaired node's second pass from its start again), and counts
+// and logs them.
+func (a *Autoscaler) reportPreflightPasses(ctx context.Context, l *loop, passed []clusterstate.NodeResult) {
+	logger := klog.FromContext(ctx)
+	for _, p := range passed {
+		since := p.Node.CreationTimestamp.Time
+		if t, ok := preflight.AgainAt(p.Node, l.now); ok && t.After(since) {
+			since = t // a repaired node's second pass
+		}
+		took := preflight.PassedAt(p.Node, l.now).Sub(since)
+		a.metrics.PreflightDuration.WithLabelValues(p.Group).Observe(took.Seconds())
+		a.metrics.PreflightResults.WithLabelValues(p.Group, "passed").Inc()
+		logger.V(2).Info("Node passed preflight", "node", klog.KObj(p.Node), "nodeGroup", p.Group, "took", took.Round(time.Second))
+	}
+}
+
+// reportPreflightFailures counts, logs and tells the nodes first seen
+// failing preflight (failed, or timed out), but those a repair ladder
+// owns.
+func (a *Autoscaler) reportPreflightFailures(ctx context.Context, failures []clusterstate.NodeResult) {
+	logger := klog.FromContext(ctx)
+	for _, f := range failures {
+		if a.repairOwns(f.Node.Name) {
+			continue // a repair step's check: the ladder's (health_repair.go)
+		}
+		result := "failed"
+		if f.Node.Labels[a.opts.Preflight.Label] != preflight.ValueFailed {
+			result = "timeout"
+		}
+		a.metrics.PreflightResults.WithLabelValues(f.Group, result).Inc()
+		logger.Info("Node failed preflight; replacing it", "node", klog.KObj(f.Node), "nodeGroup", f.Group, "reason", f.Reason)
+		if a.rec != nil {
+			a.rec.Event(nodeRef(f.Node), apiv1.EventTypeWarning, EventPreflightFailed,
+				fmt.Sprintf("node failed preflight and will be replaced: %s", f.Reason))
+		}
+	}
+}
+
+// publishPreflightPending sets each group's count of nodes pending
+// preflight.
+func (a *Autoscaler) publishPreflightPending() {
+	pending := map[string]int{}
+	for _, gs := range a.registry.Groups() {
+		pending[gs.ID] = gs.Readiness.Preflight
+	}
+	for g, n := range pending {
+		a.metrics.PreflightPending.WithLabelValues(g).Set(float64(n))
+	}
+}
+
+// replaceableNow takes a node that failed preflight one step towards its
+// replacement and says whether its machine may be deleted now. A node
+// already deleted or a repair ladder's is left alone; one failing a check
+// in an incident is kept (and released); one whose failure has not
+// settled is at most cordoned; the others are cordoned, admitted by the
+// replacement brake and drained.
+func (a *Autoscaler) replaceableNow(ctx context.Context, l *loop, f clusterstate.NodeResult, atOnce *settling) bool {
+	ps := a.preflight
+	n := f.Node
+	if _, done := ps.deleted[n.Name]; done || a.repairOwns(n.Name) {
+		// A node a repair ladder sent through preflight again is the
+		// ladder's: a failure moves it to its next step (health_repair.go).
+		return false
+	}
+	if _, on := l.incidents[a.opts.Preflight.FailedCheck(n)]; on {
+		// Many nodes fail this check at once: what it tests is broken,
+		// not this machine. Nothing is done to it while that lasts, and
+		// what was done before the incident was seen is taken back.
+		l.incidentKept++
+		a.releaseForIncident(ctx, n)
+		return false
+	}
+	if !ps.incidents.settled(n.Name, l.now, a.opts.PreflightFailureSettle) {
+		// Too recent to tell a bad machine from the first report of an
+		// outage: the other agents may still be reporting. Nothing is
+		// evicted or deleted yet; a node that had passed is cordoned
+		// at once (below).
+		l.failuresSettling++
+		a.cordonAtOnce(ctx, l, n, atOnce)
+		return false
+	}
+	if !a.cordonAndAdmit(ctx, l, f) {
+		return false
+	}
+	return a.drainForReplacement(ctx, l, n, false)
+}
+
+// cordonAndAdmit cordons a node that failed preflight and says whether the
+// replacement brake admits it (once). The brake admits a node before its
+// pods are evicted: past the budget, a failed node is cordoned and nothing
+// more.
+func (a *Autoscaler) cordonAndAdmit(ctx context.Context, l *loop, f clusterstate.NodeResult) bool {
+	ps := a.preflight
+	n := f.Node
+	if !n.Spec.Unschedulable {
+		if err := a.cordonForReplacement(ctx, l, n.Name, cordonPreflight); err != nil {
+			klog.FromContext(ctx).Error(err, "Cordoning a node that failed preflight", "node", klog.KObj(n))
+			return false
+		}
+		ps.cordoned[n.Name] = true
+	}
+	if !ps.admitted[n.Name] {
+		if !a.allowReplacement(l, f.Group, n.Name) {
+			return false
+		}
+		ps.admitted[n.Name] = true
+	}
+	return true
+}
+
+// logKeptFailures logs the failed nodes kept for incidents and those
+// whose failure has not settled.
+func (a *Autoscaler) logKeptFailures(ctx context.Context, l *loop, atOnce settling) {
+	logger := klog.FromContext(ctx)
 	if l.incidentKept > 0 {
 		logger.V(2).Info("Failed nodes kept for preflight incidents", "nodes", l.incidentKept, "incidents", l.incidents)
 	}
@@ -207,12 +260,27 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 		logger.V(2).Info("Failed nodes not drained or deleted until their failure settles", "nodes", l.failuresSettling,
 			"settle", a.opts.PreflightFailureSettle, "cordonedAtOnce", atOnce.cordoned, "leftSchedulable", atOnce.capped)
 	}
+}
+
+// savePreflightCount is the write-ahead of deleting machines that failed
+// preflight: the brake counted them, and the next leader must see them
+// counted. It returns the machines to delete: none when the count could
+// not be saved.
+func (a *Autoscaler) savePreflightCount(ctx context.Context, l *loop, toDelete []actuation.Machine) []actuation.Machine {
 	if len(toDelete) > 0 {
 		if err := a.persistSafetyState(ctx, l.now); err != nil {
-			logger.Error(err, "Machines that failed preflight not deleted: the brake's count could not be saved first; retried next loop")
-			toDelete = nil
+			klog.FromContext(ctx).Error(err, "Machines that failed preflight not deleted: the brake's count could not be saved first; retried next loop")
+			return nil
 		}
 	}
+	return toDelete
+}
+
+// deletePreflightFailed hands the machines that failed preflight to the
+// Remover, and counts and logs those deleted (each once).
+func (a *Autoscaler) deletePreflightFailed(ctx context.Context, l *loop, toDelete []actuation.Machine) {
+	logger := klog.FromContext(ctx)
+	ps := a.preflight
 	replaced := map[string]int{}
 	for _, o := range a.remover.Remove(ctx, l.byID, toDelete) {
 		switch {
@@ -234,8 +302,6 @@ func (a *Autoscaler) replaceFailedPreflight(ctx context.Context, l *loop) error 
 		a.metrics.PreflightReplaced.WithLabelValues(id).Add(float64(replaced[id]))
 		logger.Info("Deleted machines that failed preflight", "nodeGroup", id, "count", replaced[id])
 	}
-	a.pruneFailed(l)
-	return nil
 }
 
 // settlingCordons counts the failed nodes this process cordoned whose

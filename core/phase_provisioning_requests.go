@@ -456,25 +456,8 @@ type gangResult struct {
 // ready and coming nodes.
 func gangResults(pl *provreqLoop, out scaleup.Outcome) map[string]*gangResult {
 	res := map[string]*gangResult{}
-	get := func(k string) *gangResult {
-		r := res[k]
-		if r == nil {
-			r = &gangResult{}
-			res[k] = r
-		}
-		return r
-	}
-	for _, su := range out.Result.ScaleUps {
-		if _, ok := pl.atomic[su.Gang]; ok {
-			r := get(su.Gang)
-			r.released += su.Delta
-			r.queued += su.Queued
-			r.groups = append(r.groups, su.Group)
-			if su.Delta > 0 {
-				r.claims = append(r.claims, claim{su.Group, su.Delta})
-			}
-		}
-	}
+	get := func(k string) *gangResult { return gangResultOf(res, k) }
+	addGangScaleUps(pl, out.Result.ScaleUps, res)
 	for _, f := range out.Result.Failed {
 		for _, k := range pl.gangsOfPods(f.Pods) {
 			get(k).failed = append(get(k).failed, fmt.Sprintf("node group %s: %v", f.Group, f.Err))
@@ -491,6 +474,33 @@ func gangResults(pl *provreqLoop, out scaleup.Outcome) map[string]*gangResult {
 		}
 	}
 	return res
+}
+
+// gangResultOf is gang k's result in res, added when it has none yet.
+func gangResultOf(res map[string]*gangResult, k string) *gangResult {
+	r := res[k]
+	if r == nil {
+		r = &gangResult{}
+		res[k] = r
+	}
+	return r
+}
+
+// addGangScaleUps adds to their gangs' results the scale-ups made for
+// best-effort-atomic requests: the nodes released and queued, the groups,
+// and the nodes the booking may claim.
+func addGangScaleUps(pl *provreqLoop, scaleUps []scaleup.ScaleUp, res map[string]*gangResult) {
+	for _, su := range scaleUps {
+		if _, ok := pl.atomic[su.Gang]; ok {
+			r := gangResultOf(res, su.Gang)
+			r.released += su.Delta
+			r.queued += su.Queued
+			r.groups = append(r.groups, su.Group)
+			if su.Delta > 0 {
+				r.claims = append(r.claims, claim{su.Group, su.Delta})
+			}
+		}
+	}
 }
 
 // gangsOfPods are the request gangs whose booked pods are among pods.
@@ -677,15 +687,14 @@ func (a *Autoscaler) writeProvisioningRequests(ctx context.Context, l *loop) {
 		return
 	}
 	logger := klog.FromContext(ctx)
-	written, conflicts, deferred := 0, 0, 0
-	var firstErr error
+	var w provreqWrites
 	for i, uid := range pl.order {
 		u := pl.pending[uid]
 		// Each write passes the gate: a leader that stalled mid-batch
 		// writes no more. The rest of the batch is decided again next loop,
 		// as are the writes past the per-loop bound.
-		if written+conflicts >= maxProvreqStatusWrites {
-			deferred++
+		if w.written+w.conflicts >= maxProvreqStatusWrites {
+			w.deferred++
 			delete(pl.pending, uid)
 			continue
 		}
@@ -698,36 +707,55 @@ func (a *Autoscaler) writeProvisioningRequests(ctx context.Context, l *loop) {
 		}
 		if err := a.provreq.api.UpdateStatus(ctx, u.Req); err != nil {
 			delete(pl.pending, uid)
-			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-				conflicts++
-				logger.V(2).Info("ProvisioningRequest changed before its conditions were written; decided again next loop", "request", klog.KObj(u.Req), "err", err.Error())
-				continue
-			}
-			if firstErr == nil {
-				firstErr = err
-			}
+			w.failed(logger, u.Req, err)
 			continue
 		}
-		written++
-		c := u.Condition
-		logger.V(2).Info("ProvisioningRequest condition set", "request", klog.KObj(u.Req), "type", c.Type, "status", c.Status, "reason", c.Reason)
-		if a.rec != nil {
-			typ := apiv1.EventTypeNormal
-			if u.Warning {
-				typ = apiv1.EventTypeWarning
-			}
-			ref := &apiv1.ObjectReference{APIVersion: provreq.GroupVersion.String(), Kind: provreq.Kind, Namespace: u.Req.Namespace, Name: u.Req.Name, UID: u.Req.UID}
-			a.rec.Event(ref, typ, c.Reason, c.Message)
-		}
-		if c.Type == provreq.Provisioned && c.Status == metav1.ConditionTrue {
-			a.metrics.ProvReq.ProvisionDuration.WithLabelValues(u.Req.Spec.ProvisioningClassName).
-				Observe(l.now.Sub(u.Req.CreationTimestamp.Time).Seconds())
-		}
+		w.written++
+		a.announceCondition(logger, l, u)
 	}
-	if firstErr != nil {
-		logger.Error(firstErr, "Writing ProvisioningRequest conditions; tried again next loop", "failed", len(pl.order)-written-conflicts-deferred)
+	if w.firstErr != nil {
+		logger.Error(w.firstErr, "Writing ProvisioningRequest conditions; tried again next loop", "failed", len(pl.order)-w.written-w.conflicts-w.deferred)
 	}
-	logger.Info("ProvisioningRequest conditions written", "written", written, "conflicts", conflicts, "deferredToNextLoop", deferred)
+	logger.Info("ProvisioningRequest conditions written", "written", w.written, "conflicts", w.conflicts, "deferredToNextLoop", w.deferred)
+}
+
+// provreqWrites tallies a loop's ProvisioningRequest status writes.
+type provreqWrites struct {
+	written, conflicts, deferred int
+	firstErr                     error
+}
+
+// failed counts a write the API server refused: a conflict (or a request
+// gone) is decided again next loop; another error is kept when it is the
+// loop's first.
+func (w *provreqWrites) failed(logger klog.Logger, req *provreq.ProvisioningRequest, err error) {
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		w.conflicts++
+		logger.V(2).Info("ProvisioningRequest changed before its conditions were written; decided again next loop", "request", klog.KObj(req), "err", err.Error())
+		return
+	}
+	if w.firstErr == nil {
+		w.firstErr = err
+	}
+}
+
+// announceCondition tells a written condition: logged, an event on the
+// request, and the time to provisioned observed.
+func (a *Autoscaler) announceCondition(logger klog.Logger, l *loop, u *provreq.Update) {
+	c := u.Condition
+	logger.V(2).Info("ProvisioningRequest condition set", "request", klog.KObj(u.Req), "type", c.Type, "status", c.Status, "reason", c.Reason)
+	if a.rec != nil {
+		typ := apiv1.EventTypeNormal
+		if u.Warning {
+			typ = apiv1.EventTypeWarning
+		}
+		ref := &apiv1.ObjectReference{APIVersion: provreq.GroupVersion.String(), Kind: provreq.Kind, Namespace: u.Req.Namespace, Name: u.Req.Name, UID: u.Req.UID}
+		a.rec.Event(ref, typ, c.Reason, c.Message)
+	}
+	if c.Type == provreq.Provisioned && c.Status == metav1.ConditionTrue {
+		a.metrics.ProvReq.ProvisionDuration.WithLabelValues(u.Req.Spec.ProvisioningClassName).
+			Observe(l.now.Sub(u.Req.CreationTimestamp.Time).Seconds())
+	}
 }
 
 // reportProvisioningRequests sets the requests' metrics.

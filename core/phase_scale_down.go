@@ -133,53 +133,84 @@ func (a *Autoscaler) scaleDownPhase(ctx context.Context, l *loop) error {
 	act.Forget(func(name string) bool { _, ok := l.snap.Index(name); return ok })
 	managed := func(name string) bool { _, ok := l.groupOf[name]; return ok }
 	act.UntaintStale(ctx, l.nodes, l.groups, managed)
-	why := a.scaleDownHeld(l)
-	if !a.opts.ScaleDownEnabled {
-		why = "--scale-down-enabled=false"
-	}
-	if why != "" {
-		// Unneeded times start again when scale-down resumes: a node is
-		// removed only after it was unneeded for the whole unneeded time
-		// while scale-down could have acted.
-		a.scaleDown.planner.Reset()
-		if !a.opts.ScaleDownEnabled {
-			// Disabled: no node is a deletion candidate.
-			act.SoftTaint(ctx, l.now, l.nodes, nil, managed)
-		}
-		l.scaleDown.Skipped = why
-		klog.FromContext(ctx).V(2).Info("Scale-down held", "reason", why)
+	if a.holdScaleDown(ctx, l, managed) {
 		return nil
 	}
-	var pdbList []*policyv1.PodDisruptionBudget
-	if a.listers.PDBs != nil {
-		var err error
-		if pdbList, err = a.listers.PDBs.List(labels.Everything()); err != nil {
-			return fmt.Errorf("listing PodDisruptionBudgets from cache: %w", err)
-		}
+	pdbList, err := a.scaleDownPDBs()
+	if err != nil {
+		return err
 	}
 	nodes := a.scaleDownNodes(l)
 	d := a.scaleDown.planner.Plan(ctx, l.now, l.snap, nodes, a.scaleDownGroups(l), scaledown.NewPDBs(pdbList), act.InFlight())
 	a.reportScaleDownPlan(ctx, l, d)
 	act.SoftTaint(ctx, l.now, l.nodes, d.Unneeded, managed)
-	if len(d.Empty)+len(d.Drain) > 0 {
-		// Write-ahead: the brake counted these removals; the next leader
-		// must see them counted even if this one dies mid-way.
-		if err := a.persistSafetyState(ctx, l.now); err != nil {
-			klog.FromContext(ctx).Error(err, "Scale-down not started: the brake's count could not be saved first; retried next loop")
-			for _, r := range d.Empty {
-				a.scaleDown.brake.Unreserve(r.Node.Name) // not carried out
-			}
-			for _, r := range d.Drain {
-				a.scaleDown.brake.Unreserve(r.Node.Name)
-			}
-			return nil
-		}
+	if !a.saveScaleDownCount(ctx, l, d) {
+		return nil
 	}
 	act.RemoveEmpty(ctx, l.now, l.byID, d.Empty)
 	for _, r := range d.Drain {
 		act.StartDrain(ctx, l.now, r)
 	}
 	return nil
+}
+
+// holdScaleDown says whether scale-down waits this loop (held, or
+// disabled); when it does, unneeded times start again and, disabled, no
+// node keeps its soft taint.
+func (a *Autoscaler) holdScaleDown(ctx context.Context, l *loop, managed func(string) bool) bool {
+	why := a.scaleDownHeld(l)
+	if !a.opts.ScaleDownEnabled {
+		why = "--scale-down-enabled=false"
+	}
+	if why == "" {
+		return false
+	}
+	// Unneeded times start again when scale-down resumes: a node is
+	// removed only after it was unneeded for the whole unneeded time
+	// while scale-down could have acted.
+	a.scaleDown.planner.Reset()
+	if !a.opts.ScaleDownEnabled {
+		// Disabled: no node is a deletion candidate.
+		a.scaleDown.actuator.SoftTaint(ctx, l.now, l.nodes, nil, managed)
+	}
+	l.scaleDown.Skipped = why
+	klog.FromContext(ctx).V(2).Info("Scale-down held", "reason", why)
+	return true
+}
+
+// scaleDownPDBs are the PodDisruptionBudgets from the cache (none without
+// their lister).
+func (a *Autoscaler) scaleDownPDBs() ([]*policyv1.PodDisruptionBudget, error) {
+	if a.listers.PDBs == nil {
+		return nil, nil
+	}
+	pdbList, err := a.listers.PDBs.List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("listing PodDisruptionBudgets from cache: %w", err)
+	}
+	return pdbList, nil
+}
+
+// saveScaleDownCount is the write-ahead of a decision that removes nodes:
+// the brake counted these removals, and the next leader must see them
+// counted even if this one dies mid-way. It says whether the removals may
+// start; when the count could not be saved, the brake forgets them.
+func (a *Autoscaler) saveScaleDownCount(ctx context.Context, l *loop, d scaledown.Decision) bool {
+	if len(d.Empty)+len(d.Drain) == 0 {
+		return true
+	}
+	err := a.persistSafetyState(ctx, l.now)
+	if err == nil {
+		return true
+	}
+	klog.FromContext(ctx).Error(err, "Scale-down not started: the brake's count could not be saved first; retried next loop")
+	for _, r := range d.Empty {
+		a.scaleDown.brake.Unreserve(r.Node.Name) // not carried out
+	}
+	for _, r := range d.Drain {
+		a.scaleDown.brake.Unreserve(r.Node.Name)
+	}
+	return false
 }
 
 // scaleDownGroups are the groups scale-down may act on: known size, with
@@ -206,7 +237,6 @@ func (a *Autoscaler) scaleDownGroups(l *loop) map[string]*scaledown.Group {
 // for moved pods when usable; only managed nodes past preflight and not
 // already being removed are candidates, with their group's thresholds.
 func (a *Autoscaler) scaleDownNodes(l *loop) []scaledown.Node {
-	act := a.scaleDown.actuator
 	defaults := cloudprovider.GroupOptions{
 		ScaleDownUtilizationThreshold: a.opts.ScaleDownUtilizationThreshold, ScaleDownGPUUtilizationThreshold: a.opts.ScaleDownGPUUtilizationThreshold,
 		ScaleDownUnneededTime: a.opts.ScaleDownUnneededTime, ScaleDownUnreadyTime: a.opts.ScaleDownUnreadyTime,
@@ -225,19 +255,7 @@ func (a *Autoscaler) scaleDownNodes(l *loop) []scaledown.Node {
 		// no destination for moved pods.
 		sn := scaledown.Node{Node: n, Ready: a.usable(l, n) && !gone, Version: ni.GetGeneration(), Requested: &scaledown.Requested{
 			MilliCPU: req.GetMilliCPU(), Memory: req.GetMemory(), GPU: req.GetScalarResources()[a.opts.GPUResourceName]}}
-		// A node pending preflight, or still starting up (a startup taint,
-		// GPUs not advertised yet) within --max-node-startup-time, is coming
-		// capacity, and one that failed preflight is being replaced: none is
-		// a scale-down candidate.
-		pf, _ := a.opts.Preflight.Classify(n, l.now)
-		// A node pending pods fit on will be used as soon as the scheduler
-		// places them (a gang waiting for all its members): not a candidate.
-		// Nor is one holding room a ProvisioningRequest booked (the booked
-		// pods are in the snapshot, and are no pods to move).
-		// Nor is a node health handling cordoned: its policy keeps it (a
-		// drain rule keeps the machine), replaces it, or uncordons it.
-		_, healthCordoned := a.health.cordoned[n.Name]
-		if g, ok := l.groupOf[n.Name]; ok && pf == preflight.Passed && !a.startingUp(l, n) && !l.claimed[n.Name] && !l.bookedNode(n.Name) && !l.bufferNode(n.Name) && !act.IsDraining(n.Name) && !gone && !healthCordoned {
+		if g, ok := a.candidateGroup(l, n, gone); ok {
 			sn.Group = g.ID()
 			o := groupOpts[g.ID()]
 			sn.UnneededTime, sn.UnreadyTime = o.ScaleDownUnneededTime, o.ScaleDownUnreadyTime
@@ -247,6 +265,27 @@ func (a *Autoscaler) scaleDownNodes(l *loop) []scaledown.Node {
 		nodes = append(nodes, sn)
 	}
 	return nodes
+}
+
+// candidateGroup is the group of a node that is a scale-down candidate;
+// false for a node that is none: unmanaged, or one of those below.
+func (a *Autoscaler) candidateGroup(l *loop, n *apiv1.Node, gone bool) (cloudprovider.NodeGroup, bool) {
+	// A node pending preflight, or still starting up (a startup taint,
+	// GPUs not advertised yet) within --max-node-startup-time, is coming
+	// capacity, and one that failed preflight is being replaced: none is
+	// a scale-down candidate.
+	pf, _ := a.opts.Preflight.Classify(n, l.now)
+	// A node pending pods fit on will be used as soon as the scheduler
+	// places them (a gang waiting for all its members): not a candidate.
+	// Nor is one holding room a ProvisioningRequest booked (the booked
+	// pods are in the snapshot, and are no pods to move).
+	// Nor is a node health handling cordoned: its policy keeps it (a
+	// drain rule keeps the machine), replaces it, or uncordons it.
+	_, healthCordoned := a.health.cordoned[n.Name]
+	if g, ok := l.groupOf[n.Name]; ok && pf == preflight.Passed && !a.startingUp(l, n) && !l.claimed[n.Name] && !l.bookedNode(n.Name) && !l.bufferNode(n.Name) && !a.scaleDown.actuator.IsDraining(n.Name) && !gone && !healthCordoned {
+		return g, true
+	}
+	return nil, false
 }
 
 // scaleDownHeld says why scale-down waits this loop, or "".

@@ -15,22 +15,27 @@ func (a *Autoscaler) writeStatus(ctx context.Context, l *loop) error {
 	if a.status == nil {
 		return nil
 	}
+	st := a.loopStatus(l)
+	cmp, full, err := boundStatus(&st)
+	if err != nil {
+		return err
+	}
+	if cmp == a.lastStatus {
+		return nil
+	}
+	a.publishStatus(ctx, cmp, full)
+	return nil
+}
+
+// loopStatus is the loop's status, as the status ConfigMap shows it.
+func (a *Autoscaler) loopStatus(l *loop) Status {
 	st := Status{Nodes: len(l.nodes), UnschedulablePods: l.unschedulable, PodsAwaitingNodes: l.awaiting}
 	for _, n := range l.nodes {
 		if a.usable(l, n) {
 			st.ReadyNodes++
 		}
 	}
-	for _, gs := range a.registry.Groups() {
-		g := groupStatus(gs)
-		if ng, ok := l.byID[gs.ID]; ok {
-			g.TemplateSource, _ = a.templates.source(a, l, ng)
-		}
-		if l.health != nil {
-			g.Degraded = l.health.degraded[gs.ID]
-		}
-		st.NodeGroups = append(st.NodeGroups, g)
-	}
+	st.NodeGroups = a.nodeGroupsStatus(l)
 	st.ScaleDown = ScaleDownInfo{UnneededNodes: l.scaleDown.Unneeded, Removing: l.scaleDown.Removing,
 		BrakeEngaged: l.scaleDown.Braked, RecentDeletions: l.scaleDown.RecentCount, HeldBecause: l.scaleDown.Skipped, Kept: l.scaleDown.Kept}
 	st.PodsWithoutScaleUp = codeCounts(l.noScaleUp)
@@ -42,24 +47,48 @@ func (a *Autoscaler) writeStatus(ctx context.Context, l *loop) error {
 	st.ReplacementsBlocked = l.replacementsBlocked
 	st.PreflightIncidents = l.incidents
 	st.PreflightFailuresSettling = l.failuresSettling
-	if h := l.health; h != nil && (h.paused || len(h.nodes) > 0 || len(h.breakers) > 0 || len(h.incidents) > 0 || len(h.notJudged) > 0 || len(h.repairs) > 0 || a.health.policyErr != "") {
-		st.Health = &HealthStatus{Paused: h.paused, PolicyError: a.health.policyErr, Unhealthy: h.nodes, More: h.more, Breakers: h.breakers,
-			Incidents: h.incidents, Cordoned: h.cordoned, CordonCeiling: h.ceiling, NotJudged: h.notJudged, NotJudgedMore: h.notJudgedMore,
-			Repairs: h.repairs, RepairsMore: h.repairsMore}
-	}
+	st.Health = a.healthStatus(l)
 	st.ProvisioningRequests = a.provisioningRequestsStatus(l)
 	st.CapacityBuffers = a.buffersStatus(l)
 	st.LastChange = l.now.UTC()
-	cmp, full, err := boundStatus(&st)
-	if err != nil {
-		return err
+	return st
+}
+
+// nodeGroupsStatus is each registered group's state, with the source of
+// its template and whether health has it degraded.
+func (a *Autoscaler) nodeGroupsStatus(l *loop) []GroupStatus {
+	var out []GroupStatus
+	for _, gs := range a.registry.Groups() {
+		g := groupStatus(gs)
+		if ng, ok := l.byID[gs.ID]; ok {
+			g.TemplateSource, _ = a.templates.source(a, l, ng)
+		}
+		if l.health != nil {
+			g.Degraded = l.health.degraded[gs.ID]
+		}
+		out = append(out, g)
 	}
-	if cmp == a.lastStatus {
+	return out
+}
+
+// healthStatus is the node health's part of the status: nil when there is
+// nothing to show.
+func (a *Autoscaler) healthStatus(l *loop) *HealthStatus {
+	h := l.health
+	if h == nil || !(h.paused || len(h.nodes) > 0 || len(h.breakers) > 0 || len(h.incidents) > 0 || len(h.notJudged) > 0 || len(h.repairs) > 0 || a.health.policyErr != "") {
 		return nil
 	}
+	return &HealthStatus{Paused: h.paused, PolicyError: a.health.policyErr, Unhealthy: h.nodes, More: h.more, Breakers: h.breakers,
+		Incidents: h.incidents, Cordoned: h.cordoned, CordonCeiling: h.ceiling, NotJudged: h.notJudged, NotJudgedMore: h.notJudgedMore,
+		Repairs: h.repairs, RepairsMore: h.repairsMore}
+}
+
+// publishStatus writes the rendered status, when the gate lets it; a
+// failed write is counted and told (its first of a run as an event).
+func (a *Autoscaler) publishStatus(ctx context.Context, cmp, full string) {
 	if err := a.gate.Write("status"); err != nil {
 		klog.FromContext(ctx).V(2).Info("Status not written", "err", err.Error())
-		return nil
+		return
 	}
 	if err := a.status.WriteStatus(ctx, full); err != nil {
 		// The status is for people; the loop's work is done. A write
@@ -72,10 +101,9 @@ func (a *Autoscaler) writeStatus(ctx context.Context, l *loop) error {
 			a.groupEvent(apiv1.EventTypeWarning, EventStatusWriteFailed, capText("writing the status failed: "+err.Error(), maxStatusMessage))
 		}
 		a.lastStatusErr = err.Error()
-		return nil
+		return
 	}
 	a.lastStatus, a.lastStatusErr = cmp, ""
-	return nil
 }
 
 // EventStatusWriteFailed is on the status ConfigMap when writing it

@@ -72,8 +72,26 @@ func (a *Autoscaler) incidentThreshold() int {
 // report one by one). It returns the checks in an incident.
 func (a *Autoscaler) detectIncidents(ctx context.Context, l *loop, failed []clusterstate.NodeResult) map[string]int {
 	in := &a.preflight.incidents
+	recent, all := a.countFailedChecks(l, failed)
+	threshold := a.incidentThreshold()
+	a.startIncidents(ctx, recent, all, threshold)
+	a.endIncidents(ctx, l, all, threshold)
+	out := make(map[string]int, len(in.active))
+	for c, n := range in.active {
+		out[c] = n
+		a.metrics.PreflightIncidentNodes.WithLabelValues(c).Set(float64(n))
+	}
+	return out
+}
+
+// countFailedChecks counts the failed nodes by the check they failed: all
+// of them, and those first seen failing within --preflight-incident-window
+// (recent). It keeps when each node was first seen failing, and forgets
+// the nodes that fail no more.
+func (a *Autoscaler) countFailedChecks(l *loop, failed []clusterstate.NodeResult) (recent, all map[string]int) {
+	in := &a.preflight.incidents
 	now, window := l.now, a.opts.PreflightIncidentWindow
-	recent, all := map[string]int{}, map[string]int{}
+	recent, all = map[string]int{}, map[string]int{}
 	present := make(map[string]bool, len(failed))
 	for _, f := range failed {
 		name := f.Node.Name
@@ -94,7 +112,14 @@ func (a *Autoscaler) detectIncidents(ctx context.Context, l *loop, failed []clus
 			delete(in.firstFailed, name)
 		}
 	}
-	threshold := a.incidentThreshold()
+	return recent, all
+}
+
+// startIncidents starts an incident for each check not in one that at
+// least threshold nodes recently failed.
+func (a *Autoscaler) startIncidents(ctx context.Context, recent, all map[string]int, threshold int) {
+	in := &a.preflight.incidents
+	window := a.opts.PreflightIncidentWindow
 	logger := klog.FromContext(ctx)
 	for _, c := range sortedKeys(recent) {
 		if _, on := in.active[c]; on || recent[c] < threshold {
@@ -108,6 +133,15 @@ func (a *Autoscaler) detectIncidents(ctx context.Context, l *loop, failed []clus
 		logger.Info("Preflight incident: nodes failing the same check are kept", "check", c, "nodes", recent[c], "threshold", threshold)
 		a.groupEvent(apiv1.EventTypeWarning, EventPreflightIncident, msg)
 	}
+}
+
+// endIncidents updates each incident's count of failed nodes, and ends
+// those with fewer than threshold failed nodes for
+// --preflight-failure-settle.
+func (a *Autoscaler) endIncidents(ctx context.Context, l *loop, all map[string]int, threshold int) {
+	in := &a.preflight.incidents
+	now := l.now
+	logger := klog.FromContext(ctx)
 	for _, c := range sortedKeys(in.active) {
 		in.active[c] = all[c]
 		if all[c] >= threshold {
@@ -129,10 +163,4 @@ func (a *Autoscaler) detectIncidents(ctx context.Context, l *loop, failed []clus
 		a.groupEvent(apiv1.EventTypeNormal, EventPreflightIncidentOver,
 			fmt.Sprintf("preflight incident over: %d nodes fail check %q now, fewer than %d; they are replaced as failed nodes again", all[c], c, threshold))
 	}
-	out := make(map[string]int, len(in.active))
-	for c, n := range in.active {
-		out[c] = n
-		a.metrics.PreflightIncidentNodes.WithLabelValues(c).Set(float64(n))
-	}
-	return out
 }

@@ -259,39 +259,14 @@ func (a *Autoscaler) drainForReplacement(ctx context.Context, l *loop, n *apiv1.
 	if a.pausedForReplacement(l, n) {
 		return false
 	}
-	var running []*apiv1.Pod
-	for _, p := range l.snap.Pods(idx) {
-		if h := actuation.HolderOf(p, l.now); h != nil && !h.Terminating {
-			running = append(running, p)
-		}
-	}
+	running := runningPods(l, idx)
 	if len(running) == 0 {
 		delete(a.preflight.blocked, n.Name)
 		return true
 	}
-	var move []*apiv1.Pod
-	reason, why := scaledown.ReasonPDB, ""
-	pdbs, err := a.replacementPDBs(l)
-	if err != nil {
-		why = err.Error()
-	} else {
-		rules := a.opts.scaleDownOptions().Rules
-		rules.EvictScratch = scratch
-		move, reason, why = scaledown.PodsToMove(running, pdbs, rules)
-		if reason == scaledown.ReasonNone {
-			pdbs.Take(move)
-		}
-	}
+	move, reason, why := a.replacementMoves(l, running, scratch)
 	if reason != scaledown.ReasonNone {
-		l.replacementsBlocked = append(l.replacementsBlocked, n.Name+": "+why)
-		if a.preflight.blocked[n.Name] != why {
-			a.preflight.blocked[n.Name] = why
-			klog.FromContext(ctx).Info("A node being replaced keeps a pod that may not be evicted; kept cordoned", "node", klog.KObj(n), "reason", why)
-			if a.rec != nil {
-				a.rec.Event(nodeRef(n), apiv1.EventTypeWarning, EventReplacementBlocked,
-					fmt.Sprintf("node kept cordoned, not replaced, while %s (%s)", why, reason))
-			}
-		}
+		a.blockReplacement(ctx, l, n, reason, why)
 		return false
 	}
 	delete(a.preflight.blocked, n.Name)
@@ -302,6 +277,52 @@ func (a *Autoscaler) drainForReplacement(ctx context.Context, l *loop, n *apiv1.
 		}
 	}
 	return false
+}
+
+// runningPods are the pods of the snapshot's node idx that hold it and
+// are not terminating.
+func runningPods(l *loop, idx int) []*apiv1.Pod {
+	var running []*apiv1.Pod
+	for _, p := range l.snap.Pods(idx) {
+		if h := actuation.HolderOf(p, l.now); h != nil && !h.Terminating {
+			running = append(running, p)
+		}
+	}
+	return running
+}
+
+// replacementMoves are the running pods to evict from a node being
+// replaced, by scale-down's rules (emptyDir pods too with scratch), taken
+// from the loop's PodDisruptionBudgets; or the reason one may not be
+// evicted and why (a PDB reason when the budgets could not be read).
+func (a *Autoscaler) replacementMoves(l *loop, running []*apiv1.Pod, scratch bool) ([]*apiv1.Pod, scaledown.Reason, string) {
+	pdbs, err := a.replacementPDBs(l)
+	if err != nil {
+		return nil, scaledown.ReasonPDB, err.Error()
+	}
+	rules := a.opts.scaleDownOptions().Rules
+	rules.EvictScratch = scratch
+	move, reason, why := scaledown.PodsToMove(running, pdbs, rules)
+	if reason == scaledown.ReasonNone {
+		pdbs.Take(move)
+	}
+	return move, reason, why
+}
+
+// blockReplacement keeps a node being replaced cordoned while a pod may
+// not be evicted: the status says why, and the log and an event on the
+// node say it when why changed.
+func (a *Autoscaler) blockReplacement(ctx context.Context, l *loop, n *apiv1.Node, reason scaledown.Reason, why string) {
+	l.replacementsBlocked = append(l.replacementsBlocked, n.Name+": "+why)
+	if a.preflight.blocked[n.Name] == why {
+		return
+	}
+	a.preflight.blocked[n.Name] = why
+	klog.FromContext(ctx).Info("A node being replaced keeps a pod that may not be evicted; kept cordoned", "node", klog.KObj(n), "reason", why)
+	if a.rec != nil {
+		a.rec.Event(nodeRef(n), apiv1.EventTypeWarning, EventReplacementBlocked,
+			fmt.Sprintf("node kept cordoned, not replaced, while %s (%s)", why, reason))
+	}
 }
 
 // pdbs are the PodDisruptionBudgets from the cache.
@@ -342,15 +363,23 @@ func (a *Autoscaler) removeFailedMachines(ctx context.Context, l *loop, del map[
 	if len(del) == 0 {
 		return
 	}
-	logger := klog.FromContext(ctx)
-	nodeOf := make(map[string]*apiv1.Node, len(l.nodes))
-	for _, n := range l.nodes {
-		if n.Spec.ProviderID != "" {
-			nodeOf[cloudprovider.ProviderIDKey(n.Spec.ProviderID)] = n
-		}
+	machines, listed := a.admitFailedMachines(ctx, l, del)
+	// A machine no longer asked for (deleted, or it recovered) is
+	// forgotten: asked again later, it is counted by the brake again.
+	a.forgetUnlistedMachines(listed)
+	if !a.saveReplacementCount(ctx, l, machines) {
+		return
 	}
-	var machines []actuation.Machine
-	listed := map[string]bool{}
+	a.deleteFailedMachines(ctx, l, machines)
+}
+
+// admitFailedMachines are the failed machines the replacement brake admits
+// and whose nodes have nothing left to evict (each with its Node, when it
+// has one); the others are asked again by the next Update. listed are all
+// the machines asked for.
+func (a *Autoscaler) admitFailedMachines(ctx context.Context, l *loop, del map[string][]string) (machines []actuation.Machine, listed map[string]bool) {
+	nodeOf := nodesByProviderID(l.nodes)
+	listed = map[string]bool{}
 	for _, id := range sortedKeys(del) {
 		for _, pid := range del[id] {
 			listed[pid] = true
@@ -362,8 +391,24 @@ func (a *Autoscaler) removeFailedMachines(ctx context.Context, l *loop, del map[
 			machines = append(machines, m)
 		}
 	}
-	// A machine no longer asked for (deleted, or it recovered) is
-	// forgotten: asked again later, it is counted by the brake again.
+	return machines, listed
+}
+
+// nodesByProviderID are the nodes with a provider ID, by its key.
+func nodesByProviderID(nodes []*apiv1.Node) map[string]*apiv1.Node {
+	nodeOf := make(map[string]*apiv1.Node, len(nodes))
+	for _, n := range nodes {
+		if n.Spec.ProviderID != "" {
+			nodeOf[cloudprovider.ProviderIDKey(n.Spec.ProviderID)] = n
+		}
+	}
+	return nodeOf
+}
+
+// forgetUnlistedMachines forgets the node-less machines admitted earlier
+// and no longer asked for: their admission, whether their deletion was
+// sent, and their place in the brake.
+func (a *Autoscaler) forgetUnlistedMachines(listed map[string]bool) {
 	for pid := range a.preflight.admittedMachines {
 		if !listed[pid] {
 			delete(a.preflight.admittedMachines, pid)
@@ -371,15 +416,32 @@ func (a *Autoscaler) removeFailedMachines(ctx context.Context, l *loop, del map[
 			a.replace.brake.Dropped(pid)
 		}
 	}
-	if len(machines) > 0 {
-		if err := a.persistSafetyState(ctx, l.now); err != nil {
-			logger.Error(err, "Failed machines not deleted: the brake's count could not be saved first; retried next loop")
-			for _, m := range machines {
-				a.registry.RetryDelete([]string{m.ProviderID})
-			}
-			return
-		}
+}
+
+// saveReplacementCount is the write-ahead of deleting machines: the brake
+// counted them, and the next leader must see them counted. It says
+// whether they may be deleted; when the count could not be saved they are
+// asked again by the next Update.
+func (a *Autoscaler) saveReplacementCount(ctx context.Context, l *loop, machines []actuation.Machine) bool {
+	if len(machines) == 0 {
+		return true
 	}
+	err := a.persistSafetyState(ctx, l.now)
+	if err == nil {
+		return true
+	}
+	klog.FromContext(ctx).Error(err, "Failed machines not deleted: the brake's count could not be saved first; retried next loop")
+	for _, m := range machines {
+		a.registry.RetryDelete([]string{m.ProviderID})
+	}
+	return false
+}
+
+// deleteFailedMachines hands the admitted machines to the Remover: one
+// deleted is charged to the brake once and kept from the preflight phase;
+// one not deleted is asked again by the next Update.
+func (a *Autoscaler) deleteFailedMachines(ctx context.Context, l *loop, machines []actuation.Machine) {
+	logger := klog.FromContext(ctx)
 	deleted := map[string]int{}
 	for _, o := range a.remover.Remove(ctx, l.byID, machines) {
 		switch {

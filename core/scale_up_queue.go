@@ -153,10 +153,25 @@ func (na *nodeAddition) Decide(now time.Time, demands []ratelimit.Demand, inFlig
 // hold a group's other demand back for good. While workload is paced,
 // balloons wait too: they must not take the tokens and room it waits for.
 func (na *nodeAddition) decidePaced(now time.Time, demands []ratelimit.Demand, inFlight int) ratelimit.Decision {
-	pacedGroup := func(g string) bool {
-		last, ok := na.lastRelease[g]
-		return ok && last.Before(now) && now.Sub(last) < na.gap
-	}
+	na.expirePaces(now)
+	held, workloadPaced, why := na.holdBack(now, demands)
+	kept, paced, gangIn := splitHeld(demands, held, workloadPaced)
+	d := na.queue.Decide(now, kept, inFlight)
+	na.startPaces(now, d, gangIn)
+	queueHeld(&d, paced, why)
+	return d
+}
+
+// pacedGroup says group g was released to less than the gap before now,
+// in an earlier loop.
+func (na *nodeAddition) pacedGroup(now time.Time, g string) bool {
+	last, ok := na.lastRelease[g]
+	return ok && last.Before(now) && now.Sub(last) < na.gap
+}
+
+// expirePaces forgets the groups whose pace is over, and at a new loop's
+// first decision, the pace that held demand back in the last loop.
+func (na *nodeAddition) expirePaces(now time.Time) {
 	for g, last := range na.lastRelease { // a group's pace over: forget it
 		if now.Sub(last) >= na.gap {
 			delete(na.lastRelease, g)
@@ -165,35 +180,54 @@ func (na *nodeAddition) decidePaced(now time.Time, demands []ratelimit.Demand, i
 	if !na.pacedAt.Equal(now) { // a new loop's first decision
 		na.pacedAt, na.pacedUntil = now, time.Time{}
 	}
-	held := make([]bool, len(demands))
-	workloadPaced := false
-	why := ratelimit.NotLimited
+}
+
+// holdBack marks the demands held back by their group's pace or running
+// write; workloadPaced says workload was held by a pace, and why is the
+// first hold's limit.
+func (na *nodeAddition) holdBack(now time.Time, demands []ratelimit.Demand) (held []bool, workloadPaced bool, why ratelimit.Limit) {
+	held = make([]bool, len(demands))
+	why = ratelimit.NotLimited
 	for i, x := range demands {
-		if x.Gang != "" || x.Count <= 0 {
+		limit := na.heldBy(now, x)
+		if limit == ratelimit.NotLimited {
 			continue
 		}
-		switch {
-		case pacedGroup(x.Group):
-			if end := na.lastRelease[x.Group].Add(na.gap); na.pacedUntil.IsZero() || end.Before(na.pacedUntil) {
-				na.pacedUntil = end
-			}
-			if why == ratelimit.NotLimited {
-				why = ratelimit.LimitPaced
-			}
-		case na.writing[x.Group]:
-			if why == ratelimit.NotLimited {
-				why = ratelimit.LimitWriting
-			}
-		default:
-			continue
+		if why == ratelimit.NotLimited {
+			why = limit
 		}
 		held[i] = true
 		// Balloons wait behind paced workload (seconds); a group whose
 		// write runs (minutes) spends no tokens or room they would take.
-		workloadPaced = workloadPaced || (x.Class == ratelimit.Workload && pacedGroup(x.Group))
+		workloadPaced = workloadPaced || (x.Class == ratelimit.Workload && na.pacedGroup(now, x.Group))
 	}
-	var kept, paced []ratelimit.Demand
-	gangIn := map[string]bool{}
+	return held, workloadPaced, why
+}
+
+// heldBy is what holds demand x back: its group's pace (which then may end
+// the loop's pacedUntil sooner) or its group's running write; NotLimited
+// for a gang's demand, an empty one, and one nothing holds.
+func (na *nodeAddition) heldBy(now time.Time, x ratelimit.Demand) ratelimit.Limit {
+	if x.Gang != "" || x.Count <= 0 {
+		return ratelimit.NotLimited
+	}
+	switch {
+	case na.pacedGroup(now, x.Group):
+		if end := na.lastRelease[x.Group].Add(na.gap); na.pacedUntil.IsZero() || end.Before(na.pacedUntil) {
+			na.pacedUntil = end
+		}
+		return ratelimit.LimitPaced
+	case na.writing[x.Group]:
+		return ratelimit.LimitWriting
+	}
+	return ratelimit.NotLimited
+}
+
+// splitHeld parts the demands into those handed to the queue and those
+// held (balloons too, behind paced workload); gangIn are the groups with a
+// gang's demand handed to the queue. With nothing held, every demand goes.
+func splitHeld(demands []ratelimit.Demand, held []bool, workloadPaced bool) (kept, paced []ratelimit.Demand, gangIn map[string]bool) {
+	gangIn = map[string]bool{}
 	for i, x := range demands {
 		if held[i] || (workloadPaced && x.Gang == "" && x.Count > 0 && x.Class == ratelimit.Balloon) {
 			paced = append(paced, x)
@@ -207,7 +241,12 @@ func (na *nodeAddition) decidePaced(now time.Time, demands []ratelimit.Demand, i
 	if len(paced) == 0 {
 		kept = demands
 	}
-	d := na.queue.Decide(now, kept, inFlight)
+	return kept, paced, gangIn
+}
+
+// startPaces starts the pace of each group the decision released nodes
+// of, but of a group with a gang in its release.
+func (na *nodeAddition) startPaces(now time.Time, d ratelimit.Decision, gangIn map[string]bool) {
 	for g, byClass := range d.ReleaseClass {
 		for _, n := range byClass {
 			if n > 0 && !gangIn[g] {
@@ -218,6 +257,11 @@ func (na *nodeAddition) decidePaced(now time.Time, demands []ratelimit.Demand, i
 			}
 		}
 	}
+}
+
+// queueHeld adds the held demands to the decision's queued ones, with the
+// limit why when the queue named none.
+func queueHeld(d *ratelimit.Decision, paced []ratelimit.Demand, why ratelimit.Limit) {
 	for _, x := range paced {
 		if d.Queued[x.Group] == nil {
 			d.Queued[x.Group] = map[ratelimit.Class]int{}
@@ -227,7 +271,6 @@ func (na *nodeAddition) decidePaced(now time.Time, demands []ratelimit.Demand, i
 			d.Limit = why
 		}
 	}
-	return d
 }
 
 // Refund returns the tokens of nodes the cloud refused (scaleup.Queue).
@@ -254,39 +297,10 @@ func (a *Autoscaler) reportQueue(ctx context.Context, l *loop, rep additionRepor
 			m.QueueDepth.WithLabelValues(g, c.String()).Set(float64(n))
 		}
 	}
-	// Demand queued last loop and neither released nor queued now was
-	// cancelled: its pods were deleted, scheduled elsewhere, or fit now.
-	for g, byClass := range na.lastQueued {
-		for c, n := range byClass {
-			still := rep.Queued[g][c] + rep.Released[g][c]
-			if gone := n - still; gone > 0 {
-				m.NodesCancelled.WithLabelValues(g, c.String()).Add(float64(gone))
-				klog.FromContext(ctx).V(2).Info("Queued node demand cancelled", "nodeGroup", g, "class", c.String(), "nodes", gone)
-			}
-		}
-	}
+	a.countCancelled(ctx, rep)
 	na.lastQueued = rep.Queued
 	if na.enabled && na.adaptive != nil {
-		take := func() ratelimit.Signals {
-			if na.apiServer == nil {
-				return ratelimit.Signals{}
-			}
-			return na.apiServer.Take()
-		}
-		if c, ok := na.adaptive.Update(l.now, rep.Limit == ratelimit.LimitRate, take); ok {
-			if c.To != c.From {
-				o := na.queue.Options()
-				o.NodesPerMinute = c.To
-				if err := na.queue.SetOptions(o); err != nil {
-					klog.FromContext(ctx).Error(err, "Setting the adaptive node-addition rate")
-				}
-				m.RateChanges.WithLabelValues(c.Reason).Inc()
-				klog.FromContext(ctx).Info("Node-addition rate changed", "from", c.From, "to", c.To, "reason", c.Reason,
-					"requests", c.Signals.Requests, "slow", c.Signals.Slow, "throttled", c.Signals.Throttled,
-					"serverErrors", c.Signals.ServerErrors, "flowControlRejected", c.Signals.Rejected, "flowControlKnown", c.Signals.RejectedKnown)
-			}
-			na.reason = c.Reason
-		}
+		a.adaptRate(ctx, l, rep)
 	}
 	rate := na.queue.Options().NodesPerMinute
 	m.AdditionRate.Set(rate)
@@ -298,6 +312,49 @@ func (a *Autoscaler) reportQueue(ctx context.Context, l *loop, rep additionRepor
 		}
 		m.AdditionRateReason.WithLabelValues(r).Set(v)
 	}
+}
+
+// countCancelled counts the demand queued last loop and neither released
+// nor queued now: cancelled, its pods deleted, scheduled elsewhere, or
+// fitting now.
+func (a *Autoscaler) countCancelled(ctx context.Context, rep additionReport) {
+	for g, byClass := range a.nodeAdd.lastQueued {
+		for c, n := range byClass {
+			still := rep.Queued[g][c] + rep.Released[g][c]
+			if gone := n - still; gone > 0 {
+				a.metrics.NodesCancelled.WithLabelValues(g, c.String()).Add(float64(gone))
+				klog.FromContext(ctx).V(2).Info("Queued node demand cancelled", "nodeGroup", g, "class", c.String(), "nodes", gone)
+			}
+		}
+	}
+}
+
+// adaptRate lets the adaptive controller move the node-addition rate on
+// the API server's signals and whether the rate held demand back.
+func (a *Autoscaler) adaptRate(ctx context.Context, l *loop, rep additionReport) {
+	na := a.nodeAdd
+	take := func() ratelimit.Signals {
+		if na.apiServer == nil {
+			return ratelimit.Signals{}
+		}
+		return na.apiServer.Take()
+	}
+	c, ok := na.adaptive.Update(l.now, rep.Limit == ratelimit.LimitRate, take)
+	if !ok {
+		return
+	}
+	if c.To != c.From {
+		o := na.queue.Options()
+		o.NodesPerMinute = c.To
+		if err := na.queue.SetOptions(o); err != nil {
+			klog.FromContext(ctx).Error(err, "Setting the adaptive node-addition rate")
+		}
+		a.metrics.RateChanges.WithLabelValues(c.Reason).Inc()
+		klog.FromContext(ctx).Info("Node-addition rate changed", "from", c.From, "to", c.To, "reason", c.Reason,
+			"requests", c.Signals.Requests, "slow", c.Signals.Slow, "throttled", c.Signals.Throttled,
+			"serverErrors", c.Signals.ServerErrors, "flowControlRejected", c.Signals.Rejected, "flowControlKnown", c.Signals.RejectedKnown)
+	}
+	na.reason = c.Reason
 }
 
 // queueStatus is the queue in the status ConfigMap.

@@ -93,24 +93,13 @@ func daemonSetPod(ds *appsv1.DaemonSet, node string) *apiv1.Pod {
 // ("node/<name>"), or "sku" when the group has no usable node, and returns
 // that node (nil for the SKU).
 func (t *templates) source(a *Autoscaler, l *loop, g cloudprovider.NodeGroup) (string, *apiv1.Node) {
-	// A degraded node (7 of its 8 GPUs advertised) is never the template:
-	// learned from it, no new node would be believed to fit a whole-node
-	// pod, and such pods would wait for ever.
-	eligible := func(n *apiv1.Node) bool {
-		return a.usable(l, n) && !n.Spec.Unschedulable && !actuation.HasTaintKey(n, scaledown.ToBeDeletedTaint) &&
-			!a.machineDeleted(n.Name) && len(a.degraded(l, n)) == 0
-	}
 	nodes := l.nodesOf[g.ID()]
-	if name, ok := t.learned[g.ID()]; ok {
-		for _, n := range nodes {
-			if n.Name == name && eligible(n) {
-				return templateFromNode + n.Name, n
-			}
-		}
+	if n := t.stillLearned(a, l, g.ID(), nodes); n != nil {
+		return templateFromNode + n.Name, n
 	}
 	var pick *apiv1.Node
 	for _, n := range nodes {
-		if (pick == nil || n.Name < pick.Name) && eligible(n) {
+		if (pick == nil || n.Name < pick.Name) && a.templateEligible(l, n) {
 			pick = n
 		}
 	}
@@ -120,6 +109,31 @@ func (t *templates) source(a *Autoscaler, l *loop, g cloudprovider.NodeGroup) (s
 	}
 	t.learned[g.ID()] = pick.Name
 	return templateFromNode + pick.Name, pick
+}
+
+// stillLearned is the node the group's template was last learned from, when it
+// is among its nodes and still eligible; nil otherwise.
+func (t *templates) stillLearned(a *Autoscaler, l *loop, group string, nodes []*apiv1.Node) *apiv1.Node {
+	name, ok := t.learned[group]
+	if !ok {
+		return nil
+	}
+	for _, n := range nodes {
+		if n.Name == name && a.templateEligible(l, n) {
+			return n
+		}
+	}
+	return nil
+}
+
+// templateEligible says a template may be learned from node n: usable,
+// schedulable, not being deleted, and not degraded. A degraded node (7 of
+// its 8 GPUs advertised) is never the template: learned from it, no new
+// node would be believed to fit a whole-node pod, and such pods would
+// wait for ever.
+func (a *Autoscaler) templateEligible(l *loop, n *apiv1.Node) bool {
+	return a.usable(l, n) && !n.Spec.Unschedulable && !actuation.HasTaintKey(n, scaledown.ToBeDeletedTaint) &&
+		!a.machineDeleted(n.Name) && len(a.degraded(l, n)) == 0
 }
 
 // build returns the template NodeInfo for a group.
