@@ -38,36 +38,56 @@ func ParseNodeGroupSpec(s string) (NodeGroupSpec, error) {
 	if len(parts) != 3 {
 		return NodeGroupSpec{}, fmt.Errorf("--nodes=%q: want min:max:name or min:max:resource-group/name", s)
 	}
-	min, err := strconv.Atoi(parts[0])
-	if err != nil || min < 0 {
-		return NodeGroupSpec{}, fmt.Errorf("--nodes=%q: min %q is not a non-negative integer", s, parts[0])
+	min, max, err := parseGroupSizes(s, parts[0], parts[1])
+	if err != nil {
+		return NodeGroupSpec{}, err
 	}
-	max, err := strconv.Atoi(parts[1])
+	rg, name, err := parseGroupTarget(s, parts[2])
+	if err != nil {
+		return NodeGroupSpec{}, err
+	}
+	return NodeGroupSpec{Min: min, Max: max, ResourceGroup: rg, Name: name}, nil
+}
+
+// parseGroupSizes parses the min and max of --nodes=s: non-negative, min
+// at most max, max from 1 to MaxGroupSize.
+func parseGroupSizes(s, minText, maxText string) (min, max int, err error) {
+	min, err = strconv.Atoi(minText)
+	if err != nil || min < 0 {
+		return 0, 0, fmt.Errorf("--nodes=%q: min %q is not a non-negative integer", s, minText)
+	}
+	max, err = strconv.Atoi(maxText)
 	if err != nil || max < 0 {
-		return NodeGroupSpec{}, fmt.Errorf("--nodes=%q: max %q is not a non-negative integer", s, parts[1])
+		return 0, 0, fmt.Errorf("--nodes=%q: max %q is not a non-negative integer", s, maxText)
 	}
 	if min > max {
-		return NodeGroupSpec{}, fmt.Errorf("--nodes=%q: min %d is greater than max %d", s, min, max)
+		return 0, 0, fmt.Errorf("--nodes=%q: min %d is greater than max %d", s, min, max)
 	}
 	if max == 0 {
-		return NodeGroupSpec{}, fmt.Errorf("--nodes=%q: max must be at least 1", s)
+		return 0, 0, fmt.Errorf("--nodes=%q: max must be at least 1", s)
 	}
 	if max > MaxGroupSize {
-		return NodeGroupSpec{}, fmt.Errorf("--nodes=%q: max %d is above %d", s, max, MaxGroupSize)
+		return 0, 0, fmt.Errorf("--nodes=%q: max %d is above %d", s, max, MaxGroupSize)
 	}
-	target := strings.TrimSpace(parts[2])
+	return min, max, nil
+}
+
+// parseGroupTarget parses the scale set of --nodes=s, "name" or
+// "rg/name"; rg is "" for a name alone.
+func parseGroupTarget(s, text string) (rg, name string, err error) {
+	target := strings.TrimSpace(text)
 	rg, name, qualified := strings.Cut(target, "/")
 	if !qualified {
 		rg, name = "", target
 	}
 	if name == "" || strings.ContainsAny(name, " /:") {
-		return NodeGroupSpec{}, fmt.Errorf("--nodes=%q: name %q must be a scale set name (no spaces, '/' or ':'), "+
-			"or a resource group and one (resource-group/name)", s, parts[2])
+		return "", "", fmt.Errorf("--nodes=%q: name %q must be a scale set name (no spaces, '/' or ':'), "+
+			"or a resource group and one (resource-group/name)", s, text)
 	}
 	if qualified && (rg == "" || strings.ContainsAny(rg, " :")) {
-		return NodeGroupSpec{}, fmt.Errorf("--nodes=%q: resource group %q of scale set %s must be a resource group name (no spaces, '/' or ':')", s, rg, name)
+		return "", "", fmt.Errorf("--nodes=%q: resource group %q of scale set %s must be a resource group name (no spaces, '/' or ':')", s, rg, name)
 	}
-	return NodeGroupSpec{Min: min, Max: max, ResourceGroup: rg, Name: name}, nil
+	return rg, name, nil
 }
 
 // ParseNodeGroupSpecs parses every --nodes flag and rejects duplicates: a

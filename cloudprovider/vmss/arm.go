@@ -152,16 +152,15 @@ func classify(err error) error {
 
 // classOfCode maps an ARM status and error code to a class.
 func classOfCode(status int, code, msg string) cloudprovider.ErrorClass {
-	lc := strings.ToLower(code)
+	lc, lmsg := strings.ToLower(code), strings.ToLower(msg)
 	switch {
 	case status == http.StatusTooManyRequests || lc == "toomanyrequests":
 		return cloudprovider.ClassThrottled
-	case isSizeLimit(lc, strings.ToLower(msg)):
+	case isSizeLimit(lc, lmsg):
 		return cloudprovider.ClassSizeLimit
-	case lc == "quotaexceeded" || (lc == "operationnotallowed" && strings.Contains(strings.ToLower(msg), "quota")):
+	case isQuota(lc, lmsg):
 		return cloudprovider.ClassQuota
-	case lc == "allocationfailed" || lc == "zonalallocationfailed" || lc == "overconstrainedallocationrequest" ||
-		lc == "overconstrainedzonalallocationrequest" || lc == "skunotavailable":
+	case isOutOfCapacity(lc):
 		return cloudprovider.ClassOutOfCapacity
 	case lc == "scopelocked":
 		// A management lock on the scale set or its resource group
@@ -175,6 +174,24 @@ func classOfCode(status int, code, msg string) cloudprovider.ErrorClass {
 	default:
 		return cloudprovider.ClassOther
 	}
+}
+
+// isQuota says an ARM error refused what a quota does not allow:
+// QuotaExceeded, or OperationNotAllowed about a quota. Both take lower
+// case.
+func isQuota(code, msg string) bool {
+	return code == "quotaexceeded" || (code == "operationnotallowed" && strings.Contains(msg, "quota"))
+}
+
+// isOutOfCapacity says an ARM error code (lower case) is Azure out of
+// the VMs asked for.
+func isOutOfCapacity(code string) bool {
+	switch code {
+	case "allocationfailed", "zonalallocationfailed", "overconstrainedallocationrequest",
+		"overconstrainedzonalallocationrequest", "skunotavailable":
+		return true
+	}
+	return false
 }
 
 // isSizeLimit says an ARM error refused a capacity the scale set cannot

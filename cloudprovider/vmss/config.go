@@ -104,6 +104,19 @@ type Config struct {
 }
 
 func (c *Config) defaults() {
+	c.endpointDefaults()
+	c.refreshDefaults()
+	if c.GPUResourceName == "" {
+		c.GPUResourceName = "nvidia.com/gpu"
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+}
+
+// endpointDefaults fills in the Resource Manager endpoint (without a
+// trailing '/'), the token audience and the auth mode.
+func (c *Config) endpointDefaults() {
 	if c.ARMEndpoint == "" {
 		c.ARMEndpoint = PublicARMEndpoint
 	}
@@ -118,6 +131,11 @@ func (c *Config) defaults() {
 	if c.Auth == "" {
 		c.Auth = AuthDefault
 	}
+}
+
+// refreshDefaults fills in how often what is read from ARM is read
+// again: the caches, the VM lists, the operation polls.
+func (c *Config) refreshDefaults() {
 	if c.CacheTTL == 0 {
 		c.CacheTTL = time.Minute
 	}
@@ -142,16 +160,24 @@ func (c *Config) defaults() {
 	if c.LROPollInterval < time.Second {
 		c.LROPollInterval = time.Second // the SDK's poller refuses less
 	}
-	if c.GPUResourceName == "" {
-		c.GPUResourceName = "nvidia.com/gpu"
-	}
-	if c.Clock == nil {
-		c.Clock = clock.RealClock{}
-	}
 }
 
 // Validate checks the configuration; errors name the flag.
 func (c *Config) Validate() error {
+	return bounds.First(
+		c.validateScope,
+		c.validateNodeGroups,
+		c.validateEndpoint,
+		c.validateIntervals,
+		c.validateVMListLimits,
+		func() error { return bounds.Duration("sku cache TTL", c.SKUCacheTTL, time.Minute, 7*24*time.Hour) },
+		c.validateAuth,
+	)
+}
+
+// validateScope checks that there is a subscription, resource groups and
+// node groups to manage.
+func (c *Config) validateScope() error {
 	if c.SubscriptionID == "" {
 		return fmt.Errorf("--azure-subscription-id: required (or AZURE_SUBSCRIPTION_ID)")
 	}
@@ -161,6 +187,12 @@ func (c *Config) Validate() error {
 	if len(c.NodeGroups) == 0 && len(c.AutoDiscovery) == 0 {
 		return fmt.Errorf("--nodes or --node-group-auto-discovery: no node groups configured")
 	}
+	return nil
+}
+
+// validateNodeGroups checks each --nodes, whose resource group must be
+// one of --azure-resource-groups, and each auto-discovery spec.
+func (c *Config) validateNodeGroups() error {
 	for _, ng := range c.NodeGroups {
 		if err := validateName(ng.Name); err != nil {
 			return fmt.Errorf("--nodes: %w", err)
@@ -175,30 +207,46 @@ func (c *Config) Validate() error {
 			return err
 		}
 	}
+	return nil
+}
+
+func (c *Config) validateEndpoint() error {
 	if !strings.HasPrefix(c.ARMEndpoint, "https://") {
 		return fmt.Errorf("--azure-arm-endpoint=%q: must be an https:// URL", c.ARMEndpoint)
 	}
-	if err := bounds.Duration("--azure-cache-ttl", c.CacheTTL, time.Second, time.Hour); err != nil {
-		return err
-	}
-	if err := bounds.Duration("--azure-operation-poll-interval", c.LROPollInterval, time.Second, time.Hour); err != nil {
-		return err
-	}
-	if err := bounds.Duration("--azure-vm-list-interval", c.VMListInterval, time.Second, 2*time.Hour); err != nil {
-		return err
-	}
-	if err := bounds.Duration("--azure-vm-list-active-interval", c.VMListActiveInterval, time.Second, c.VMListInterval); err != nil {
-		return err
-	}
+	return nil
+}
+
+// validateIntervals checks the cache TTL, the operation poll interval and
+// the VM list intervals.
+func (c *Config) validateIntervals() error {
+	return bounds.First(
+		func() error { return bounds.Duration("--azure-cache-ttl", c.CacheTTL, time.Second, time.Hour) },
+		func() error {
+			return bounds.Duration("--azure-operation-poll-interval", c.LROPollInterval, time.Second, time.Hour)
+		},
+		func() error {
+			return bounds.Duration("--azure-vm-list-interval", c.VMListInterval, time.Second, 2*time.Hour)
+		},
+		func() error {
+			return bounds.Duration("--azure-vm-list-active-interval", c.VMListActiveInterval, time.Second, c.VMListInterval)
+		},
+	)
+}
+
+// validateVMListLimits checks the VM list budget and parallelism.
+func (c *Config) validateVMListLimits() error {
 	if c.VMListBudget < 1 || c.VMListBudget > 10000 {
 		return fmt.Errorf("--azure-vm-list-budget=%d: must be between 1 and 10000 VM lists per 30 minutes", c.VMListBudget)
 	}
 	if c.VMListParallelism < 1 || c.VMListParallelism > 64 {
 		return fmt.Errorf("--azure-vm-list-parallelism=%d: must be between 1 and 64", c.VMListParallelism)
 	}
-	if err := bounds.Duration("sku cache TTL", c.SKUCacheTTL, time.Minute, 7*24*time.Hour); err != nil {
-		return err
-	}
+	return nil
+}
+
+// validateAuth checks the auth mode and what it needs.
+func (c *Config) validateAuth() error {
 	switch c.Auth {
 	case AuthDefault, AuthWorkloadIdentity, AuthManagedIdentity:
 	case AuthClientSecret:
@@ -266,43 +314,63 @@ func (c *Config) credential(tr policy.Transporter) (azcore.TokenCredential, erro
 	opts := azcore.ClientOptions{Cloud: c.cloudConfig(), Transport: tr}
 	switch c.Auth {
 	case AuthWorkloadIdentity:
-		cred, err := azidentity.NewWorkloadIdentityCredential(&azidentity.WorkloadIdentityCredentialOptions{
-			ClientOptions: opts, TenantID: c.TenantID, ClientID: c.ClientID})
-		if err != nil {
-			return nil, fmt.Errorf("--azure-auth=workload-identity: %w", err)
-		}
-		return cred, nil
+		return c.workloadIdentityCredential(opts)
 	case AuthManagedIdentity:
-		o := &azidentity.ManagedIdentityCredentialOptions{ClientOptions: opts}
-		if c.ClientID != "" {
-			o.ID = azidentity.ClientID(c.ClientID)
-		}
-		cred, err := azidentity.NewManagedIdentityCredential(o)
-		if err != nil {
-			return nil, fmt.Errorf("--azure-auth=managed-identity: %w", err)
-		}
-		return cred, nil
+		return c.managedIdentityCredential(opts)
 	case AuthClientSecret:
-		secret, err := os.ReadFile(c.ClientSecretFile)
-		if err != nil {
-			return nil, fmt.Errorf("--azure-client-secret-file=%s: %w", c.ClientSecretFile, err)
-		}
-		cred, err := azidentity.NewClientSecretCredential(c.TenantID, c.ClientID, strings.TrimSpace(string(secret)),
-			&azidentity.ClientSecretCredentialOptions{ClientOptions: opts})
-		if err != nil {
-			return nil, fmt.Errorf("--azure-auth=client-secret: %w", err)
-		}
-		return cred, nil
+		return c.clientSecretCredential(opts)
 	case AuthTokenFile:
 		return &tokenFile{path: c.TokenFile}, nil
 	default:
-		cred, err := azidentity.NewDefaultAzureCredential(&azidentity.DefaultAzureCredentialOptions{
-			ClientOptions: opts, TenantID: c.TenantID})
-		if err != nil {
-			return nil, fmt.Errorf("--azure-auth=default: %w", err)
-		}
-		return cred, nil
+		return c.defaultCredential(opts)
 	}
+}
+
+func (c *Config) workloadIdentityCredential(opts azcore.ClientOptions) (azcore.TokenCredential, error) {
+	cred, err := azidentity.NewWorkloadIdentityCredential(&azidentity.WorkloadIdentityCredentialOptions{
+		ClientOptions: opts, TenantID: c.TenantID, ClientID: c.ClientID})
+	if err != nil {
+		return nil, fmt.Errorf("--azure-auth=workload-identity: %w", err)
+	}
+	return cred, nil
+}
+
+// managedIdentityCredential is the managed identity's credential: the
+// one of --azure-client-id, if given.
+func (c *Config) managedIdentityCredential(opts azcore.ClientOptions) (azcore.TokenCredential, error) {
+	o := &azidentity.ManagedIdentityCredentialOptions{ClientOptions: opts}
+	if c.ClientID != "" {
+		o.ID = azidentity.ClientID(c.ClientID)
+	}
+	cred, err := azidentity.NewManagedIdentityCredential(o)
+	if err != nil {
+		return nil, fmt.Errorf("--azure-auth=managed-identity: %w", err)
+	}
+	return cred, nil
+}
+
+// clientSecretCredential is the service principal's credential, its
+// secret read from --azure-client-secret-file.
+func (c *Config) clientSecretCredential(opts azcore.ClientOptions) (azcore.TokenCredential, error) {
+	secret, err := os.ReadFile(c.ClientSecretFile)
+	if err != nil {
+		return nil, fmt.Errorf("--azure-client-secret-file=%s: %w", c.ClientSecretFile, err)
+	}
+	cred, err := azidentity.NewClientSecretCredential(c.TenantID, c.ClientID, strings.TrimSpace(string(secret)),
+		&azidentity.ClientSecretCredentialOptions{ClientOptions: opts})
+	if err != nil {
+		return nil, fmt.Errorf("--azure-auth=client-secret: %w", err)
+	}
+	return cred, nil
+}
+
+func (c *Config) defaultCredential(opts azcore.ClientOptions) (azcore.TokenCredential, error) {
+	cred, err := azidentity.NewDefaultAzureCredential(&azidentity.DefaultAzureCredentialOptions{
+		ClientOptions: opts, TenantID: c.TenantID})
+	if err != nil {
+		return nil, fmt.Errorf("--azure-auth=default: %w", err)
+	}
+	return cred, nil
 }
 
 // tokenFile is a credential that reads a bearer token from a file on each

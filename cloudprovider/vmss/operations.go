@@ -252,40 +252,60 @@ type operationStatus struct {
 // answer; without a status in it (a Location poller's final answer),
 // from the poller's Result.
 func outcomeOf[T any](ctx context.Context, poller *runtime.Poller[T], resp *http.Response) opResult {
+	st := operationStatusOf(resp)
+	if st.Status == "" {
+		return resultOutcome(ctx, poller)
+	}
+	return st.outcome()
+}
+
+// operationStatusOf reads an Azure-AsyncOperation status body; zero when
+// there is none.
+func operationStatusOf(resp *http.Response) operationStatus {
 	var st operationStatus
 	if resp != nil {
 		if body, err := runtime.Payload(resp); err == nil && len(body) > 0 {
 			_ = json.Unmarshal(body, &st)
 		}
 	}
-	if st.Status == "" {
-		_, err := poller.Result(ctx)
-		if err == nil {
-			return opResult{outcome: opSucceeded}
-		}
-		res := opResult{outcome: opFailed, code: "OperationFailed", message: err.Error()}
-		var re *azcore.ResponseError
-		if errors.As(err, &re) && re.ErrorCode != "" {
-			res.code = re.ErrorCode
-		}
-		if strings.EqualFold(res.code, codePreempted) {
-			res.outcome = opPreempted
-		}
-		return res
+	return st
+}
+
+// resultOutcome is a terminal operation's outcome as its poller's Result
+// tells it.
+func resultOutcome[T any](ctx context.Context, poller *runtime.Poller[T]) opResult {
+	_, err := poller.Result(ctx)
+	if err == nil {
+		return opResult{outcome: opSucceeded}
 	}
+	code := "OperationFailed"
+	var re *azcore.ResponseError
+	if errors.As(err, &re) && re.ErrorCode != "" {
+		code = re.ErrorCode
+	}
+	return failedOutcome(code, err.Error())
+}
+
+// outcome is the outcome a terminal status body tells.
+func (st operationStatus) outcome() opResult {
 	if strings.EqualFold(st.Status, "Succeeded") {
 		return opResult{outcome: opSucceeded}
 	}
-	res := opResult{outcome: opFailed, code: "OperationFailed", message: "operation " + st.Status}
-	if st.Error != nil {
-		if st.Error.Code != "" {
-			res.code = st.Error.Code
-		}
-		if st.Error.Message != "" {
-			res.message = st.Error.Message
-		}
+	code, message := "OperationFailed", "operation "+st.Status
+	if st.Error != nil && st.Error.Code != "" {
+		code = st.Error.Code
 	}
-	if strings.EqualFold(res.code, codePreempted) {
+	if st.Error != nil && st.Error.Message != "" {
+		message = st.Error.Message
+	}
+	return failedOutcome(code, message)
+}
+
+// failedOutcome is a failed operation's outcome: preempted when its code
+// says so.
+func failedOutcome(code, message string) opResult {
+	res := opResult{outcome: opFailed, code: code, message: message}
+	if strings.EqualFold(code, codePreempted) {
 		res.outcome = opPreempted
 	}
 	return res

@@ -215,12 +215,15 @@ func parseProviderID(id string) (vmRef, bool) {
 		return vmRef{}, false
 	}
 	parts := strings.Split(strings.Trim(rest, "/"), "/")
-	if len(parts) != 10 || parts[0] != "subscriptions" || parts[2] != "resourcegroups" || parts[4] != "providers" ||
-		parts[5] != "microsoft.compute" || parts[6] != "virtualmachinescalesets" || parts[8] != "virtualmachines" {
+	// "" stands for a name, which must not be empty.
+	pattern := [...]string{"subscriptions", "", "resourcegroups", "", "providers", "microsoft.compute", "virtualmachinescalesets", "", "virtualmachines", ""}
+	if len(parts) != len(pattern) {
 		return vmRef{}, false
 	}
-	if parts[1] == "" || parts[3] == "" || parts[7] == "" || parts[9] == "" {
-		return vmRef{}, false
+	for i, want := range pattern {
+		if parts[i] == "" || (want != "" && parts[i] != want) {
+			return vmRef{}, false
+		}
 	}
 	return vmRef{subscription: parts[1], resourceGroup: parts[3], scaleSet: parts[7], instanceID: parts[9]}, true
 }

@@ -65,20 +65,25 @@ func skuInfoOf(s *armcompute.ResourceSKU) (skuInfo, bool) {
 		if c == nil || c.Name == nil || c.Value == nil {
 			continue
 		}
-		switch *c.Name {
-		case "vCPUs":
-			info.vcpus, _ = strconv.ParseInt(*c.Value, 10, 64)
-		case "MemoryGB":
-			info.memoryGB, _ = strconv.ParseFloat(*c.Value, 64)
-		case "GPUs":
-			info.gpus, _ = strconv.ParseInt(*c.Value, 10, 64)
-		case "CpuArchitectureType":
-			if strings.EqualFold(*c.Value, "Arm64") {
-				info.arch = "arm64"
-			}
-		}
+		info.setCapability(*c.Name, *c.Value)
 	}
 	return info, info.vcpus > 0 && info.memoryGB > 0
+}
+
+// setCapability takes what a template needs from a SKU capability.
+func (info *skuInfo) setCapability(name, value string) {
+	switch name {
+	case "vCPUs":
+		info.vcpus, _ = strconv.ParseInt(value, 10, 64)
+	case "MemoryGB":
+		info.memoryGB, _ = strconv.ParseFloat(value, 64)
+	case "GPUs":
+		info.gpus, _ = strconv.ParseInt(value, 10, 64)
+	case "CpuArchitectureType":
+		if strings.EqualFold(value, "Arm64") {
+			info.arch = "arm64"
+		}
+	}
 }
 
 // tagKey turns a tag suffix into a Kubernetes key.
@@ -174,6 +179,44 @@ func resourceTag(k, v string) (apiv1.ResourceName, resource.Quantity, error) {
 // templateNode builds the node a scale set would create.
 func templateNode(ss *scaleSetView, sku skuInfo, gpuResource string) (*apiv1.Node, error) {
 	name := "template-" + ss.name
+	capacity := templateCapacity(sku, gpuResource)
+	labels, err := templateLabels(ss, sku, name)
+	if err != nil {
+		return nil, err
+	}
+	// Pods get what AKS leaves after kube-reserved and the eviction
+	// threshold; a resources tag states a resource outright (capacity and
+	// allocatable), overriding the estimate.
+	taints, overrides, err := applyTemplateTags(ss, labels, capacity)
+	if err != nil {
+		return nil, err
+	}
+	if ss.spot {
+		// As AKS registers a Spot node pool's nodes: only pods that
+		// tolerate eviction land there (a taint from tags may say so too).
+		labels[SpotLabel] = SpotValue
+		if !slices.ContainsFunc(taints, func(t apiv1.Taint) bool { return t.Key == SpotLabel }) {
+			taints = append(taints, apiv1.Taint{Key: SpotLabel, Value: SpotValue, Effect: apiv1.TaintEffectNoSchedule})
+		}
+	}
+	allocatable := reserved.Allocatable(capacity)
+	for r, q := range overrides {
+		allocatable[r] = q
+	}
+	return &apiv1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec:       apiv1.NodeSpec{Taints: taints},
+		Status: apiv1.NodeStatus{
+			Capacity:    capacity,
+			Allocatable: allocatable,
+			Conditions:  []apiv1.NodeCondition{{Type: apiv1.NodeReady, Status: apiv1.ConditionTrue}},
+		},
+	}, nil
+}
+
+// templateCapacity is a template node's capacity as its SKU has it, GPUs
+// as gpuResource.
+func templateCapacity(sku skuInfo, gpuResource string) apiv1.ResourceList {
 	capacity := apiv1.ResourceList{
 		apiv1.ResourceCPU:              *resource.NewQuantity(sku.vcpus, resource.DecimalSI),
 		apiv1.ResourceMemory:           *resource.NewQuantity(int64(math.Round(sku.memoryGB*1024))*1024*1024, resource.BinarySI),
@@ -183,6 +226,12 @@ func templateNode(ss *scaleSetView, sku skuInfo, gpuResource string) (*apiv1.Nod
 	if sku.gpus > 0 {
 		capacity[apiv1.ResourceName(gpuResource)] = *resource.NewQuantity(sku.gpus, resource.DecimalSI)
 	}
+	return capacity
+}
+
+// templateLabels are the labels of the scale set's template node (named
+// name), before its label tags.
+func templateLabels(ss *scaleSetView, sku skuInfo, name string) (map[string]string, error) {
 	labels := map[string]string{
 		apiv1.LabelHostname:           name,
 		apiv1.LabelInstanceTypeStable: sku.name,
@@ -208,10 +257,14 @@ func templateNode(ss *scaleSetView, sku skuInfo, gpuResource string) (*apiv1.Nod
 	if sku.gpus > 0 {
 		labels[AcceleratorLabel] = "nvidia"
 	}
+	return labels, nil
+}
+
+// applyTemplateTags applies the scale set's node-template tags, in key
+// order: labels to labels, resources to capacity (and the overrides of
+// allocatable returned), taints returned.
+func applyTemplateTags(ss *scaleSetView, labels map[string]string, capacity apiv1.ResourceList) ([]apiv1.Taint, apiv1.ResourceList, error) {
 	var taints []apiv1.Taint
-	// Pods get what AKS leaves after kube-reserved and the eviction
-	// threshold; a resources tag states a resource outright (capacity and
-	// allocatable), overriding the estimate.
 	overrides := apiv1.ResourceList{}
 	keys := make([]string, 0, len(ss.tags))
 	for k := range ss.tags {
@@ -224,45 +277,25 @@ func templateNode(ss *scaleSetView, sku skuInfo, gpuResource string) (*apiv1.Nod
 		case strings.HasPrefix(k, tagLabelPrefix):
 			key, err := labelTag(k, v)
 			if err != nil {
-				return nil, fmt.Errorf("scale set %s: %w", ss.name, err)
+				return nil, nil, fmt.Errorf("scale set %s: %w", ss.name, err)
 			}
 			labels[key] = v
 		case strings.HasPrefix(k, tagTaintPrefix):
 			t, err := taintTag(k, v)
 			if err != nil {
-				return nil, fmt.Errorf("scale set %s: %w", ss.name, err)
+				return nil, nil, fmt.Errorf("scale set %s: %w", ss.name, err)
 			}
 			taints = append(taints, t)
 		case strings.HasPrefix(k, tagResourcesPrefix):
 			name, q, err := resourceTag(k, v)
 			if err != nil {
-				return nil, fmt.Errorf("scale set %s: %w", ss.name, err)
+				return nil, nil, fmt.Errorf("scale set %s: %w", ss.name, err)
 			}
 			capacity[name] = q
 			overrides[name] = q
 		}
 	}
-	if ss.spot {
-		// As AKS registers a Spot node pool's nodes: only pods that
-		// tolerate eviction land there (a taint from tags may say so too).
-		labels[SpotLabel] = SpotValue
-		if !slices.ContainsFunc(taints, func(t apiv1.Taint) bool { return t.Key == SpotLabel }) {
-			taints = append(taints, apiv1.Taint{Key: SpotLabel, Value: SpotValue, Effect: apiv1.TaintEffectNoSchedule})
-		}
-	}
-	allocatable := reserved.Allocatable(capacity)
-	for r, q := range overrides {
-		allocatable[r] = q
-	}
-	return &apiv1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-		Spec:       apiv1.NodeSpec{Taints: taints},
-		Status: apiv1.NodeStatus{
-			Capacity:    capacity,
-			Allocatable: allocatable,
-			Conditions:  []apiv1.NodeCondition{{Type: apiv1.NodeReady, Status: apiv1.ConditionTrue}},
-		},
-	}, nil
+	return taints, overrides, nil
 }
 
 // Ranges of the autoscaling-options tags.
@@ -283,46 +316,58 @@ func groupOptions(tags map[string]string, d cloudprovider.GroupOptions) (cloudpr
 	}
 	sort.Strings(keys)
 	var errs []error
-	share := func(k, v string, dst *float64) {
-		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("tag %s=%q: not a number", k, v))
-			return
-		}
-		if err := bounds.Float("tag "+k, f, 0, 1); err != nil {
-			errs = append(errs, err)
-			return
-		}
-		*dst = f
-	}
-	wait := func(k, v string, lo time.Duration, dst *time.Duration) {
-		dur, err := time.ParseDuration(strings.TrimSpace(v))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("tag %s=%q: not a duration (e.g. 10m)", k, v))
-			return
-		}
-		if err := bounds.Duration("tag "+k, dur, lo, maxTagWait); err != nil {
-			errs = append(errs, err)
-			return
-		}
-		*dst = dur
-	}
 	for _, k := range keys {
-		v := tags[k]
-		switch strings.ToLower(strings.TrimPrefix(k, tagOptionsPrefix)) {
-		case "scaledownutilizationthreshold":
-			share(k, v, &d.ScaleDownUtilizationThreshold)
-		case "scaledowngpuutilizationthreshold":
-			share(k, v, &d.ScaleDownGPUUtilizationThreshold)
-		case "scaledownunneededtime":
-			wait(k, v, 0, &d.ScaleDownUnneededTime)
-		case "scaledownunreadytime":
-			wait(k, v, 0, &d.ScaleDownUnreadyTime)
-		case "maxnodeprovisiontime":
-			wait(k, v, time.Second, &d.MaxNodeProvisionTime)
+		if err := applyOptionTag(&d, k, tags[k]); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return d, errs
+}
+
+// applyOptionTag applies one autoscaling-options tag to d; an unknown
+// option is ignored.
+func applyOptionTag(d *cloudprovider.GroupOptions, k, v string) error {
+	switch strings.ToLower(strings.TrimPrefix(k, tagOptionsPrefix)) {
+	case "scaledownutilizationthreshold":
+		return shareTag(k, v, &d.ScaleDownUtilizationThreshold)
+	case "scaledowngpuutilizationthreshold":
+		return shareTag(k, v, &d.ScaleDownGPUUtilizationThreshold)
+	case "scaledownunneededtime":
+		return waitTag(k, v, 0, &d.ScaleDownUnneededTime)
+	case "scaledownunreadytime":
+		return waitTag(k, v, 0, &d.ScaleDownUnreadyTime)
+	case "maxnodeprovisiontime":
+		return waitTag(k, v, time.Second, &d.MaxNodeProvisionTime)
+	}
+	return nil
+}
+
+// shareTag parses a share from 0 to 1 into dst, which it leaves alone on
+// an error.
+func shareTag(k, v string, dst *float64) error {
+	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	if err != nil {
+		return fmt.Errorf("tag %s=%q: not a number", k, v)
+	}
+	if err := bounds.Float("tag "+k, f, 0, 1); err != nil {
+		return err
+	}
+	*dst = f
+	return nil
+}
+
+// waitTag parses a duration from lo to maxTagWait into dst, which it
+// leaves alone on an error.
+func waitTag(k, v string, lo time.Duration, dst *time.Duration) error {
+	dur, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil {
+		return fmt.Errorf("tag %s=%q: not a duration (e.g. 10m)", k, v)
+	}
+	if err := bounds.Duration("tag "+k, dur, lo, maxTagWait); err != nil {
+		return err
+	}
+	*dst = dur
+	return nil
 }
 
 // groupBounds reads a discovered scale set's min and max tags; errors name

@@ -204,19 +204,12 @@ func (cfg *config) realism() (armsim.Realism, error) {
 	}
 	r.MaxPods = cfg.maxPods
 	if cfg.ephemeralStorage != "" {
-		if r.EphemeralStorage, err = resource.ParseQuantity(cfg.ephemeralStorage); err != nil {
-			return r, fmt.Errorf("--ephemeral-storage %q: %w", cfg.ephemeralStorage, err)
-		}
-		if r.EphemeralStorage.Sign() <= 0 {
-			return r, fmt.Errorf("--ephemeral-storage %q: must be positive", cfg.ephemeralStorage)
+		if r.EphemeralStorage, err = parseEphemeralStorage(cfg.ephemeralStorage); err != nil {
+			return r, err
 		}
 	}
-	switch cfg.providerIDs {
-	case providerIDsAzure:
-		r.AzureProviderIDs = true
-	case providerIDsARM:
-	default:
-		return r, fmt.Errorf("--provider-ids %q: want %s or %s", cfg.providerIDs, providerIDsAzure, providerIDsARM)
+	if r.AzureProviderIDs, err = parseProviderIDs(cfg.providerIDs); err != nil {
+		return r, err
 	}
 	for name, d := range map[string]time.Duration{"--device-plugin-delay": cfg.devicePluginDelay, "--startup-taint-delay": cfg.startupTaintDelay} {
 		if d < 0 {
@@ -233,6 +226,30 @@ func (cfg *config) realism() (armsim.Realism, error) {
 	return r, nil
 }
 
+// parseProviderIDs parses --provider-ids: whether node providerIDs take
+// cloud-provider-azure's form.
+func parseProviderIDs(v string) (bool, error) {
+	switch v {
+	case providerIDsAzure:
+		return true, nil
+	case providerIDsARM:
+		return false, nil
+	}
+	return false, fmt.Errorf("--provider-ids %q: want %s or %s", v, providerIDsAzure, providerIDsARM)
+}
+
+// parseEphemeralStorage parses --ephemeral-storage, a positive quantity.
+func parseEphemeralStorage(v string) (resource.Quantity, error) {
+	q, err := resource.ParseQuantity(v)
+	if err != nil {
+		return q, fmt.Errorf("--ephemeral-storage %q: %w", v, err)
+	}
+	if q.Sign() <= 0 {
+		return q, fmt.Errorf("--ephemeral-storage %q: must be positive", v)
+	}
+	return q, nil
+}
+
 // parseTaints parses the values of a repeatable taint flag.
 func parseTaints(flag string, values []string) ([]v1.Taint, error) {
 	var taints []v1.Taint
@@ -247,17 +264,53 @@ func parseTaints(flag string, values []string) ([]v1.Taint, error) {
 }
 
 func run(ctx context.Context, cfg *config) error {
+	specs, err := cfg.scaleSetSpecs()
+	if err != nil {
+		return err
+	}
+	opts, err := cfg.options()
+	if err != nil {
+		return err
+	}
+	srv, err := newSimulator(opts, specs)
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(); err != nil {
+		return fmt.Errorf("starting the simulator: %w", err)
+	}
+	defer srv.Close()
+	if cfg.caOut != "" {
+		if err := os.WriteFile(cfg.caOut, srv.CACertPEM(), 0o644); err != nil {
+			return fmt.Errorf("writing the certificate to %s: %w", cfg.caOut, err)
+		}
+	}
+	fmt.Printf("ARM simulator listening on %s\n", srv.URL())
+	srv.Run(ctx)
+	klog.InfoS("Shutting down the ARM simulator")
+	return nil
+}
+
+// scaleSetSpecs parses the --scale-set flags and applies the per scale set
+// options to them.
+func (cfg *config) scaleSetSpecs() ([]armsim.ScaleSetSpec, error) {
 	specs := make([]armsim.ScaleSetSpec, 0, len(cfg.scaleSets))
 	for _, s := range cfg.scaleSets {
 		spec, err := parseScaleSet(s)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		specs = append(specs, spec)
 	}
 	if err := cfg.applySetOptions(specs); err != nil {
-		return err
+		return nil, err
 	}
+	return specs, nil
+}
+
+// options builds the simulator's options from the flags, with its
+// throttling and, with --kubeconfig, its node hook.
+func (cfg *config) options() (armsim.Options, error) {
 	opts := armsim.Options{
 		SubscriptionID: cfg.subscription,
 		Location:       cfg.location,
@@ -275,48 +328,41 @@ func run(ctx context.Context, cfg *config) error {
 	}
 	switch {
 	case cfg.bootJitter < 0:
-		return fmt.Errorf("--boot-jitter %v: must not be negative", cfg.bootJitter)
+		return opts, fmt.Errorf("--boot-jitter %v: must not be negative", cfg.bootJitter)
 	case cfg.extensionDelay < 0:
-		return fmt.Errorf("--extension-delay %v: must not be negative", cfg.extensionDelay)
+		return opts, fmt.Errorf("--extension-delay %v: must not be negative", cfg.extensionDelay)
 	}
 	throttling, err := cfg.throttlingOptions()
 	if err != nil {
-		return err
+		return opts, err
 	}
 	opts.Throttling = throttling
 	realism, err := cfg.realism()
 	if err != nil {
-		return err
+		return opts, err
 	}
 	if cfg.kubeconfig != "" {
 		hook, err := newKubeHook(cfg, realism)
 		if err != nil {
-			return err
+			return opts, err
 		}
 		opts.Hook = hook
 	}
+	return opts, nil
+}
+
+// newSimulator creates the simulator with the scale sets, not yet serving.
+func newSimulator(opts armsim.Options, specs []armsim.ScaleSetSpec) (*armsim.Server, error) {
 	srv, err := armsim.New(opts)
 	if err != nil {
-		return fmt.Errorf("creating the simulator: %w", err)
+		return nil, fmt.Errorf("creating the simulator: %w", err)
 	}
 	for _, spec := range specs {
 		if err := srv.AddScaleSet(spec); err != nil {
-			return fmt.Errorf("--scale-set: %w", err)
+			return nil, fmt.Errorf("--scale-set: %w", err)
 		}
 	}
-	if err := srv.Start(); err != nil {
-		return fmt.Errorf("starting the simulator: %w", err)
-	}
-	defer srv.Close()
-	if cfg.caOut != "" {
-		if err := os.WriteFile(cfg.caOut, srv.CACertPEM(), 0o644); err != nil {
-			return fmt.Errorf("writing the certificate to %s: %w", cfg.caOut, err)
-		}
-	}
-	fmt.Printf("ARM simulator listening on %s\n", srv.URL())
-	srv.Run(ctx)
-	klog.InfoS("Shutting down the ARM simulator")
-	return nil
+	return srv, nil
 }
 
 // parseScaleSet parses "rg/name:SKU:capacity[:k=v,k=v]". Tag values may
@@ -336,42 +382,70 @@ func parseScaleSet(s string) (armsim.ScaleSetSpec, error) {
 	}
 	spec := armsim.ScaleSetSpec{ResourceGroup: rg, Name: name, SKU: parts[1], Capacity: capacity}
 	if len(parts) == 4 && parts[3] != "" {
-		spec.Tags = map[string]string{}
-		for _, kv := range strings.Split(parts[3], ",") {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok || k == "" {
-				return armsim.ScaleSetSpec{}, fmt.Errorf("--scale-set %q: tag %q: want k=v", s, kv)
-			}
-			spec.Tags[k] = v
+		if spec.Tags, err = parseTags(s, parts[3]); err != nil {
+			return armsim.ScaleSetSpec{}, err
 		}
 	}
 	return spec, nil
+}
+
+// parseTags parses the tags part of --scale-set s, "k=v,k=v".
+func parseTags(s, tags string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, kv := range strings.Split(tags, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--scale-set %q: tag %q: want k=v", s, kv)
+		}
+		out[k] = v
+	}
+	return out, nil
 }
 
 // applySetOptions applies --flexible, --overprovision, --spot and
 // --computer-name-prefix to the scale sets they name; one that names no
 // --scale-set is refused, and so is overprovisioning a Flexible one.
 func (cfg *config) applySetOptions(specs []armsim.ScaleSetSpec) error {
-	byKey := make(map[string]*armsim.ScaleSetSpec, len(specs))
+	byKey := make(scaleSetIndex, len(specs))
 	for i := range specs {
 		byKey[strings.ToLower(specs[i].ResourceGroup+"/"+specs[i].Name)] = &specs[i]
 	}
-	set := func(flag, value, key string) (*armsim.ScaleSetSpec, error) {
-		spec, ok := byKey[strings.ToLower(key)]
-		if !ok {
-			return nil, fmt.Errorf("--%s %q: %s is no --scale-set", flag, value, key)
+	for _, apply := range []func(scaleSetIndex) error{cfg.applyFlexible, cfg.applyOverprovision, cfg.applySpot, cfg.applyComputerPrefix} {
+		if err := apply(byKey); err != nil {
+			return err
 		}
-		return spec, nil
 	}
+	return nil
+}
+
+// scaleSetIndex holds the --scale-set specs by lower-case "rg/name".
+type scaleSetIndex map[string]*armsim.ScaleSetSpec
+
+// spec is the --scale-set that value of --flag names by key.
+func (idx scaleSetIndex) spec(flag, value, key string) (*armsim.ScaleSetSpec, error) {
+	spec, ok := idx[strings.ToLower(key)]
+	if !ok {
+		return nil, fmt.Errorf("--%s %q: %s is no --scale-set", flag, value, key)
+	}
+	return spec, nil
+}
+
+// applyFlexible applies --flexible.
+func (cfg *config) applyFlexible(idx scaleSetIndex) error {
 	for _, v := range cfg.flexible {
-		spec, err := set("flexible", v, v)
+		spec, err := idx.spec("flexible", v, v)
 		if err != nil {
 			return err
 		}
 		spec.Flexible = true
 	}
+	return nil
+}
+
+// applyOverprovision applies --overprovision, after --flexible.
+func (cfg *config) applyOverprovision(idx scaleSetIndex) error {
 	for _, v := range cfg.overprovision {
-		spec, err := set("overprovision", v, v)
+		spec, err := idx.spec("overprovision", v, v)
 		if err != nil {
 			return err
 		}
@@ -380,9 +454,14 @@ func (cfg *config) applySetOptions(specs []armsim.ScaleSetSpec) error {
 		}
 		spec.Overprovision = true
 	}
+	return nil
+}
+
+// applySpot applies --spot, with its eviction policy.
+func (cfg *config) applySpot(idx scaleSetIndex) error {
 	for _, v := range cfg.spot {
 		key, policy, _ := strings.Cut(v, ":")
-		spec, err := set("spot", v, key)
+		spec, err := idx.spec("spot", v, key)
 		if err != nil {
 			return err
 		}
@@ -391,12 +470,17 @@ func (cfg *config) applySetOptions(specs []armsim.ScaleSetSpec) error {
 		}
 		spec.Spot, spec.EvictionPolicy = true, policy
 	}
+	return nil
+}
+
+// applyComputerPrefix applies --computer-name-prefix.
+func (cfg *config) applyComputerPrefix(idx scaleSetIndex) error {
 	for _, v := range cfg.computerPrefix {
 		key, prefix, ok := strings.Cut(v, ":")
 		if !ok || prefix == "" {
 			return fmt.Errorf("--computer-name-prefix %q: want rg/name:prefix", v)
 		}
-		spec, err := set("computer-name-prefix", v, key)
+		spec, err := idx.spec("computer-name-prefix", v, key)
 		if err != nil {
 			return err
 		}
@@ -485,22 +569,31 @@ func parseRate(s string, fixed bool) (armsim.Rate, error) {
 		return r, fmt.Errorf("rate %q: period: %w", s, err)
 	}
 	r.Period = d
-	capacity, refill, hasRefill := strings.Cut(counts, "+")
-	if hasRefill == fixed {
-		return r, fmt.Errorf("rate %q: want %s", s, rateForm(fixed))
-	}
-	if r.Capacity, err = strconv.Atoi(capacity); err != nil {
-		return r, fmt.Errorf("rate %q: capacity: %w", s, err)
-	}
-	if hasRefill {
-		if r.Refill, err = strconv.Atoi(refill); err != nil {
-			return r, fmt.Errorf("rate %q: refill: %w", s, err)
-		}
+	if r.Capacity, r.Refill, err = parseRateCounts(s, counts, fixed); err != nil {
+		return r, err
 	}
 	if r.Capacity <= 0 || r.Period <= 0 || (!fixed && r.Refill <= 0) {
 		return r, fmt.Errorf("rate %q: capacity, refill and period must be positive", s)
 	}
 	return r, nil
+}
+
+// parseRateCounts parses the counts of rate s: "capacity+refill", or
+// fixed "limit".
+func parseRateCounts(s, counts string, fixed bool) (capacity, refill int, err error) {
+	c, rf, hasRefill := strings.Cut(counts, "+")
+	if hasRefill == fixed {
+		return 0, 0, fmt.Errorf("rate %q: want %s", s, rateForm(fixed))
+	}
+	if capacity, err = strconv.Atoi(c); err != nil {
+		return capacity, 0, fmt.Errorf("rate %q: capacity: %w", s, err)
+	}
+	if hasRefill {
+		if refill, err = strconv.Atoi(rf); err != nil {
+			return capacity, refill, fmt.Errorf("rate %q: refill: %w", s, err)
+		}
+	}
+	return capacity, refill, nil
 }
 
 func rateForm(fixed bool) string {

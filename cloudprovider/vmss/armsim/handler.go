@@ -78,8 +78,86 @@ type route struct {
 	opID     string
 }
 
-// parseRoute matches an escaped request path against the served ARM paths.
-// Literal segments match case-insensitively, as in ARM.
+// routePattern is one served ARM path below /subscriptions/{sub}, as
+// segments: literals, matched case-insensitively as in ARM, and
+// placeholders, which match any segment: "{rg}", "{name}", "{instance}" and
+// "{opID}" are kept in the route, "{location}" is not, and "{action}"
+// (last) names a repair action, looked up in actions for the POST
+// operation.
+type routePattern struct {
+	segs    []string
+	ops     map[string]string // HTTP method -> operation name; nil with actions
+	actions map[string]string // lower-case action -> POST operation
+}
+
+// servedRoutes are the served ARM paths, below /subscriptions/{sub}. Read
+// only: routes share their ops.
+var servedRoutes = []routePattern{
+	{segs: pathSegs("resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachines"),
+		ops: map[string]string{http.MethodGet: OpListVirtualMachines}},
+	{segs: pathSegs("resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachines/{instance}/{action}"),
+		actions: flexActionOps},
+	{segs: pathSegs("providers/Microsoft.Compute/skus"),
+		ops: map[string]string{http.MethodGet: OpListSKUs}},
+	{segs: pathSegs("providers/Microsoft.Compute/locations/{location}/operations/{opID}"),
+		ops: map[string]string{http.MethodGet: OpPollOperation}},
+	{segs: pathSegs("resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachineScaleSets"),
+		ops: map[string]string{http.MethodGet: OpListScaleSets}},
+	{segs: pathSegs("resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachineScaleSets/{name}"),
+		ops: map[string]string{http.MethodGet: OpGetScaleSet, http.MethodPatch: OpUpdateScaleSet}},
+	{segs: pathSegs("resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachineScaleSets/{name}/delete"),
+		ops: map[string]string{http.MethodPost: OpDeleteInstances}},
+	{segs: pathSegs("resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachineScaleSets/{name}/virtualMachines"),
+		ops: map[string]string{http.MethodGet: OpListVMs}},
+	{segs: pathSegs("resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachineScaleSets/{name}/virtualMachines/{instance}"),
+		ops: map[string]string{http.MethodGet: OpGetVM}},
+	{segs: pathSegs("resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachineScaleSets/{name}/virtualMachines/{instance}/{action}"),
+		actions: actionOps},
+}
+
+func pathSegs(path string) []string { return strings.Split(path, "/") }
+
+// match matches the segments after /subscriptions/{sub} and fills in rt.
+func (p routePattern) match(segs []string, rt *route) bool {
+	if len(segs) != len(p.segs) {
+		return false
+	}
+	for i, want := range p.segs {
+		if !p.bind(want, segs[i], rt) {
+			return false
+		}
+	}
+	if p.actions == nil {
+		rt.ops = p.ops
+	}
+	return true
+}
+
+// bind matches one segment against the pattern's segment want and keeps
+// what a placeholder names in rt.
+func (p routePattern) bind(want, seg string, rt *route) bool {
+	switch want {
+	case "{rg}":
+		rt.rg = seg
+	case "{name}":
+		rt.name = seg
+	case "{instance}":
+		rt.instance = seg
+	case "{opID}":
+		rt.opID = seg
+	case "{location}":
+	case "{action}":
+		op := p.actions[strings.ToLower(seg)]
+		rt.ops = map[string]string{http.MethodPost: op}
+		return op != ""
+	default:
+		return strings.EqualFold(seg, want)
+	}
+	return true
+}
+
+// parseRoute matches an escaped request path against the served ARM paths
+// (servedRoutes). Literal segments match case-insensitively, as in ARM.
 func parseRoute(escapedPath string) (route, bool) {
 	segs := strings.Split(strings.Trim(escapedPath, "/"), "/")
 	for i, seg := range segs {
@@ -89,52 +167,16 @@ func parseRoute(escapedPath string) (route, bool) {
 		}
 		segs[i] = v
 	}
-	lit := func(i int, want string) bool { return i < len(segs) && strings.EqualFold(segs[i], want) }
-	if !lit(0, "subscriptions") || len(segs) < 2 {
+	if len(segs) < 2 || !strings.EqualFold(segs[0], "subscriptions") {
 		return route{}, false
 	}
-	rt := route{sub: segs[1]}
-	switch {
-	case len(segs) == 7 && lit(2, "resourceGroups") && lit(4, "providers") && lit(5, "Microsoft.Compute") && lit(6, "virtualMachines"):
-		rt.rg = segs[3]
-		rt.ops = map[string]string{http.MethodGet: OpListVirtualMachines}
-	case len(segs) == 9 && lit(2, "resourceGroups") && lit(4, "providers") && lit(5, "Microsoft.Compute") && lit(6, "virtualMachines") &&
-		flexActionOps[strings.ToLower(segs[8])] != "":
-		rt.rg, rt.instance = segs[3], segs[7]
-		rt.ops = map[string]string{http.MethodPost: flexActionOps[strings.ToLower(segs[8])]}
-	case len(segs) == 5 && lit(2, "providers") && lit(3, "Microsoft.Compute") && lit(4, "skus"):
-		rt.ops = map[string]string{http.MethodGet: OpListSKUs}
-	case len(segs) == 8 && lit(2, "providers") && lit(3, "Microsoft.Compute") && lit(4, "locations") && lit(6, "operations"):
-		rt.ops = map[string]string{http.MethodGet: OpPollOperation}
-		rt.opID = segs[7]
-	case len(segs) >= 7 && len(segs) <= 11 && lit(2, "resourceGroups") && lit(4, "providers") &&
-		lit(5, "Microsoft.Compute") && lit(6, "virtualMachineScaleSets"):
-		rt.rg = segs[3]
-		if len(segs) >= 8 {
-			rt.name = segs[7]
+	for _, p := range servedRoutes {
+		rt := route{sub: segs[1]}
+		if p.match(segs[2:], &rt) {
+			return rt, true
 		}
-		switch {
-		case len(segs) == 7:
-			rt.ops = map[string]string{http.MethodGet: OpListScaleSets}
-		case len(segs) == 8:
-			rt.ops = map[string]string{http.MethodGet: OpGetScaleSet, http.MethodPatch: OpUpdateScaleSet}
-		case len(segs) == 9 && lit(8, "delete"):
-			rt.ops = map[string]string{http.MethodPost: OpDeleteInstances}
-		case len(segs) == 9 && lit(8, "virtualMachines"):
-			rt.ops = map[string]string{http.MethodGet: OpListVMs}
-		case len(segs) == 10 && lit(8, "virtualMachines"):
-			rt.ops = map[string]string{http.MethodGet: OpGetVM}
-			rt.instance = segs[9]
-		case len(segs) == 11 && lit(8, "virtualMachines") && actionOps[strings.ToLower(segs[10])] != "":
-			rt.ops = map[string]string{http.MethodPost: actionOps[strings.ToLower(segs[10])]}
-			rt.instance = segs[9]
-		default:
-			return route{}, false
-		}
-	default:
-		return route{}, false
 	}
-	return rt, true
+	return route{}, false
 }
 
 // baseURL is the scheme and host the request was sent to, for URLs in
@@ -249,33 +291,57 @@ func (s *Server) route(r *http.Request, kind string, body []byte, now time.Time)
 
 // dispatch answers an admitted request. Callers hold s.mu.
 func (s *Server) dispatch(r *http.Request, rt route, op string, body []byte, now time.Time) response {
-	switch op {
-	case OpListSKUs:
-		return s.listSKUs(r)
-	case OpPollOperation:
-		return s.pollOperation(r, rt, now)
-	case OpListScaleSets:
-		return s.listScaleSets(rt, now)
-	case OpListVirtualMachines:
-		return s.listVirtualMachines(r, rt, now)
-	case OpRestartVirtualMachine, OpReimageVirtualMachine, OpRedeployVirtualMachine:
-		return s.flexVMAction(r, rt, op, now)
+	if resp, ok := s.dispatchUnscoped(r, rt, op, now); ok {
+		return resp
 	}
 	set, errResp := s.resolveSet(rt, now)
 	if errResp != nil {
 		return *errResp
 	}
+	if resp := s.refuseSetOp(r, set, op); resp != nil {
+		return *resp
+	}
+	return s.dispatchSetOp(r, rt, set, op, body, now)
+}
+
+// dispatchUnscoped answers the requests that are not about one scale set
+// named in their path, and says whether op is one. Callers hold s.mu.
+func (s *Server) dispatchUnscoped(r *http.Request, rt route, op string, now time.Time) (response, bool) {
+	switch op {
+	case OpListSKUs:
+		return s.listSKUs(r), true
+	case OpPollOperation:
+		return s.pollOperation(r, rt, now), true
+	case OpListScaleSets:
+		return s.listScaleSets(rt, now), true
+	case OpListVirtualMachines:
+		return s.listVirtualMachines(r, rt, now), true
+	case OpRestartVirtualMachine, OpReimageVirtualMachine, OpRedeployVirtualMachine:
+		return s.flexVMAction(r, rt, op, now), true
+	}
+	return response{}, false
+}
+
+// refuseSetOp answers a request about the set that the set refuses, or
+// returns nil: scale-set VM requests to a Flexible set, and writes that
+// refuseWrite refuses. Callers hold s.mu.
+func (s *Server) refuseSetOp(r *http.Request, set *scaleSet, op string) *response {
 	if set.flexible && (op == OpListVMs || op == OpGetVM || actionOps[actionOf(op)] == op) {
 		// A Flexible scale set's VMs are virtual machines of their own.
-		return errorResponse(http.StatusBadRequest, "OperationNotAllowed",
+		resp := errorResponse(http.StatusBadRequest, "OperationNotAllowed",
 			"Operation 'VirtualMachineScaleSets.virtualMachines.GET' is not allowed on Virtual Machine Scale Set '%s'.", set.name)
+		return &resp
 	}
 	if op == OpUpdateScaleSet || op == OpDeleteInstances {
 		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if resp := s.refuseWrite(set, op, CallerOf(token)); resp != nil {
-			return *resp
-		}
+		return s.refuseWrite(set, op, CallerOf(token))
 	}
+	return nil
+}
+
+// dispatchSetOp answers an admitted request about the set. Callers hold
+// s.mu.
+func (s *Server) dispatchSetOp(r *http.Request, rt route, set *scaleSet, op string, body []byte, now time.Time) response {
 	switch op {
 	case OpGetScaleSet:
 		return response{status: http.StatusOK, body: s.scaleSetModel(set, set.provisioningState(now))}
@@ -352,31 +418,9 @@ type updateRequest struct {
 }
 
 func (s *Server) updateScaleSet(r *http.Request, set *scaleSet, body []byte, now time.Time) response {
-	var upd armcompute.VirtualMachineScaleSetUpdate
-	if err := unmarshalBody(body, &upd); err != nil {
-		return errorResponse(http.StatusBadRequest, "InvalidRequestContent", "The request content was invalid and could not be deserialized: %v", err)
-	}
-	p := updateRequest{ifMatch: r.Header.Get("If-Match"), ifNoneMatch: r.Header.Get("If-None-Match")}
-	if upd.SKU != nil {
-		if upd.SKU.Name != nil {
-			p.skuName = *upd.SKU.Name
-		}
-		if c := upd.SKU.Capacity; c != nil {
-			if *c < 0 || *c > maxCapacity {
-				return capacityOutOfRange(int(*c)).response()
-			}
-			p.capacity = new(int(*c))
-		}
-	}
-	if upd.Tags != nil {
-		p.tags = make(map[string]string, len(upd.Tags))
-		for k, v := range upd.Tags {
-			if v != nil {
-				p.tags[k] = *v
-			} else {
-				p.tags[k] = ""
-			}
-		}
+	p, errResp := parseUpdate(r, body)
+	if errResp != nil {
+		return *errResp
 	}
 	if s.acceptLate(set, p) {
 		return errorResponse(http.StatusInternalServerError, "InternalServerError",
@@ -394,6 +438,48 @@ func (s *Server) updateScaleSet(r *http.Request, set *scaleSet, body []byte, now
 	resp := response{status: http.StatusOK, body: s.scaleSetModel(set, "Updating")}
 	resp.set("Azure-AsyncOperation", s.operationURL(r, op.id, false))
 	return resp
+}
+
+// parseUpdate reads a scale set PATCH: its body and conditional headers,
+// or the answer to a body that is not valid.
+func parseUpdate(r *http.Request, body []byte) (updateRequest, *response) {
+	var upd armcompute.VirtualMachineScaleSetUpdate
+	if err := unmarshalBody(body, &upd); err != nil {
+		resp := errorResponse(http.StatusBadRequest, "InvalidRequestContent", "The request content was invalid and could not be deserialized: %v", err)
+		return updateRequest{}, &resp
+	}
+	p := updateRequest{ifMatch: r.Header.Get("If-Match"), ifNoneMatch: r.Header.Get("If-None-Match")}
+	if upd.SKU != nil {
+		if upd.SKU.Name != nil {
+			p.skuName = *upd.SKU.Name
+		}
+		if c := upd.SKU.Capacity; c != nil {
+			if *c < 0 || *c > maxCapacity {
+				resp := capacityOutOfRange(int(*c)).response()
+				return updateRequest{}, &resp
+			}
+			p.capacity = new(int(*c))
+		}
+	}
+	p.tags = updatedTags(upd.Tags)
+	return p, nil
+}
+
+// updatedTags are the tags a PATCH sets (a null value is ""), nil when it
+// leaves them unchanged.
+func updatedTags(tags map[string]*string) map[string]string {
+	if tags == nil {
+		return nil
+	}
+	out := make(map[string]string, len(tags))
+	for k, v := range tags {
+		if v != nil {
+			out[k] = *v
+		} else {
+			out[k] = ""
+		}
+	}
+	return out
 }
 
 func (s *Server) deleteScaleSetInstances(r *http.Request, set *scaleSet, body []byte, now time.Time) response {
@@ -524,55 +610,98 @@ func (s *Server) listVirtualMachines(r *http.Request, rt route, now time.Time) r
 		return errorResponse(http.StatusNotFound, "ResourceGroupNotFound", "Resource group '%s' could not be found.", rt.rg)
 	}
 	filter, expand := q.Get("$filter"), q.Get("$expand")
-	if expand != "" && !strings.EqualFold(expand, string(armcompute.ExpandTypeForListVMsInstanceView)) {
-		return errorResponse(http.StatusBadRequest, "InvalidParameter",
-			"The value '%s' of parameter '$expand' is not valid. The allowed value is 'instanceView'.", expand)
-	}
-	if expand != "" && filter == "" {
-		// The API's documented rule; the wording of the message is the
-		// simulator's.
-		return errorResponse(http.StatusBadRequest, "InvalidParameter",
-			"The parameter '$expand' with value 'instanceView' can only be specified together with a valid '$filter'.")
+	if resp := checkListExpand(filter, expand); resp != nil {
+		return *resp
 	}
 	var vms []*vmRecord
 	if filter != "" {
-		m := scaleSetFilter.FindStringSubmatch(filter)
-		if m == nil {
-			return errorResponse(http.StatusBadRequest, "InvalidParameter",
-				"The value '%s' of parameter '$filter' is not valid. The allowed value is \"'virtualMachineScaleSet/id' eq '<scale set resource ID>'\".", filter)
-		}
-		sub, rg, name, ok := parseScaleSetID(m[1])
-		if !ok {
-			return errorResponse(http.StatusBadRequest, "InvalidParameter",
-				"The value '%s' in parameter '$filter' is not a virtual machine scale set resource ID.", m[1])
-		}
-		if set, found := s.sets[setKey(rg, name)]; found && strings.EqualFold(sub, s.opts.SubscriptionID) && strings.EqualFold(rg, rt.rg) {
-			if resp := s.aboutSet(set, now); resp != nil {
-				return *resp
-			}
-			if set.flexible {
-				vms = set.sortedVMs()
-			}
+		var errResp *response
+		if vms, errResp = s.filteredVMs(filter, rt, now); errResp != nil {
+			return *errResp
 		}
 	} else {
-		prefix := strings.ToLower(rt.rg) + "/"
-		for key, set := range s.sets {
-			if strings.HasPrefix(key, prefix) && set.flexible {
-				vms = append(vms, set.sortedVMs()...)
-			}
-		}
-		slices.SortFunc(vms, func(a, b *vmRecord) int {
-			return cmp.Or(strings.Compare(a.set.name, b.set.name), a.instanceID-b.instanceID)
-		})
+		vms = s.groupFlexibleVMs(rt.rg)
 	}
 	start, end, next, errResp := s.pageOf(r, len(vms))
 	if errResp != nil {
 		return *errResp
 	}
-	page := armcompute.VirtualMachineListResult{Value: make([]*armcompute.VirtualMachine, 0, end-start), NextLink: next}
+	page := armcompute.VirtualMachineListResult{Value: s.virtualMachineModels(vms[start:end], expand != ""), NextLink: next}
+	return response{status: http.StatusOK, body: page}
+}
+
+// checkListExpand answers a Virtual Machines list's $expand that is not
+// instanceView, or is without a $filter; nil when it is fine.
+func checkListExpand(filter, expand string) *response {
+	if expand != "" && !strings.EqualFold(expand, string(armcompute.ExpandTypeForListVMsInstanceView)) {
+		resp := errorResponse(http.StatusBadRequest, "InvalidParameter",
+			"The value '%s' of parameter '$expand' is not valid. The allowed value is 'instanceView'.", expand)
+		return &resp
+	}
+	if expand != "" && filter == "" {
+		// The API's documented rule; the wording of the message is the
+		// simulator's.
+		resp := errorResponse(http.StatusBadRequest, "InvalidParameter",
+			"The parameter '$expand' with value 'instanceView' can only be specified together with a valid '$filter'.")
+		return &resp
+	}
+	return nil
+}
+
+// filteredVMs are the VMs of the Flexible scale set the filter names, if
+// it is in the subscription and the request's resource group (none for a
+// Uniform one), or the answer to a filter that is not valid, or to the
+// request about the scale set (aboutSet). Callers hold s.mu.
+func (s *Server) filteredVMs(filter string, rt route, now time.Time) ([]*vmRecord, *response) {
+	m := scaleSetFilter.FindStringSubmatch(filter)
+	if m == nil {
+		resp := errorResponse(http.StatusBadRequest, "InvalidParameter",
+			"The value '%s' of parameter '$filter' is not valid. The allowed value is \"'virtualMachineScaleSet/id' eq '<scale set resource ID>'\".", filter)
+		return nil, &resp
+	}
+	sub, rg, name, ok := parseScaleSetID(m[1])
+	if !ok {
+		resp := errorResponse(http.StatusBadRequest, "InvalidParameter",
+			"The value '%s' in parameter '$filter' is not a virtual machine scale set resource ID.", m[1])
+		return nil, &resp
+	}
+	set, found := s.sets[setKey(rg, name)]
+	if !found || !strings.EqualFold(sub, s.opts.SubscriptionID) || !strings.EqualFold(rg, rt.rg) {
+		return nil, nil
+	}
+	if resp := s.aboutSet(set, now); resp != nil {
+		return nil, resp
+	}
+	if set.flexible {
+		return set.sortedVMs(), nil
+	}
+	return nil, nil
+}
+
+// groupFlexibleVMs are the VMs of the resource group's Flexible scale
+// sets, by scale set name and instance ID. Callers hold s.mu.
+func (s *Server) groupFlexibleVMs(rg string) []*vmRecord {
+	var vms []*vmRecord
+	prefix := strings.ToLower(rg) + "/"
+	for key, set := range s.sets {
+		if strings.HasPrefix(key, prefix) && set.flexible {
+			vms = append(vms, set.sortedVMs()...)
+		}
+	}
+	slices.SortFunc(vms, func(a, b *vmRecord) int {
+		return cmp.Or(strings.Compare(a.set.name, b.set.name), a.instanceID-b.instanceID)
+	})
+	return vms
+}
+
+// virtualMachineModels are a page of the Virtual Machines list, applying
+// FaultDeletingWithoutIDs once per scale set on the page. Callers hold
+// s.mu.
+func (s *Server) virtualMachineModels(vms []*vmRecord, instanceView bool) []*armcompute.VirtualMachine {
+	models := make([]*armcompute.VirtualMachine, 0, len(vms))
 	blank := map[*scaleSet]bool{}
-	for _, vm := range vms[start:end] {
-		m := s.virtualMachineModel(vm, expand != "")
+	for _, vm := range vms {
+		m := s.virtualMachineModel(vm, instanceView)
 		b, seen := blank[vm.set]
 		if !seen {
 			_, b = vm.set.takeFault(FaultDeletingWithoutIDs)
@@ -581,9 +710,9 @@ func (s *Server) listVirtualMachines(r *http.Request, rt route, now time.Time) r
 		if b && vm.state == StateDeleting {
 			m.ID = to.Ptr("")
 		}
-		page.Value = append(page.Value, m)
+		models = append(models, m)
 	}
-	return response{status: http.StatusOK, body: page}
+	return models
 }
 
 // parseScaleSetID parses

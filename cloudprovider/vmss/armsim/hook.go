@@ -91,68 +91,11 @@ func (s *Server) Advance(ctx context.Context) {
 		s.mu.Unlock()
 		return
 	}
-	for _, vm := range append(removed, deallocated...) {
-		// Nodes never told about need no removal; a deallocated VM's
-		// node may be on its way out already.
-		if vm.notified && !slices.Contains(s.gone, vm) {
-			s.gone = append(s.gone, vm)
-		}
-	}
-	type call struct {
-		rec      *vmRecord
-		vm       VM
-		failures int // earlier failed calls for this VM
-	}
-	var running, deleted []call
-	for _, set := range s.sets {
-		for _, rec := range set.vms {
-			if rec.state == StateRunning && !rec.notified {
-				running = append(running, call{rec, s.hookVM(rec), rec.hookFailures})
-			}
-		}
-	}
-	slices.SortFunc(running, func(a, b call) int { return strings.Compare(a.vm.ProviderID, b.vm.ProviderID) })
-	for _, rec := range s.gone {
-		deleted = append(deleted, call{rec, s.hookVM(rec), rec.hookFailures})
-	}
+	s.noteGone(append(removed, deallocated...))
+	running, deleted := s.pendingHookCalls()
 	s.mu.Unlock()
 
-	var (
-		ran, done, failed []*vmRecord
-		mu                sync.Mutex // guards ran, done and failed
-	)
-	invoke := func(c call, name string, fn func(context.Context, VM) error) bool {
-		err := fn(ctx, c.vm)
-		if err == nil {
-			return true
-		}
-		mu.Lock()
-		failed = append(failed, c.rec)
-		mu.Unlock()
-		// Log the first failure and every 50th retry (Run retries every
-		// tick); the rest at higher verbosity.
-		if c.failures%50 == 0 {
-			klog.ErrorS(err, "Node hook failed; retrying at the next Advance", "call", name,
-				"scaleSet", c.vm.ScaleSet, "instanceID", c.vm.InstanceID, "computerName", c.vm.ComputerName, "failures", c.failures+1)
-		} else {
-			klog.V(4).InfoS("Node hook failed again", "call", name, "computerName", c.vm.ComputerName, "failures", c.failures+1, "err", err)
-		}
-		return false
-	}
-	s.eachCall(len(running), func(i int) {
-		if invoke(running[i], "VMRunning", s.hook.VMRunning) {
-			mu.Lock()
-			ran = append(ran, running[i].rec)
-			mu.Unlock()
-		}
-	})
-	s.eachCall(len(deleted), func(i int) {
-		if invoke(deleted[i], "VMDeleted", s.hook.VMDeleted) {
-			mu.Lock()
-			done = append(done, deleted[i].rec)
-			mu.Unlock()
-		}
-	})
+	res := s.callHook(ctx, running, deleted)
 	s.mu.Lock()
 	repairs := s.repaired
 	s.repaired = nil
@@ -162,17 +105,108 @@ func (s *Server) Advance(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.repaired = append(unrepaired, s.repaired...)
-	for _, rec := range ran {
+	s.recordHookCalls(res)
+}
+
+// hookCall is a pending call of the hook about a VM.
+type hookCall struct {
+	rec      *vmRecord
+	vm       VM
+	failures int // earlier failed calls for this VM
+}
+
+// hookCalls are the outcomes of Advance's hook calls.
+type hookCalls struct {
+	mu                sync.Mutex // guards ran, done and failed
+	ran, done, failed []*vmRecord
+}
+
+// noteGone adds the VMs removed or deallocated to those whose VMDeleted
+// call is pending. Callers hold s.mu.
+func (s *Server) noteGone(vms []*vmRecord) {
+	for _, vm := range vms {
+		// Nodes never told about need no removal; a deallocated VM's
+		// node may be on its way out already.
+		if vm.notified && !slices.Contains(s.gone, vm) {
+			s.gone = append(s.gone, vm)
+		}
+	}
+}
+
+// pendingHookCalls are the VMRunning calls due, by provider ID, and the
+// VMDeleted calls due. Callers hold s.mu.
+func (s *Server) pendingHookCalls() (running, deleted []hookCall) {
+	for _, set := range s.sets {
+		for _, rec := range set.vms {
+			if rec.state == StateRunning && !rec.notified {
+				running = append(running, hookCall{rec, s.hookVM(rec), rec.hookFailures})
+			}
+		}
+	}
+	slices.SortFunc(running, func(a, b hookCall) int { return strings.Compare(a.vm.ProviderID, b.vm.ProviderID) })
+	for _, rec := range s.gone {
+		deleted = append(deleted, hookCall{rec, s.hookVM(rec), rec.hookFailures})
+	}
+	return running, deleted
+}
+
+// callHook makes the hook calls, Options.HookParallelism at a time,
+// without s.mu.
+func (s *Server) callHook(ctx context.Context, running, deleted []hookCall) *hookCalls {
+	res := &hookCalls{}
+	s.eachCall(len(running), func(i int) {
+		if res.invoke(ctx, running[i], "VMRunning", s.hook.VMRunning) {
+			res.add(&res.ran, running[i].rec)
+		}
+	})
+	s.eachCall(len(deleted), func(i int) {
+		if res.invoke(ctx, deleted[i], "VMDeleted", s.hook.VMDeleted) {
+			res.add(&res.done, deleted[i].rec)
+		}
+	})
+	return res
+}
+
+// invoke makes one hook call and says whether it succeeded; a failure is
+// recorded and logged.
+func (res *hookCalls) invoke(ctx context.Context, c hookCall, name string, fn func(context.Context, VM) error) bool {
+	err := fn(ctx, c.vm)
+	if err == nil {
+		return true
+	}
+	res.add(&res.failed, c.rec)
+	// Log the first failure and every 50th retry (Run retries every
+	// tick); the rest at higher verbosity.
+	if c.failures%50 == 0 {
+		klog.ErrorS(err, "Node hook failed; retrying at the next Advance", "call", name,
+			"scaleSet", c.vm.ScaleSet, "instanceID", c.vm.InstanceID, "computerName", c.vm.ComputerName, "failures", c.failures+1)
+	} else {
+		klog.V(4).InfoS("Node hook failed again", "call", name, "computerName", c.vm.ComputerName, "failures", c.failures+1, "err", err)
+	}
+	return false
+}
+
+// add appends rec to one of res's lists.
+func (res *hookCalls) add(list *[]*vmRecord, rec *vmRecord) {
+	res.mu.Lock()
+	*list = append(*list, rec)
+	res.mu.Unlock()
+}
+
+// recordHookCalls records the outcomes of the hook calls on the VMs.
+// Callers hold s.mu.
+func (s *Server) recordHookCalls(res *hookCalls) {
+	for _, rec := range res.ran {
 		rec.notified = true
 		rec.hookFailures = 0
 	}
-	for _, rec := range done {
+	for _, rec := range res.done {
 		rec.notified = false // a deallocated VM's node is not removed twice
 	}
-	for _, rec := range failed {
+	for _, rec := range res.failed {
 		rec.hookFailures++
 	}
-	s.gone = slices.DeleteFunc(s.gone, func(rec *vmRecord) bool { return slices.Contains(done, rec) })
+	s.gone = slices.DeleteFunc(s.gone, func(rec *vmRecord) bool { return slices.Contains(res.done, rec) })
 }
 
 // eachCall runs call(0..n-1): in order, or Options.HookParallelism at a

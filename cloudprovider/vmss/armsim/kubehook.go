@@ -152,11 +152,9 @@ func (vm VM) NodeName() string { return strings.ToLower(vm.ComputerName) }
 
 func nodeName(vm VM) string { return vm.NodeName() }
 
-// Node returns the Node the hook registers for vm: as it is at
-// registration, before the device plugin and network agents have run.
-func (h *KubeNodeHook) Node(vm VM) *v1.Node {
-	name := nodeName(vm)
-	now := metav1.NewTime(h.clock().Now())
+// tagLabelsAndTaints are the labels and taints the VM's scale set tags ask
+// for; a taint tag that does not parse is logged and ignored.
+func tagLabelsAndTaints(vm VM) (map[string]string, []v1.Taint) {
 	labels := map[string]string{}
 	var taints []v1.Taint
 	for key, value := range vm.Tags {
@@ -172,10 +170,20 @@ func (h *KubeNodeHook) Node(vm VM) *v1.Node {
 			taints = append(taints, taint)
 		}
 	}
-	arch := "amd64"
-	if strings.EqualFold(vm.SKU.Arch, ArchArm64) {
-		arch = "arm64"
+	return labels, taints
+}
+
+// nodeArch is the kubernetes.io/arch of the SKU's nodes.
+func nodeArch(sku SKU) string {
+	if strings.EqualFold(sku.Arch, ArchArm64) {
+		return "arm64"
 	}
+	return "amd64"
+}
+
+// addVMLabels sets the well-known labels a node of the VM has, over those
+// of tags.
+func addVMLabels(labels map[string]string, vm VM, name, arch string) {
 	labels[v1.LabelHostname] = name
 	labels[v1.LabelInstanceTypeStable] = vm.SKU.Name
 	labels[v1.LabelTopologyRegion] = vm.Location
@@ -190,6 +198,16 @@ func (h *KubeNodeHook) Node(vm VM) *v1.Node {
 	if vm.SKU.GPUs > 0 {
 		labels[AcceleratorLabel] = "nvidia"
 	}
+}
+
+// Node returns the Node the hook registers for vm: as it is at
+// registration, before the device plugin and network agents have run.
+func (h *KubeNodeHook) Node(vm VM) *v1.Node {
+	name := nodeName(vm)
+	now := metav1.NewTime(h.clock().Now())
+	labels, taints := tagLabelsAndTaints(vm)
+	arch := nodeArch(vm.SKU)
+	addVMLabels(labels, vm, name, arch)
 	if vm.Spot { // as AKS registers a Spot node pool's nodes
 		labels[ScaleSetPriorityLabel] = ScaleSetPrioritySpot
 		taints = append(taints, v1.Taint{Key: ScaleSetPriorityLabel, Value: ScaleSetPrioritySpot, Effect: v1.TaintEffectNoSchedule})

@@ -159,35 +159,24 @@ const lastFaultKind = FaultVanishBeforeDelete
 
 // String returns the fault kind's name.
 func (k FaultKind) String() string {
-	switch k {
-	case FaultQuota:
-		return "Quota"
-	case FaultAllocation:
-		return "Allocation"
-	case FaultLROFail:
-		return "LROFail"
-	case FaultSlowLRO:
-		return "SlowLRO"
-	case FaultCommitThenServerError:
-		return "CommitThenServerError"
-	case FaultServerError:
-		return "ServerError"
-	case FaultDeleteFails:
-		return "DeleteFails"
-	case FaultCommitLate:
-		return "CommitLate"
-	case FaultDenyAssignment:
-		return "DenyAssignment"
-	case FaultScopeLocked:
-		return "ScopeLocked"
-	case FaultForceDeleteRefused:
-		return "ForceDeleteRefused"
-	case FaultDeletingWithoutIDs:
-		return "DeletingWithoutIDs"
-	case FaultSlowDelete:
-		return "SlowDelete"
-	case FaultVanishBeforeDelete:
-		return "VanishBeforeDelete"
+	names := [...]string{
+		FaultQuota:                 "Quota",
+		FaultAllocation:            "Allocation",
+		FaultLROFail:               "LROFail",
+		FaultSlowLRO:               "SlowLRO",
+		FaultCommitThenServerError: "CommitThenServerError",
+		FaultServerError:           "ServerError",
+		FaultDeleteFails:           "DeleteFails",
+		FaultCommitLate:            "CommitLate",
+		FaultDenyAssignment:        "DenyAssignment",
+		FaultScopeLocked:           "ScopeLocked",
+		FaultForceDeleteRefused:    "ForceDeleteRefused",
+		FaultDeletingWithoutIDs:    "DeletingWithoutIDs",
+		FaultSlowDelete:            "SlowDelete",
+		FaultVanishBeforeDelete:    "VanishBeforeDelete",
+	}
+	if k > 0 && int(k) < len(names) && names[k] != "" {
+		return names[k]
 	}
 	return "FaultKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -492,16 +481,55 @@ func setKey(rg, name string) string { return strings.ToLower(rg) + "/" + strings
 // AddScaleSet adds a scale set with spec.Capacity Running VMs. The hook is
 // told about them at the next Advance.
 func (s *Server) AddScaleSet(spec ScaleSetSpec) error {
+	if err := spec.checkName(); err != nil {
+		return err
+	}
+	sku, ok := s.skus[strings.ToLower(spec.SKU)]
+	if !ok {
+		return fmt.Errorf("adding scale set %s/%s: unknown SKU %q", spec.ResourceGroup, spec.Name, spec.SKU)
+	}
+	if err := spec.settle(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := setKey(spec.ResourceGroup, spec.Name)
+	if _, dup := s.sets[key]; dup {
+		return fmt.Errorf("adding scale set %s/%s: it already exists", spec.ResourceGroup, spec.Name)
+	}
+	set := s.newScaleSet(spec, sku, s.clock.Now())
+	s.sets[key] = set
+	klog.V(2).InfoS("Added scale set", "resourceGroup", set.rg, "name", set.name, "sku", sku.Name, "capacity", spec.Capacity,
+		"flexible", spec.Flexible)
+	return nil
+}
+
+// checkName checks the scale set's resource group and name.
+func (spec *ScaleSetSpec) checkName() error {
 	if spec.ResourceGroup == "" || spec.Name == "" {
 		return fmt.Errorf("adding scale set %q in resource group %q: resource group and name are required", spec.Name, spec.ResourceGroup)
 	}
 	if strings.ContainsAny(spec.ResourceGroup+spec.Name, "/?#") {
 		return fmt.Errorf("adding scale set %s/%s: names must not contain '/', '?' or '#'", spec.ResourceGroup, spec.Name)
 	}
-	sku, ok := s.skus[strings.ToLower(spec.SKU)]
-	if !ok {
-		return fmt.Errorf("adding scale set %s/%s: unknown SKU %q", spec.ResourceGroup, spec.Name, spec.SKU)
+	return nil
+}
+
+// settle checks the spec past its name and SKU, filling in ARM's
+// defaults: the eviction policy, the layout, the placement group limit,
+// then the capacity and zones.
+func (spec *ScaleSetSpec) settle() error {
+	for _, step := range []func() error{spec.settleEviction, spec.checkLayout, spec.settlePlacementGroupLimit, spec.checkCapacity} {
+		if err := step(); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// settleEviction checks a Spot scale set's eviction policy, Deallocate by
+// default as in ARM; other scale sets have none.
+func (spec *ScaleSetSpec) settleEviction() error {
 	switch {
 	case !spec.Spot && spec.EvictionPolicy != "":
 		return fmt.Errorf("adding scale set %s/%s: eviction policy %q is for Spot scale sets", spec.ResourceGroup, spec.Name, spec.EvictionPolicy)
@@ -510,6 +538,12 @@ func (s *Server) AddScaleSet(spec ScaleSetSpec) error {
 	case spec.Spot && spec.EvictionPolicy != EvictionDelete && spec.EvictionPolicy != EvictionDeallocate:
 		return fmt.Errorf("adding scale set %s/%s: eviction policy %q: want %s or %s", spec.ResourceGroup, spec.Name, spec.EvictionPolicy, EvictionDelete, EvictionDeallocate)
 	}
+	return nil
+}
+
+// checkLayout checks the computer name prefix and what a Flexible scale
+// set cannot be.
+func (spec *ScaleSetSpec) checkLayout() error {
 	if spec.ComputerNamePrefix != "" && !computerNamePrefix.MatchString(spec.ComputerNamePrefix) {
 		return fmt.Errorf("adding scale set %s/%s: computer name prefix %q: want letters, digits and hyphens, at most 58, not starting or ending with a hyphen",
 			spec.ResourceGroup, spec.Name, spec.ComputerNamePrefix)
@@ -520,6 +554,12 @@ func (s *Server) AddScaleSet(spec ScaleSetSpec) error {
 	if spec.Flexible && spec.Overprovision {
 		return fmt.Errorf("adding scale set %s/%s: a Flexible scale set does not overprovision", spec.ResourceGroup, spec.Name)
 	}
+	return nil
+}
+
+// settlePlacementGroupLimit checks a single placement group's limit,
+// maxCapacitySinglePlacement by default.
+func (spec *ScaleSetSpec) settlePlacementGroupLimit() error {
 	switch {
 	case spec.PlacementGroupLimit != 0 && !spec.SinglePlacementGroup:
 		return fmt.Errorf("adding scale set %s/%s: a placement group limit is for a single placement group", spec.ResourceGroup, spec.Name)
@@ -529,6 +569,12 @@ func (s *Server) AddScaleSet(spec ScaleSetSpec) error {
 		return fmt.Errorf("adding scale set %s/%s: placement group limit %d is outside [%d, %d]", spec.ResourceGroup, spec.Name,
 			spec.PlacementGroupLimit, maxCapacitySinglePlacement, maxCapacitySinglePlacementMax)
 	}
+	return nil
+}
+
+// checkCapacity checks the initial capacity against the scale set's limit,
+// and the zones.
+func (spec *ScaleSetSpec) checkCapacity() error {
 	if limit, why := capacityLimit(spec.Flexible, spec.SinglePlacementGroup, spec.PlacementGroupLimit, spec.Image); spec.Capacity < 0 || spec.Capacity > limit {
 		return fmt.Errorf("adding scale set %s/%s: capacity %d is outside [0, %d] (%s)", spec.ResourceGroup, spec.Name, spec.Capacity, limit, why)
 	}
@@ -537,13 +583,12 @@ func (s *Server) AddScaleSet(spec ScaleSetSpec) error {
 			return fmt.Errorf("adding scale set %s/%s: empty zone", spec.ResourceGroup, spec.Name)
 		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	key := setKey(spec.ResourceGroup, spec.Name)
-	if _, dup := s.sets[key]; dup {
-		return fmt.Errorf("adding scale set %s/%s: it already exists", spec.ResourceGroup, spec.Name)
-	}
-	now := s.clock.Now()
+	return nil
+}
+
+// newScaleSet builds the scale set of a checked spec, with its initial
+// VMs Running. Callers hold s.mu.
+func (s *Server) newScaleSet(spec ScaleSetSpec, sku SKU, now time.Time) *scaleSet {
 	set := &scaleSet{
 		rg:       spec.ResourceGroup,
 		name:     spec.Name,
@@ -571,10 +616,7 @@ func (s *Server) AddScaleSet(spec ScaleSetSpec) error {
 		vm := s.newVM(set, now)
 		vm.state, vm.readyAt, vm.bootedAt = StateRunning, now, now
 	}
-	s.sets[key] = set
-	klog.V(2).InfoS("Added scale set", "resourceGroup", set.rg, "name", set.name, "sku", sku.Name, "capacity", spec.Capacity,
-		"flexible", spec.Flexible)
-	return nil
+	return set
 }
 
 // SetCapacity changes a scale set's capacity as an outside actor would (the
@@ -1056,6 +1098,17 @@ func (s *Server) resize(set *scaleSet, n int, failWith string, now time.Time) (c
 	if current <= n {
 		return created, nil
 	}
+	live := set.deletionOrder()
+	for _, vm := range live[:current-n] {
+		s.startDeleting(vm, now)
+	}
+	return nil, live[:current-n]
+}
+
+// deletionOrder lists the set's VMs a capacity decrease may delete (not
+// Deleting, not overprovisioned extras) in the order it deletes them: those
+// still being created first, then the newest.
+func (set *scaleSet) deletionOrder() []*vmRecord {
 	var live []*vmRecord
 	for _, vm := range set.vms {
 		if vm.state != StateDeleting && !vm.extra {
@@ -1071,10 +1124,7 @@ func (s *Server) resize(set *scaleSet, n int, failWith string, now time.Time) (c
 		}
 		return b.instanceID - a.instanceID
 	})
-	for _, vm := range live[:current-n] {
-		s.startDeleting(vm, now)
-	}
-	return nil, live[:current-n]
+	return live
 }
 
 // startDeleting moves a VM to Deleting and, while a request is handled for a
@@ -1320,45 +1370,83 @@ func (s *Server) transition(now time.Time) (removed, deallocated []*vmRecord) {
 	for _, set := range s.sets {
 		s.landLate(set, true, now)
 		for _, vm := range set.vms {
-			switch {
-			case vm.action != "" && !now.Before(vm.actionEnd):
-				s.endAction(vm)
-			case !vm.evictAt.IsZero() && !now.Before(vm.evictAt) && vm.state == StateRunning:
-				if s.evict(vm, now) {
-					deallocated = append(deallocated, vm)
-				}
-			case vm.state == StateCreating && vm.extra:
-				// An overprovisioned extra never turns Running: it goes
-				// once the requested VMs are provisioned (below).
-				vm.booted = !now.Before(vm.bootedAt)
-			case vm.state == StateCreating && !now.Before(vm.readyAt):
-				if vm.failWith != "" {
-					vm.state, vm.errorCode = StateFailed, vm.failWith
-				} else {
-					vm.state = StateRunning
-				}
-				vm.booted = false
-			case vm.state == StateCreating && !now.Before(vm.bootedAt):
-				vm.booted = vm.failWith == ""
-			case vm.state == StateDeleting && !now.Before(vm.deleteAt) && vm.deleteFails:
-				vm.state, vm.deleteFails = StateRunning, false
-				set.etag++
-			case vm.state == StateDeleting && !now.Before(vm.deleteAt):
-				set.remove(vm)
+			gone, evicted := s.transitionVM(set, vm, now)
+			if gone {
 				removed = append(removed, vm)
+			}
+			if evicted {
+				deallocated = append(deallocated, vm)
 			}
 		}
 		s.dropExtras(set, now)
 	}
+	s.pruneOperations(now)
+	for _, set := range s.sets {
+		set.pruneActive(now)
+	}
+	return removed, deallocated
+}
+
+// transitionVM applies the change due to one VM at now: an action ending,
+// a Spot eviction, a creation or deletion progressing. It says whether the
+// VM was removed, or deallocated by the eviction. Callers hold s.mu.
+func (s *Server) transitionVM(set *scaleSet, vm *vmRecord, now time.Time) (removed, deallocated bool) {
+	switch {
+	case vm.action != "" && !now.Before(vm.actionEnd):
+		s.endAction(vm)
+	case !vm.evictAt.IsZero() && !now.Before(vm.evictAt) && vm.state == StateRunning:
+		return false, s.evict(vm, now)
+	case vm.state == StateCreating:
+		advanceCreating(vm, now)
+	case vm.state == StateDeleting:
+		return advanceDeleting(set, vm, now), false
+	}
+	return false, false
+}
+
+// advanceCreating moves a Creating VM on: Running (or Failed) once ready,
+// booted once its boot time has come.
+func advanceCreating(vm *vmRecord, now time.Time) {
+	switch {
+	case vm.extra:
+		// An overprovisioned extra never turns Running: it goes
+		// once the requested VMs are provisioned (dropExtras).
+		vm.booted = !now.Before(vm.bootedAt)
+	case !now.Before(vm.readyAt):
+		if vm.failWith != "" {
+			vm.state, vm.errorCode = StateFailed, vm.failWith
+		} else {
+			vm.state = StateRunning
+		}
+		vm.booted = false
+	case !now.Before(vm.bootedAt):
+		vm.booted = vm.failWith == ""
+	}
+}
+
+// advanceDeleting ends a Deleting VM's deletion once due: the VM is
+// removed (true), or Running again if its deletion fails.
+func advanceDeleting(set *scaleSet, vm *vmRecord, now time.Time) bool {
+	if now.Before(vm.deleteAt) {
+		return false
+	}
+	if vm.deleteFails {
+		vm.state, vm.deleteFails = StateRunning, false
+		set.etag++
+		return false
+	}
+	set.remove(vm)
+	return true
+}
+
+// pruneOperations forgets operations ended longer than operationRetention
+// ago. Callers hold s.mu.
+func (s *Server) pruneOperations(now time.Time) {
 	for id, op := range s.ops {
 		if now.Sub(op.end) > operationRetention {
 			delete(s.ops, id)
 		}
 	}
-	for _, set := range s.sets {
-		set.pruneActive(now)
-	}
-	return removed, deallocated
 }
 
 // newUUID returns a random (version 4) UUID.

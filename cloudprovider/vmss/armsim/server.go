@@ -174,51 +174,13 @@ func New(opts Options) (*Server, error) {
 	if opts.SubscriptionID == "" {
 		return nil, fmt.Errorf("armsim: subscription ID is required")
 	}
-	if opts.Location == "" {
-		opts.Location = defaultLocation
+	opts.fillDefaults()
+	if err := opts.settle(); err != nil {
+		return nil, err
 	}
-	if opts.PageSize == 0 {
-		opts.PageSize = defaultPageSize
-	}
-	if opts.Addr == "" {
-		opts.Addr = defaultAddr
-	}
-	if opts.Clock == nil {
-		opts.Clock = clock.RealClock{}
-	}
-	if len(opts.SKUs) == 0 {
-		opts.SKUs = DefaultSKUs()
-	}
-	if opts.OverprovisionPercent < 0 {
-		return nil, fmt.Errorf("armsim: overprovision percent must not be negative, got %d", opts.OverprovisionPercent)
-	}
-	for name, d := range map[string]time.Duration{"boot delay": opts.BootDelay, "boot jitter": opts.BootJitter,
-		"delete delay": opts.DeleteDelay, "LRO duration": opts.LRODuration, "extension delay": opts.ExtensionDelay} {
-		if d < 0 {
-			return nil, fmt.Errorf("armsim: %s must not be negative, got %v", name, d)
-		}
-	}
-	throttling, err := opts.Throttling.withDefaults()
+	skus, err := skuIndex(opts.SKUs)
 	if err != nil {
-		return nil, fmt.Errorf("armsim: %w", err)
-	}
-	opts.Throttling = throttling
-	if opts.PageSize < 0 {
-		return nil, fmt.Errorf("armsim: page size must not be negative, got %d", opts.PageSize)
-	}
-	if err := checkLoopback(opts.Addr); err != nil {
-		return nil, fmt.Errorf("armsim: %w", err)
-	}
-	skus := make(map[string]SKU, len(opts.SKUs))
-	for _, k := range opts.SKUs {
-		if err := k.validate(); err != nil {
-			return nil, fmt.Errorf("armsim: %w", err)
-		}
-		key := strings.ToLower(k.Name)
-		if _, dup := skus[key]; dup {
-			return nil, fmt.Errorf("armsim: SKU %s listed twice", k.Name)
-		}
-		skus[key] = k
+		return nil, err
 	}
 	watcher, _ := opts.Hook.(DeletionWatcher)
 	return &Server{
@@ -231,8 +193,69 @@ func New(opts Options) (*Server, error) {
 		sets:    map[string]*scaleSet{},
 		ops:     map[string]*operation{},
 		calls:   map[string]int{},
-		thr:     newThrottler(throttling),
+		thr:     newThrottler(opts.Throttling),
 	}, nil
+}
+
+// fillDefaults fills in the zero options that have a default.
+func (o *Options) fillDefaults() {
+	if o.Location == "" {
+		o.Location = defaultLocation
+	}
+	if o.PageSize == 0 {
+		o.PageSize = defaultPageSize
+	}
+	if o.Addr == "" {
+		o.Addr = defaultAddr
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if len(o.SKUs) == 0 {
+		o.SKUs = DefaultSKUs()
+	}
+}
+
+// settle validates the options, defaults filled in, and fills in the
+// throttling's defaults.
+func (o *Options) settle() error {
+	if o.OverprovisionPercent < 0 {
+		return fmt.Errorf("armsim: overprovision percent must not be negative, got %d", o.OverprovisionPercent)
+	}
+	for name, d := range map[string]time.Duration{"boot delay": o.BootDelay, "boot jitter": o.BootJitter,
+		"delete delay": o.DeleteDelay, "LRO duration": o.LRODuration, "extension delay": o.ExtensionDelay} {
+		if d < 0 {
+			return fmt.Errorf("armsim: %s must not be negative, got %v", name, d)
+		}
+	}
+	throttling, err := o.Throttling.withDefaults()
+	if err != nil {
+		return fmt.Errorf("armsim: %w", err)
+	}
+	o.Throttling = throttling
+	if o.PageSize < 0 {
+		return fmt.Errorf("armsim: page size must not be negative, got %d", o.PageSize)
+	}
+	if err := checkLoopback(o.Addr); err != nil {
+		return fmt.Errorf("armsim: %w", err)
+	}
+	return nil
+}
+
+// skuIndex validates the SKUs and indexes them by lower-case name.
+func skuIndex(list []SKU) (map[string]SKU, error) {
+	skus := make(map[string]SKU, len(list))
+	for _, k := range list {
+		if err := k.validate(); err != nil {
+			return nil, fmt.Errorf("armsim: %w", err)
+		}
+		key := strings.ToLower(k.Name)
+		if _, dup := skus[key]; dup {
+			return nil, fmt.Errorf("armsim: SKU %s listed twice", k.Name)
+		}
+		skus[key] = k
+	}
+	return skus, nil
 }
 
 // checkLoopback returns an error unless addr ("host:port") names a loopback
@@ -406,33 +429,33 @@ func (s *Server) logWrite(r *http.Request, body []byte, status int, now time.Tim
 	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	w := Write{At: now, Method: r.Method, Status: status, Capacity: -1, Caller: CallerOf(token)}
 	if rt, ok := parseRoute(r.URL.EscapedPath()); ok {
-		w.ResourceGroup, w.ScaleSet, w.Op = rt.rg, rt.name, rt.ops[r.Method]
+		s.writeTarget(&w, rt, r.Method)
 	}
-	if actionOf(w.Op) != "" {
-		if rt, ok := parseRoute(r.URL.EscapedPath()); ok {
-			w.InstanceIDs = []string{rt.instance} // the VM a repair action is on
-			if set := s.flexSetOfVM(rt.rg, rt.instance); rt.name == "" && set != nil {
-				w.ScaleSet = set.name // a Flexible set's VM, by the Virtual Machines API
-			}
-		}
-	}
-	if w.Op == OpDeleteInstances {
+	switch w.Op {
+	case OpDeleteInstances:
 		var req struct {
 			InstanceIDs []string `json:"instanceIds"`
 		}
 		if json.Unmarshal(body, &req) == nil {
 			w.InstanceIDs = req.InstanceIDs
 		}
-	}
-	if w.Op == OpUpdateScaleSet {
-		var patch struct {
-			SKU *struct {
-				Capacity *int64 `json:"capacity"`
-			} `json:"sku"`
-		}
-		if json.Unmarshal(body, &patch) == nil && patch.SKU != nil && patch.SKU.Capacity != nil {
-			w.Capacity = int(*patch.SKU.Capacity)
+	case OpUpdateScaleSet:
+		if c, ok := requestedCapacity(body); ok {
+			w.Capacity = int(c)
 		}
 	}
 	s.writes = append(s.writes, w)
+}
+
+// writeTarget fills in what a write is about: its resource group, scale
+// set and operation, and for a repair action its VM. Callers hold s.mu.
+func (s *Server) writeTarget(w *Write, rt route, method string) {
+	w.ResourceGroup, w.ScaleSet, w.Op = rt.rg, rt.name, rt.ops[method]
+	if actionOf(w.Op) == "" {
+		return
+	}
+	w.InstanceIDs = []string{rt.instance} // the VM a repair action is on
+	if set := s.flexSetOfVM(rt.rg, rt.instance); rt.name == "" && set != nil {
+		w.ScaleSet = set.name // a Flexible set's VM, by the Virtual Machines API
+	}
 }

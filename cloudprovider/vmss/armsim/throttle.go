@@ -299,47 +299,80 @@ func (t Throttling) withDefaults() (Throttling, error) {
 	} else {
 		t.Compute = slices.Clone(t.Compute)
 	}
-	served := map[string]bool{OpListScaleSets: true, OpGetScaleSet: true, OpUpdateScaleSet: true, OpDeleteInstances: true,
-		OpListVMs: true, OpGetVM: true, OpListSKUs: true, OpPollOperation: true, OpListVirtualMachines: true,
-		OpRestartVM: true, OpReimageVM: true, OpRedeployVM: true, OpRestartVirtualMachine: true, OpReimageVirtualMachine: true, OpRedeployVirtualMachine: true}
 	seen := map[string]bool{}
 	for i := range t.Compute {
-		p := &t.Compute[i]
-		p.Name = policyName(p.Name)
-		p.Ops = slices.Clone(p.Ops)
-		key := strings.ToLower(p.Name)
-		switch {
-		case p.Name == "" || strings.ContainsAny(p.Name, ";,/ "):
-			return t, fmt.Errorf("throttling policy %d: name %q must be non-empty, without ';', ',', '/' or spaces", i, p.Name)
-		case seen[key]:
-			return t, fmt.Errorf("throttling policy %s listed twice", p.Name)
-		case p.Scope != ScopeSubscription && p.Scope != ScopeResource:
-			return t, fmt.Errorf("throttling policy %s: unknown scope %v", p.Name, p.Scope)
-		case len(p.Ops) == 0:
-			return t, fmt.Errorf("throttling policy %s charges no operation", p.Name)
-		case p.FixedWindow && p.PerVM:
-			return t, fmt.Errorf("throttling policy %s: a fixed window cannot be charged per VM", p.Name)
-		}
-		seen[key] = true
-		for _, op := range p.Ops {
-			if !served[op] {
-				return t, fmt.Errorf("throttling policy %s: unknown operation %q", p.Name, op)
-			}
-		}
-		if err := p.validate(p.FixedWindow); err != nil {
-			return t, fmt.Errorf("throttling policy %s: %w", p.Name, err)
+		if err := settlePolicy(i, &t.Compute[i], seen); err != nil {
+			return t, err
 		}
 	}
 	t.ARM = t.ARM.withDefaults()
-	if t.ARM.GlobalFactor < 1 {
-		return t, fmt.Errorf("ARM global factor must be at least 1, got %d", t.ARM.GlobalFactor)
-	}
-	for kind, r := range map[string]Rate{kindRead: t.ARM.Reads, kindWrite: t.ARM.Writes, kindDelete: t.ARM.Deletes} {
-		if err := r.validate(false); err != nil {
-			return t, fmt.Errorf("ARM %ss: %w", kind, err)
-		}
+	if err := t.ARM.validate(); err != nil {
+		return t, err
 	}
 	return t, nil
+}
+
+// settlePolicy normalizes the i-th Compute policy (its name without
+// "Microsoft.Compute/", its own Ops) and validates it; seen holds the
+// lower-case names of the policies before it.
+func settlePolicy(i int, p *Policy, seen map[string]bool) error {
+	p.Name = policyName(p.Name)
+	p.Ops = slices.Clone(p.Ops)
+	if err := checkPolicyShape(i, p, seen); err != nil {
+		return err
+	}
+	seen[strings.ToLower(p.Name)] = true
+	for _, op := range p.Ops {
+		if !servedOp(op) {
+			return fmt.Errorf("throttling policy %s: unknown operation %q", p.Name, op)
+		}
+	}
+	if err := p.validate(p.FixedWindow); err != nil {
+		return fmt.Errorf("throttling policy %s: %w", p.Name, err)
+	}
+	return nil
+}
+
+// checkPolicyShape checks a normalized policy's name (well-formed, not
+// seen before), scope, operations and how it is charged.
+func checkPolicyShape(i int, p *Policy, seen map[string]bool) error {
+	switch {
+	case p.Name == "" || strings.ContainsAny(p.Name, ";,/ "):
+		return fmt.Errorf("throttling policy %d: name %q must be non-empty, without ';', ',', '/' or spaces", i, p.Name)
+	case seen[strings.ToLower(p.Name)]:
+		return fmt.Errorf("throttling policy %s listed twice", p.Name)
+	case p.Scope != ScopeSubscription && p.Scope != ScopeResource:
+		return fmt.Errorf("throttling policy %s: unknown scope %v", p.Name, p.Scope)
+	case len(p.Ops) == 0:
+		return fmt.Errorf("throttling policy %s charges no operation", p.Name)
+	case p.FixedWindow && p.PerVM:
+		return fmt.Errorf("throttling policy %s: a fixed window cannot be charged per VM", p.Name)
+	}
+	return nil
+}
+
+// servedOp says whether the simulator serves op, for policies to charge.
+func servedOp(op string) bool {
+	switch op {
+	case OpListScaleSets, OpGetScaleSet, OpUpdateScaleSet, OpDeleteInstances,
+		OpListVMs, OpGetVM, OpListSKUs, OpPollOperation, OpListVirtualMachines,
+		OpRestartVM, OpReimageVM, OpRedeployVM, OpRestartVirtualMachine, OpReimageVirtualMachine, OpRedeployVirtualMachine:
+		return true
+	}
+	return false
+}
+
+// validate checks ARM's limits, defaults filled in.
+func (l ARMLimits) validate() error {
+	if l.GlobalFactor < 1 {
+		return fmt.Errorf("ARM global factor must be at least 1, got %d", l.GlobalFactor)
+	}
+	for kind, r := range map[string]Rate{kindRead: l.Reads, kindWrite: l.Writes, kindDelete: l.Deletes} {
+		if err := r.validate(false); err != nil {
+			return fmt.Errorf("ARM %ss: %w", kind, err)
+		}
+	}
+	return nil
 }
 
 // policyName strips "Microsoft.Compute/" (any case) from a policy name.
@@ -601,34 +634,58 @@ func armHeader(kind string, global bool) string {
 // kind is throttled (Throttle, ThrottleCaller). Callers hold s.mu.
 func (s *Server) admitARM(kind, caller string, now time.Time) (response, bool) {
 	th := s.thr
-	type empty struct {
-		global bool
-		wait   time.Duration
+	empties := th.armBlocked(kind, caller, now)
+	if len(empties) == 0 && !th.disabled {
+		empties = th.armShort(kind, caller, now)
 	}
-	var empties []empty
+	if len(empties) > 0 {
+		return s.armThrottled(kind, caller, empties), true
+	}
+	if !th.disabled {
+		for _, global := range []bool{false, true} {
+			th.armLimit(kind, global).take(th.armMeter(kind, caller, global, true, now), 1, now)
+		}
+	}
+	th.charged[armCounterPrefix+kind+"s"]++
+	return response{}, false
+}
+
+// armEmpty is one of ARM's buckets, the caller's or the global one, that
+// refuses a request, and how long until it would not.
+type armEmpty struct {
+	global bool
+	wait   time.Duration
+}
+
+// armBlocked are the manual throttles (Throttle, ThrottleCaller) refusing
+// the kind now: the global one, then the caller's.
+func (th *throttler) armBlocked(kind, caller string, now time.Time) []armEmpty {
+	var empties []armEmpty
 	if b, ok := th.blocked[kind]; ok && now.Before(b.until) {
-		empties = append(empties, empty{true, b.until.Sub(now)})
+		empties = append(empties, armEmpty{true, b.until.Sub(now)})
 	}
 	if b, ok := th.blockedFor[caller][kind]; ok && now.Before(b.until) {
-		empties = append(empties, empty{false, b.until.Sub(now)})
+		empties = append(empties, armEmpty{false, b.until.Sub(now)})
 	}
-	if len(empties) == 0 && !th.disabled {
-		for _, global := range []bool{false, true} {
-			l, m := th.armLimit(kind, global), th.armMeter(kind, caller, global, true, now)
-			if l.settle(m, now); !l.has(m, 1) {
-				empties = append(empties, empty{global, l.wait(m, 1, now)})
-			}
+	return empties
+}
+
+// armShort are the buckets of the kind, the caller's then the global one,
+// without a token now. Buckets are created (full) as needed and refilled.
+func (th *throttler) armShort(kind, caller string, now time.Time) []armEmpty {
+	var empties []armEmpty
+	for _, global := range []bool{false, true} {
+		l, m := th.armLimit(kind, global), th.armMeter(kind, caller, global, true, now)
+		if l.settle(m, now); !l.has(m, 1) {
+			empties = append(empties, armEmpty{global, l.wait(m, 1, now)})
 		}
 	}
-	if len(empties) == 0 {
-		if !th.disabled {
-			for _, global := range []bool{false, true} {
-				th.armLimit(kind, global).take(th.armMeter(kind, caller, global, true, now), 1, now)
-			}
-		}
-		th.charged[armCounterPrefix+kind+"s"]++
-		return response{}, false
-	}
+	return empties
+}
+
+// armThrottled is ARM's 429 for the empty buckets, counted as throttled.
+// Callers hold s.mu.
+func (s *Server) armThrottled(kind, caller string, empties []armEmpty) response {
 	var wait time.Duration
 	resp := response{status: http.StatusTooManyRequests}
 	for _, e := range empties {
@@ -638,12 +695,12 @@ func (s *Server) admitARM(kind, caller string, now time.Time) (response, bool) {
 		if e.global {
 			counter = armGlobalCounterPrefix + kind + "s"
 		}
-		th.throttled[counter]++
+		s.thr.throttled[counter]++
 	}
 	secs := retryAfterSeconds(wait)
 	resp.body = envelope("TooManyRequests", fmt.Sprintf(armThrottleMessage, kind, s.opts.SubscriptionID, caller, secs))
 	resp.set("Retry-After", strconv.Itoa(secs))
-	return resp, true
+	return resp
 }
 
 // armHeaders puts ARM's remaining counts of the kind, the caller's and
@@ -672,65 +729,17 @@ func (s *Server) computeCharges(r *http.Request, rt route, op string, body []byt
 	if len(policies) == 0 {
 		return nil
 	}
-	var set *scaleSet
-	about, vms := "", 0
-	switch op {
-	case OpListScaleSets, OpListSKUs:
-	case OpPollOperation:
-		if o, ok := s.ops[rt.opID]; ok && o.set != nil {
-			set = o.set
-		}
-	case OpRestartVirtualMachine, OpReimageVirtualMachine, OpRedeployVirtualMachine:
-		set = s.flexSetOfVM(rt.rg, rt.instance)
-	case OpListVirtualMachines:
-		q := r.URL.Query()
-		if q.Get("$filter") == "" || q.Get("$expand") == "" {
-			return nil
-		}
-		m := scaleSetFilter.FindStringSubmatch(q.Get("$filter"))
-		if m == nil {
-			return nil
-		}
-		sub, rg, name, ok := parseScaleSetID(m[1])
-		if !ok || !strings.EqualFold(sub, s.opts.SubscriptionID) || !strings.EqualFold(rg, rt.rg) {
-			return nil
-		}
-		if set = s.sets[setKey(rg, name)]; set == nil {
-			return nil
-		}
-	default:
-		set = s.sets[setKey(rt.rg, rt.name)]
+	set, charged := s.chargedSet(r, rt, op)
+	if !charged {
+		return nil
 	}
+	about, vms := "", 0
 	if set != nil {
-		about = strings.ToLower(s.scaleSetResourceID(set))
-		switch op {
-		case OpGetVM, OpRestartVM, OpReimageVM, OpRedeployVM, OpRestartVirtualMachine, OpReimageVirtualMachine, OpRedeployVirtualMachine:
-			about = ""
-			if vm, ok := set.vmByKey(rt.instance); ok {
-				about = strings.ToLower(s.vmResourceID(vm))
-			}
-		case OpUpdateScaleSet:
-			var patch struct {
-				SKU *struct {
-					Capacity *int64 `json:"capacity"`
-				} `json:"sku"`
-			}
-			if json.Unmarshal(body, &patch) == nil && patch.SKU != nil && patch.SKU.Capacity != nil {
-				vms = max(0, int(min(*patch.SKU.Capacity, maxCapacity))-set.capacity())
-			}
-		}
+		about = s.chargedResource(set, rt, op)
+		vms = chargedVMs(set, op, body)
 	}
 	if op == OpDeleteInstances {
-		var req struct {
-			InstanceIDs []*string `json:"instanceIds"`
-		}
-		if json.Unmarshal(body, &req) == nil {
-			for _, id := range req.InstanceIDs {
-				if id != nil {
-					vms++
-				}
-			}
-		}
+		vms += countInstanceIDs(body)
 	}
 	charges := make([]charge, 0, len(policies))
 	for _, p := range policies {
@@ -744,6 +753,104 @@ func (s *Server) computeCharges(r *http.Request, rt route, op string, body []byt
 		charges = append(charges, c)
 	}
 	return charges
+}
+
+// chargedSet is the scale set a request is charged about (nil for none),
+// or false when the request is not charged at all: a Virtual Machines list
+// without a filter and instance view naming an existing scale set of its
+// resource group. Callers hold s.mu.
+func (s *Server) chargedSet(r *http.Request, rt route, op string) (*scaleSet, bool) {
+	switch op {
+	case OpListScaleSets, OpListSKUs:
+		return nil, true
+	case OpPollOperation:
+		if o, ok := s.ops[rt.opID]; ok && o.set != nil {
+			return o.set, true
+		}
+		return nil, true
+	case OpRestartVirtualMachine, OpReimageVirtualMachine, OpRedeployVirtualMachine:
+		return s.flexSetOfVM(rt.rg, rt.instance), true
+	case OpListVirtualMachines:
+		set := s.filteredSet(r, rt)
+		return set, set != nil
+	}
+	return s.sets[setKey(rt.rg, rt.name)], true
+}
+
+// filteredSet is the scale set a Virtual Machines list with instance view
+// is filtered by, if it exists in the subscription and the request's
+// resource group. Callers hold s.mu.
+func (s *Server) filteredSet(r *http.Request, rt route) *scaleSet {
+	q := r.URL.Query()
+	if q.Get("$filter") == "" || q.Get("$expand") == "" {
+		return nil
+	}
+	m := scaleSetFilter.FindStringSubmatch(q.Get("$filter"))
+	if m == nil {
+		return nil
+	}
+	sub, rg, name, ok := parseScaleSetID(m[1])
+	if !ok || !strings.EqualFold(sub, s.opts.SubscriptionID) || !strings.EqualFold(rg, rt.rg) {
+		return nil
+	}
+	return s.sets[setKey(rg, name)]
+}
+
+// chargedResource is the lower-case ID of the resource a request about
+// the set is charged to: the VM for a request about one ("" when it does
+// not exist), else the scale set.
+func (s *Server) chargedResource(set *scaleSet, rt route, op string) string {
+	switch op {
+	case OpGetVM, OpRestartVM, OpReimageVM, OpRedeployVM, OpRestartVirtualMachine, OpReimageVirtualMachine, OpRedeployVirtualMachine:
+		if vm, ok := set.vmByKey(rt.instance); ok {
+			return strings.ToLower(s.vmResourceID(vm))
+		}
+		return ""
+	}
+	return strings.ToLower(s.scaleSetResourceID(set))
+}
+
+// chargedVMs is what an update of the set is charged per VM: the VMs a
+// capacity increase adds.
+func chargedVMs(set *scaleSet, op string, body []byte) int {
+	if op != OpUpdateScaleSet {
+		return 0
+	}
+	if c, ok := requestedCapacity(body); ok {
+		return max(0, int(min(c, maxCapacity))-set.capacity())
+	}
+	return 0
+}
+
+// requestedCapacity is the capacity a scale set PATCH body asks for, if
+// it is JSON with one.
+func requestedCapacity(body []byte) (int64, bool) {
+	var patch struct {
+		SKU *struct {
+			Capacity *int64 `json:"capacity"`
+		} `json:"sku"`
+	}
+	if json.Unmarshal(body, &patch) == nil && patch.SKU != nil && patch.SKU.Capacity != nil {
+		return *patch.SKU.Capacity, true
+	}
+	return 0, false
+}
+
+// countInstanceIDs counts the instance IDs an instance deletion's body
+// names; 0 when it is no JSON.
+func countInstanceIDs(body []byte) int {
+	var req struct {
+		InstanceIDs []*string `json:"instanceIds"`
+	}
+	n := 0
+	if json.Unmarshal(body, &req) == nil {
+		for _, id := range req.InstanceIDs {
+			if id != nil {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // computeEmpty is a charge that cannot be made now.
@@ -763,36 +870,51 @@ func (s *Server) admitCompute(charges []charge, now time.Time) (response, bool) 
 	th := s.thr
 	var empties []computeEmpty
 	for _, c := range charges {
-		if b, ok := th.policyBlock(c, now); ok {
-			empties = append(empties, computeEmpty{c: c, wait: b.until.Sub(now), from: b.from, until: b.until, measured: c.p.Capacity + c.n})
-			continue
+		if e, short := th.computeShort(c, now); short {
+			empties = append(empties, e)
 		}
-		if th.disabled {
-			continue
-		}
-		m := c.p.meter(c.about, now)
-		c.p.lim.settle(m, now)
-		need := c.p.lim.need(c.n)
-		if c.p.lim.has(m, need) {
-			continue
-		}
-		e := computeEmpty{c: c, wait: c.p.lim.wait(m, need, now), measured: c.p.Capacity - c.p.lim.remaining(m) + c.n}
-		e.from, e.until = now, now.Add(e.wait)
-		if c.p.lim.fixed {
-			e.from = m.last
-		}
-		empties = append(empties, e)
 	}
-	if len(empties) == 0 {
-		for _, c := range charges {
-			if !th.disabled {
-				m := c.p.meter(c.about, now)
-				c.p.lim.take(m, c.n, now)
-			}
-			th.charged[c.p.Name] += c.n
-		}
-		return response{}, false
+	if len(empties) > 0 {
+		return s.computeThrottled(charges, empties, now), true
 	}
+	for _, c := range charges {
+		if !th.disabled {
+			m := c.p.meter(c.about, now)
+			c.p.lim.take(m, c.n, now)
+		}
+		th.charged[c.p.Name] += c.n
+	}
+	return response{}, false
+}
+
+// computeShort says whether the charge cannot be made now: its policy is
+// throttled (ThrottlePolicy), or its bucket or window is short. The
+// charge's meter is created as needed and brought to now.
+func (th *throttler) computeShort(c charge, now time.Time) (computeEmpty, bool) {
+	if b, ok := th.policyBlock(c, now); ok {
+		return computeEmpty{c: c, wait: b.until.Sub(now), from: b.from, until: b.until, measured: c.p.Capacity + c.n}, true
+	}
+	if th.disabled {
+		return computeEmpty{}, false
+	}
+	m := c.p.meter(c.about, now)
+	c.p.lim.settle(m, now)
+	need := c.p.lim.need(c.n)
+	if c.p.lim.has(m, need) {
+		return computeEmpty{}, false
+	}
+	e := computeEmpty{c: c, wait: c.p.lim.wait(m, need, now), measured: c.p.Capacity - c.p.lim.remaining(m) + c.n}
+	e.from, e.until = now, now.Add(e.wait)
+	if c.p.lim.fixed {
+		e.from = m.last
+	}
+	return e, true
+}
+
+// computeThrottled is the Compute resource provider's 429 for the charges
+// that cannot be made, counted as throttled. Callers hold s.mu.
+func (s *Server) computeThrottled(charges []charge, empties []computeEmpty, now time.Time) response {
+	th := s.thr
 	// The longest wait first: the policy a client should hold back for.
 	slices.SortStableFunc(empties, func(a, b computeEmpty) int { return cmp.Compare(b.wait, a.wait) })
 	resp := response{status: http.StatusTooManyRequests}
@@ -816,7 +938,7 @@ func (s *Server) admitCompute(charges []charge, now time.Time) (response, bool) 
 	resp.set("Retry-After", strconv.Itoa(secs))
 	resp.body = computeErrorBody{Error: computeError{Code: "OperationNotAllowed", Message: computeThrottleMessage, Details: details,
 		InnerError: &computeInnerError{InternalErrorCode: "TooManyRequestsReceived"}}}
-	return resp, true
+	return resp
 }
 
 // remainingOf is what the charge's bucket has left. Callers hold s.mu.
