@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	apiv1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -103,18 +104,9 @@ func (c *Controller) Sync(ctx context.Context, specs []GroupSpec) (Result, error
 	// The PriorityClass: checked until found usable, and again before any
 	// create (new balloons are admitted against it); not at all while no
 	// group has a warm pool.
-	needPC := len(specs) > 0 && !c.pcOK
-	for _, p := range plans {
-		needPC = needPC || p.creates()
+	if err := c.syncPriorityClass(ctx, specs, plans, &res); err != nil {
+		errs = append(errs, err)
 	}
-	if needPC {
-		created, err := c.ensurePriorityClass(ctx)
-		res.PriorityClassCreated = created
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	res.PriorityClassProblem = c.pcProblem
 
 	// The namespace: read before any write (writes are rare), so that no
 	// balloon Deployment goes into a namespace whose Pod Security does not
@@ -126,9 +118,44 @@ func (c *Controller) Sync(ctx context.Context, specs []GroupSpec) (Result, error
 		}
 	}
 
+	applyErrs, err := c.applyAll(ctx, plans, nsErr, &res)
+	errs = append(errs, applyErrs...)
+	if err != nil {
+		return res, errors.Join(append(errs, err)...)
+	}
+
+	errs = append(errs, c.prune(ctx, keep, &res)...)
+
+	if !res.Changed() {
+		logger.V(4).Info("Balloon Deployments in sync", "groups", res.Unchanged)
+	}
+	return res, errors.Join(errs...)
+}
+
+// syncPriorityClass makes sure of the PriorityClass when specs has a
+// group and it is not known usable yet, or a plan creates a Deployment,
+// and records on res what it did and what is wrong with it.
+func (c *Controller) syncPriorityClass(ctx context.Context, specs []GroupSpec, plans []plan, res *Result) error {
+	needPC := len(specs) > 0 && !c.pcOK
+	for _, p := range plans {
+		needPC = needPC || p.creates()
+	}
+	var err error
+	if needPC {
+		res.PriorityClassCreated, err = c.ensurePriorityClass(ctx)
+	}
+	res.PriorityClassProblem = c.pcProblem
+	return err
+}
+
+// applyAll writes the plans' Deployments, none while the namespace
+// (nsErr) or the PriorityClass is not fit for them; the errors of each,
+// and ctx's error when it ended first (the rest not applied).
+func (c *Controller) applyAll(ctx context.Context, plans []plan, nsErr error, res *Result) ([]error, error) {
+	var errs []error
 	for _, p := range plans {
 		if err := ctx.Err(); err != nil {
-			return res, errors.Join(append(errs, err)...)
+			return errs, err
 		}
 		if nsErr != nil {
 			// Said once above; deleting stale ones below is still fine.
@@ -143,17 +170,11 @@ func (c *Controller) Sync(ctx context.Context, specs []GroupSpec) (Result, error
 				p.spec.Group, p.want.Namespace, p.want.Name, c.opts.PriorityClassName))
 			continue
 		}
-		if err := c.apply(ctx, p, &res); err != nil {
+		if err := c.apply(ctx, p, res); err != nil {
 			errs = append(errs, err)
 		}
 	}
-
-	errs = append(errs, c.prune(ctx, keep, &res)...)
-
-	if !res.Changed() {
-		logger.V(4).Info("Balloon Deployments in sync", "groups", res.Unchanged)
-	}
-	return res, errors.Join(errs...)
+	return errs, nil
 }
 
 // plan is the write one group's Deployment needs.
@@ -290,6 +311,23 @@ func (c *Controller) prune(ctx context.Context, keep map[string]bool, res *Resul
 	return errs
 }
 
+// priorityClassProblems is how have differs from the PriorityClass
+// wanted: its value, its preemption policy, being the global default.
+func priorityClassProblems(have, want *schedulingv1.PriorityClass) []string {
+	haveNever := have.PreemptionPolicy != nil && *have.PreemptionPolicy == apiv1.PreemptNever
+	var problems []string
+	if have.Value != want.Value {
+		problems = append(problems, fmt.Sprintf("value is %d, want %d", have.Value, want.Value))
+	}
+	if !haveNever {
+		problems = append(problems, fmt.Sprintf("preemptionPolicy is not %s", apiv1.PreemptNever))
+	}
+	if have.GlobalDefault {
+		problems = append(problems, "it is the global default")
+	}
+	return problems
+}
+
 // ensurePriorityClass creates the PriorityClass if it is missing and
 // records how an existing one differs. It reports whether it created it.
 // A problem blocks new balloons (c.pcOK stays false) only if the existing
@@ -311,17 +349,7 @@ func (c *Controller) ensurePriorityClass(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("reading PriorityClass %s: %w", want.Name, err)
 	}
-	haveNever := have.PreemptionPolicy != nil && *have.PreemptionPolicy == apiv1.PreemptNever
-	var problems []string
-	if have.Value != want.Value {
-		problems = append(problems, fmt.Sprintf("value is %d, want %d", have.Value, want.Value))
-	}
-	if !haveNever {
-		problems = append(problems, fmt.Sprintf("preemptionPolicy is not %s", apiv1.PreemptNever))
-	}
-	if have.GlobalDefault {
-		problems = append(problems, "it is the global default")
-	}
+	problems := priorityClassProblems(have, want)
 	problem := ""
 	if len(problems) > 0 {
 		problem = fmt.Sprintf("PriorityClass %s: %s (immutable: delete it to have the autoscaler recreate it)", want.Name, strings.Join(problems, "; "))

@@ -88,6 +88,24 @@ const DefaultMaxReplicas = 100
 
 // Validate names the flag at fault.
 func (o Options) Validate() error {
+	if err := o.validatePods(); err != nil {
+		return err
+	}
+	if errs := validation.IsQualifiedName(o.Label); len(errs) > 0 {
+		return fmt.Errorf("--balloon-label: %q is not a label key: %s", o.Label, strings.Join(errs, "; "))
+	}
+	if err := o.validatePriorityClass(); err != nil {
+		return err
+	}
+	if err := o.validateNodeGroupLabel(); err != nil {
+		return err
+	}
+	return o.validateManagedBy()
+}
+
+// validatePods checks what makes the balloon pods: their priority, image,
+// count and namespace.
+func (o Options) validatePods() error {
 	if o.PriorityValue >= 0 {
 		return fmt.Errorf("--balloon-priority-value: must be negative so that every pod of default priority preempts balloons, got %d", o.PriorityValue)
 	}
@@ -100,21 +118,36 @@ func (o Options) Validate() error {
 	if errs := validation.IsDNS1123Label(o.Namespace); len(errs) > 0 {
 		return fmt.Errorf("--balloon-namespace: %q is not a namespace name: %s", o.Namespace, strings.Join(errs, "; "))
 	}
-	if errs := validation.IsQualifiedName(o.Label); len(errs) > 0 {
-		return fmt.Errorf("--balloon-label: %q is not a label key: %s", o.Label, strings.Join(errs, "; "))
-	}
+	return nil
+}
+
+// validatePriorityClass checks the PriorityClass's name: valid, not
+// reserved.
+func (o Options) validatePriorityClass() error {
 	if errs := validation.IsDNS1123Subdomain(o.PriorityClassName); len(errs) > 0 {
 		return fmt.Errorf("--balloon-priority-class: %q is not a PriorityClass name: %s", o.PriorityClassName, strings.Join(errs, "; "))
 	}
 	if strings.HasPrefix(o.PriorityClassName, "system-") {
 		return fmt.Errorf("--balloon-priority-class: %q: the prefix system- is reserved", o.PriorityClassName)
 	}
+	return nil
+}
+
+// validateNodeGroupLabel checks the node-group label: a label key, not
+// the balloon label.
+func (o Options) validateNodeGroupLabel() error {
 	if errs := validation.IsQualifiedName(o.NodeGroupLabel); len(errs) > 0 {
 		return fmt.Errorf("--balloon-node-group-label: %q is not a label key: %s", o.NodeGroupLabel, strings.Join(errs, "; "))
 	}
 	if o.NodeGroupLabel == o.Label {
 		return fmt.Errorf("--balloon-label: %q is also the node-group label", o.Label)
 	}
+	return nil
+}
+
+// validateManagedBy checks the managed-by label: a label key with a
+// non-empty value, not the balloon label.
+func (o Options) validateManagedBy() error {
 	if errs := validation.IsQualifiedName(o.ManagedByLabel); len(errs) > 0 {
 		return fmt.Errorf("balloon managed-by label: %q is not a label key: %s", o.ManagedByLabel, strings.Join(errs, "; "))
 	}

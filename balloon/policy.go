@@ -100,45 +100,79 @@ func parsePolicy(v string) (string, Policy, error) {
 		return "", Policy{}, fmt.Errorf("want %s", PolicyFormat)
 	}
 	group, amount, bounds := fields[0], fields[1], fields[2:]
+	if err := validateGroup(group); err != nil {
+		return "", Policy{}, err
+	}
+	var p Policy
+	var err error
+	if pct, proportional := strings.CutSuffix(amount, "%"); proportional {
+		p, err = parseProportional(pct, bounds)
+	} else {
+		p, err = parseFixed(amount, bounds)
+	}
+	if err != nil {
+		return "", Policy{}, err
+	}
+	return group, p, nil
+}
+
+// validateGroup checks a policy's node group: a non-empty label value.
+func validateGroup(group string) error {
 	if group == "" {
-		return "", Policy{}, fmt.Errorf("empty node group")
+		return fmt.Errorf("empty node group")
 	}
 	if errs := validation.IsValidLabelValue(group); len(errs) > 0 {
-		return "", Policy{}, fmt.Errorf("node group %q is not a valid label value: %s", group, strings.Join(errs, "; "))
+		return fmt.Errorf("node group %q is not a valid label value: %s", group, strings.Join(errs, "; "))
 	}
-	pct, proportional := strings.CutSuffix(amount, "%")
-	if !proportional {
-		if len(bounds) > 0 {
-			return "", Policy{}, fmt.Errorf("min and max apply only to a percent (%s)", PolicyFormat)
-		}
-		n, err := nonNegative(amount)
-		if err != nil {
-			return "", Policy{}, fmt.Errorf("count must be an integer between 0 and %d", MaxWarmNodes)
-		}
-		return group, Policy{Fixed: n}, nil
+	return nil
+}
+
+// parseFixed parses a fixed policy's count (it takes no bounds).
+func parseFixed(amount string, bounds []string) (Policy, error) {
+	if len(bounds) > 0 {
+		return Policy{}, fmt.Errorf("min and max apply only to a percent (%s)", PolicyFormat)
 	}
+	n, err := nonNegative(amount)
+	if err != nil {
+		return Policy{}, fmt.Errorf("count must be an integer between 0 and %d", MaxWarmNodes)
+	}
+	return Policy{Fixed: n}, nil
+}
+
+// parseProportional parses a proportional policy's percent (without its
+// "%") and bounds, [min[, max]].
+func parseProportional(pct string, bounds []string) (Policy, error) {
 	f, err := strconv.ParseFloat(pct, 64)
 	if err != nil || !(f > 0 && f <= 100) {
-		return "", Policy{}, fmt.Errorf("percent must be a number in (0, 100]")
+		return Policy{}, fmt.Errorf("percent must be a number in (0, 100]")
 	}
 	p := Policy{Proportional: true, Ratio: f / 100}
+	if p.Min, p.Max, err = parseBounds(bounds); err != nil {
+		return Policy{}, err
+	}
+	if p.Max > 0 && p.Min > p.Max {
+		return Policy{}, fmt.Errorf("min %d is greater than max %d", p.Min, p.Max)
+	}
+	return p, nil
+}
+
+// parseBounds parses a proportional policy's bounds, [min[, max]] (max
+// 0: none given).
+func parseBounds(bounds []string) (lo, hi int, err error) {
 	switch {
 	case len(bounds) > 2:
-		return "", Policy{}, fmt.Errorf("too many fields: want %s", PolicyFormat)
+		return 0, 0, fmt.Errorf("too many fields: want %s", PolicyFormat)
 	case len(bounds) == 2:
-		if p.Max, err = nonNegative(bounds[1]); err != nil || p.Max == 0 {
-			return "", Policy{}, fmt.Errorf("max must be an integer between 1 and %d (omit it for no bound)", MaxWarmNodes)
+		if hi, err = nonNegative(bounds[1]); err != nil || hi == 0 {
+			return 0, 0, fmt.Errorf("max must be an integer between 1 and %d (omit it for no bound)", MaxWarmNodes)
 		}
 		fallthrough
 	case len(bounds) == 1:
-		if p.Min, err = nonNegative(bounds[0]); err != nil {
-			return "", Policy{}, fmt.Errorf("min must be an integer between 0 and %d", MaxWarmNodes)
+		if lo, err = nonNegative(bounds[0]); err != nil {
+			return 0, 0, fmt.Errorf("min must be an integer between 0 and %d", MaxWarmNodes)
 		}
 	}
-	if p.Max > 0 && p.Min > p.Max {
-		return "", Policy{}, fmt.Errorf("min %d is greater than max %d", p.Min, p.Max)
-	}
-	return group, p, nil
+	return lo, hi, nil
 }
 
 // MaxWarmNodes bounds a warm pool's count, min and max: far above any

@@ -42,19 +42,31 @@ func Render(dir string, values map[string]any, name, namespace string) ([]*unstr
 		if filepath.Base(f) == "NOTES.txt" || !strings.HasSuffix(f, ".yaml") {
 			continue
 		}
-		for i, doc := range strings.Split(files[f], "\n---") {
-			if strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(doc), "---")) == "" {
-				continue
-			}
-			m := map[string]any{}
-			if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
-				return nil, fmt.Errorf("%s document %d: %w", f, i, err)
-			}
-			if len(m) == 0 {
-				continue
-			}
-			out = append(out, &unstructured.Unstructured{Object: m})
+		objs, err := documents(f, files[f])
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, objs...)
+	}
+	return out, nil
+}
+
+// documents are the objects of the rendered file f, one a YAML document
+// (empty ones skipped).
+func documents(f, content string) ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
+	for i, doc := range strings.Split(content, "\n---") {
+		if strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(doc), "---")) == "" {
+			continue
+		}
+		m := map[string]any{}
+		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+			return nil, fmt.Errorf("%s document %d: %w", f, i, err)
+		}
+		if len(m) == 0 {
+			continue
+		}
+		out = append(out, &unstructured.Unstructured{Object: m})
 	}
 	return out, nil
 }

@@ -55,28 +55,16 @@ func run(args []string, out io.Writer) error {
 	if len(roots) == 0 {
 		roots = []string{"."}
 	}
-	var funcs []Func
-	for _, root := range roots {
-		fs, err := Measure(root)
-		if err != nil {
-			return err
-		}
-		funcs = append(funcs, fs...)
+	funcs, err := measureAll(roots)
+	if err != nil {
+		return err
 	}
 	if *list >= 0 {
 		printAbove(out, funcs, *list)
 		return nil
 	}
-	above10 := 0
-	var offenders []Func
-	for _, f := range funcs {
-		if f.Complexity > 10 {
-			above10++
-		}
-		if f.Complexity > *over {
-			offenders = append(offenders, f)
-		}
-	}
+	offenders := above(funcs, *over)
+	above10 := len(above(funcs, 10))
 	fmt.Fprintf(out, "%d functions, %d (%.1f %%) above 10, %d above %d\n", len(funcs), above10, 100*float64(above10)/float64(max(1, len(funcs))), len(offenders), *over)
 	if *write {
 		return writeBaseline(*baseline, offenders)
@@ -85,20 +73,50 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if bad := baselineViolations(offenders, allowed, *over); len(bad) > 0 {
+		return errors.New(strings.Join(bad, "\n"))
+	}
+	return nil
+}
+
+// measureAll measures the functions under each root.
+func measureAll(roots []string) ([]Func, error) {
+	var funcs []Func
+	for _, root := range roots {
+		fs, err := Measure(root)
+		if err != nil {
+			return nil, err
+		}
+		funcs = append(funcs, fs...)
+	}
+	return funcs, nil
+}
+
+// above are the functions above threshold, in their order.
+func above(funcs []Func, threshold int) []Func {
+	var out []Func
+	for _, f := range funcs {
+		if f.Complexity > threshold {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// baselineViolations says which offenders (above over) are not in the
+// baseline allowed, or above their value there.
+func baselineViolations(offenders []Func, allowed map[string]int, over int) []string {
 	var bad []string
 	for _, f := range offenders {
 		limit, ok := allowed[f.Key]
 		switch {
 		case !ok:
-			bad = append(bad, fmt.Sprintf("%s: complexity %d, above %d: split it (a new function may not join the baseline)", f.Key, f.Complexity, *over))
+			bad = append(bad, fmt.Sprintf("%s: complexity %d, above %d: split it (a new function may not join the baseline)", f.Key, f.Complexity, over))
 		case f.Complexity > limit:
 			bad = append(bad, fmt.Sprintf("%s: complexity %d, above its baseline %d: the listed functions may only shrink", f.Key, f.Complexity, limit))
 		}
 	}
-	if len(bad) > 0 {
-		return errors.New(strings.Join(bad, "\n"))
-	}
-	return nil
+	return bad
 }
 
 // Measure returns the complexity of every function of the non-test Go
@@ -110,31 +128,50 @@ func Measure(root string) ([]Func, error) {
 		if err != nil {
 			return err
 		}
-		name := d.Name()
 		if d.IsDir() {
-			if path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "vendor") {
+			if path != root && skippedDir(d.Name()) {
 				return filepath.SkipDir
 			}
 			return nil
 		}
-		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+		if !isSourceFile(d.Name()) {
 			return nil
 		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return fmt.Errorf("parsing %s: %w", path, err)
-		}
-		rel, _ := filepath.Rel(root, path)
-		for _, decl := range f.Decls {
-			fd, ok := decl.(*ast.FuncDecl)
-			if !ok || fd.Body == nil {
-				continue
-			}
-			out = append(out, Func{Key: filepath.ToSlash(filepath.Dir(rel)) + ":" + funcName(fd), Complexity: Complexity(fd.Body)})
-		}
-		return nil
+		funcs, err := measureFile(fset, root, path)
+		out = append(out, funcs...)
+		return err
 	})
 	return out, err
+}
+
+// skippedDir says Measure does not enter a directory of this name:
+// hidden, testdata, vendor.
+func skippedDir(name string) bool {
+	return strings.HasPrefix(name, ".") || name == "testdata" || name == "vendor"
+}
+
+// isSourceFile says a file of this name is non-test Go.
+func isSourceFile(name string) bool {
+	return strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, "_test.go")
+}
+
+// measureFile returns the complexity of the functions of the file at
+// path, keyed by its directory relative to root.
+func measureFile(fset *token.FileSet, root, path string) ([]Func, error) {
+	f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+	if err != nil {
+		return nil, fmt.Errorf("parsing %s: %w", path, err)
+	}
+	rel, _ := filepath.Rel(root, path)
+	var out []Func
+	for _, decl := range f.Decls {
+		fd, ok := decl.(*ast.FuncDecl)
+		if !ok || fd.Body == nil {
+			continue
+		}
+		out = append(out, Func{Key: filepath.ToSlash(filepath.Dir(rel)) + ":" + funcName(fd), Complexity: Complexity(fd.Body)})
+	}
+	return out, nil
 }
 
 func funcName(fd *ast.FuncDecl) string {

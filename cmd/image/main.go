@@ -97,79 +97,131 @@ func build(ctx context.Context, args []string) error {
 }
 
 func buildImage(ctx context.Context, o buildOptions) error {
-	logger := klog.FromContext(ctx)
 	root, err := filepath.Abs(o.root)
 	if err != nil {
 		return fmt.Errorf("--root=%s: %w", o.root, err)
 	}
 	// Inputs first: a mistake fails before minutes of compiling.
-	var platforms []image.Platform
-	for _, s := range o.platforms {
-		p, err := image.ParsePlatform(s)
-		if err != nil {
-			return fmt.Errorf("--platforms: %w", err)
-		}
-		platforms = append(platforms, p)
-	}
-	if o.version == "" {
-		if o.version, err = image.ChartAppVersion(root); err != nil {
-			return err
-		}
-	}
-	if err := image.ValidateVersion(o.version); err != nil {
-		return fmt.Errorf("--version: %w", err)
-	}
-	if _, err := image.ReadCACerts(o.caCerts); err != nil {
-		return err
-	}
-	if o.revision == "" {
-		if o.revision, err = image.GitRevision(ctx, root); err != nil {
-			return fmt.Errorf("--revision not given and %w", err)
-		}
-	}
-	created, err := image.CreatedTime(ctx, root, os.Getenv)
+	platforms, err := parsePlatforms(o.platforms)
 	if err != nil {
 		return err
 	}
-	var base *image.Base
-	if o.preflightBase != "" {
-		logger.Info("Pulling the preflight image's base", "base", o.preflightBase)
-		if base, err = image.PullBase(ctx, o.preflightBase, platforms); err != nil {
-			return fmt.Errorf("--preflight-base: %w", err)
-		}
+	created, err := o.resolveInputs(ctx, root)
+	if err != nil {
+		return err
+	}
+	base, err := pullBase(ctx, o.preflightBase, platforms)
+	if err != nil {
+		return err
 	}
 	out := o.out
 	if !filepath.IsAbs(out) {
 		out = filepath.Join(root, out)
 	}
-	opts := image.Options{Binaries: map[image.Platform]string{}, CACerts: o.caCerts,
-		Version: o.version, Revision: o.revision, Source: o.source, Created: created}
+	opts := image.Options{CACerts: o.caCerts, Version: o.version, Revision: o.revision, Source: o.source, Created: created}
+	if opts.Binaries, err = buildBinaries(ctx, root, out, platforms, o.version, o.revision); err != nil {
+		return err
+	}
+	if err := o.writeImage(opts, out); err != nil {
+		return err
+	}
+	if base == nil {
+		return nil
+	}
+	return o.writePreflightImage(opts, base, out)
+}
+
+// parsePlatforms parses --platforms.
+func parsePlatforms(values []string) ([]image.Platform, error) {
+	var platforms []image.Platform
+	for _, s := range values {
+		p, err := image.ParsePlatform(s)
+		if err != nil {
+			return nil, fmt.Errorf("--platforms: %w", err)
+		}
+		platforms = append(platforms, p)
+	}
+	return platforms, nil
+}
+
+// resolveInputs sets the version and revision not given (the chart's
+// appVersion, the checkout's commit), checks them and the CA
+// certificates, and returns the images' creation time.
+func (o *buildOptions) resolveInputs(ctx context.Context, root string) (time.Time, error) {
+	var err error
+	if o.version == "" {
+		if o.version, err = image.ChartAppVersion(root); err != nil {
+			return time.Time{}, err
+		}
+	}
+	if err := image.ValidateVersion(o.version); err != nil {
+		return time.Time{}, fmt.Errorf("--version: %w", err)
+	}
+	if _, err := image.ReadCACerts(o.caCerts); err != nil {
+		return time.Time{}, err
+	}
+	if o.revision == "" {
+		if o.revision, err = image.GitRevision(ctx, root); err != nil {
+			return time.Time{}, fmt.Errorf("--revision not given and %w", err)
+		}
+	}
+	return image.CreatedTime(ctx, root, os.Getenv)
+}
+
+// pullBase pulls the preflight image's base, nil without one.
+func pullBase(ctx context.Context, ref string, platforms []image.Platform) (*image.Base, error) {
+	if ref == "" {
+		return nil, nil
+	}
+	klog.FromContext(ctx).Info("Pulling the preflight image's base", "base", ref)
+	base, err := image.PullBase(ctx, ref, platforms)
+	if err != nil {
+		return nil, fmt.Errorf("--preflight-base: %w", err)
+	}
+	return base, nil
+}
+
+// buildBinaries builds the binary of each platform under out and returns
+// their paths.
+func buildBinaries(ctx context.Context, root, out string, platforms []image.Platform, version, revision string) (map[image.Platform]string, error) {
+	logger := klog.FromContext(ctx)
+	bins := map[image.Platform]string{}
 	for _, p := range platforms {
 		bin := filepath.Join(out, "bin", p.OS+"-"+p.Architecture, "vmss-autoscaler")
-		logger.Info("Building binary", "platform", p, "version", o.version, "revision", o.revision)
-		if err := image.BuildBinary(ctx, root, p, o.version, o.revision, bin); err != nil {
-			return err
+		logger.Info("Building binary", "platform", p, "version", version, "revision", revision)
+		if err := image.BuildBinary(ctx, root, p, version, revision, bin); err != nil {
+			return nil, err
 		}
-		opts.Binaries[p] = bin
+		bins[p] = bin
 	}
+	return bins, nil
+}
+
+// writeImage builds the autoscaler's image of opts into out and says
+// where it is.
+func (o *buildOptions) writeImage(opts image.Options, out string) error {
 	idx, err := image.Build(opts)
 	if err != nil {
 		return err
 	}
-	where, err := writeOutputs(idx, out, "oci", "vmss-autoscaler", o.version, created)
+	where, err := writeOutputs(idx, out, "oci", "vmss-autoscaler", o.version, opts.Created)
 	if err != nil {
 		return err
 	}
 	fmt.Printf("built vmss-autoscaler %s (revision %s) for %s\n%spush it with: make push IMAGE=<registry>/vmss-autoscaler:%s\n",
 		o.version, o.revision, strings.Join(o.platforms, ", "), where, o.version)
-	if base == nil {
-		return nil
-	}
+	return nil
+}
+
+// writePreflightImage builds the preflight image of opts on base into
+// out and says where it is.
+func (o *buildOptions) writePreflightImage(opts image.Options, base *image.Base, out string) error {
 	pidx, err := image.OnBase(opts, base)
 	if err != nil {
 		return fmt.Errorf("preflight image: %w", err)
 	}
-	if where, err = writeOutputs(pidx, out, "preflight-oci", "vmss-autoscaler-preflight", o.version, created); err != nil {
+	where, err := writeOutputs(pidx, out, "preflight-oci", "vmss-autoscaler-preflight", o.version, opts.Created)
+	if err != nil {
 		return err
 	}
 	fmt.Printf("built the preflight image on %s (%s)\n%spush it with: make push IMAGE=... PREFLIGHT_IMAGE=<registry>/vmss-autoscaler-preflight:%s\n",

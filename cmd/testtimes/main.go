@@ -53,22 +53,35 @@ func newSummary(out io.Writer) *summary {
 
 func (s *summary) add(e event) {
 	key := [2]string{e.Package, e.Test}
+	if e.Test == "" {
+		s.addPackage(key, e)
+		return
+	}
+	s.addTest(key, e)
+}
+
+// addPackage records a package's event: its result line is printed; the
+// rest (TestMain's output, build errors, PASS/FAIL) only if the package
+// fails.
+func (s *summary) addPackage(key [2]string, e event) {
 	switch {
-	case e.Test == "" && e.Action == "output":
-		// A package's result line is printed; the rest (TestMain's
-		// output, build errors, PASS/FAIL) only if the package fails.
+	case e.Action == "output":
 		if isResultLine(e.Output) {
 			fmt.Fprint(s.out, e.Output)
 		} else {
 			s.pending[key] = append(s.pending[key], e.Output)
 		}
-	case e.Test == "" && e.Action == "fail":
-		for _, line := range s.pending[key] {
-			fmt.Fprint(s.out, line)
-		}
+	case e.Action == "fail":
+		s.printPending(key)
+	case e.Action == "pass" || e.Action == "skip":
 		delete(s.pending, key)
-	case e.Test == "" && (e.Action == "pass" || e.Action == "skip"):
-		delete(s.pending, key)
+	}
+}
+
+// addTest records a test's event: its output, printed only if it fails,
+// and the time of a top-level test that ended.
+func (s *summary) addTest(key [2]string, e event) {
+	switch {
 	case e.Action == "output":
 		s.pending[key] = append(s.pending[key], e.Output)
 	case e.Action == "pass" || e.Action == "skip":
@@ -77,14 +90,19 @@ func (s *summary) add(e event) {
 			s.times = append(s.times, testTime{pkg: e.Package, test: e.Test, took: secs(e.Elapsed)})
 		}
 	case e.Action == "fail":
-		for _, line := range s.pending[key] {
-			fmt.Fprint(s.out, line)
-		}
-		delete(s.pending, key)
+		s.printPending(key)
 		if !strings.Contains(e.Test, "/") {
 			s.times = append(s.times, testTime{pkg: e.Package, test: e.Test, took: secs(e.Elapsed), failed: true})
 		}
 	}
+}
+
+// printPending prints and forgets the output kept for key.
+func (s *summary) printPending(key [2]string) {
+	for _, line := range s.pending[key] {
+		fmt.Fprint(s.out, line)
+	}
+	delete(s.pending, key)
 }
 
 // flush prints the output of tests that never ended (a timeout's panic

@@ -368,29 +368,8 @@ func next(ctx context.Context, as *harness.Process, tick *time.Ticker) error {
 }
 
 func snapshot(ctx context.Context, c kubernetes.Interface, sim *armsim.Server) (running, done, pending int, line string) {
-	pods, err := c.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
-	if err == nil {
-		for _, p := range pods.Items {
-			switch p.Status.Phase {
-			case apiv1.PodRunning:
-				running++
-			case apiv1.PodSucceeded:
-				done++
-			case apiv1.PodPending:
-				pending++
-			}
-		}
-	}
-	ready := map[string]int{}
-	if nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
-		for _, n := range nodes.Items {
-			for _, cond := range n.Status.Conditions {
-				if cond.Type == apiv1.NodeReady && cond.Status == apiv1.ConditionTrue {
-					ready[n.Labels[armsim.NodeGroupLabel]]++
-				}
-			}
-		}
-	}
+	running, done, pending = podPhases(ctx, c)
+	ready := readyNodes(ctx, c)
 	var parts []string
 	for _, name := range []string{"cpu", "gpu-h100", "gpu-team-rl"} {
 		st, err := sim.ScaleSet(resourceGroup, name)
@@ -406,6 +385,44 @@ func snapshot(ctx context.Context, c kubernetes.Interface, sim *armsim.Server) (
 		parts = append(parts, fmt.Sprintf("%s: requested %d, booting %d, ready %d", name, st.Capacity, booting, ready[name]))
 	}
 	return running, done, pending, strings.Join(parts, "  |  ")
+}
+
+// podPhases counts the demo's pods Running, Succeeded and Pending (none
+// when they cannot be listed).
+func podPhases(ctx context.Context, c kubernetes.Interface) (running, done, pending int) {
+	pods, err := c.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, 0, 0
+	}
+	for _, p := range pods.Items {
+		switch p.Status.Phase {
+		case apiv1.PodRunning:
+			running++
+		case apiv1.PodSucceeded:
+			done++
+		case apiv1.PodPending:
+			pending++
+		}
+	}
+	return running, done, pending
+}
+
+// readyNodes counts the Ready nodes by node group (none when they cannot
+// be listed).
+func readyNodes(ctx context.Context, c kubernetes.Interface) map[string]int {
+	ready := map[string]int{}
+	nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return ready
+	}
+	for _, n := range nodes.Items {
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == apiv1.NodeReady && cond.Status == apiv1.ConditionTrue {
+				ready[n.Labels[armsim.NodeGroupLabel]]++
+			}
+		}
+	}
+	return ready
 }
 
 func summary(ctx context.Context, c kubernetes.Interface, sim *armsim.Server, addr string, took time.Duration) {

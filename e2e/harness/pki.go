@@ -104,33 +104,47 @@ func generatePKI(dir string) (*pki, error) {
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}, frontProxyCA})
 
-	for _, l := range leaves {
-		kp, err := newLeaf(l.tmpl, l.issuer)
-		if err != nil {
-			return nil, fmt.Errorf("generating %s certificate: %w", l.name, err)
-		}
-		*l.cert, *l.key = path(l.name+".crt"), path(l.name+".key")
-		if err := writeKeyPair(kp, *l.cert, *l.key); err != nil {
-			return nil, err
-		}
-	}
-
-	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		return nil, fmt.Errorf("generating service-account key: %w", err)
-	}
-	pub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
-	if err != nil {
-		return nil, fmt.Errorf("encoding service-account public key: %w", err)
-	}
-	p.ServiceAccountKey, p.ServiceAccountPub = path("sa.key"), path("sa.pub")
-	if err := writePEM(p.ServiceAccountKey, "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(saKey), 0o600); err != nil {
+	if err := writeLeaves(dir, leaves); err != nil {
 		return nil, err
 	}
-	if err := writePEM(p.ServiceAccountPub, "PUBLIC KEY", pub, 0o644); err != nil {
+	if err := p.writeServiceAccountKeys(dir); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// writeLeaves generates each leaf certificate and writes it to dir as
+// <name>.crt and <name>.key, recording those paths in the spec.
+func writeLeaves(dir string, leaves []leafSpec) error {
+	for _, l := range leaves {
+		kp, err := newLeaf(l.tmpl, l.issuer)
+		if err != nil {
+			return fmt.Errorf("generating %s certificate: %w", l.name, err)
+		}
+		*l.cert, *l.key = filepath.Join(dir, l.name+".crt"), filepath.Join(dir, l.name+".key")
+		if err := writeKeyPair(kp, *l.cert, *l.key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeServiceAccountKeys generates the service-account signing key and
+// writes it and its public key to dir as sa.key and sa.pub.
+func (p *pki) writeServiceAccountKeys(dir string) error {
+	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return fmt.Errorf("generating service-account key: %w", err)
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
+	if err != nil {
+		return fmt.Errorf("encoding service-account public key: %w", err)
+	}
+	p.ServiceAccountKey, p.ServiceAccountPub = filepath.Join(dir, "sa.key"), filepath.Join(dir, "sa.pub")
+	if err := writePEM(p.ServiceAccountKey, "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(saKey), 0o600); err != nil {
+		return err
+	}
+	return writePEM(p.ServiceAccountPub, "PUBLIC KEY", pub, 0o644)
 }
 
 // newCA returns a self-signed CA.

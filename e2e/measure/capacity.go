@@ -14,13 +14,7 @@ import (
 // count though the device plugin advertises them only some seconds after
 // registration.
 func PodsPerNode(hook *armsim.KubeNodeHook, sku string, res apiv1.ResourceRequirements) (int, error) {
-	var k *armsim.SKU
-	for _, s := range armsim.DefaultSKUs() {
-		if s.Name == sku {
-			k = &s
-			break
-		}
-	}
+	k := simulatorSKU(sku)
 	if k == nil {
 		return 0, fmt.Errorf("SKU %s is not one of the simulator's", sku)
 	}
@@ -45,4 +39,14 @@ func PodsPerNode(hook *armsim.KubeNodeHook, sku string, res apiv1.ResourceRequir
 		return 0, fmt.Errorf("a pod of %v does not fit a %s node", res.Requests, sku)
 	}
 	return fit, nil
+}
+
+// simulatorSKU is the simulator's SKU of that name, nil if none.
+func simulatorSKU(name string) *armsim.SKU {
+	for _, s := range armsim.DefaultSKUs() {
+		if s.Name == name {
+			return &s
+		}
+	}
+	return nil
 }

@@ -36,16 +36,24 @@ func ProcUsage(pid int) (Usage, error) {
 
 func parseProc(status, stat string) (Usage, error) {
 	var u Usage
+	if err := u.readStatus(status); err != nil {
+		return u, err
+	}
+	if err := u.readStat(stat); err != nil {
+		return u, err
+	}
+	return u, nil
+}
+
+// readStatus reads the resident memory of a /proc/<pid>/status: VmHWM,
+// required, and VmRSS.
+func (u *Usage) readStatus(status string) error {
 	found := false
 	for line := range strings.Lines(status) {
 		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			f := strings.Fields(rest)
-			if len(f) != 2 || f[1] != "kB" {
-				return u, fmt.Errorf("/proc status: VmHWM: unexpected %q", strings.TrimSpace(rest))
-			}
-			kb, err := strconv.ParseFloat(f[0], 64)
+			kb, err := peakKB(rest)
 			if err != nil {
-				return u, fmt.Errorf("/proc status: VmHWM: %w", err)
+				return err
 			}
 			u.PeakRSSMiB, found = kb/1024, true
 		}
@@ -57,28 +65,46 @@ func parseProc(status, stat string) (Usage, error) {
 		}
 	}
 	if !found {
-		return u, fmt.Errorf("/proc status: no VmHWM line")
+		return fmt.Errorf("/proc status: no VmHWM line")
 	}
+	return nil
+}
+
+// peakKB parses the value of a VmHWM line, "<n> kB".
+func peakKB(rest string) (float64, error) {
+	f := strings.Fields(rest)
+	if len(f) != 2 || f[1] != "kB" {
+		return 0, fmt.Errorf("/proc status: VmHWM: unexpected %q", strings.TrimSpace(rest))
+	}
+	kb, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return 0, fmt.Errorf("/proc status: VmHWM: %w", err)
+	}
+	return kb, nil
+}
+
+// readStat reads the CPU time (user + system) of a /proc/<pid>/stat.
+func (u *Usage) readStat(stat string) error {
 	// The command name (field 2) is in parentheses and may hold spaces.
 	i := strings.LastIndexByte(stat, ')')
 	if i < 0 {
-		return u, fmt.Errorf("/proc stat: no command name in %q", stat)
+		return fmt.Errorf("/proc stat: no command name in %q", stat)
 	}
 	f := strings.Fields(stat[i+1:])
 	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
 	if len(f) < 13 {
-		return u, fmt.Errorf("/proc stat: %d fields after the command name, want at least 13", len(f))
+		return fmt.Errorf("/proc stat: %d fields after the command name, want at least 13", len(f))
 	}
 	var ticks float64
 	for _, s := range f[11:13] {
 		v, err := strconv.ParseFloat(s, 64)
 		if err != nil {
-			return u, fmt.Errorf("/proc stat: CPU time %q: %w", s, err)
+			return fmt.Errorf("/proc stat: CPU time %q: %w", s, err)
 		}
 		ticks += v
 	}
 	u.CPUSeconds = ticks / clockTicks
-	return u, nil
+	return nil
 }
 
 // CPUModel is this machine's CPU model name from /proc/cpuinfo, or "" when

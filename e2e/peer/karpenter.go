@@ -160,27 +160,11 @@ func installCRDs(ctx context.Context, dc dynamic.Interface, files []string) erro
 	crds := dc.Resource(crdGVR)
 	var names []string
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		created, err := createCRDs(ctx, crds, f)
 		if err != nil {
 			return err
 		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-		for {
-			var obj map[string]any
-			if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				return fmt.Errorf("reading %s: %w", f, err)
-			}
-			u := &unstructured.Unstructured{Object: obj}
-			if len(obj) == 0 || u.GetKind() != "CustomResourceDefinition" {
-				continue
-			}
-			if _, err := crds.Create(ctx, u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-				return fmt.Errorf("creating CRD %s (%s): %w", u.GetName(), f, err)
-			}
-			names = append(names, u.GetName())
-		}
+		names = append(names, created...)
 	}
 	for _, n := range names {
 		if err := poll(ctx, time.Minute, "CRD "+n+" Established", func() (bool, error) {
@@ -194,6 +178,34 @@ func installCRDs(ctx context.Context, dc dynamic.Interface, files []string) erro
 		}
 	}
 	return nil
+}
+
+// createCRDs creates the CRDs of the YAML file f (one there already is
+// fine) and returns their names.
+func createCRDs(ctx context.Context, crds dynamic.NamespaceableResourceInterface, f string) ([]string, error) {
+	data, err := os.ReadFile(f)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var obj map[string]any
+		if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", f, err)
+		}
+		u := &unstructured.Unstructured{Object: obj}
+		if len(obj) == 0 || u.GetKind() != "CustomResourceDefinition" {
+			continue
+		}
+		if _, err := crds.Create(ctx, u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("creating CRD %s (%s): %w", u.GetName(), f, err)
+		}
+		names = append(names, u.GetName())
+	}
+	return names, nil
 }
 
 // hasCondition says whether u's status has the condition type=True.

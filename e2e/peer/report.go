@@ -207,8 +207,25 @@ func (rep *report) verdict() []string {
 
 func (rep *report) markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# vmss-autoscaler against Karpenter (make peer)\n\n")
-	fmt.Fprintf(&b, "%s; %s to %s. Each run on a fresh control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok). "+
+	rep.writeIntro(&b)
+	rep.writeTable(&b)
+	rep.writeNotes(&b)
+	if v := rep.verdict(); len(v) > 0 {
+		b.WriteString("\n## Goal: ours ≤ 0.6× Karpenter's time to all Running, and within 1.3× of the floor\n\n")
+		for _, l := range v {
+			b.WriteString("- " + l + "\n")
+		}
+	}
+	rep.writeCommandLines(&b)
+	writeList(&b, "\n## Rounds that broke (in no median: a row's brackets show the rounds it has)\n\n", rep.Broken)
+	writeList(&b, "\n## Failures\n\n", rep.failures())
+	return b.String()
+}
+
+// writeIntro writes the title and what was run, where and how.
+func (rep *report) writeIntro(b *strings.Builder) {
+	fmt.Fprintf(b, "# vmss-autoscaler against Karpenter (make peer)\n\n")
+	fmt.Fprintf(b, "%s; %s to %s. Each run on a fresh control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok). "+
 		"Pods: a Deployment of pause pods of %s CPU / %s each. Nodes of 64 cores: ours %s from the ARM simulator, Karpenter's kwok provider (%s) %s. "+
 		"Node registration delay %s on both sides.",
 		rep.Machine, rep.Started.Format(time.RFC3339), rep.Finished.Format(time.RFC3339), rep.PodCPU, rep.PodMemory, rep.OurSKU, rep.Karpenter, rep.KarpenterT, rep.BootDelay)
@@ -216,39 +233,63 @@ func (rep *report) markdown() string {
 		b.WriteString(" **The ARM simulator ran without ARM's limits** (--arm-limits=false): no throttling, long-running operations done at once.")
 	}
 	b.WriteString("\n\n")
+}
+
+// writeTable writes the table: a row per run and size (its median
+// round).
+func (rep *report) writeTable(b *strings.Builder) {
 	b.WriteString("| run | first node request | all Running | ratio to Karpenter | ratio to floor | nodes | CPU s | peak RSS | API requests |\n")
 	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range rep.sorted() {
-		first, all := "–", "not all"
-		if r.FirstNodeRequest != nil {
-			first = fmt.Sprintf("%.1f s", *r.FirstNodeRequest)
-		}
-		if r.AllRunning != nil {
-			all = fmt.Sprintf("%.1f s", *r.AllRunning)
-		}
-		if rs := rep.rounds(r.Run, r.Pods); len(rs) > 1 {
-			all += " (" + roundTimes(rs) + ")"
-		}
-		vsK, vsF := "–", "–"
-		if r.Run != runKarpenter {
-			if q := rep.ratio(r, runKarpenter); q > 0 {
-				vsK = fmt.Sprintf("%.2f×", q)
-			}
-		}
-		if r.Run != runFloor {
-			if q := rep.ratio(r, runFloor); q > 0 {
-				vsF = fmt.Sprintf("%.2f×", q)
-			}
-		}
-		cpu, rss, req := "–", "–", fmt.Sprintf("– / %s", fmtInt(int(r.AllRequests)))
-		if a := r.Autoscaler; a != nil {
-			cpu = fmt.Sprintf("%.1f", a.CPUSeconds)
-			rss = fmt.Sprintf("%.0f MiB", a.PeakRSSMiB)
-			req = fmt.Sprintf("%s / %s", fmtInt(int(a.Requests)), fmtInt(int(r.AllRequests)))
-		}
-		fmt.Fprintf(&b, "| %s %s | %s | %s | %s | %s | %d | %s | %s | %s |\n",
+		first, all := rep.times(r)
+		vsK, vsF := rep.ratioText(r, runKarpenter), rep.ratioText(r, runFloor)
+		cpu, rss, req := autoscalerText(r)
+		fmt.Fprintf(b, "| %s %s | %s | %s | %s | %s | %d | %s | %s | %s |\n",
 			r.Run, fmtInt(r.Pods), first, all, vsK, vsF, r.Nodes, cpu, rss, req)
 	}
+}
+
+// times are a row's first node request and time to all Running, with
+// every round's time when there were several.
+func (rep *report) times(r *result) (first, all string) {
+	first, all = "–", "not all"
+	if r.FirstNodeRequest != nil {
+		first = fmt.Sprintf("%.1f s", *r.FirstNodeRequest)
+	}
+	if r.AllRunning != nil {
+		all = fmt.Sprintf("%.1f s", *r.AllRunning)
+	}
+	if rs := rep.rounds(r.Run, r.Pods); len(rs) > 1 {
+		all += " (" + roundTimes(rs) + ")"
+	}
+	return first, all
+}
+
+// ratioText is r's ratio to other's run, "–" for other's own row or
+// when it cannot be told.
+func (rep *report) ratioText(r *result, other string) string {
+	if r.Run == other {
+		return "–"
+	}
+	if q := rep.ratio(r, other); q > 0 {
+		return fmt.Sprintf("%.2f×", q)
+	}
+	return "–"
+}
+
+// autoscalerText is a row's autoscaler figures: CPU seconds, peak RSS,
+// its API requests of all clients'.
+func autoscalerText(r *result) (cpu, rss, req string) {
+	a := r.Autoscaler
+	if a == nil {
+		return "–", "–", fmt.Sprintf("– / %s", fmtInt(int(r.AllRequests)))
+	}
+	return fmt.Sprintf("%.1f", a.CPUSeconds), fmt.Sprintf("%.0f MiB", a.PeakRSSMiB), fmt.Sprintf("%s / %s", fmtInt(int(a.Requests)), fmtInt(int(r.AllRequests)))
+}
+
+// writeNotes writes what the columns mean and what differs between the
+// two sides.
+func (rep *report) writeNotes(b *strings.Builder) {
 	b.WriteString(`
 - **first node request**: seconds from the Deployment's creation to the first node asked for: ours, the first ARM scale-set update (PUT) raising capacity, as the simulator logged it; Karpenter, the first NodeClaim, as the harness's watch saw it.
 - **all Running**: seconds from the Deployment's creation until the harness's pod informer saw every pod Running. The floor is the same pods on nodes that already exist: what the control plane alone costs. With several rounds (--repeat) each row is the run's median round (every round's time in brackets, fastest first), and the ratios are of medians.
@@ -264,27 +305,30 @@ What differs between the two sides, beyond the autoscalers:
 - **Each autoscaler's own defaults.** Ours: client QPS 20 (burst 40), smoothing on. Karpenter: client QPS 200 (burst 300), batching 1 s idle / 10 s max. Karpenter's NodePool consolidates after 10 minutes (our --scale-down-unneeded-time default), so neither removes nodes during the run.
 `)
 	if rep.Repeat > 1 {
-		fmt.Fprintf(&b, "- **Noise.** %d rounds of each run, interleaved (round 1 of ours, Karpenter and the floor, then round 2, ...), on a shared machine; the table shows medians.\n", rep.Repeat)
+		fmt.Fprintf(b, "- **Noise.** %d rounds of each run, interleaved (round 1 of ours, Karpenter and the floor, then round 2, ...), on a shared machine; the table shows medians.\n", rep.Repeat)
 	} else {
 		b.WriteString("- **Noise.** One run each on a shared machine; at a few hundred pods a second either way is noise (--repeat runs several rounds and reports medians).\n")
 	}
-	if v := rep.verdict(); len(v) > 0 {
-		b.WriteString("\n## Goal: ours ≤ 0.6× Karpenter's time to all Running, and within 1.3× of the floor\n\n")
-		for _, l := range v {
-			b.WriteString("- " + l + "\n")
-		}
-	}
+}
+
+// writeCommandLines writes each autoscaler's command line (and
+// environment).
+func (rep *report) writeCommandLines(b *strings.Builder) {
 	b.WriteString("\n## Command lines\n\n")
 	for _, r := range rep.sorted() {
 		if r.Autoscaler == nil {
 			continue
 		}
-		fmt.Fprintf(&b, "- %s %s: `%s`", r.Run, fmtInt(r.Pods), strings.Join(r.Autoscaler.Command, " "))
+		fmt.Fprintf(b, "- %s %s: `%s`", r.Run, fmtInt(r.Pods), strings.Join(r.Autoscaler.Command, " "))
 		if len(r.Autoscaler.Env) > 0 {
-			fmt.Fprintf(&b, " with `%s`", strings.Join(r.Autoscaler.Env, " "))
+			fmt.Fprintf(b, " with `%s`", strings.Join(r.Autoscaler.Env, " "))
 		}
 		b.WriteString("\n")
 	}
+}
+
+// failures are every round's failures, named by run, size (and round).
+func (rep *report) failures() []string {
 	var fails []string
 	for _, r := range rep.Results {
 		for _, f := range r.Failures {
@@ -295,19 +339,19 @@ What differs between the two sides, beyond the autoscalers:
 			fails = append(fails, name+": "+f)
 		}
 	}
-	if len(rep.Broken) > 0 {
-		b.WriteString("\n## Rounds that broke (in no median: a row's brackets show the rounds it has)\n\n")
-		for _, f := range rep.Broken {
-			b.WriteString("- " + f + "\n")
-		}
+	return fails
+}
+
+// writeList writes heading and items, a bullet each, when there are
+// items.
+func writeList(b *strings.Builder, heading string, items []string) {
+	if len(items) == 0 {
+		return
 	}
-	if len(fails) > 0 {
-		b.WriteString("\n## Failures\n\n")
-		for _, f := range fails {
-			b.WriteString("- " + f + "\n")
-		}
+	b.WriteString(heading)
+	for _, it := range items {
+		b.WriteString("- " + it + "\n")
 	}
-	return b.String()
 }
 
 // roundTimes lists rounds' times to all Running, as the table shows them.

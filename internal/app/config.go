@@ -362,6 +362,30 @@ func parseConfigFrom(args []string, extra func(*pflag.FlagSet), data []byte, sou
 
 // finish derives and validates what the flags describe.
 func (c *config) finish() error {
+	if err := c.deriveCore(); err != nil {
+		return err
+	}
+	specs, err := cloudprovider.ParseNodeGroupSpecs(c.nodes)
+	if err != nil {
+		return err
+	}
+	c.nodeGroupSpecs = specs
+	if err := c.validateLeaderElection(); err != nil {
+		return err
+	}
+	if err := c.validateChoices(); err != nil {
+		return err
+	}
+	if err := c.validateServers(); err != nil {
+		return err
+	}
+	return c.validateRanges()
+}
+
+// deriveCore sets the loop's options the flags describe in their own
+// words (expanders, GPU resource, preflight taint, warm pools) and
+// validates them.
+func (c *config) deriveCore() error {
 	c.core.Expanders = splitList(c.expander)
 	c.core.GPUResourceName = apiv1.ResourceName(c.gpuResourceName)
 	taint, err := preflight.ParseTaint("--preflight-taint", c.preflightTaint)
@@ -376,18 +400,22 @@ func (c *config) finish() error {
 	if err := c.core.Validate(); err != nil {
 		return err
 	}
-	if _, err := scaleup.NewChain(c.core.Expanders, c.core.GPUResourceName, nil, nil); err != nil {
-		return err
-	}
-	specs, err := cloudprovider.ParseNodeGroupSpecs(c.nodes)
-	if err != nil {
-		return err
-	}
-	c.nodeGroupSpecs = specs
+	_, err = scaleup.NewChain(c.core.Expanders, c.core.GPUResourceName, nil, nil)
+	return err
+}
+
+// validateLeaderElection checks the lease's durations in order: lease >
+// renew > retry > 0.
+func (c *config) validateLeaderElection() error {
 	if c.leaderElect && !(c.leaseDuration > c.renewDeadline && c.renewDeadline > c.retryPeriod && c.retryPeriod > 0) {
 		return fmt.Errorf("--leader-elect-lease-duration %s, --leader-elect-renew-deadline %s, --leader-elect-retry-period %s: want lease > renew > retry > 0",
 			c.leaseDuration, c.renewDeadline, c.retryPeriod)
 	}
+	return nil
+}
+
+// validateChoices checks the flags that name one of a few choices.
+func (c *config) validateChoices() error {
 	switch c.kubeAPIContentType {
 	case contentTypeProtobuf, contentTypeJSON:
 	default:
@@ -398,6 +426,12 @@ func (c *config) finish() error {
 	default:
 		return fmt.Errorf("--standby-informers=%q: want %s or %s", c.standbyInformers, standbyOnLead, standbyWarm)
 	}
+	return nil
+}
+
+// validateServers checks the servers' flags: /healthz's thresholds, the
+// secure server's certificate and address.
+func (c *config) validateServers() error {
 	if c.maxInactivity <= 0 || c.maxFailingTime <= 0 {
 		return fmt.Errorf("--max-inactivity %s, --max-failing-time %s: must be positive", c.maxInactivity, c.maxFailingTime)
 	}
@@ -407,7 +441,7 @@ func (c *config) finish() error {
 	if c.secureAddress != "" && c.secureAddress == c.address {
 		return fmt.Errorf("--secure-address=%s: the same as --address", c.secureAddress)
 	}
-	return c.validateRanges()
+	return nil
 }
 
 // validateRanges checks the binary's own durations and counts at both ends
@@ -459,6 +493,20 @@ func applyConfig(fs *pflag.FlagSet, data []byte, source string) error {
 	sort.Strings(keys)
 	// Keys only the command line may set refuse the whole file, all named,
 	// before anything else is looked at.
+	if err := refuseCommandLineOnly(path, keys); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := applyConfigKey(fs, path, k, raw[k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// refuseCommandLineOnly names, in one error, the keys of the file at path
+// that only the command line may set.
+func refuseCommandLineOnly(path string, keys []string) error {
 	var refused []string
 	for _, k := range keys {
 		if name := strings.TrimPrefix(k, "--"); commandLineOnly[name] != "" {
@@ -468,36 +516,55 @@ func applyConfig(fs *pflag.FlagSet, data []byte, source string) error {
 	if len(refused) > 0 {
 		return fmt.Errorf("%s: %s", path, strings.Join(refused, "; "))
 	}
-	for _, k := range keys {
-		name := strings.TrimPrefix(k, "--")
-		f := fs.Lookup(name)
-		if f == nil || name == "config" {
-			return fmt.Errorf("%s: unknown key %q (keys are flag names)", path, k)
-		}
-		if f.Changed {
-			continue
-		}
-		var values []string
-		switch v := raw[k].(type) {
-		case []any:
-			for _, x := range v {
-				values = append(values, scalar(x))
-			}
-		case map[string]any:
-			return fmt.Errorf("%s: key %q: want a value or a list, got a map", path, k)
-		default:
-			values = []string{scalar(v)}
-		}
-		if len(values) > 1 && !strings.HasSuffix(f.Value.Type(), "Array") && !strings.HasSuffix(f.Value.Type(), "Slice") {
-			return fmt.Errorf("%s: key %q takes one value, got a list", path, k)
-		}
-		for _, v := range values {
-			if err := fs.Set(name, v); err != nil {
-				return fmt.Errorf("%s: key %q value %q: %w", path, k, v, err)
-			}
+	return nil
+}
+
+// applyConfigKey sets the flag of key k (its name, "--" optional) to
+// value, a scalar or a list, unless the command line set it.
+func applyConfigKey(fs *pflag.FlagSet, path, k string, value any) error {
+	name := strings.TrimPrefix(k, "--")
+	f := fs.Lookup(name)
+	if f == nil || name == "config" {
+		return fmt.Errorf("%s: unknown key %q (keys are flag names)", path, k)
+	}
+	if f.Changed {
+		return nil
+	}
+	values, err := configValues(path, k, value)
+	if err != nil {
+		return err
+	}
+	if len(values) > 1 && !takesList(f) {
+		return fmt.Errorf("%s: key %q takes one value, got a list", path, k)
+	}
+	for _, v := range values {
+		if err := fs.Set(name, v); err != nil {
+			return fmt.Errorf("%s: key %q value %q: %w", path, k, v, err)
 		}
 	}
 	return nil
+}
+
+// configValues is a key's value as flag values: one for a scalar, each
+// of a list; a map is refused.
+func configValues(path, k string, value any) ([]string, error) {
+	var values []string
+	switch v := value.(type) {
+	case []any:
+		for _, x := range v {
+			values = append(values, scalar(x))
+		}
+	case map[string]any:
+		return nil, fmt.Errorf("%s: key %q: want a value or a list, got a map", path, k)
+	default:
+		values = []string{scalar(v)}
+	}
+	return values, nil
+}
+
+// takesList says a flag is repeatable (an array or slice).
+func takesList(f *pflag.Flag) bool {
+	return strings.HasSuffix(f.Value.Type(), "Array") || strings.HasSuffix(f.Value.Type(), "Slice")
 }
 
 func scalar(v any) string {

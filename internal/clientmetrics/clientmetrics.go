@@ -123,21 +123,11 @@ func (a sizeAdapter) Observe(_ context.Context, verb, host string, size float64)
 // resource API (discovery, /metrics, /version) give "" (a fixed, small set
 // of label values whatever the path).
 func Resource(path string) string {
-	segs := strings.Split(strings.Trim(path, "/"), "/")
-	var rest []string
-	switch {
-	case len(segs) >= 3 && segs[0] == "api":
-		rest = segs[2:]
-	case len(segs) >= 4 && segs[0] == "apis":
-		rest = segs[3:]
-	default:
+	rest, ok := resourceAPIPath(strings.Split(strings.Trim(path, "/"), "/"))
+	if !ok {
 		return ""
 	}
-	// namespaces/{ns}/<resource>... is a namespaced resource; namespaces
-	// and namespaces/{name}[/status|finalize] are the namespace itself.
-	if len(rest) >= 3 && rest[0] == "namespaces" && !(len(rest) == 3 && (rest[2] == "status" || rest[2] == "finalize")) {
-		rest = rest[2:]
-	}
+	rest = outsideNamespace(rest)
 	switch len(rest) {
 	case 0:
 		return ""
@@ -146,4 +136,26 @@ func Resource(path string) string {
 	default:
 		return rest[0] + "/" + rest[2]
 	}
+}
+
+// resourceAPIPath is the segments of a resource API path after its group
+// and version (/api/v1, /apis/group/version); false for other paths.
+func resourceAPIPath(segs []string) ([]string, bool) {
+	switch {
+	case len(segs) >= 3 && segs[0] == "api":
+		return segs[2:], true
+	case len(segs) >= 4 && segs[0] == "apis":
+		return segs[3:], true
+	}
+	return nil, false
+}
+
+// outsideNamespace drops namespaces/{ns}/ before a namespaced resource;
+// namespaces and namespaces/{name}[/status|finalize] are the namespace
+// itself and stay.
+func outsideNamespace(rest []string) []string {
+	if len(rest) >= 3 && rest[0] == "namespaces" && !(len(rest) == 3 && (rest[2] == "status" || rest[2] == "finalize")) {
+		return rest[2:]
+	}
+	return rest
 }

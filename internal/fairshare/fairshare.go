@@ -11,6 +11,17 @@ package fairshare
 // (the turns), so what is spent in that order is shared the same way;
 // left are the others, oldest first.
 func Take[T any](items []T, ns func(T) string, perNS, total int, held map[string]int) (kept, left []T) {
+	byNS, order := byNamespace(items, ns)
+	for _, h := range held {
+		total -= h
+	}
+	kept, taken := takeTurns(byNS, order, perNS, total, held, len(items))
+	return kept, leftOut(items, ns, taken)
+}
+
+// byNamespace groups items by namespace, oldest first, and lists the
+// namespaces in the order of their oldest.
+func byNamespace[T any](items []T, ns func(T) string) (map[string][]T, []string) {
 	byNS := map[string][]T{}
 	var order []string
 	for _, it := range items {
@@ -20,26 +31,37 @@ func Take[T any](items []T, ns func(T) string, perNS, total int, held map[string
 		}
 		byNS[n] = append(byNS[n], it)
 	}
-	for _, h := range held {
-		total -= h
-	}
-	taken := map[string]int{}
-	kept = make([]T, 0, max(0, min(len(items), total)))
+	return byNS, order
+}
+
+// takeTurns keeps items of byNS (of n in all), the namespaces of order
+// taking one each in turn, until total are kept or none is left within
+// perNS (held counting); taken counts the kept by namespace.
+func takeTurns[T any](byNS map[string][]T, order []string, perNS, total int, held map[string]int, n int) (kept []T, taken map[string]int) {
+	taken = map[string]int{}
+	kept = make([]T, 0, max(0, min(n, total)))
 	for round := 0; len(kept) < total; round++ {
 		took := false
-		for _, n := range order {
+		for _, ns := range order {
 			if len(kept) == total {
 				break
 			}
-			if its := byNS[n]; round < len(its) && held[n]+round < perNS {
+			if its := byNS[ns]; round < len(its) && held[ns]+round < perNS {
 				kept, took = append(kept, its[round]), true
-				taken[n]++
+				taken[ns]++
 			}
 		}
 		if !took {
 			break
 		}
 	}
+	return kept, taken
+}
+
+// leftOut are the items not taken (taken counts them by namespace; the
+// oldest of a namespace are those taken), oldest first.
+func leftOut[T any](items []T, ns func(T) string, taken map[string]int) []T {
+	var left []T
 	for _, it := range items {
 		n := ns(it)
 		if taken[n] > 0 {
@@ -48,5 +70,5 @@ func Take[T any](items []T, ns func(T) string, perNS, total int, held map[string
 		}
 		left = append(left, it)
 	}
-	return kept, left
+	return left
 }

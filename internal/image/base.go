@@ -47,49 +47,68 @@ func PullBase(ctx context.Context, ref string, platforms []Platform, opts ...rem
 		return nil, fmt.Errorf("base image %s: %w", ref, err)
 	}
 	b := &Base{Ref: ref, Digest: desc.Digest, Images: map[Platform]v1.Image{}, platforms: map[Platform]*v1.Platform{}}
+	pick := b.pickFromIndex
 	if !desc.MediaType.IsIndex() {
-		img, err := desc.Image()
-		if err != nil {
-			return nil, fmt.Errorf("base image %s: %w", ref, err)
-		}
-		cf, err := img.ConfigFile()
-		if err != nil {
-			return nil, fmt.Errorf("base image %s: config: %w", ref, err)
-		}
-		for _, p := range platforms {
-			if cf.OS != p.OS || cf.Architecture != p.Architecture {
-				return nil, fmt.Errorf("base image %s is a single %s/%s image, no %s one", ref, cf.OS, cf.Architecture, p)
-			}
-			b.Images[p], b.platforms[p] = img, &v1.Platform{OS: cf.OS, Architecture: cf.Architecture, Variant: cf.Variant}
-		}
-		return b, nil
+		pick = b.pickSingle
 	}
+	if err := pick(desc, platforms); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// pickSingle takes the image desc is for every platform: it must be of
+// each.
+func (b *Base) pickSingle(desc *remote.Descriptor, platforms []Platform) error {
+	img, err := desc.Image()
+	if err != nil {
+		return fmt.Errorf("base image %s: %w", b.Ref, err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return fmt.Errorf("base image %s: config: %w", b.Ref, err)
+	}
+	for _, p := range platforms {
+		if cf.OS != p.OS || cf.Architecture != p.Architecture {
+			return fmt.Errorf("base image %s is a single %s/%s image, no %s one", b.Ref, cf.OS, cf.Architecture, p)
+		}
+		b.Images[p], b.platforms[p] = img, &v1.Platform{OS: cf.OS, Architecture: cf.Architecture, Variant: cf.Variant}
+	}
+	return nil
+}
+
+// pickFromIndex takes each platform's image of the index desc is.
+func (b *Base) pickFromIndex(desc *remote.Descriptor, platforms []Platform) error {
 	idx, err := desc.ImageIndex()
 	if err != nil {
-		return nil, fmt.Errorf("base image %s: %w", ref, err)
+		return fmt.Errorf("base image %s: %w", b.Ref, err)
 	}
 	im, err := idx.IndexManifest()
 	if err != nil {
-		return nil, fmt.Errorf("base image %s: %w", ref, err)
+		return fmt.Errorf("base image %s: %w", b.Ref, err)
 	}
 	for _, p := range platforms {
-		var found *v1.Descriptor
-		for i, d := range im.Manifests {
-			if d.Platform != nil && d.Platform.OS == p.OS && d.Platform.Architecture == p.Architecture && d.MediaType.IsImage() {
-				found = &im.Manifests[i]
-				break
-			}
-		}
+		found := platformImage(im, p)
 		if found == nil {
-			return nil, fmt.Errorf("base image %s has no %s image", ref, p)
+			return fmt.Errorf("base image %s has no %s image", b.Ref, p)
 		}
 		img, err := idx.Image(found.Digest)
 		if err != nil {
-			return nil, fmt.Errorf("base image %s for %s: %w", ref, p, err)
+			return fmt.Errorf("base image %s for %s: %w", b.Ref, p, err)
 		}
 		b.Images[p], b.platforms[p] = img, found.Platform
 	}
-	return b, nil
+	return nil
+}
+
+// platformImage is the index's first image for p, nil without one.
+func platformImage(im *v1.IndexManifest, p Platform) *v1.Descriptor {
+	for i, d := range im.Manifests {
+		if d.Platform != nil && d.Platform.OS == p.OS && d.Platform.Architecture == p.Architecture && d.MediaType.IsImage() {
+			return &im.Manifests[i]
+		}
+	}
+	return nil
 }
 
 // OnBase builds the binaries into base, for the preflight agent, whose

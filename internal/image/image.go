@@ -116,14 +116,7 @@ func (o *Options) validate() error {
 		errs = append(errs, errors.New("binaries: at least one platform is required"))
 	}
 	for p, bin := range o.Binaries {
-		if p.OS == "" || p.Architecture == "" {
-			errs = append(errs, fmt.Errorf("binaries: platform %q: want os/arch", p))
-		}
-		if fi, err := os.Stat(bin); err != nil {
-			errs = append(errs, fmt.Errorf("binaries[%s]=%s: %w", p, bin, err))
-		} else if !fi.Mode().IsRegular() {
-			errs = append(errs, fmt.Errorf("binaries[%s]=%s: not a regular file", p, bin))
-		}
+		errs = append(errs, binaryErrors(p, bin)...)
 	}
 	if err := ValidateVersion(o.Version); err != nil {
 		errs = append(errs, err)
@@ -135,6 +128,21 @@ func (o *Options) validate() error {
 		errs = append(errs, errors.New("source: required"))
 	}
 	return errors.Join(errs...)
+}
+
+// binaryErrors checks a platform of Binaries and its binary: os/arch,
+// a regular file.
+func binaryErrors(p Platform, bin string) []error {
+	var errs []error
+	if p.OS == "" || p.Architecture == "" {
+		errs = append(errs, fmt.Errorf("binaries: platform %q: want os/arch", p))
+	}
+	if fi, err := os.Stat(bin); err != nil {
+		errs = append(errs, fmt.Errorf("binaries[%s]=%s: %w", p, bin, err))
+	} else if !fi.Mode().IsRegular() {
+		errs = append(errs, fmt.Errorf("binaries[%s]=%s: not a regular file", p, bin))
+	}
+	return errs
 }
 
 // ReadCACerts reads a PEM bundle of CA certificates and checks that it

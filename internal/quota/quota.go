@@ -76,28 +76,7 @@ func (l *Ledger) Take(t *apiv1.PodSpec, want int32) (int32, string) {
 		if !quotaCovers(lq.q, t) {
 			continue
 		}
-		for _, name := range sortedNames(lq.left) {
-			per, counted := use(name)
-			if !counted {
-				continue
-			}
-			left := lq.left[name]
-			var n int64
-			switch {
-			case per.Sign() <= 0:
-				continue
-			case left.Sign() <= 0:
-				n = 0
-			default:
-				n = int64(math.Floor(left.AsApproximateFloat64() / per.AsApproximateFloat64()))
-				if left.MilliValue() < math.MaxInt64/2 && per.MilliValue() > 0 {
-					n = left.MilliValue() / per.MilliValue() // exact in thousandths
-				}
-			}
-			if n < fit {
-				fit, why = n, fmt.Sprintf("ResourceQuota %s leaves %s of %s, %s a pod", lq.q.Name, left.String(), name, per.String())
-			}
-		}
+		fit, why = lq.bind(use, fit, why)
 	}
 	fit = max(fit, 0)
 	l.spend(t, use, fit)
@@ -105,6 +84,42 @@ func (l *Ledger) Take(t *apiv1.PodSpec, want int32) (int32, string) {
 		return want, ""
 	}
 	return int32(fit), why
+}
+
+// bind lowers fit to the pods (each using use) that the quota leaves
+// room for, with why when it does: the quota and the resource.
+func (lq ledgerQuota) bind(use func(apiv1.ResourceName) (*resource.Quantity, bool), fit int64, why string) (int64, string) {
+	for _, name := range sortedNames(lq.left) {
+		per, counted := use(name)
+		if !counted {
+			continue
+		}
+		left := lq.left[name]
+		n, takes := podsFitting(left, per)
+		if !takes {
+			continue
+		}
+		if n < fit {
+			fit, why = n, fmt.Sprintf("ResourceQuota %s leaves %s of %s, %s a pod", lq.q.Name, left.String(), name, per.String())
+		}
+	}
+	return fit, why
+}
+
+// podsFitting is how many pods taking per each fit in left (exact in
+// thousandths where those are in range); false when a pod takes none.
+func podsFitting(left resource.Quantity, per *resource.Quantity) (int64, bool) {
+	switch {
+	case per.Sign() <= 0:
+		return 0, false
+	case left.Sign() <= 0:
+		return 0, true
+	}
+	n := int64(math.Floor(left.AsApproximateFloat64() / per.AsApproximateFloat64()))
+	if left.MilliValue() < math.MaxInt64/2 && per.MilliValue() > 0 {
+		n = left.MilliValue() / per.MilliValue() // exact in thousandths
+	}
+	return n, true
 }
 
 // TakeAll spends what every pod of specs (one spec a pod) takes, all or
@@ -238,8 +253,25 @@ func quotaCovers(q *apiv1.ResourceQuota, t *apiv1.PodSpec) bool {
 }
 
 func scopeMatches(scope apiv1.ResourceQuotaScope, op apiv1.ScopeSelectorOperator, values []string, t *apiv1.PodSpec) bool {
-	// BestEffort: no container (init ones included) requests or limits
-	// cpu or memory (the pod's QoS class; other resources do not count).
+	switch scope {
+	case apiv1.ResourceQuotaScopeBestEffort:
+		return bestEffort(t)
+	case apiv1.ResourceQuotaScopeNotBestEffort:
+		return !bestEffort(t)
+	case apiv1.ResourceQuotaScopeTerminating:
+		return terminating(t)
+	case apiv1.ResourceQuotaScopeNotTerminating:
+		return !terminating(t)
+	case apiv1.ResourceQuotaScopePriorityClass:
+		return priorityClassMatches(op, values, t.PriorityClassName)
+	}
+	// CrossNamespacePodAffinity and scopes of other objects: not a chunk's.
+	return false
+}
+
+// bestEffort says no container (init ones included) requests or limits
+// cpu or memory (the pod's QoS class; other resources do not count).
+func bestEffort(t *apiv1.PodSpec) bool {
 	best := true
 	for _, c := range append(append([]apiv1.Container(nil), t.InitContainers...), t.Containers...) {
 		for _, r := range []apiv1.ResourceName{apiv1.ResourceCPU, apiv1.ResourceMemory} {
@@ -248,32 +280,28 @@ func scopeMatches(scope apiv1.ResourceQuotaScope, op apiv1.ScopeSelectorOperator
 			best = best && !req && !lim
 		}
 	}
-	terminating := t.ActiveDeadlineSeconds != nil && *t.ActiveDeadlineSeconds >= 0
-	switch scope {
-	case apiv1.ResourceQuotaScopeBestEffort:
-		return best
-	case apiv1.ResourceQuotaScopeNotBestEffort:
-		return !best
-	case apiv1.ResourceQuotaScopeTerminating:
-		return terminating
-	case apiv1.ResourceQuotaScopeNotTerminating:
-		return !terminating
-	case apiv1.ResourceQuotaScopePriorityClass:
-		pc := t.PriorityClassName
-		switch op {
-		case apiv1.ScopeSelectorOpIn:
-			return pc != "" && slices.Contains(values, pc)
-		case apiv1.ScopeSelectorOpNotIn:
-			return pc == "" || !slices.Contains(values, pc)
-		case apiv1.ScopeSelectorOpExists:
-			return pc != ""
-		case apiv1.ScopeSelectorOpDoesNotExist:
-			// The quota evaluator always sees the key: never matches.
-			return false
-		}
+	return best
+}
+
+// terminating says the pod has an active deadline.
+func terminating(t *apiv1.PodSpec) bool {
+	return t.ActiveDeadlineSeconds != nil && *t.ActiveDeadlineSeconds >= 0
+}
+
+// priorityClassMatches says a pod of priority class pc matches a
+// PriorityClass scope's selector (op, values).
+func priorityClassMatches(op apiv1.ScopeSelectorOperator, values []string, pc string) bool {
+	switch op {
+	case apiv1.ScopeSelectorOpIn:
+		return pc != "" && slices.Contains(values, pc)
+	case apiv1.ScopeSelectorOpNotIn:
+		return pc == "" || !slices.Contains(values, pc)
+	case apiv1.ScopeSelectorOpExists:
+		return pc != ""
+	case apiv1.ScopeSelectorOpDoesNotExist:
+		// The quota evaluator always sees the key: never matches.
 		return false
 	}
-	// CrossNamespacePodAffinity and scopes of other objects: not a chunk's.
 	return false
 }
 

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/klog/v2"
@@ -69,60 +70,91 @@ const (
 // every 10 seconds each, with a count: whoever reaches the port must not
 // fill the log either.
 func Handler(h http.Handler, authn authenticator.Request, authz authorizer.Authorizer, alwaysAllow []string) http.Handler {
-	allow := map[string]bool{}
+	g := &guard{h: h, authn: authn, authz: authz, allow: map[string]bool{}}
 	for _, p := range alwaysAllow {
-		allow[p] = true
+		g.allow[p] = true
 	}
-	var unauthenticated, forbidden, busy sampled
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if allow[r.URL.Path] {
-			h.ServeHTTP(w, r)
-			return
+	return g
+}
+
+// guard is Handler's: h behind authentication and authorization, with
+// its refusals sampled for the log.
+type guard struct {
+	h     http.Handler
+	authn authenticator.Request
+	authz authorizer.Authorizer
+	allow map[string]bool
+
+	unauthenticated, forbidden, busy sampled
+}
+
+func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if g.allow[r.URL.Path] {
+		g.h.ServeHTTP(w, r)
+		return
+	}
+	logger := klog.FromContext(r.Context())
+	u, ok := g.authenticate(w, r, logger)
+	if !ok {
+		return
+	}
+	if !g.authorize(w, r, logger, u) {
+		return
+	}
+	g.h.ServeHTTP(w, r)
+}
+
+// authenticate returns the user of r's bearer token; false when it
+// answered r itself (429, 401).
+func (g *guard) authenticate(w http.ResponseWriter, r *http.Request, logger klog.Logger) (user.Info, bool) {
+	res, ok, err := g.authn.AuthenticateRequest(r)
+	if errors.Is(err, ErrBusy) {
+		if n := g.busy.take(); n > 0 {
+			logger.V(2).Info("Requests to the secure metrics server refused: too many token reviews in flight", "refused", n, "remote", r.RemoteAddr)
 		}
-		logger := klog.FromContext(r.Context())
-		res, ok, err := authn.AuthenticateRequest(r)
-		if errors.Is(err, ErrBusy) {
-			if n := busy.take(); n > 0 {
-				logger.V(2).Info("Requests to the secure metrics server refused: too many token reviews in flight", "refused", n, "remote", r.RemoteAddr)
-			}
-			tooMany(w)
-			return
+		tooMany(w)
+		return nil, false
+	}
+	if err != nil || !ok {
+		if n := g.unauthenticated.take(); n > 0 && err != nil {
+			logger.V(2).Info("Unauthenticated requests to the secure metrics server", "count", n, "path", r.URL.Path, "remote", r.RemoteAddr, "err", err)
 		}
-		if err != nil || !ok {
-			if n := unauthenticated.take(); n > 0 && err != nil {
-				logger.V(2).Info("Unauthenticated requests to the secure metrics server", "count", n, "path", r.URL.Path, "remote", r.RemoteAddr, "err", err)
-			}
-			http.Error(w, "Unauthorized", http.StatusUnauthorized)
-			return
+		http.Error(w, "Unauthorized", http.StatusUnauthorized)
+		return nil, false
+	}
+	return res.User, true
+}
+
+// authorize says u may use r's verb on its path; false when it answered
+// r itself (429, 500, 403).
+func (g *guard) authorize(w http.ResponseWriter, r *http.Request, logger klog.Logger, u user.Info) bool {
+	attrs := authorizer.AttributesRecord{
+		User:            u,
+		Verb:            strings.ToLower(r.Method),
+		Path:            r.URL.Path,
+		ResourceRequest: false,
+	}
+	decision, reason, err := g.authz.Authorize(r.Context(), attrs)
+	if errors.Is(err, ErrBusy) {
+		if n := g.busy.take(); n > 0 {
+			logger.V(2).Info("Requests to the secure metrics server refused: too many access reviews in flight", "refused", n, "user", u.GetName())
 		}
-		attrs := authorizer.AttributesRecord{
-			User:            res.User,
-			Verb:            strings.ToLower(r.Method),
-			Path:            r.URL.Path,
-			ResourceRequest: false,
+		tooMany(w)
+		return false
+	}
+	if err != nil {
+		logger.Error(err, "Authorizing a request to the secure metrics server", "user", u.GetName(), "path", r.URL.Path)
+		http.Error(w, "authorization failed", http.StatusInternalServerError)
+		return false
+	}
+	if decision != authorizer.DecisionAllow {
+		if n := g.forbidden.take(); n > 0 {
+			logger.V(2).Info("Forbidden requests to the secure metrics server", "count", n, "user", u.GetName(), "path", r.URL.Path, "reason", reason)
 		}
-		decision, reason, err := authz.Authorize(r.Context(), attrs)
-		if errors.Is(err, ErrBusy) {
-			if n := busy.take(); n > 0 {
-				logger.V(2).Info("Requests to the secure metrics server refused: too many access reviews in flight", "refused", n, "user", res.User.GetName())
-			}
-			tooMany(w)
-			return
-		}
-		if err != nil {
-			logger.Error(err, "Authorizing a request to the secure metrics server", "user", res.User.GetName(), "path", r.URL.Path)
-			http.Error(w, "authorization failed", http.StatusInternalServerError)
-			return
-		}
-		if decision != authorizer.DecisionAllow {
-			if n := forbidden.take(); n > 0 {
-				logger.V(2).Info("Forbidden requests to the secure metrics server", "count", n, "user", res.User.GetName(), "path", r.URL.Path, "reason", reason)
-			}
-			http.Error(w, fmt.Sprintf("Forbidden: user %q may not %s %s", res.User.GetName(), attrs.Verb, r.URL.Path), http.StatusForbidden)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
+		http.Error(w, fmt.Sprintf("Forbidden: user %q may not %s %s", u.GetName(), attrs.Verb, r.URL.Path), http.StatusForbidden)
+		return false
+	}
+	return true
 }
 
 func tooMany(w http.ResponseWriter) {

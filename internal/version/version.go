@@ -53,24 +53,11 @@ func resolve(stampedVersion, stampedCommit string, bi *debug.BuildInfo) Info {
 		if bi.GoVersion != "" {
 			info.GoVersion = bi.GoVersion
 		}
-		if info.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			info.Version = strings.TrimPrefix(bi.Main.Version, "v")
+		if info.Version == "" {
+			info.Version = moduleVersion(bi)
 		}
 		if info.Commit == "" {
-			var rev string
-			var dirty bool
-			for _, s := range bi.Settings {
-				switch s.Key {
-				case "vcs.revision":
-					rev = s.Value
-				case "vcs.modified":
-					dirty = s.Value == "true"
-				}
-			}
-			if rev != "" && dirty {
-				rev += "-dirty"
-			}
-			info.Commit = rev
+			info.Commit = vcsCommit(bi)
 		}
 	}
 	if info.Version == "" {
@@ -80,6 +67,34 @@ func resolve(stampedVersion, stampedCommit string, bi *debug.BuildInfo) Info {
 		info.Commit = Unknown
 	}
 	return info
+}
+
+// moduleVersion is the main module's version without its "v", empty for
+// a build of a checkout ("(devel)").
+func moduleVersion(bi *debug.BuildInfo) string {
+	if bi.Main.Version == "" || bi.Main.Version == "(devel)" {
+		return ""
+	}
+	return strings.TrimPrefix(bi.Main.Version, "v")
+}
+
+// vcsCommit is the revision the build recorded, "-dirty" when the work
+// tree was modified; empty when it recorded none.
+func vcsCommit(bi *debug.BuildInfo) string {
+	var rev string
+	var dirty bool
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev != "" && dirty {
+		rev += "-dirty"
+	}
+	return rev
 }
 
 // LDFlags returns the -X flags that stamp version and commit into a build

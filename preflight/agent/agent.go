@@ -122,20 +122,51 @@ func parseOptions(args []string, getenv func(string) string) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("preflight: unexpected arguments %q", fs.Args())
 	}
+	if err := o.validate(taint); err != nil {
+		return nil, fmt.Errorf("preflight: %w", err)
+	}
+	return o, nil
+}
 
+// validate checks the parsed options and sets the taint parsed from
+// --taint.
+func (o *options) validate(taint string) error {
 	var errs []error
 	var err error
 	if o.names.taint, err = parseTaint(taint); err != nil {
 		errs = append(errs, err)
 	}
+	if err := o.nodeNameError(); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, o.nameErrors()...)
+	if err := o.intervalError(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.mode.retryFailed && o.mode.periodic {
+		errs = append(errs, errors.New("--retry-failed: not with --periodic, which checks only nodes that passed"))
+	}
+	return errors.Join(errs...)
+}
+
+// nodeNameError checks --node-name: required but with --dry-run, a DNS
+// subdomain.
+func (o *options) nodeNameError() error {
 	switch {
 	case o.nodeName == "" && !o.dryRun:
-		errs = append(errs, errors.New("--node-name: required (or set NODE_NAME), the agent only ever touches its own node"))
+		return errors.New("--node-name: required (or set NODE_NAME), the agent only ever touches its own node")
 	case o.nodeName != "":
 		if msgs := validation.IsDNS1123Subdomain(o.nodeName); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("--node-name=%q: %s", o.nodeName, strings.Join(msgs, "; ")))
+			return fmt.Errorf("--node-name=%q: %s", o.nodeName, strings.Join(msgs, "; "))
 		}
 	}
+	return nil
+}
+
+// nameErrors checks --label and --failure-annotation: qualified names,
+// the annotation not the passed-at one.
+func (o *options) nameErrors() []error {
+	var errs []error
 	for _, f := range []struct{ flag, value string }{
 		{"--label", o.names.label},
 		{"--failure-annotation", o.names.failureAnnotation},
@@ -147,20 +178,21 @@ func parseOptions(args []string, getenv func(string) string) (*options, error) {
 	if o.names.failureAnnotation == o.names.passedAtAnnotation {
 		errs = append(errs, fmt.Errorf("--failure-annotation=%q: taken by the passed-at annotation", o.names.failureAnnotation))
 	}
-	if o.interval < 0 {
-		errs = append(errs, fmt.Errorf("--interval=%s: must not be negative", o.interval))
-	} else if o.interval > 0 && (o.interval < time.Second || o.interval > maxInterval) {
-		errs = append(errs, fmt.Errorf("--interval=%s: must be between 1s and %s (0: run once)", o.interval, maxInterval))
-	} else if o.interval > 0 && !o.mode.periodic {
-		errs = append(errs, fmt.Errorf("--interval=%s: only with --periodic", o.interval))
+	return errs
+}
+
+// intervalError checks --interval: 0 (run once), or between 1s and
+// maxInterval with --periodic.
+func (o *options) intervalError() error {
+	switch {
+	case o.interval < 0:
+		return fmt.Errorf("--interval=%s: must not be negative", o.interval)
+	case o.interval > 0 && (o.interval < time.Second || o.interval > maxInterval):
+		return fmt.Errorf("--interval=%s: must be between 1s and %s (0: run once)", o.interval, maxInterval)
+	case o.interval > 0 && !o.mode.periodic:
+		return fmt.Errorf("--interval=%s: only with --periodic", o.interval)
 	}
-	if o.mode.retryFailed && o.mode.periodic {
-		errs = append(errs, errors.New("--retry-failed: not with --periodic, which checks only nodes that passed"))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("preflight: %w", err)
-	}
-	return o, nil
+	return nil
 }
 
 func newClient(kubeconfig string) (kubernetes.Interface, error) {

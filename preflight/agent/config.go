@@ -137,101 +137,177 @@ func parseConfig(data []byte) (*checkConfig, error) {
 
 func (r *rawConfig) validate() (*checkConfig, error) {
 	var errs []error
-	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-
-	c := &checkConfig{OutputLimit: defaultOutputLimit}
-	if r.OutputLimit != nil {
-		if n := *r.OutputLimit; n < 1 || n > maxOutputLimit {
-			fail("outputLimit: must be between 1 and %d, got %d", maxOutputLimit, n)
-		} else {
-			c.OutputLimit = n
-		}
+	c := &checkConfig{}
+	n, err := r.outputLimit()
+	if err != nil {
+		errs = append(errs, err)
 	}
-
-	if len(r.Checks) == 0 {
-		fail("checks: at least one check is required")
-	} else if len(r.Checks) > maxChecks {
-		fail("checks: at most %d checks, got %d", maxChecks, len(r.Checks))
+	c.OutputLimit = n
+	if err := checkCount(len(r.Checks)); err != nil {
+		errs = append(errs, err)
 	}
 	seen := map[string]int{}
-	var longest time.Duration
+	var longest, sum time.Duration
 	longestAt := -1
-	var sum time.Duration
-	for i, rc := range r.Checks {
-		field := fmt.Sprintf("checks[%d]", i)
-		ch := checkSpec{Name: rc.Name, Command: rc.Command}
-
-		switch {
-		case rc.Name == "":
-			fail("%s.name: required", field)
-		case len(rc.Name) > maxNameLength || !checkName.MatchString(rc.Name):
-			fail("%s.name: must be at most %d letters, digits, '.', '_' or '-', starting and ending with a letter or digit, got %q", field, maxNameLength, rc.Name)
-		default:
-			if j, dup := seen[rc.Name]; dup {
-				fail("%s.name: duplicate name %q (also checks[%d].name)", field, rc.Name, j)
-			}
-			seen[rc.Name] = i
+	for i := range r.Checks {
+		ch, chErrs := r.Checks[i].validate(i, seen)
+		errs = append(errs, chErrs...)
+		if ch.Timeout > longest {
+			longest, longestAt = ch.Timeout, i
 		}
-
-		if len(rc.Command) == 0 {
-			fail("%s.command: must not be empty", field)
-		} else if rc.Command[0] == "" {
-			fail("%s.command[0]: the program must not be empty, got %q", field, rc.Command)
-		}
-
-		if rc.Timeout == "" {
-			fail("%s.timeout: required", field)
-		} else if d, err := time.ParseDuration(rc.Timeout); err != nil {
-			fail("%s.timeout: invalid duration %q: want a Go duration such as 30s or 5m", field, rc.Timeout)
-		} else if d <= 0 {
-			fail("%s.timeout: must be positive, got %q", field, rc.Timeout)
-		} else if d > maxCheckTimeout {
-			fail("%s.timeout: must be at most %s, got %q", field, maxCheckTimeout, rc.Timeout)
-		} else {
-			ch.Timeout = d
-			if d > longest {
-				longest, longestAt = d, i
-			}
-		}
-
-		errs = append(errs, rc.validateOutputRules(field, &ch)...)
-		errs = append(errs, rc.validateRetries(field, &ch)...)
 		sum += ch.worstCase()
 		c.Checks = append(c.Checks, ch)
 	}
-
-	if r.Deadline == "" && sum > maxDeadline {
-		fail("deadline: the checks' worst case (every timeout and retry) is %s, above %s: set a deadline", sum, maxDeadline)
-	} else if r.Deadline == "" {
-		c.Deadline = sum
-	} else if d, err := time.ParseDuration(r.Deadline); err != nil {
-		fail("deadline: invalid duration %q: want a Go duration such as 10m", r.Deadline)
-	} else if d <= 0 {
-		fail("deadline: must be positive, got %q", r.Deadline)
-	} else if d > maxDeadline {
-		fail("deadline: must be at most %s, got %q", maxDeadline, r.Deadline)
-	} else if longestAt >= 0 && d < longest {
-		fail("deadline: %q is shorter than checks[%d].timeout %q (%s), which could then never run to its timeout",
-			r.Deadline, longestAt, r.Checks[longestAt].Timeout, r.Checks[longestAt].Name)
-	} else {
-		c.Deadline = d
+	d, err := r.deadline(sum, longest, longestAt)
+	if err != nil {
+		errs = append(errs, err)
 	}
-
+	c.Deadline = d
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
+// outputLimit is outputLimit as written, else the default (also with
+// the error of a value out of bounds).
+func (r *rawConfig) outputLimit() (int, error) {
+	if r.OutputLimit == nil {
+		return defaultOutputLimit, nil
+	}
+	if n := *r.OutputLimit; n < 1 || n > maxOutputLimit {
+		return defaultOutputLimit, fmt.Errorf("outputLimit: must be between 1 and %d, got %d", maxOutputLimit, n)
+	}
+	return *r.OutputLimit, nil
+}
+
+// checkCount checks that there are n checks, at least one, at most
+// maxChecks.
+func checkCount(n int) error {
+	if n == 0 {
+		return errors.New("checks: at least one check is required")
+	}
+	if n > maxChecks {
+		return fmt.Errorf("checks: at most %d checks, got %d", maxChecks, n)
+	}
+	return nil
+}
+
+// deadline is the run's deadline: as written, else the checks' worst case
+// (sum). It must leave the longest timeout, checks[longestAt]'s, room to
+// run.
+func (r *rawConfig) deadline(sum, longest time.Duration, longestAt int) (time.Duration, error) {
+	if r.Deadline == "" {
+		if sum > maxDeadline {
+			return 0, fmt.Errorf("deadline: the checks' worst case (every timeout and retry) is %s, above %s: set a deadline", sum, maxDeadline)
+		}
+		return sum, nil
+	}
+	d, err := time.ParseDuration(r.Deadline)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("deadline: invalid duration %q: want a Go duration such as 10m", r.Deadline)
+	case d <= 0:
+		return 0, fmt.Errorf("deadline: must be positive, got %q", r.Deadline)
+	case d > maxDeadline:
+		return 0, fmt.Errorf("deadline: must be at most %s, got %q", maxDeadline, r.Deadline)
+	case longestAt >= 0 && d < longest:
+		return 0, fmt.Errorf("deadline: %q is shorter than checks[%d].timeout %q (%s), which could then never run to its timeout",
+			r.Deadline, longestAt, r.Checks[longestAt].Timeout, r.Checks[longestAt].Name)
+	}
+	return d, nil
+}
+
+// validate checks the i-th check (seen holds the names of those before
+// it, by index) and returns its spec with what is valid of it.
+func (rc *rawCheck) validate(i int, seen map[string]int) (checkSpec, []error) {
+	var errs []error
+	field := fmt.Sprintf("checks[%d]", i)
+	ch := checkSpec{Name: rc.Name, Command: rc.Command}
+	if err := rc.validateName(field, i, seen); err != nil {
+		errs = append(errs, err)
+	}
+	if err := rc.validateCommand(field); err != nil {
+		errs = append(errs, err)
+	}
+	d, err := rc.timeout(field)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	ch.Timeout = d
+	errs = append(errs, rc.validateOutputRules(field, &ch)...)
+	errs = append(errs, rc.validateRetries(field, &ch)...)
+	return ch, errs
+}
+
+// validateName checks the name: required, well-formed, and unique (seen
+// records it at i).
+func (rc *rawCheck) validateName(field string, i int, seen map[string]int) error {
+	if rc.Name == "" {
+		return fmt.Errorf("%s.name: required", field)
+	}
+	if len(rc.Name) > maxNameLength || !checkName.MatchString(rc.Name) {
+		return fmt.Errorf("%s.name: must be at most %d letters, digits, '.', '_' or '-', starting and ending with a letter or digit, got %q", field, maxNameLength, rc.Name)
+	}
+	j, dup := seen[rc.Name]
+	seen[rc.Name] = i
+	if dup {
+		return fmt.Errorf("%s.name: duplicate name %q (also checks[%d].name)", field, rc.Name, j)
+	}
+	return nil
+}
+
+// validateCommand checks that the command names a program.
+func (rc *rawCheck) validateCommand(field string) error {
+	if len(rc.Command) == 0 {
+		return fmt.Errorf("%s.command: must not be empty", field)
+	}
+	if rc.Command[0] == "" {
+		return fmt.Errorf("%s.command[0]: the program must not be empty, got %q", field, rc.Command)
+	}
+	return nil
+}
+
+// timeout is the check's timeout: required, positive, at most
+// maxCheckTimeout (0 with the error otherwise).
+func (rc *rawCheck) timeout(field string) (time.Duration, error) {
+	if rc.Timeout == "" {
+		return 0, fmt.Errorf("%s.timeout: required", field)
+	}
+	d, err := time.ParseDuration(rc.Timeout)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%s.timeout: invalid duration %q: want a Go duration such as 30s or 5m", field, rc.Timeout)
+	case d <= 0:
+		return 0, fmt.Errorf("%s.timeout: must be positive, got %q", field, rc.Timeout)
+	case d > maxCheckTimeout:
+		return 0, fmt.Errorf("%s.timeout: must be at most %s, got %q", field, maxCheckTimeout, rc.Timeout)
+	}
+	return d, nil
+}
+
 // validateOutputRules checks match, minMatches, min, max and mustNotMatch
 // and sets them on ch.
 func (rc *rawCheck) validateOutputRules(field string, ch *checkSpec) []error {
+	errs := rc.validateMatch(field, ch)
+	errs = append(errs, rc.validateThresholds(field, ch)...)
+	if rc.MustNotMatch != "" {
+		re, err := regexp.Compile(rc.MustNotMatch)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s.mustNotMatch: invalid regexp %q: %w", field, rc.MustNotMatch, err))
+		}
+		ch.MustNotMatch = re
+	}
+	return errs
+}
+
+// validateMatch checks match and minMatches and sets them on ch.
+func (rc *rawCheck) validateMatch(field string, ch *checkSpec) []error {
 	var errs []error
-	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if rc.Match != "" {
 		re, err := regexp.Compile(rc.Match)
 		if err != nil {
-			fail("%s.match: invalid regexp %q: %w", field, rc.Match, err)
+			errs = append(errs, fmt.Errorf("%s.match: invalid regexp %q: %w", field, rc.Match, err))
 		}
 		ch.Match = re
 		ch.MinMatches = 1
@@ -239,13 +315,37 @@ func (rc *rawCheck) validateOutputRules(field string, ch *checkSpec) []error {
 	if rc.MinMatches != nil {
 		switch n := *rc.MinMatches; {
 		case rc.Match == "":
-			fail("%s.minMatches: set to %d without match", field, n)
+			errs = append(errs, fmt.Errorf("%s.minMatches: set to %d without match", field, n))
 		case n < 1 || n > maxMinMatches:
-			fail("%s.minMatches: must be between 1 and %d, got %d", field, maxMinMatches, n)
+			errs = append(errs, fmt.Errorf("%s.minMatches: must be between 1 and %d, got %d", field, maxMinMatches, n))
 		default:
 			ch.MinMatches = n
 		}
 	}
+	return errs
+}
+
+// validateThresholds checks min and max, sets them on ch, and finds the
+// group of match that captures the number they bound.
+func (rc *rawCheck) validateThresholds(field string, ch *checkSpec) []error {
+	errs := rc.parseBounds(field, ch)
+	if ch.Min != nil && ch.Max != nil && *ch.Min > *ch.Max {
+		errs = append(errs, fmt.Errorf("%s.min: %v is greater than max %v", field, *ch.Min, *ch.Max))
+	}
+	if ch.hasThreshold() && ch.Match != nil {
+		if i, ok := valueGroup(ch.Match); ok {
+			ch.ValueGroup = i
+		} else {
+			errs = append(errs, fmt.Errorf("%s.match: min/max compare the number match captures, but %q has no capture group: write one such as ([0-9.]+)", field, rc.Match))
+		}
+	}
+	return errs
+}
+
+// parseBounds parses min and max, each a number that needs match, into
+// ch.
+func (rc *rawCheck) parseBounds(field string, ch *checkSpec) []error {
+	var errs []error
 	for _, b := range []struct {
 		name string
 		raw  json.RawMessage
@@ -257,61 +357,72 @@ func (rc *rawCheck) validateOutputRules(field string, ch *checkSpec) []error {
 		v, err := strconv.ParseFloat(string(b.raw), 64)
 		switch {
 		case err != nil:
-			fail("%s.%s: want a number, got %s", field, b.name, b.raw)
+			errs = append(errs, fmt.Errorf("%s.%s: want a number, got %s", field, b.name, b.raw))
 		case rc.Match == "":
-			fail("%s.%s: set to %s without match (whose capture group holds the number)", field, b.name, b.raw)
+			errs = append(errs, fmt.Errorf("%s.%s: set to %s without match (whose capture group holds the number)", field, b.name, b.raw))
 		default:
 			*b.dst = &v
 		}
 	}
-	if ch.Min != nil && ch.Max != nil && *ch.Min > *ch.Max {
-		fail("%s.min: %v is greater than max %v", field, *ch.Min, *ch.Max)
-	}
-	if ch.hasThreshold() && ch.Match != nil {
-		if i := ch.Match.SubexpIndex("value"); i > 0 {
-			ch.ValueGroup = i
-		} else if ch.Match.NumSubexp() >= 1 {
-			ch.ValueGroup = 1
-		} else {
-			fail("%s.match: min/max compare the number match captures, but %q has no capture group: write one such as ([0-9.]+)", field, rc.Match)
-		}
-	}
-	if rc.MustNotMatch != "" {
-		re, err := regexp.Compile(rc.MustNotMatch)
-		if err != nil {
-			fail("%s.mustNotMatch: invalid regexp %q: %w", field, rc.MustNotMatch, err)
-		}
-		ch.MustNotMatch = re
-	}
 	return errs
+}
+
+// valueGroup is the group of re that captures the number: the one named
+// "value", else the first; false when re has none.
+func valueGroup(re *regexp.Regexp) (int, bool) {
+	if i := re.SubexpIndex("value"); i > 0 {
+		return i, true
+	}
+	if re.NumSubexp() >= 1 {
+		return 1, true
+	}
+	return 0, false
 }
 
 // validateRetries checks retries and retryDelay and sets them on ch.
 func (rc *rawCheck) validateRetries(field string, ch *checkSpec) []error {
 	var errs []error
-	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if rc.Retries != nil {
-		if n, err := strconv.Atoi(string(rc.Retries)); err != nil || n < 0 || n > maxRetries {
-			fail("%s.retries: must be a whole number between 0 and %d, got %s", field, maxRetries, rc.Retries)
-		} else {
-			ch.Retries = n
-		}
+	if err := rc.validateRetryCount(field, ch); err != nil {
+		errs = append(errs, err)
 	}
 	if ch.Retries > 0 {
 		ch.RetryDelay = defaultRetryDelay
 	}
-	if rc.RetryDelay != "" {
-		d, err := time.ParseDuration(rc.RetryDelay)
-		switch {
-		case err != nil:
-			fail("%s.retryDelay: invalid duration %q: want a Go duration such as 10s", field, rc.RetryDelay)
-		case d < 0 || d > maxRetryDelay:
-			fail("%s.retryDelay: must be between 0s and %s, got %q", field, maxRetryDelay, rc.RetryDelay)
-		case ch.Retries == 0:
-			fail("%s.retryDelay: set to %q without retries", field, rc.RetryDelay)
-		default:
-			ch.RetryDelay = d
-		}
+	if err := rc.validateRetryDelay(field, ch); err != nil {
+		errs = append(errs, err)
 	}
 	return errs
+}
+
+// validateRetryCount checks retries, a whole number up to maxRetries, and
+// sets it on ch.
+func (rc *rawCheck) validateRetryCount(field string, ch *checkSpec) error {
+	if rc.Retries == nil {
+		return nil
+	}
+	n, err := strconv.Atoi(string(rc.Retries))
+	if err != nil || n < 0 || n > maxRetries {
+		return fmt.Errorf("%s.retries: must be a whole number between 0 and %d, got %s", field, maxRetries, rc.Retries)
+	}
+	ch.Retries = n
+	return nil
+}
+
+// validateRetryDelay checks retryDelay, which needs retries, and sets it
+// on ch.
+func (rc *rawCheck) validateRetryDelay(field string, ch *checkSpec) error {
+	if rc.RetryDelay == "" {
+		return nil
+	}
+	d, err := time.ParseDuration(rc.RetryDelay)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s.retryDelay: invalid duration %q: want a Go duration such as 10s", field, rc.RetryDelay)
+	case d < 0 || d > maxRetryDelay:
+		return fmt.Errorf("%s.retryDelay: must be between 0s and %s, got %q", field, maxRetryDelay, rc.RetryDelay)
+	case ch.Retries == 0:
+		return fmt.Errorf("%s.retryDelay: set to %q without retries", field, rc.RetryDelay)
+	}
+	ch.RetryDelay = d
+	return nil
 }

@@ -101,15 +101,20 @@ func (s *lineStats) observe(r *checkSpec, line []byte) {
 		}
 		s.forbidden++
 	}
-	if r.Match == nil {
-		return
-	}
-	if !r.hasThreshold() {
+	switch {
+	case r.Match == nil:
+	case !r.hasThreshold():
 		if r.Match.Match(line) {
 			s.matches++
 		}
-		return
+	default:
+		s.observeValue(r, line)
 	}
+}
+
+// observeValue counts a line matching the rules' Match, and the number
+// it captures if out of [Min, Max] or not a number.
+func (s *lineStats) observeValue(r *checkSpec, line []byte) {
 	m := r.Match.FindSubmatch(line)
 	if m == nil {
 		return
@@ -117,7 +122,7 @@ func (s *lineStats) observe(r *checkSpec, line []byte) {
 	s.matches++
 	raw := string(m[r.ValueGroup])
 	v, err := strconv.ParseFloat(strings.TrimSpace(raw), 64)
-	if err == nil && !math.IsNaN(v) && (r.Min == nil || v >= *r.Min) && (r.Max == nil || v <= *r.Max) {
+	if err == nil && !math.IsNaN(v) && r.inRange(v) {
 		return
 	}
 	if s.violations == 0 {
@@ -125,6 +130,11 @@ func (s *lineStats) observe(r *checkSpec, line []byte) {
 		s.violationValue = truncateHead(raw, quotedLineLimit)
 	}
 	s.violations++
+}
+
+// inRange says v is within the check's Min and Max (those set).
+func (c *checkSpec) inRange(v float64) bool {
+	return (c.Min == nil || v >= *c.Min) && (c.Max == nil || v <= *c.Max)
 }
 
 // finish judges a last line that has no newline. Call it once, after the

@@ -112,7 +112,7 @@ func (r runner) runWithRetries(ctx context.Context, ch checkSpec, outputLimit in
 		cr, err := r.runCheck(ctx, ch, outputLimit, errDeadline)
 		cr.Attempts = attempt
 		cr.Duration = time.Since(start)
-		if err != nil || cr.Passed || cr.Failure == failStart || cr.Failure == failDeadline || attempt > ch.Retries {
+		if cr.lastAttempt(err, attempt, ch.Retries) {
 			if !cr.Passed && attempt > 1 {
 				cr.Reason += fmt.Sprintf(" (attempt %d of %d)", attempt, ch.Retries+1)
 			}
@@ -132,6 +132,13 @@ func (r runner) runWithRetries(ctx context.Context, ch checkSpec, outputLimit in
 			return cr, nil
 		}
 	}
+}
+
+// lastAttempt says an attempt whose result is cr (err, the agent
+// stopped) is the check's last: it passed, could not start, met the
+// deadline, or was the last of its retries.
+func (cr *checkResult) lastAttempt(err error, attempt, retries int) bool {
+	return err != nil || cr.Passed || cr.Failure == failStart || cr.Failure == failDeadline || attempt > retries
 }
 
 // runCheck runs one check. The command runs in its own process group so
@@ -154,10 +161,7 @@ func (r runner) runCheck(ctx context.Context, ch checkSpec, outputLimit int, err
 	ctx, cancel := context.WithTimeoutCause(ctx, ch.Timeout, errTimeout)
 	defer cancel()
 
-	grace := r.grace
-	if grace <= 0 {
-		grace = defaultGrace
-	}
+	grace := r.graceOrDefault()
 	cmd := exec.CommandContext(ctx, ch.Command[0], ch.Command[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return signalGroup(cmd.Process.Pid, syscall.SIGTERM) }
@@ -206,22 +210,38 @@ func (r runner) runCheck(ctx context.Context, ch checkSpec, outputLimit int, err
 		cr.ExitCode = cmd.ProcessState.ExitCode()
 	}
 
+	err = judge(ctx, &cr, &ch, &out.lines, waitErr, errTimeout, errDeadline)
+	return cr, err
+}
+
+// graceOrDefault is r.grace, else defaultGrace.
+func (r runner) graceOrDefault() time.Duration {
+	if r.grace <= 0 {
+		return defaultGrace
+	}
+	return r.grace
+}
+
+// judge records on cr the verdict on a check whose command ended with
+// waitErr and whose output the line rules saw as lines: failed by its
+// exit, stopped by ctx (see stopped, whose error it returns), failed by
+// its output, or passed.
+func judge(ctx context.Context, cr *checkResult, ch *checkSpec, lines *lineStats, waitErr, errTimeout, errDeadline error) error {
 	switch {
 	case waitErr == nil:
 		// exited 0; the match decides below
 	case ctx.Err() != nil:
-		return cr, stopped(ctx, &cr, errTimeout, errDeadline)
+		return stopped(ctx, cr, errTimeout, errDeadline)
 	default:
 		cr.Failure, cr.Reason = failExit, exitReason(waitErr)
-		return cr, nil
+		return nil
 	}
-
-	if f, why := out.lines.verdict(&ch); f != "" {
+	if f, why := lines.verdict(ch); f != "" {
 		cr.Failure, cr.Reason = f, why
-		return cr, nil
+		return nil
 	}
 	cr.Passed = true
-	return cr, nil
+	return nil
 }
 
 // stopped records why ctx stopped a check: its own timeout (errTimeout) or

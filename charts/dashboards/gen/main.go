@@ -39,6 +39,20 @@ func write(dir string, check bool) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	changed, err := writeChanged(dir, files, check)
+	if err != nil {
+		return nil, err
+	}
+	removed, err := removeStale(dir, files, check)
+	if err != nil {
+		return nil, err
+	}
+	return append(changed, removed...), nil
+}
+
+// writeChanged writes the files whose content in dir differs (unless
+// check) and returns their names, sorted.
+func writeChanged(dir string, files map[string][]byte, check bool) ([]string, error) {
 	var changed []string
 	names := make([]string, 0, len(files))
 	for name := range files {
@@ -61,20 +75,27 @@ func write(dir string, check bool) ([]string, error) {
 			}
 		}
 	}
+	return changed, nil
+}
+
+// removeStale removes the dashboards of dir that files no longer has
+// (unless check) and names each "<name> (removed)".
+func removeStale(dir string, files map[string][]byte, check bool) ([]string, error) {
 	existing, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	if err != nil {
 		return nil, err
 	}
+	var removed []string
 	for _, path := range existing {
 		if _, ok := files[filepath.Base(path)]; ok {
 			continue
 		}
-		changed = append(changed, filepath.Base(path)+" (removed)")
+		removed = append(removed, filepath.Base(path)+" (removed)")
 		if !check {
 			if err := os.Remove(path); err != nil {
 				return nil, fmt.Errorf("removing %s: %w", path, err)
 			}
 		}
 	}
-	return changed, nil
+	return removed, nil
 }

@@ -74,6 +74,15 @@ func parseOptions(args []string) (*options, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
+	if err := o.validate(fs); err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	return o, nil
+}
+
+// validate checks the options parsed by fs: no arguments, a known
+// output, a positive timeout, a usable --metrics-url.
+func (o *options) validate(fs *pflag.FlagSet) error {
 	var errs []error
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
@@ -87,19 +96,24 @@ func parseOptions(args []string) (*options, error) {
 		errs = append(errs, fmt.Errorf("--request-timeout=%s: must be positive", o.timeout))
 	}
 	if o.metricsURL != "" {
-		if u, err := url.Parse(o.metricsURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("--metrics-url=%q: want an http(s) URL such as http://localhost:8085/metrics", o.metricsURL))
-		}
-		for _, f := range []string{"kubeconfig", "context", "namespace", "name"} {
-			if fs.Changed(f) {
-				errs = append(errs, fmt.Errorf("--%s: not with --metrics-url, which reads no ConfigMap", f))
-			}
+		errs = append(errs, o.metricsURLErrors(fs)...)
+	}
+	return errors.Join(errs...)
+}
+
+// metricsURLErrors are what is wrong with --metrics-url: not an http(s)
+// URL, or given with the flags of the ConfigMap it does not read.
+func (o *options) metricsURLErrors(fs *pflag.FlagSet) []error {
+	var errs []error
+	if u, err := url.Parse(o.metricsURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("--metrics-url=%q: want an http(s) URL such as http://localhost:8085/metrics", o.metricsURL))
+	}
+	for _, f := range []string{"kubeconfig", "context", "namespace", "name"} {
+		if fs.Changed(f) {
+			errs = append(errs, fmt.Errorf("--%s: not with --metrics-url, which reads no ConfigMap", f))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("status: %w", err)
-	}
-	return o, nil
+	return errs
 }
 
 // fromConfigMap reads the status ConfigMap through the API server.

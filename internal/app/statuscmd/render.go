@@ -57,47 +57,8 @@ func Render(w io.Writer, v *View, format string, now time.Time) error {
 var columns = []string{"NODE GROUP", "MIN", "TARGET", "MAX", "READY", "UPCOMING", "PREFLIGHT", "FAILED", "WARM", "QUEUED", "BACKOFF"}
 
 func renderTable(w io.Writer, v *View, now time.Time) error {
-	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(columns, "\t"))
-	var notes []string
-	for _, g := range v.NodeGroups {
-		target := "?"
-		if g.Target != nil {
-			target = itoa(*g.Target)
-		} else if g.SizeError != "" {
-			notes = append(notes, fmt.Sprintf("%s: size unknown: %s", g.Name, g.SizeError))
-		}
-		if g.MaxWarning != "" {
-			notes = append(notes, fmt.Sprintf("WARNING: %s: %s", g.Name, g.MaxWarning))
-		}
-		if g.InstancesStale != "" {
-			notes = append(notes, fmt.Sprintf("%s: %s", g.Name, g.InstancesStale))
-		}
-		if g.FailedRunning > 0 {
-			notes = append(notes, fmt.Sprintf("WARNING: %s: %d VMs Failed in Azure but running: kept with their pods (FailedVMRunning events)", g.Name, g.FailedRunning))
-		}
-		warmCol := "-"
-		if g.Warm != nil {
-			warmCol = fmt.Sprintf("%d/%d", g.Warm.Ready, g.Warm.Target)
-		}
-		queued := "-"
-		if g.Queued > 0 {
-			queued = itoa(g.Queued)
-			if len(g.QueuedByClass) > 1 || g.QueuedByClass["workload"] == 0 {
-				queued += " (" + classes(g.QueuedByClass) + ")"
-			}
-		}
-		fmt.Fprintln(tw, strings.Join([]string{g.Name, itoa(g.Min), target, itoa(g.Max), itoa(g.Ready), itoa(g.Upcoming),
-			itoa(g.Preflight), itoa(g.Failed()), warmCol, queued, backoffText(g.Backoff, now)}, "\t"))
-	}
-	if err := tw.Flush(); err != nil {
+	if err := renderNodeGroups(w, v.NodeGroups, now); err != nil {
 		return err
-	}
-	if len(v.NodeGroups) == 0 {
-		fmt.Fprintln(w, "(no node group: a standby replica's /metrics has none; the leader's has)")
-	}
-	for _, n := range notes {
-		fmt.Fprintln(w, n)
 	}
 	if err := renderHealth(w, v.Health); err != nil {
 		return err
@@ -113,6 +74,74 @@ func renderTable(w io.Writer, v *View, now time.Time) error {
 		fmt.Fprintln(w, line)
 	}
 	return nil
+}
+
+// renderNodeGroups writes the node groups' table, then the notes on
+// them (sizes unknown, warnings).
+func renderNodeGroups(w io.Writer, groups []GroupView, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(columns, "\t"))
+	var notes []string
+	for _, g := range groups {
+		notes = append(notes, groupNotes(g)...)
+		fmt.Fprintln(tw, strings.Join(groupRow(g, now), "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(groups) == 0 {
+		fmt.Fprintln(w, "(no node group: a standby replica's /metrics has none; the leader's has)")
+	}
+	for _, n := range notes {
+		fmt.Fprintln(w, n)
+	}
+	return nil
+}
+
+// groupNotes are the lines under the table about a group: its size
+// unknown, its max warning, its stale instances, its Failed VMs running.
+func groupNotes(g GroupView) []string {
+	var notes []string
+	if g.Target == nil && g.SizeError != "" {
+		notes = append(notes, fmt.Sprintf("%s: size unknown: %s", g.Name, g.SizeError))
+	}
+	if g.MaxWarning != "" {
+		notes = append(notes, fmt.Sprintf("WARNING: %s: %s", g.Name, g.MaxWarning))
+	}
+	if g.InstancesStale != "" {
+		notes = append(notes, fmt.Sprintf("%s: %s", g.Name, g.InstancesStale))
+	}
+	if g.FailedRunning > 0 {
+		notes = append(notes, fmt.Sprintf("WARNING: %s: %d VMs Failed in Azure but running: kept with their pods (FailedVMRunning events)", g.Name, g.FailedRunning))
+	}
+	return notes
+}
+
+// groupRow is a group's cells, in the order of columns.
+func groupRow(g GroupView, now time.Time) []string {
+	target := "?"
+	if g.Target != nil {
+		target = itoa(*g.Target)
+	}
+	warmCol := "-"
+	if g.Warm != nil {
+		warmCol = fmt.Sprintf("%d/%d", g.Warm.Ready, g.Warm.Target)
+	}
+	return []string{g.Name, itoa(g.Min), target, itoa(g.Max), itoa(g.Ready), itoa(g.Upcoming),
+		itoa(g.Preflight), itoa(g.Failed()), warmCol, queuedText(g), backoffText(g.Backoff, now)}
+}
+
+// queuedText is the QUEUED cell: "-", the count, or the count by class
+// when any is not a workload's.
+func queuedText(g GroupView) string {
+	if g.Queued <= 0 {
+		return "-"
+	}
+	queued := itoa(g.Queued)
+	if len(g.QueuedByClass) > 1 || g.QueuedByClass["workload"] == 0 {
+		queued += " (" + classes(g.QueuedByClass) + ")"
+	}
+	return queued
 }
 
 func backoffText(b *core.BackoffStatus, now time.Time) string {
@@ -136,6 +165,24 @@ func backoffText(b *core.BackoffStatus, now time.Time) string {
 // summary is the lines under the table: where the view is from, pods,
 // the queue and what holds it, scale-down.
 func summary(v *View, now time.Time) []string {
+	lines := []string{fromLine(v, now) + "."}
+	pods := podsLine(v)
+	if v.Nodes != nil && v.ReadyNodes != nil {
+		pods += fmt.Sprintf(" Nodes: %d, %d ready.", *v.Nodes, *v.ReadyNodes)
+	}
+	lines = append(lines, pods)
+	lines = append(lines, queueLine(v.Queue)+".")
+	if sd := v.ScaleDown; sd != nil {
+		lines = append(lines, scaleDownLine(sd)+".")
+	}
+	for _, w := range v.Warnings {
+		lines = append(lines, "WARNING: "+w+".")
+	}
+	return lines
+}
+
+// fromLine says where the view is from and how old it is.
+func fromLine(v *View, now time.Time) string {
 	from := "From " + v.Source
 	if v.AsOf != nil {
 		label := "changed"
@@ -144,66 +191,86 @@ func summary(v *View, now time.Time) []string {
 		}
 		from += fmt.Sprintf(", %s %s ago (%s)", label, shortDuration(now.Sub(*v.AsOf)), v.AsOf.UTC().Format(time.RFC3339))
 	}
-	lines := []string{from + "."}
-	pods := podsLine(v)
-	if v.Nodes != nil && v.ReadyNodes != nil {
-		pods += fmt.Sprintf(" Nodes: %d, %d ready.", *v.Nodes, *v.ReadyNodes)
-	}
-	lines = append(lines, pods)
+	return from
+}
 
-	q := v.Queue
+// queueLine is the node-addition queue: what is queued and what holds
+// it, the rate, the burst and tokens, the nodes in flight.
+func queueLine(q QueueView) string {
 	queue := "Node-addition queue: "
 	if q.Smoothing != nil && !*q.Smoothing {
-		queue += "smoothing off (every planned node is requested at once)"
-	} else {
-		queue += fmt.Sprintf("%d %s queued", q.Queued, plural(q.Queued, "node", "nodes"))
-		switch {
-		case q.Queued > 0 && q.HeldBy == "rate":
-			queue += ", held by the rate"
-		case q.Queued > 0 && q.HeldBy == "in-flight":
-			queue += ", held by the in-flight cap"
-		case q.Queued > 0 && q.HeldBy == "paced":
-			queue += ", paced (a group's scale-set writes spaced by --node-group-write-interval)"
-		case q.Queued > 0 && q.HeldBy == "write-in-flight":
-			queue += ", waiting for a scale set's previous write to finish (one at a time per scale set)"
-		case q.Queued > 0 && q.Smoothing == nil:
-			queue += " (what holds them is in the status ConfigMap, not /metrics)"
-		}
-		queue += fmt.Sprintf("; rate %s nodes/min", strconv.FormatFloat(q.RateNodesPerMinute, 'f', -1, 64))
-		if q.RateReason != "" {
-			queue += " (" + q.RateReason + ")"
-		}
-		if q.Burst != nil {
-			queue += fmt.Sprintf(", burst %d", *q.Burst)
-			if q.Bucket != nil && *q.Bucket > *q.Burst {
-				queue += fmt.Sprintf(" (%d a loop at this rate)", *q.Bucket)
-			}
-		}
-		if q.Tokens != nil {
-			queue += fmt.Sprintf(", %.1f tokens", *q.Tokens)
-		}
-		queue += fmt.Sprintf("; %d in flight", q.InFlight)
-		if q.MaxInFlight != nil {
-			queue += fmt.Sprintf(" (at most %d)", *q.MaxInFlight)
-		}
+		return queue + "smoothing off (every planned node is requested at once)"
 	}
-	lines = append(lines, queue+".")
+	queue += fmt.Sprintf("%d %s queued", q.Queued, plural(q.Queued, "node", "nodes"))
+	queue += queueHeld(q)
+	queue += fmt.Sprintf("; rate %s nodes/min", strconv.FormatFloat(q.RateNodesPerMinute, 'f', -1, 64))
+	if q.RateReason != "" {
+		queue += " (" + q.RateReason + ")"
+	}
+	queue += burstText(q)
+	if q.Tokens != nil {
+		queue += fmt.Sprintf(", %.1f tokens", *q.Tokens)
+	}
+	queue += fmt.Sprintf("; %d in flight", q.InFlight)
+	if q.MaxInFlight != nil {
+		queue += fmt.Sprintf(" (at most %d)", *q.MaxInFlight)
+	}
+	return queue
+}
 
-	if sd := v.ScaleDown; sd != nil {
-		s := fmt.Sprintf("Scale-down: %d unneeded, %d being removed", sd.UnneededNodes, sd.Removing)
-		if sd.BrakeEngaged {
-			s += "; the safety brake is engaged"
-			if sd.RecentDeletions != nil {
-				s += fmt.Sprintf(" (%d deletions in its window)", *sd.RecentDeletions)
-			}
+// queueHeld says what holds the queued nodes back, if any are queued.
+func queueHeld(q QueueView) string {
+	if q.Queued <= 0 {
+		return ""
+	}
+	if held, ok := heldByText(q.HeldBy); ok {
+		return held
+	}
+	if q.Smoothing == nil {
+		return " (what holds them is in the status ConfigMap, not /metrics)"
+	}
+	return ""
+}
+
+// heldByText is a QueueView.HeldBy as the queue's line says it.
+func heldByText(heldBy string) (string, bool) {
+	switch heldBy {
+	case "rate":
+		return ", held by the rate", true
+	case "in-flight":
+		return ", held by the in-flight cap", true
+	case "paced":
+		return ", paced (a group's scale-set writes spaced by --node-group-write-interval)", true
+	case "write-in-flight":
+		return ", waiting for a scale set's previous write to finish (one at a time per scale set)", true
+	}
+	return "", false
+}
+
+// burstText is the token bucket's burst, and what it holds a loop when
+// that is more.
+func burstText(q QueueView) string {
+	if q.Burst == nil {
+		return ""
+	}
+	s := fmt.Sprintf(", burst %d", *q.Burst)
+	if q.Bucket != nil && *q.Bucket > *q.Burst {
+		s += fmt.Sprintf(" (%d a loop at this rate)", *q.Bucket)
+	}
+	return s
+}
+
+// scaleDownLine is the scale-down pass: unneeded and removed nodes, the
+// brake, what holds it and the nodes kept.
+func scaleDownLine(sd *ScaleDownView) string {
+	s := fmt.Sprintf("Scale-down: %d unneeded, %d being removed", sd.UnneededNodes, sd.Removing)
+	if sd.BrakeEngaged {
+		s += "; the safety brake is engaged"
+		if sd.RecentDeletions != nil {
+			s += fmt.Sprintf(" (%d deletions in its window)", *sd.RecentDeletions)
 		}
-		s += heldAndKept(sd)
-		lines = append(lines, s+".")
 	}
-	for _, w := range v.Warnings {
-		lines = append(lines, "WARNING: "+w+".")
-	}
-	return lines
+	return s + heldAndKept(sd)
 }
 
 // shortDuration rounds d for people: 45s, 4m12s, 2h5m.
@@ -301,70 +368,14 @@ func renderProvisioningRequests(w io.Writer, p *core.ProvisioningRequestsStatus,
 	if p == nil {
 		return nil
 	}
-	if len(p.Requests) > 0 {
-		counts := map[string]map[string]int{}
-		var classes []string
-		seen := map[string]bool{}
-		for _, c := range p.Requests {
-			if counts[c.Class] == nil {
-				counts[c.Class] = map[string]int{}
-				classes = append(classes, c.Class)
-			}
-			counts[c.Class][c.Condition] += c.Requests
-			seen[c.Condition] = true
-		}
-		sort.Strings(classes)
-		var conds []string
-		for _, c := range provreqConditions {
-			if seen[c] {
-				conds = append(conds, c)
-				delete(seen, c)
-			}
-		}
-		conds = append(conds, sortedKeys(seen)...) // a condition this command does not know yet
-		fmt.Fprintln(w)
-		tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-		header := []string{"PROVISIONING CLASS"}
-		for _, c := range conds {
-			header = append(header, columnName(c))
-		}
-		fmt.Fprintln(tw, strings.Join(header, "\t"))
-		for _, class := range classes {
-			row := []string{class}
-			for _, c := range conds {
-				row = append(row, itoa(counts[class][c]))
-			}
-			fmt.Fprintln(tw, strings.Join(row, "\t"))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
+	if err := renderProvreqCounts(w, p.Requests); err != nil {
+		return err
 	}
-	if len(p.Booked) > 0 {
-		fmt.Fprintln(w)
-		tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-		fmt.Fprintln(tw, "BOOKED REQUEST\tCLASS\tPODS\tUNTIL")
-		for _, b := range p.Booked {
-			fmt.Fprintln(tw, strings.Join([]string{b.Request, b.Class, itoa(b.Pods), timeText(b.Until, now, "%s left", "ended")}, "\t"))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
+	if err := renderBooked(w, p.Booked, now); err != nil {
+		return err
 	}
-	if len(p.Waiting) > 0 {
-		fmt.Fprintln(w)
-		tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-		fmt.Fprintln(tw, "WAITING REQUEST\tCLASS\tRETRY\tMESSAGE")
-		for _, r := range p.Waiting {
-			msg := r.Message
-			if msg == "" {
-				msg = "-"
-			}
-			fmt.Fprintln(tw, strings.Join([]string{r.Request, r.Class, timeText(r.RetryAt, now, "in %s", "due"), msg}, "\t"))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
+	if err := renderWaiting(w, p.Waiting, now); err != nil {
+		return err
 	}
 	if p.More > 0 {
 		fmt.Fprintf(w, "(and %d more booked or waiting)\n", p.More)
@@ -373,6 +384,87 @@ func renderProvisioningRequests(w io.Writer, p *core.ProvisioningRequestsStatus,
 		fmt.Fprintf(w, "WARNING: %d %s not planned: over --max-provisioning-requests or --max-provisioning-requests-per-namespace\n", p.Skipped, plural(p.Skipped, "request", "requests"))
 	}
 	return nil
+}
+
+// renderProvreqCounts writes the requests' counts: a row per class, a
+// column per condition any class has.
+func renderProvreqCounts(w io.Writer, requests []core.ProvisioningRequestCount) error {
+	if len(requests) == 0 {
+		return nil
+	}
+	counts, classes, conds := provreqCounts(requests)
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	header := []string{"PROVISIONING CLASS"}
+	for _, c := range conds {
+		header = append(header, columnName(c))
+	}
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for _, class := range classes {
+		row := []string{class}
+		for _, c := range conds {
+			row = append(row, itoa(counts[class][c]))
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	return tw.Flush()
+}
+
+// provreqCounts sums the requests by class and condition, with the
+// classes sorted and the conditions seen in the order of a request's life
+// (then those this command does not know yet, sorted).
+func provreqCounts(requests []core.ProvisioningRequestCount) (counts map[string]map[string]int, classes, conds []string) {
+	counts = map[string]map[string]int{}
+	seen := map[string]bool{}
+	for _, c := range requests {
+		if counts[c.Class] == nil {
+			counts[c.Class] = map[string]int{}
+			classes = append(classes, c.Class)
+		}
+		counts[c.Class][c.Condition] += c.Requests
+		seen[c.Condition] = true
+	}
+	sort.Strings(classes)
+	for _, c := range provreqConditions {
+		if seen[c] {
+			conds = append(conds, c)
+			delete(seen, c)
+		}
+	}
+	conds = append(conds, sortedKeys(seen)...) // a condition this command does not know yet
+	return counts, classes, conds
+}
+
+// renderBooked lists the booked requests with their pods and until when.
+func renderBooked(w io.Writer, booked []core.BookedRequest, now time.Time) error {
+	if len(booked) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(tw, "BOOKED REQUEST\tCLASS\tPODS\tUNTIL")
+	for _, b := range booked {
+		fmt.Fprintln(tw, strings.Join([]string{b.Request, b.Class, itoa(b.Pods), timeText(b.Until, now, "%s left", "ended")}, "\t"))
+	}
+	return tw.Flush()
+}
+
+// renderWaiting lists the requests waiting for a retry: when, and why.
+func renderWaiting(w io.Writer, waiting []core.WaitingRequest, now time.Time) error {
+	if len(waiting) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(tw, "WAITING REQUEST\tCLASS\tRETRY\tMESSAGE")
+	for _, r := range waiting {
+		msg := r.Message
+		if msg == "" {
+			msg = "-"
+		}
+		fmt.Fprintln(tw, strings.Join([]string{r.Request, r.Class, timeText(r.RetryAt, now, "in %s", "due"), msg}, "\t"))
+	}
+	return tw.Flush()
 }
 
 // renderCapacityBuffers lists the buffers: each one's chunks and where

@@ -119,6 +119,25 @@ func FromStatus(source string, st *core.Status) *View {
 	}
 	nodes, ready := st.Nodes, st.ReadyNodes
 	v.Nodes, v.ReadyNodes = &nodes, &ready
+	v.NodeGroups = groupViews(st)
+	v.Queue = queueView(st.NodeAddition, totalQueued(v.NodeGroups))
+	v.ScaleDown = scaleDownView(st.ScaleDown)
+	v.Warnings = append(v.Warnings, guardWarnings(st)...)
+	v.Health = st.Health
+	v.Warnings = append(v.Warnings, healthWarnings(st)...)
+	v.ProvisioningRequests = st.ProvisioningRequests
+	v.CapacityBuffers = st.CapacityBuffers
+	v.Warnings = append(v.Warnings, capacityWarnings(st)...)
+	for _, g := range st.NodeAddition.HeldGangs {
+		v.Warnings = append(v.Warnings, fmt.Sprintf("gang %s waits whole for its %d nodes, held by %s", g.Gang, g.Nodes, g.HeldBy))
+	}
+	sortGroups(v.NodeGroups)
+	return v
+}
+
+// groupViews are the status's node groups (in its order) with their warm
+// pools and their queued nodes by class.
+func groupViews(st *core.Status) []GroupView {
 	warm := map[string]core.WarmPoolStatus{}
 	for _, w := range st.WarmPools {
 		warm[w.NodeGroup] = w
@@ -130,50 +149,56 @@ func FromStatus(source string, st *core.Status) *View {
 		}
 		queued[q.NodeGroup][q.Class] += q.Nodes
 	}
+	var groups []GroupView
 	for _, g := range st.NodeGroups {
 		gv := GroupView{GroupStatus: g}
 		if w, ok := warm[g.Name]; ok {
 			gv.Warm = &WarmView{Target: w.Target, Ready: w.WarmReady, BalloonsPending: w.BalloonsPending}
 		}
 		gv.setQueued(queued[g.Name])
-		v.NodeGroups = append(v.NodeGroups, gv)
+		groups = append(groups, gv)
 	}
-	na := st.NodeAddition
+	return groups
+}
+
+// queueView is the status's node-addition queue, holding queued nodes.
+func queueView(na core.NodeAdditionStatus, queued int) QueueView {
 	smoothing, burst, bucket, maxInFlight := na.Smoothing, na.Burst, na.BucketNodes, na.MaxInFlight
-	v.Queue = QueueView{Smoothing: &smoothing, RateNodesPerMinute: na.RateNodesPerMinute, RateReason: na.RateReason,
-		Burst: &burst, Bucket: &bucket, InFlight: na.InFlight, MaxInFlight: &maxInFlight, HeldBy: na.HeldBy, Queued: totalQueued(v.NodeGroups)}
-	sd := st.ScaleDown
+	return QueueView{Smoothing: &smoothing, RateNodesPerMinute: na.RateNodesPerMinute, RateReason: na.RateReason,
+		Burst: &burst, Bucket: &bucket, InFlight: na.InFlight, MaxInFlight: &maxInFlight, HeldBy: na.HeldBy, Queued: queued}
+}
+
+// scaleDownView is the status's scale-down pass.
+func scaleDownView(sd core.ScaleDownInfo) *ScaleDownView {
 	recent := sd.RecentDeletions
-	v.ScaleDown = &ScaleDownView{UnneededNodes: sd.UnneededNodes, Removing: sd.Removing, BrakeEngaged: sd.BrakeEngaged,
+	return &ScaleDownView{UnneededNodes: sd.UnneededNodes, Removing: sd.Removing, BrakeEngaged: sd.BrakeEngaged,
 		RecentDeletions: &recent, HeldBecause: sd.HeldBecause, Kept: sd.Kept}
+}
+
+// guardWarnings are the warnings of the autoscaler's guards: the unready
+// guard, replacements blocked and the replacement brake, preflight
+// incidents and failures settling, a fallback configuration.
+func guardWarnings(st *core.Status) []string {
+	var out []string
 	if st.ClusterUnhealthy != "" {
-		v.Warnings = append(v.Warnings, "cluster unhealthy, nothing deleted, cordoned or drained: "+st.ClusterUnhealthy)
+		out = append(out, "cluster unhealthy, nothing deleted, cordoned or drained: "+st.ClusterUnhealthy)
 	}
 	for _, b := range st.ReplacementsBlocked {
-		v.Warnings = append(v.Warnings, "not replaced, kept cordoned: "+b)
+		out = append(out, "not replaced, kept cordoned: "+b)
 	}
 	if st.ReplacementsHeld > 0 {
-		v.Warnings = append(v.Warnings, fmt.Sprintf("replacement brake: %d deletions held (failed preflight, machines in error or never registered)", st.ReplacementsHeld))
+		out = append(out, fmt.Sprintf("replacement brake: %d deletions held (failed preflight, machines in error or never registered)", st.ReplacementsHeld))
 	}
 	for _, c := range sortedIncidentChecks(st.PreflightIncidents) {
-		v.Warnings = append(v.Warnings, fmt.Sprintf("preflight incident: check %q fails on %d nodes at once; they are kept, not replaced", c, st.PreflightIncidents[c]))
+		out = append(out, fmt.Sprintf("preflight incident: check %q fails on %d nodes at once; they are kept, not replaced", c, st.PreflightIncidents[c]))
 	}
 	if st.PreflightFailuresSettling > 0 {
-		v.Warnings = append(v.Warnings, fmt.Sprintf("preflight: %d failed nodes left alone until their failure has stood --preflight-failure-settle (an outage's first reports look like bad machines)", st.PreflightFailuresSettling))
+		out = append(out, fmt.Sprintf("preflight: %d failed nodes left alone until their failure has stood --preflight-failure-settle (an outage's first reports look like bad machines)", st.PreflightFailuresSettling))
 	}
 	if st.ConfigFallback != "" {
-		v.Warnings = append(v.Warnings, "running on a fallback configuration: "+st.ConfigFallback)
+		out = append(out, "running on a fallback configuration: "+st.ConfigFallback)
 	}
-	v.Health = st.Health
-	v.Warnings = append(v.Warnings, healthWarnings(st)...)
-	v.ProvisioningRequests = st.ProvisioningRequests
-	v.CapacityBuffers = st.CapacityBuffers
-	v.Warnings = append(v.Warnings, capacityWarnings(st)...)
-	for _, g := range na.HeldGangs {
-		v.Warnings = append(v.Warnings, fmt.Sprintf("gang %s waits whole for its %d nodes, held by %s", g.Gang, g.Nodes, g.HeldBy))
-	}
-	sortGroups(v.NodeGroups)
-	return v
+	return out
 }
 
 func (g *GroupView) setQueued(byClass map[string]int) {
@@ -208,29 +233,52 @@ const metricPrefix = "vmss_autoscaler_"
 // empty (the ConfigMap has them).
 func FromMetrics(source string, families map[string]*dto.MetricFamily) *View {
 	v := &View{Source: source}
-	groups := map[string]*GroupView{}
-	group := func(name string) *GroupView {
-		if groups[name] == nil {
-			groups[name] = &GroupView{GroupStatus: core.GroupStatus{Name: name}}
-		}
-		return groups[name]
+	m := &metricsReader{families: families, groups: map[string]*GroupView{}}
+	m.readGroupGauges()
+	m.readNodeStates()
+	m.readTargetsAndBackoffs()
+	m.readQueued()
+	v.NodeGroups = m.nodeGroups()
+	m.readClusterWide(v)
+	return v
+}
+
+// metricsReader reads /metrics' families into node groups, by name.
+type metricsReader struct {
+	families map[string]*dto.MetricFamily
+	groups   map[string]*GroupView
+}
+
+// group is the node group name, added when first seen.
+func (m *metricsReader) group(name string) *GroupView {
+	if m.groups[name] == nil {
+		m.groups[name] = &GroupView{GroupStatus: core.GroupStatus{Name: name}}
 	}
-	each := func(metric string, f func(labels map[string]string, value float64)) {
-		fam := families[metricPrefix+metric]
-		if fam == nil {
-			return
-		}
-		for _, m := range fam.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			f(labels, sampleValue(m))
-		}
+	return m.groups[name]
+}
+
+// each calls f with the labels and value of each sample of metric, if
+// exported.
+func (m *metricsReader) each(metric string, f func(labels map[string]string, value float64)) {
+	fam := m.families[metricPrefix+metric]
+	if fam == nil {
+		return
 	}
-	// Per-group gauges into the group's fields; "nodes" by its state label.
-	type field func(*GroupView) *int
-	perGroup := map[string]field{
+	for _, s := range fam.GetMetric() {
+		labels := map[string]string{}
+		for _, l := range s.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		f(labels, sampleValue(s))
+	}
+}
+
+// groupField is where a per-group gauge goes in a group's view.
+type groupField func(*GroupView) *int
+
+// readGroupGauges reads the per-group gauges into the groups' fields.
+func (m *metricsReader) readGroupGauges() {
+	perGroup := map[string]groupField{
 		"node_group_min_size":    func(g *GroupView) *int { return &g.Min },
 		"node_group_max_size":    func(g *GroupView) *int { return &g.Max },
 		"warm_pool_target_nodes": func(g *GroupView) *int { return &warm(g).Target },
@@ -238,9 +286,13 @@ func FromMetrics(source string, families map[string]*dto.MetricFamily) *View {
 		"balloon_pods_pending":   func(g *GroupView) *int { return &warm(g).BalloonsPending },
 	}
 	for metric, f := range perGroup {
-		each(metric, func(l map[string]string, x float64) { *f(group(l["node_group"])) = int(x) })
+		m.each(metric, func(l map[string]string, x float64) { *f(m.group(l["node_group"])) = int(x) })
 	}
-	byState := map[string]field{
+}
+
+// readNodeStates reads "nodes" into the groups' fields by its state label.
+func (m *metricsReader) readNodeStates() {
+	byState := map[string]groupField{
 		"ready":             func(g *GroupView) *int { return &g.Ready },
 		"unready":           func(g *GroupView) *int { return &g.Unready },
 		"upcoming":          func(g *GroupView) *int { return &g.Upcoming },
@@ -253,23 +305,33 @@ func FromMetrics(source string, families map[string]*dto.MetricFamily) *View {
 		"long_unregistered": func(g *GroupView) *int { return &g.LongUnregistered },
 		"deleting":          func(g *GroupView) *int { return &g.Deleting },
 	}
-	each("nodes", func(l map[string]string, x float64) {
+	m.each("nodes", func(l map[string]string, x float64) {
 		if f, ok := byState[l["state"]]; ok {
-			*f(group(l["node_group"])) = int(x)
+			*f(m.group(l["node_group"])) = int(x)
 		}
 	})
-	each("node_group_target_size", func(l map[string]string, x float64) {
+}
+
+// readTargetsAndBackoffs reads the groups' target sizes and whether each
+// is backed off.
+func (m *metricsReader) readTargetsAndBackoffs() {
+	m.each("node_group_target_size", func(l map[string]string, x float64) {
 		t := int(x)
-		group(l["node_group"]).Target = &t
+		m.group(l["node_group"]).Target = &t
 	})
-	each("node_group_backoff", func(l map[string]string, x float64) {
+	m.each("node_group_backoff", func(l map[string]string, x float64) {
 		if x > 0 {
 			// Neither reason nor end is exported: a zero Until says "unknown".
-			group(l["node_group"]).Backoff = &core.BackoffStatus{}
+			m.group(l["node_group"]).Backoff = &core.BackoffStatus{}
 		}
 	})
+}
+
+// readQueued reads the nodes the node-addition queue holds, by group and
+// class.
+func (m *metricsReader) readQueued() {
 	queued := map[string]map[string]int{}
-	each("node_addition_queue_depth", func(l map[string]string, x float64) {
+	m.each("node_addition_queue_depth", func(l map[string]string, x float64) {
 		if x <= 0 {
 			return
 		}
@@ -280,17 +342,27 @@ func FromMetrics(source string, families map[string]*dto.MetricFamily) *View {
 		queued[g][l["class"]] += int(x)
 	})
 	for name, byClass := range queued {
-		group(name).setQueued(byClass)
+		m.group(name).setQueued(byClass)
 	}
-	for _, g := range groups {
+}
+
+// nodeGroups are the groups read, sorted by name.
+func (m *metricsReader) nodeGroups() []GroupView {
+	var out []GroupView
+	for _, g := range m.groups {
 		// A warm pool whose target is 0 and holds nothing is no warm pool.
 		if w := g.Warm; w != nil && w.Target == 0 && w.Ready == 0 && w.BalloonsPending == 0 {
 			g.Warm = nil
 		}
-		v.NodeGroups = append(v.NodeGroups, *g)
+		out = append(out, *g)
 	}
-	sortGroups(v.NodeGroups)
+	sortGroups(out)
+	return out
+}
 
+// readClusterWide reads what is not per group into v: pods, the
+// scale-down pass, the last loop, the node-addition queue.
+func (m *metricsReader) readClusterWide(v *View) {
 	sd := &ScaleDownView{}
 	v.ScaleDown = sd
 	for metric, dst := range map[string]*int{
@@ -300,24 +372,23 @@ func FromMetrics(source string, families map[string]*dto.MetricFamily) *View {
 		"unneeded_nodes":               &sd.UnneededNodes,
 		"scale_down_drains_in_flight":  &sd.Removing,
 	} {
-		each(metric, func(_ map[string]string, x float64) { *dst = int(x) })
+		m.each(metric, func(_ map[string]string, x float64) { *dst = int(x) })
 	}
-	each("last_successful_loop_timestamp_seconds", func(_ map[string]string, x float64) {
+	m.each("last_successful_loop_timestamp_seconds", func(_ map[string]string, x float64) {
 		if x > 0 {
 			t := time.Unix(0, int64(x*1e9)).UTC()
 			v.AsOf = &t
 		}
 	})
-	each("node_addition_rate_nodes_per_minute", func(_ map[string]string, x float64) { v.Queue.RateNodesPerMinute = x })
-	each("node_addition_rate_reason", func(l map[string]string, x float64) {
+	m.each("node_addition_rate_nodes_per_minute", func(_ map[string]string, x float64) { v.Queue.RateNodesPerMinute = x })
+	m.each("node_addition_rate_reason", func(l map[string]string, x float64) {
 		if x > 0 {
 			v.Queue.RateReason = l["reason"]
 		}
 	})
-	each("node_addition_tokens", func(_ map[string]string, x float64) { v.Queue.Tokens = &x })
+	m.each("node_addition_tokens", func(_ map[string]string, x float64) { v.Queue.Tokens = &x })
 	v.Queue.Queued = totalQueued(v.NodeGroups)
-	each("scale_down_brake_engaged", func(_ map[string]string, x float64) { sd.BrakeEngaged = x > 0 })
-	return v
+	m.each("scale_down_brake_engaged", func(_ map[string]string, x float64) { sd.BrakeEngaged = x > 0 })
 }
 
 func warm(g *GroupView) *WarmView {
@@ -366,28 +437,42 @@ func sortedIncidentChecks(m map[string]int) []string {
 // unconfirmed policy, the pause, each group whose breaker holds, each
 // rule in an incident, the cordon ceiling reached, degraded nodes.
 func healthWarnings(st *core.Status) []string {
-	var out []string
-	if h := st.Health; h != nil {
-		if h.PolicyError != "" {
-			out = append(out, "health policy: "+h.PolicyError)
-		}
-		if h.Paused {
-			out = append(out, "health actions paused (annotation "+core.HealthPausedAnnotation+"): unhealthy nodes are reported only")
-		}
-		for _, g := range h.Breakers {
-			out = append(out, fmt.Sprintf("health breaker engaged for node group %s: no new cordon, drain or replacement there (scale-up goes on)", g))
-		}
-		for _, r := range h.Incidents {
-			out = append(out, fmt.Sprintf("health incident: many nodes began matching rule %q at once; its matches are reported only", r))
-		}
-		if n := len(h.NotJudged) + h.NotJudgedMore; n > 0 {
-			out = append(out, fmt.Sprintf("%d nodes advertise less than their VM size in a way belowSKU rules cannot judge (not acted on): %s", n, strings.Join(h.NotJudged, "; ")))
-		}
-		if h.CordonCeiling > 0 && h.Cordoned >= h.CordonCeiling {
-			out = append(out, fmt.Sprintf("health cordons at the cluster-wide ceiling (%d of %d, --health-max-cordoned-share): further matches are reported only", h.Cordoned, h.CordonCeiling))
-		}
+	return append(healthStatusWarnings(st.Health), degradedWarnings(st.NodeGroups)...)
+}
+
+// healthStatusWarnings are the warnings of health's own report: the
+// policy, the pause, the breakers, the incidents, the nodes not judged,
+// the cordon ceiling.
+func healthStatusWarnings(h *core.HealthStatus) []string {
+	if h == nil {
+		return nil
 	}
-	for _, g := range st.NodeGroups {
+	var out []string
+	if h.PolicyError != "" {
+		out = append(out, "health policy: "+h.PolicyError)
+	}
+	if h.Paused {
+		out = append(out, "health actions paused (annotation "+core.HealthPausedAnnotation+"): unhealthy nodes are reported only")
+	}
+	for _, g := range h.Breakers {
+		out = append(out, fmt.Sprintf("health breaker engaged for node group %s: no new cordon, drain or replacement there (scale-up goes on)", g))
+	}
+	for _, r := range h.Incidents {
+		out = append(out, fmt.Sprintf("health incident: many nodes began matching rule %q at once; its matches are reported only", r))
+	}
+	if n := len(h.NotJudged) + h.NotJudgedMore; n > 0 {
+		out = append(out, fmt.Sprintf("%d nodes advertise less than their VM size in a way belowSKU rules cannot judge (not acted on): %s", n, strings.Join(h.NotJudged, "; ")))
+	}
+	if h.CordonCeiling > 0 && h.Cordoned >= h.CordonCeiling {
+		out = append(out, fmt.Sprintf("health cordons at the cluster-wide ceiling (%d of %d, --health-max-cordoned-share): further matches are reported only", h.Cordoned, h.CordonCeiling))
+	}
+	return out
+}
+
+// degradedWarnings are the groups' degraded nodes, a line per group.
+func degradedWarnings(groups []core.GroupStatus) []string {
+	var out []string
+	for _, g := range groups {
 		if len(g.Degraded) > 0 {
 			out = append(out, fmt.Sprintf("node group %s: %d degraded nodes (advertising less than the VM size; never the template): %s",
 				g.Name, len(g.Degraded), strings.Join(g.Degraded, ", ")))
@@ -409,45 +494,59 @@ const maxBufferWarnings = 3
 func capacityWarnings(st *core.Status) []string {
 	var out []string
 	if p := st.ProvisioningRequests; p != nil && len(p.Waiting) > 0 {
-		next := p.Waiting[0].RetryAt
-		for _, w := range p.Waiting[1:] {
-			if w.RetryAt.Before(next) {
-				next = w.RetryAt
-			}
-		}
-		n := itoa(len(p.Waiting))
-		if p.More > 0 {
-			// More counts booked and waiting requests left out alike.
-			n += " or more"
-		}
-		out = append(out, fmt.Sprintf("%s %s not provisioned, next retry at %s",
-			n, plural(len(p.Waiting)+p.More, "ProvisioningRequest", "ProvisioningRequests"), next.UTC().Format(time.RFC3339)))
+		out = append(out, waitingWarning(p))
 	}
 	if b := st.CapacityBuffers; b != nil {
-		listed, extra := 0, 0
-		for _, e := range b.Buffers {
-			if e.Unplaced <= 0 {
-				continue
-			}
-			if listed == maxBufferWarnings {
-				extra++
-				continue
-			}
-			listed++
-			w := fmt.Sprintf("CapacityBuffer %s: %d of %d chunks fit nowhere", e.Buffer, e.Unplaced, e.Chunks)
-			if msg := oneLine(e.Message); msg != "" {
-				w += ": " + msg
-			}
-			out = append(out, w)
+		out = append(out, unplacedWarnings(b)...)
+	}
+	return out
+}
+
+// waitingWarning is the requests waiting for a retry, with the earliest
+// (p has some).
+func waitingWarning(p *core.ProvisioningRequestsStatus) string {
+	next := p.Waiting[0].RetryAt
+	for _, w := range p.Waiting[1:] {
+		if w.RetryAt.Before(next) {
+			next = w.RetryAt
 		}
-		if extra > 0 {
-			n := itoa(extra) + " more"
-			if b.More > 0 {
-				// The buffers left out of the status may have some too.
-				n = "at least " + n
-			}
-			out = append(out, fmt.Sprintf("and %s %s with chunks that fit nowhere", n, plural(extra, "CapacityBuffer", "CapacityBuffers")))
+	}
+	n := itoa(len(p.Waiting))
+	if p.More > 0 {
+		// More counts booked and waiting requests left out alike.
+		n += " or more"
+	}
+	return fmt.Sprintf("%s %s not provisioned, next retry at %s",
+		n, plural(len(p.Waiting)+p.More, "ProvisioningRequest", "ProvisioningRequests"), next.UTC().Format(time.RFC3339))
+}
+
+// unplacedWarnings are the buffers with chunks that fit nowhere, one line
+// each (the first maxBufferWarnings), then how many more.
+func unplacedWarnings(b *core.CapacityBuffersStatus) []string {
+	var out []string
+	listed, extra := 0, 0
+	for _, e := range b.Buffers {
+		if e.Unplaced <= 0 {
+			continue
 		}
+		if listed == maxBufferWarnings {
+			extra++
+			continue
+		}
+		listed++
+		w := fmt.Sprintf("CapacityBuffer %s: %d of %d chunks fit nowhere", e.Buffer, e.Unplaced, e.Chunks)
+		if msg := oneLine(e.Message); msg != "" {
+			w += ": " + msg
+		}
+		out = append(out, w)
+	}
+	if extra > 0 {
+		n := itoa(extra) + " more"
+		if b.More > 0 {
+			// The buffers left out of the status may have some too.
+			n = "at least " + n
+		}
+		out = append(out, fmt.Sprintf("and %s %s with chunks that fit nowhere", n, plural(extra, "CapacityBuffer", "CapacityBuffers")))
 	}
 	return out
 }
