@@ -48,6 +48,7 @@ func run(args []string, out io.Writer) error {
 	baseline := fl.String("baseline", ".complexity-baseline", "file of the functions allowed above the threshold: one \"key complexity\" a line")
 	write := fl.Bool("write", false, "write the current offenders as the baseline instead of checking")
 	list := fl.Int("list", -1, "print every function above this complexity, most complex first, and check nothing")
+	maxShare := fl.Float64("max-share", 100, "the most functions above 10 may be, in percent of all; more fails")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
@@ -65,9 +66,13 @@ func run(args []string, out io.Writer) error {
 	}
 	offenders := above(funcs, *over)
 	above10 := len(above(funcs, 10))
-	fmt.Fprintf(out, "%d functions, %d (%.1f %%) above 10, %d above %d\n", len(funcs), above10, 100*float64(above10)/float64(max(1, len(funcs))), len(offenders), *over)
+	share := 100 * float64(above10) / float64(max(1, len(funcs)))
+	fmt.Fprintf(out, "%d functions, %d (%.1f %%) above 10, %d above %d\n", len(funcs), above10, share, len(offenders), *over)
 	if *write {
 		return writeBaseline(*baseline, offenders)
+	}
+	if share > *maxShare {
+		return fmt.Errorf("%.1f %% of the functions are above complexity 10, more than -max-share %g %%: split some (-list 10 prints them)", share, *maxShare)
 	}
 	allowed, err := readBaseline(*baseline)
 	if err != nil {

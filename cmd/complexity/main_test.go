@@ -69,3 +69,34 @@ func TestRatchet(t *testing.T) {
 		})
 	}
 }
+
+// TestMaxShare: the share of functions above 10 fails past -max-share.
+func TestMaxShare(t *testing.T) {
+	dir := t.TempDir()
+	branches := strings.Repeat("\tif a {}\n", 11)
+	src := "package x\n\nfunc Big(a bool) {\n" + branches + "}\n\nfunc Small() {}\n\nfunc Smaller() {}\n\nfunc Smallest() {}\n"
+	if err := os.WriteFile(filepath.Join(dir, "x.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(dir, "baseline")
+	if err := os.WriteFile(base, []byte(".:Big 12\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		share   string
+		wantErr string
+	}{
+		{"25", ""},
+		{"100", ""},
+		{"24.9", "25.0 % of the functions are above complexity 10, more than -max-share 24.9 %"},
+	} {
+		var out bytes.Buffer
+		err := run([]string{"-over", "15", "-max-share", tc.share, "-baseline", base, dir}, &out)
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("-max-share %s: error %v", tc.share, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("-max-share %s: error %v, want one with %q", tc.share, err, tc.wantErr)
+		}
+	}
+}
