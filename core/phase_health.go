@@ -967,13 +967,15 @@ func (a *Autoscaler) countYoungFailure(ctx context.Context, l *loop, c *healthCa
 	a.backOffYoungFailures(ctx, l, c, recent, fresh)
 }
 
-// youngFailuresWithin keeps, in place, a group's young failures within
-// the window; fresh counts them, plus the one being counted, but those
+// youngFailuresWithin returns a group's young failures within the window,
+// in a new slice; fresh counts them, plus the one being counted, but those
 // spent or only seen, and first is the earliest. counted says node is
-// among them already: then nothing is kept, and the failures are left as
-// they are.
+// among them already. failures is never changed: filtering it in place
+// before returning counted left a failure twice in the group's list (the
+// later ones shifted over an expired one), which backed the group off
+// one distinct failure early.
 func youngFailuresWithin(failures []YoungFailure, node string, now time.Time, window time.Duration) (recent []YoungFailure, fresh int, first time.Time, counted bool) {
-	recent, fresh = failures[:0], 1
+	recent, fresh = make([]YoungFailure, 0, len(failures)+1), 1
 	for _, f := range failures {
 		if now.Sub(f.At) < window {
 			if f.Node == node {

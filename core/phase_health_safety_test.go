@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -748,5 +749,31 @@ func TestHealthSafeForeignCordonCountsTowardsTheCeiling(t *testing.T) {
 	// The ceiling: max(2, 3% of 40) = 2 nodes held at once.
 	if len(acts.evicted) != 2 {
 		t.Fatalf("evicted %v, want 2 (the ceiling) of the 4 foreign-cordoned nodes", acts.evicted)
+	}
+}
+
+// TestYoungFailuresWithinLeavesTheListAlone: a node counted already
+// changes nothing in its group's list of young failures. Before, the list
+// was filtered in place and the filtering stopped at the counted node:
+// [expired, A, N] became [A, A, N], and A counted twice towards the
+// group's health backoff.
+func TestYoungFailuresWithinLeavesTheListAlone(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	window := 30 * time.Minute
+	failures := []YoungFailure{
+		{Node: "expired", At: now.Add(-time.Hour)},
+		{Node: "a", At: now.Add(-time.Minute)},
+		{Node: "n", At: now.Add(-time.Minute)},
+	}
+	before := slices.Clone(failures)
+	if _, _, _, counted := youngFailuresWithin(failures, "n", now, window); !counted {
+		t.Fatal("node n not seen as counted")
+	}
+	if !slices.Equal(failures, before) {
+		t.Fatalf("the group's failures became %v, want them unchanged %v", failures, before)
+	}
+	recent, fresh, first, counted := youngFailuresWithin(failures, "b", now, window)
+	if counted || fresh != 3 || len(recent) != 2 || !first.Equal(now.Add(-time.Minute)) {
+		t.Fatalf("for a new node: recent %v, fresh %d, first %v, counted %v; want a and n, 3 (them and b), a minute ago, false", recent, fresh, first, counted)
 	}
 }
