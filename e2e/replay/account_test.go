@@ -47,6 +47,10 @@ func TestAccount(t *testing.T) {
 	late := sampleTimeline()
 	// A node created after the end is not counted.
 	late.Nodes = append(late.Nodes, nodeLife{Name: "n4", Created: 7 * h, Ready: 7 * h, Deleted: never, GPUs: 8})
+	early := sampleTimeline()
+	// A pod Running before its node is ready (a recording's skew) uses
+	// GPUs only from then: p1 still uses 8 GPU-hours.
+	early.Pods[0].Running = h / 2
 	bought := sampleTimeline()
 	// The floor buys before the start: a node from -1h counts from then.
 	bought.Nodes[0].Created = -h
@@ -59,6 +63,8 @@ func TestAccount(t *testing.T) {
 			NodeHours: 11, IdleGPUHours: 24, TraceNodeHours: 110, TraceIdleGPUHours: 240, PeakNodes: 3, Launches: 3, Deletions: 1}},
 		{"a pod outliving its node, GPUs over-asked", clipped, figures{Pods: 6, NeverRunning: 2, DeletedPending: 1, PendingP50: 0, PendingP90: 3600, PendingP99: 3600,
 			NodeHours: 11, IdleGPUHours: 0, TraceNodeHours: 110, TraceIdleGPUHours: 0, PeakNodes: 3, Launches: 3, Deletions: 1}},
+		{"a pod Running before its node is ready", early, figures{Pods: 5, NeverRunning: 2, DeletedPending: 1, PendingP50: 0, PendingP90: 3600, PendingP99: 3600,
+			NodeHours: 11, IdleGPUHours: 24, TraceNodeHours: 110, TraceIdleGPUHours: 240, PeakNodes: 3, Launches: 3, Deletions: 1}},
 		{"a node after the end", late, figures{Pods: 5, NeverRunning: 2, DeletedPending: 1, PendingP50: 1800, PendingP90: 3600, PendingP99: 3600,
 			NodeHours: 11, IdleGPUHours: 24, TraceNodeHours: 110, TraceIdleGPUHours: 240, PeakNodes: 3, Launches: 3, Deletions: 1}},
 		{"bought before the start", bought, figures{Pods: 5, NeverRunning: 2, DeletedPending: 1, PendingP50: 1800, PendingP90: 3600, PendingP99: 3600,
