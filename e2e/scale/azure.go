@@ -250,6 +250,9 @@ type criterion struct {
 	Name   string `json:"name"`
 	Pass   bool   `json:"pass"`
 	Detail string `json:"detail"`
+	// NotJudged says the run could not judge it (a window longer than
+	// the run): neither passed nor failed.
+	NotJudged bool `json:"notJudged,omitempty"`
 }
 
 // azureResult is what Azure would have charged the run, from the
@@ -317,12 +320,7 @@ func (a *azureResult) judge(timeToAllNodes float64, steady bool) {
 	add("never a cluster-wide freeze", a.LongestStall < a.FreezeThreshold,
 		"longest stretch with pods pending, ARM capacity short and no capacity write or deletion accepted: %.0f s (a freeze: %.0f s or more); longest hold of a whole kind of ARM call: %.0f s",
 		a.LongestStall, a.FreezeThreshold, a.LongestKindHold)
-	how := fmt.Sprintf("most within any 30 minutes of %.0f observed", a.ObservedMinutes)
-	if !a.Windowed {
-		how = fmt.Sprintf("%d in %.1f minutes observed, scaled to 30 minutes", a.VMLists, a.ObservedMinutes)
-	}
-	add(fmt.Sprintf("at most %d VM lists per 30 minutes", vmListLimit), a.VMListsPer30Min <= vmListLimit,
-		"%.0f (%s)", a.VMListsPer30Min, how)
+	a.judgeVMLists(add)
 	if steady {
 		add("no Compute RP or ARM 429 in steady state", a.SteadyComputeThrottled == 0 && a.SteadyARMThrottled == 0,
 			"%d Compute RP and %d ARM 429s in %.0f s with every pod Running (whole run: %d and %d)",
@@ -349,11 +347,36 @@ func (a *azureResult) judge(timeToAllNodes float64, steady bool) {
 	}
 }
 
+// verdict is the criterion's verdict as the report prints it.
+func (c criterion) verdict() string {
+	switch {
+	case c.NotJudged:
+		return "NOT JUDGED"
+	case !c.Pass:
+		return "**FAIL**"
+	}
+	return "PASS"
+}
+
+// judgeVMLists judges the VM lists within any 30 minutes; a run shorter
+// than that cannot (a scale-up's first minutes list every scale set once,
+// so scaling them to 30 minutes says nothing): it is not judged, and the
+// scaled figure is only reported.
+func (a *azureResult) judgeVMLists(add func(name string, pass bool, format string, args ...any)) {
+	name := fmt.Sprintf("at most %d VM lists per 30 minutes", vmListLimit)
+	if !a.Windowed {
+		add(name, false, "%d in %.1f minutes observed (%.0f scaled to 30 minutes): the autoscaler ran less than 30 minutes; --min-autoscaler-run=30m (the xl default) judges it", a.VMLists, a.ObservedMinutes, a.VMListsPer30Min)
+		a.Criteria[len(a.Criteria)-1].NotJudged = true
+		return
+	}
+	add(name, a.VMListsPer30Min <= vmListLimit, "%.0f (most within any 30 minutes of %.0f observed)", a.VMListsPer30Min, a.ObservedMinutes)
+}
+
 // failed lists the criteria that failed, for the run's failures.
 func (a *azureResult) failed() []string {
 	var out []string
 	for _, c := range a.Criteria {
-		if !c.Pass {
+		if !c.Pass && !c.NotJudged {
 			out = append(out, c.Name+": "+c.Detail)
 		}
 	}

@@ -219,7 +219,14 @@ func TestAzureJudge(t *testing.T) {
 	if fl := capped.failed(); len(fl) != 1 {
 		t.Errorf("a run at 1.33x the in-flight cap's bound failed %d criteria, want 1: %v", len(fl), fl)
 	}
-	bad := azureResult{LongestStall: 300, FreezeThreshold: 270, VMListsPer30Min: 301, SteadyARMThrottled: 1, Bound: &b}
+	// A run shorter than 30 minutes cannot judge its VM lists: not
+	// judged, whatever its lists scaled to 30 minutes come to.
+	short := azureResult{LongestStall: 60, FreezeThreshold: 270, VMLists: 90, VMListsPer30Min: 360, ObservedMinutes: 7.5, Bound: &b}
+	short.judge(260, true)
+	if f := short.failed(); len(f) != 0 || !short.Criteria[1].NotJudged || short.Criteria[1].Pass {
+		t.Errorf("a 7.5-minute run: failed %v, VM-list criterion %+v; want it not judged, nothing failed", f, short.Criteria[1])
+	}
+	bad := azureResult{LongestStall: 300, Windowed: true, ObservedMinutes: 31, FreezeThreshold: 270, VMListsPer30Min: 301, SteadyARMThrottled: 1, Bound: &b}
 	bad.judge(400, true)
 	if f := bad.failed(); len(f) != 4 {
 		t.Errorf("a run outside every criterion failed %d: %v", len(f), f)

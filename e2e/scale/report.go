@@ -315,11 +315,7 @@ func (rep *report) markdown() string {
 		if a := r.Azure; a != nil && len(a.Criteria) > 0 {
 			p("\n\nIssue #38's criteria (%s):\n", r.Name)
 			for _, c := range a.Criteria {
-				verdict := "PASS"
-				if !c.Pass {
-					verdict = "**FAIL**"
-				}
-				p("\n- %s: %s — %s", verdict, c.Name, c.Detail)
+				p("\n- %s: %s — %s", c.verdict(), c.Name, c.Detail)
 			}
 			if b := a.Bound; b != nil {
 				p("\n\nThe bound is the time the per-set write budgets allow: each of the %d scale sets that grew needs its W capacity writes within its Update bucket (Compute throttling limits, Virtual Machine Scale Sets, Update: %d tokens, refilled %g a minute), then one operation, which lasts until its slowest VM has booted (boot delay +50%%) and run its extensions, when its node registers: %s, with W = %d, the accepted capacity writes of the busiest set until all nodes were up.",
