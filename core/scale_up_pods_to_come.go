@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/gang"
 	"github.com/vmss-autoscaler/vmss-autoscaler/core/provreq"
@@ -111,6 +112,8 @@ func (a *Autoscaler) expectedPods(l *loop, pending []*apiv1.Pod) []*apiv1.Pod {
 	for _, uid := range order {
 		o := owners[uid]
 		n, known := have[uid]
+		klog.V(4).InfoS("Pods to come", "replicaSet", klog.KObj(o.rs), "specReplicas", *o.rs.Spec.Replicas,
+			"statusReplicas", o.rs.Status.Replicas, "inCache", n, "known", known)
 		if !known {
 			continue // its pods unknown: none expected rather than too many
 		}
