@@ -108,7 +108,7 @@ func (a *Autoscaler) expectedPods(l *loop, pending []*apiv1.Pod) []*apiv1.Pod {
 	}
 	// The pods it has yet to create, while its controller reports fewer
 	// than it wants.
-	have := a.podsOfOwners(owners, order)
+	have := a.podsOfOwners(owners, order, unboundOf(l, owners))
 	for _, uid := range order {
 		o := owners[uid]
 		n, known := have[uid]
@@ -173,12 +173,28 @@ func (a *Autoscaler) expectingOwners(l *loop, pending []*apiv1.Pod) (map[types.U
 	return owners, order
 }
 
-// podsOfOwners counts, for the owners short of their replicas, every pod
-// of theirs in the cache, bound or not: their namespace's pods, from the
-// informer's index, once per namespace and loop (an owner that has them
-// all costs no listing). An owner whose namespace could not be listed is
-// not in the result.
-func (a *Autoscaler) podsOfOwners(owners map[types.UID]*expectingOwner, order []types.UID) map[types.UID]int {
+// unboundOf are the UIDs of the owners' unbound pods in the loop's
+// snapshot.
+func unboundOf(l *loop, owners map[types.UID]*expectingOwner) map[types.UID]bool {
+	seen := map[types.UID]bool{}
+	for _, p := range l.unbound {
+		if owner, _, ok := replicaSetOf(p); ok && owners[owner] != nil {
+			seen[p.UID] = true
+		}
+	}
+	return seen
+}
+
+// podsOfOwners counts, for the owners, every pod of theirs in the cache
+// that is bound, or unbound and in the loop's snapshot (inSnapshot): their
+// namespace's pods, from the informer's index, once per namespace and
+// loop. An unbound pod the cache got after the snapshot is neither
+// untried in this loop (the untried are the snapshot's) nor counted here,
+// so it is a pod to come: counting it left it out of both (144 of a
+// 2,000-pod burst on the xl scale run, whose pods arrive at hundreds a
+// second while a loop builds its snapshot). An owner whose namespace
+// could not be listed is not in the result.
+func (a *Autoscaler) podsOfOwners(owners map[types.UID]*expectingOwner, order []types.UID, inSnapshot map[types.UID]bool) map[types.UID]int {
 	have := map[types.UID]int{}
 	listed := map[string]bool{} // namespace: its pods counted (false: could not be listed)
 	for _, uid := range order {
@@ -189,7 +205,7 @@ func (a *Autoscaler) podsOfOwners(owners map[types.UID]*expectingOwner, order []
 			ok = err == nil
 			listed[o.rs.Namespace] = ok
 			for _, p := range pods {
-				if owner, _, isRS := replicaSetOf(p); isRS && owners[owner] != nil && counts(p) {
+				if owner, _, isRS := replicaSetOf(p); isRS && owners[owner] != nil && counts(p) && (p.Spec.NodeName != "" || inSnapshot[p.UID]) {
 					have[owner]++
 				}
 			}

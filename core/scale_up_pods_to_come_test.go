@@ -333,3 +333,48 @@ func TestExpectedPodsFromTheTemplateNotAPod(t *testing.T) {
 		})
 	}
 }
+
+// latePods is a pod lister whose namespace lists also return pods the
+// cache got after the loop's snapshot (created meanwhile, untried).
+type latePods struct {
+	corelisters.PodLister
+	late []*apiv1.Pod
+}
+
+func (l *latePods) Pods(ns string) corelisters.PodNamespaceLister {
+	return &lateNamespace{PodNamespaceLister: l.PodLister.Pods(ns), late: l.late}
+}
+
+type lateNamespace struct {
+	corelisters.PodNamespaceLister
+	late []*apiv1.Pod
+}
+
+func (n *lateNamespace) List(sel labels.Selector) ([]*apiv1.Pod, error) {
+	pods, err := n.PodNamespaceLister.List(sel)
+	return append(pods, n.late...), err
+}
+
+// TestExpectedPodsCreatedAfterTheSnapshot: pods the cache gets while a
+// loop runs, after its snapshot, are not the loop's untried pods; they
+// are pods to come like the ones not yet made. web wants 40: 10
+// unschedulable in the snapshot, 20 more made meanwhile: 30 to come, 40
+// nodes. Before, the 20 were counted as the ReplicaSet's pods but never
+// planned: 20 nodes, the rest a loop (and, on Azure, an operation) later.
+func TestExpectedPodsCreatedAfterTheSnapshot(t *testing.T) {
+	e := newEnv(t, smoothing(6000, 100, 1000))
+	gpu := e.provider.AddGroup("gpu", 0, 100, gpuTemplate("gpu"))
+	e.start()
+	e.a.listers.Pods = &latePods{PodLister: e.a.listers.Pods, late: rsPods("web", 10, 20, false)}
+	if err := e.rss.Add(replicaSet("web", 40)); err != nil {
+		t.Fatal(err)
+	}
+	e.add(rsPods("web", 0, 10, true))
+	e.run()
+	if got := gpu.Increases(); len(got) != 1 || got[0] != 40 {
+		t.Fatalf("increases %v, want [40]", got)
+	}
+	if v := testutil.ToFloat64(e.a.metrics.ExpectedPods); v != 30 {
+		t.Fatalf("expected_pods = %v, want 30", v)
+	}
+}
