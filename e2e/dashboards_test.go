@@ -9,6 +9,7 @@ import (
 	apiv1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vmss-autoscaler/vmss-autoscaler/cloudprovider/vmss/armsim"
 	"github.com/vmss-autoscaler/vmss-autoscaler/e2e/harness"
@@ -129,16 +130,14 @@ func TestDashboardsShowDataFromARealPrometheus(t *testing.T) {
 	t.Logf("all %d panel queries of the chart's dashboards returned data", len(queries))
 }
 
-// scaleDeployment sets a Deployment's replicas through its scale subresource.
+// scaleDeployment sets a Deployment's replicas through its scale
+// subresource, by a merge patch: a read-then-update raced the deployment
+// controller's own writes (409 "the object has been modified", one run
+// in many).
 func (sc *scenario) scaleDeployment(name string, replicas int32) {
 	sc.t.Helper()
-	deps := sc.s.cp.Client.AppsV1().Deployments(sc.ns)
-	s, err := deps.GetScale(sc.ctx, name, metav1.GetOptions{})
-	if err != nil {
-		sc.t.Fatal(err)
-	}
-	s.Spec.Replicas = replicas
-	if _, err := deps.UpdateScale(sc.ctx, name, s, metav1.UpdateOptions{}); err != nil {
+	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas)
+	if _, err := sc.s.cp.Client.AppsV1().Deployments(sc.ns).Patch(sc.ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "scale"); err != nil {
 		sc.t.Fatal(err)
 	}
 }
